@@ -1,0 +1,21 @@
+"""Features per first-level candidate (SPEC §5): draft, subtree, context, retained rows, token prior."""
+
+from specrank.featurize.features import featurize_rounds, features_meta
+from specrank.featurize.prior import TokenPrior
+from specrank.featurize.sets import BASE, DRAFT, FEATURE_SETS, ROWS, resolve_features
+from specrank.featurize.storage import featurize_run, read_features, read_manifest, write_features
+
+__all__ = [
+    "BASE",
+    "DRAFT",
+    "FEATURE_SETS",
+    "ROWS",
+    "TokenPrior",
+    "featurize_rounds",
+    "featurize_run",
+    "features_meta",
+    "read_features",
+    "read_manifest",
+    "resolve_features",
+    "write_features",
+]

@@ -1,0 +1,24 @@
+"""Cross-fitted first-factor rerankers (App. D.8) with the scikit-learn estimator API (torch-free)."""
+
+from specrank.rerankers.crossfit import CrossFit, FoldError, cross_fit, even_odd, fold_labels
+from specrank.rerankers.gbm import GBMReranker
+from specrank.rerankers.isotonic import IsotonicFirstFactor, PerDepthCalibration
+from specrank.rerankers.online import Reranker, RerankerError
+from specrank.rerankers.persist import load_reranker, save_reranker
+from specrank.rerankers.tune import tune
+
+__all__ = [
+    "CrossFit",
+    "FoldError",
+    "GBMReranker",
+    "IsotonicFirstFactor",
+    "PerDepthCalibration",
+    "Reranker",
+    "RerankerError",
+    "cross_fit",
+    "even_odd",
+    "fold_labels",
+    "load_reranker",
+    "save_reranker",
+    "tune",
+]

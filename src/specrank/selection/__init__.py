@@ -1,0 +1,56 @@
+"""Vectorized selection over N recorded rounds x M pool candidates (numpy only, no torch)."""
+
+from specrank.selection.draws import DRAW_RULES, DraftGroups, EqualMean, draw_values, equal_mean, pearl_curves
+from specrank.selection.pool import LAWS, PoolBatch, PoolError
+from specrank.selection.rules import (
+    MIXTURE_WEIGHTS,
+    RULES,
+    Rule,
+    first_token_agreement,
+    fixed_values,
+    rule_score,
+)
+from specrank.selection.select import (
+    SelectionError,
+    budget_curve,
+    cumulate,
+    rank_order,
+    rank_positions,
+    select_top,
+    value,
+)
+from specrank.selection.stats import Interval, PromptBootstrap, Totals, quintile_labels, rule_table
+from specrank.selection.synthetic import SyntheticRounds, random_pool, synthetic_pools
+
+__all__ = [
+    "DRAW_RULES",
+    "DraftGroups",
+    "EqualMean",
+    "Interval",
+    "LAWS",
+    "MIXTURE_WEIGHTS",
+    "PoolBatch",
+    "PoolError",
+    "PromptBootstrap",
+    "RULES",
+    "Rule",
+    "SelectionError",
+    "SyntheticRounds",
+    "Totals",
+    "budget_curve",
+    "cumulate",
+    "draw_values",
+    "equal_mean",
+    "first_token_agreement",
+    "fixed_values",
+    "pearl_curves",
+    "quintile_labels",
+    "random_pool",
+    "rank_order",
+    "rank_positions",
+    "rule_table",
+    "rule_score",
+    "select_top",
+    "synthetic_pools",
+    "value",
+]

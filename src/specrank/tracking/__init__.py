@@ -1,0 +1,42 @@
+"""MLflow conventions: tracking URI, parent and nested runs, params/metrics/tables/figures, reranker models."""
+
+import os
+
+# MLflow's usage telemetry would reach for the network on import; this package works offline.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+from specrank.tracking.models import RerankerModel, load_reranker, log_reranker  # noqa: E402
+from specrank.tracking.trials import TrialLogger  # noqa: E402
+from specrank.tracking.runs import (  # noqa: E402
+    directory_hash,
+    experiment_run,
+    flatten_params,
+    log_figure,
+    log_frame,
+    log_metrics,
+    log_params,
+    log_report,
+    metric_key,
+    nested_run,
+)
+from specrank.tracking.uri import TrackingError, check_reachable, resolve_tracking_uri  # noqa: E402
+
+__all__ = [
+    "RerankerModel",
+    "TrackingError",
+    "TrialLogger",
+    "check_reachable",
+    "directory_hash",
+    "experiment_run",
+    "flatten_params",
+    "load_reranker",
+    "log_figure",
+    "log_frame",
+    "log_metrics",
+    "log_params",
+    "log_report",
+    "log_reranker",
+    "metric_key",
+    "nested_run",
+    "resolve_tracking_uri",
+]

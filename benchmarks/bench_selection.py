@@ -1,0 +1,126 @@
+"""Selection engine benchmark: every rule at B = 8 and 59 on synthetic rounds of EAGLE-3's pool shape.
+
+Goals (issue 2): >= 20,000 rounds/s per (rule, budget) with values and expected sizes on
+2 cores, peak memory < 3 GB for 100,000 rounds (M = 710), and a 2,000-resample prompt
+bootstrap over 650 prompts in < 5 s. Pools are generated chunk by chunk (not timed).
+
+    python benchmarks/bench_selection.py [--rounds 100000] [--chunk 10000] [--law sampling]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+import numpy as np
+
+from specrank.selection import (
+    RULES,
+    PromptBootstrap,
+    draw_values,
+    equal_mean,
+    fixed_values,
+    pearl_curves,
+    rule_score,
+    rule_table,
+    synthetic_pools,
+)
+from specrank.selection.draws import DraftGroups
+
+BUDGETS = (8, 59)
+GOAL_RATE = 20_000
+GOAL_MEMORY_GB = 3.0
+GOAL_BOOTSTRAP_S = 5.0
+
+
+def rule_inputs(rounds, rng) -> dict:
+    """Synthetic inputs for the rules that need them (predictions, calibrated factors, rows)."""
+    pool = rounds.pool
+    p1 = pool.p_edge[:, : pool.n_first].astype(np.float64)
+    return {
+        "first_factor": np.clip(p1 + 0.1 * rng.standard_normal(p1.shape), 0, 1),
+        "edge_factor": np.sqrt(pool.q_edge.astype(np.float64)),
+        "row_logp": rounds.rows["cache_logp"],
+        "weight": 0.5,
+    }
+
+
+def evaluate_chunk(rounds, law, max_budget, rng, timings) -> tuple[dict, tuple]:
+    """Per-round values and sizes of every rule at BUDGETS; adds seconds per rule to ``timings``."""
+    pool = rounds.pool
+    inputs = rule_inputs(rounds, rng)
+    out = {}
+    t0 = time.perf_counter()
+    pool.path_prob(law), pool.first_ancestor  # shared by every rule
+    timings["shared"] = timings.get("shared", 0.0) + time.perf_counter() - t0
+    for name in RULES:
+        t0 = time.perf_counter()
+        out[name] = fixed_values(pool, rule_score(pool, name, law, **inputs), BUDGETS, law)
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
+    t0 = time.perf_counter()
+    groups = DraftGroups.of(pool)
+    out.update(draw_values(pool, BUDGETS, law, groups))
+    curves = pearl_curves(pool, law, max_budget, groups)
+    timings["draw rules (3) + curves"] = timings.get("draw rules (3) + curves", 0.0) + time.perf_counter() - t0
+    return out, tuple(c.astype(np.float32) for c in curves)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=100_000)
+    ap.add_argument("--chunk", type=int, default=10_000)
+    ap.add_argument("--law", default="sampling", choices=["sampling", "greedy"])
+    ap.add_argument("--prompts", type=int, default=650)
+    ap.add_argument("--resamples", type=int, default=2000)
+    ap.add_argument("--max-budget", type=int, default=300, help="largest PEARL-style pre-draw budget")
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(0)
+    timings, parts, curves, prompts, gen_s = {}, [], [], [], 0.0
+    for k, start in enumerate(range(0, args.rounds, args.chunk)):
+        n = min(args.chunk, args.rounds - start)
+        t0 = time.perf_counter()
+        rounds = synthetic_pools(n, seed=k, n_prompts=max(1, args.prompts * n // args.rounds))
+        gen_s += time.perf_counter() - t0
+        m = rounds.pool.shape[1]
+        prompts.append(rounds.pool.prompt_id + sum(len(np.unique(x)) for x in prompts))
+        values, curve = evaluate_chunk(rounds, args.law, args.max_budget, rng, timings)
+        parts.append(values)
+        curves.append(curve)
+    t0 = time.perf_counter()
+    values = {r: np.concatenate([p[r][0] for p in parts]) for r in parts[0]}
+    sizes = {r: np.concatenate([p[r][1] for p in parts]) for r in parts[0]}
+    pv, ps = (np.concatenate([c[i] for c in curves]).astype(np.float64) for i in (0, 1))
+    for j, b in enumerate(BUDGETS):
+        em = equal_mean(pv, ps, sizes["root_draw"][:, j].mean())
+        values.setdefault("pearl_equal_mean", np.zeros((args.rounds, len(BUDGETS))))[:, j] = em.values
+        print(f"equal-mean PEARL-style at B={b}: pre-draw budget {em.budget:.2f}, mean size {em.sizes.mean():.2f}")
+    timings["equal mean (2 budgets)"] = time.perf_counter() - t0
+    n_pairs = len(RULES) + 3 + 1  # fixed rules, three draw rules, equal mean
+    total = sum(timings.values())
+    rate = args.rounds * len(BUDGETS) * n_pairs / total
+    print(f"\n{args.rounds:,} rounds x M={m}, law={args.law}, budgets {BUDGETS} "
+          f"(generation {gen_s:.1f} s, not timed)")
+    print(f"{'stage':<28}{'seconds':>9}{'rounds/s per (rule, budget)':>30}")
+    for name, s in timings.items():
+        k = 3 if name.startswith("draw rules") else 1
+        print(f"{name:<28}{s:>9.2f}{args.rounds * len(BUDGETS) * k / s:>30,.0f}")
+    print(f"all {n_pairs} rules x {len(BUDGETS)} budgets: {total:.2f} s -> {rate:,.0f} rounds/s per (rule, budget)"
+          f"   goal >= {GOAL_RATE:,}  {'OK' if rate >= GOAL_RATE else 'MISSED'}")
+
+    prompt_id = np.concatenate(prompts)
+    t0 = time.perf_counter()
+    boot = PromptBootstrap(prompt_id, n_resamples=args.resamples, seed=0)
+    table = rule_table(boot, values, BUDGETS)
+    boot_s = time.perf_counter() - t0
+    print(f"bootstrap: {args.resamples} resamples x {len(boot.prompts)} prompts, {len(table)} (rule, budget) rows x 5 "
+          f"statistics: {boot_s:.2f} s   goal < {GOAL_BOOTSTRAP_S} s  {'OK' if boot_s < GOAL_BOOTSTRAP_S else 'MISSED'}")
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"peak memory: {peak_gb:.2f} GB   goal < {GOAL_MEMORY_GB} GB  {'OK' if peak_gb < GOAL_MEMORY_GB else 'MISSED'}")
+    cols = ["rule", "budget", "mean", "gain", "gain_low", "gain_high", "gain_pct"]
+    print("\n" + table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,61 @@
+"""``specrank decode``: record every verification round of a target + drafter on a prompt set."""
+
+from __future__ import annotations
+
+from specrank.decode.prompts import default_prompts_path
+
+HELP = "decode prompts with a target and a drafter, recording each round's pool and target rows"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--target", default="smollm2", help="local HF directory, .gguf file, or 'smollm2' (default)")
+    parser.add_argument("--drafter", required=True,
+                        help="standalone:PATH, early-exit:K[:HEAD], or eagle3:DIR")
+    parser.add_argument("--prompts", default=None, help="JSONL prompts (Spec-Bench or HumanEval form); default: bundled set")
+    parser.add_argument("--out", required=True, help="run directory (rerun the same command to resume)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    parser.add_argument("--budget", type=int, default=59, help="verified tree size B, root excluded (default 59)")
+    parser.add_argument("--extra", type=int, default=160, help="top draft-ranked candidates also scored, M (default 160)")
+    parser.add_argument("--topk", type=int, default=10, help="pool: children per expanded node (default 10)")
+    parser.add_argument("--depth", type=int, default=8, help="pool: depth (default 8)")
+    parser.add_argument("--expand", type=int, default=10, help="pool: nodes expanded per step (default 10)")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=0, help="run seed; generators are seeded per (prompt, seed)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--limit", type=int, default=None, help="decode only the first N prompts")
+    parser.add_argument("--shard-size", type=int, default=4, help="prompts per parquet shard (default 4)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def run(args) -> int:
+    import torch
+
+    from specrank.decode.drafters import load_drafter
+    from specrank.decode.loop import DecodeConfig
+    from specrank.decode.models import load_target, parse_device
+    from specrank.decode.pool import PoolShape
+    from specrank.decode.prompts import read_prompts
+    from specrank.decode.run import build_manifest, decode_run
+
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    prompts_path = args.prompts or default_prompts_path()
+    prompts = read_prompts(prompts_path, limit=args.limit)
+    config = DecodeConfig(PoolShape(args.topk, args.depth, args.expand), args.budget, args.extra,
+                          args.temperature, args.max_new_tokens, args.seed)
+    parse_device(args.device)
+    target = load_target(args.target, args.device, args.dtype)
+    drafter = load_drafter(args.drafter, target)
+    manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)
+    timer = decode_run(target, drafter, prompts, args.out, config, manifest, args.shard_size,
+                       progress=not args.no_progress)
+    if timer.rounds:
+        print(f"{timer.rounds} rounds, {timer.tokens / timer.rounds - 1:.2f} accepted/round, "
+              f"{timer.tokens / timer.total:.1f} tokens/s -> {args.out}")
+    else:
+        print(f"nothing to do: every prompt is already recorded in {args.out}")
+    return 0

@@ -1,0 +1,151 @@
+"""Early-exit self-drafter: the target's first K layers, an optional linear exit head, then the
+target's final norm and lm head. Weights are shared with the target (no copy); the drafter
+keeps its own KV cache for its K layers.
+
+The exit head maps the layer-K hidden state h_K to an estimate of the target's last hidden
+state direction: it is fitted by ridge regression of ``h_L / rms(h_L)`` (h_L: the input of
+the final norm) on ``[h_K, 1]`` over text, skipping each window's first position (SmolLM2's
+middle layers carry outliers there). The final norm is scale-invariant, so only the
+direction matters.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from specrank.decode.drafters.standalone import CausalLMDrafter
+from specrank.decode.models import ModelLoadError, sha256_files
+
+
+class ExitHeadError(ModelLoadError):
+    """An exit head file is missing, malformed or made for another target."""
+
+
+def truncated_lm(model, layers: int, exit_head: nn.Module | None = None):
+    """A causal LM running ``model``'s first ``layers`` layers (shared weights), the exit head, norm and lm head."""
+    inner = getattr(model, "model", None)
+    if not all(hasattr(inner, a) for a in ("embed_tokens", "layers", "norm", "rotary_emb")):
+        raise ModelLoadError("early-exit drafter needs a Llama-style target (model.layers, model.norm)")
+    if not 1 <= layers <= len(inner.layers):
+        raise ModelLoadError(f"early-exit layers must be in 1..{len(inner.layers)}, got {layers}")
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = layers
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[:layers]
+    with torch.device("meta"):
+        lm = type(model)(config)
+    lm.model.embed_tokens, lm.model.rotary_emb = inner.embed_tokens, inner.rotary_emb
+    lm.model.layers = nn.ModuleList(inner.layers[:layers])
+    lm.model.norm = inner.norm if exit_head is None else nn.Sequential(exit_head, inner.norm)
+    lm.lm_head = model.get_output_embeddings()
+    return lm.eval()
+
+
+def new_exit_head(hidden_size: int) -> nn.Linear:
+    """An identity-initialised linear exit head (H -> H, with bias)."""
+    head = nn.Linear(hidden_size, hidden_size)
+    with torch.no_grad():
+        head.weight.copy_(torch.eye(hidden_size))
+        head.bias.zero_()
+    return head.requires_grad_(False)
+
+
+def save_exit_head(path, head: nn.Linear, layers: int, target) -> Path:
+    """Write the head as safetensors (``weight``, ``bias``; metadata: layers, target hash), atomically."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        tensors = {"weight": head.weight.detach().float().cpu().contiguous(), "bias": head.bias.detach().float().cpu()}
+        save_file(tensors, tmp, metadata={"layers": str(layers), "target_sha256": target.source_hash})
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def load_exit_head(path, target, layers: int) -> nn.Linear:
+    """Read an exit head for ``target`` at ``layers`` layers (refused if made for other ones)."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"exit head not found: {path}")
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+        weight, bias = f.get_tensor("weight"), f.get_tensor("bias")
+    if meta.get("layers") != str(layers):
+        raise ExitHeadError(f"exit head {path.name} was fitted at {meta.get('layers')} layers, not {layers}")
+    if weight.shape != (target.hidden_size, target.hidden_size) or bias.shape != (target.hidden_size,):
+        raise ExitHeadError(f"exit head {path.name} has shape {tuple(weight.shape)}, target hidden size is {target.hidden_size}")
+    head = new_exit_head(target.hidden_size)
+    with torch.no_grad():
+        head.weight.copy_(weight)
+        head.bias.copy_(bias)
+    return head.to(target.device, target.dtype)
+
+
+@torch.inference_mode()
+def exit_regression_data(target, layers: int, windows) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows ``X = h_K`` (N, H) and ``Y = h_L / rms(h_L)`` (N, H) in float64 over token windows (first positions dropped)."""
+    final = {}
+    hook = target.model.model.norm.register_forward_pre_hook(lambda mod, args: final.update(h=args[0]))
+    xs, ys = [], []
+    try:
+        for ids in windows:
+            ids = torch.as_tensor(ids, dtype=torch.long, device=target.device)[None]
+            out = target.model(input_ids=ids, output_hidden_states=True, logits_to_keep=1)
+            xs.append(out.hidden_states[layers][0, 1:].double())
+            ys.append(final["h"][0, 1:].double())
+    finally:
+        hook.remove()
+    x, y = torch.cat(xs), torch.cat(ys)
+    return x.cpu(), (y * y.pow(2).mean(-1, keepdim=True).rsqrt()).cpu()
+
+
+def fit_exit_head(target, layers: int, windows, ridge: float = 1e-3) -> nn.Linear:
+    """Fit the exit head by ridge regression (float64 normal equations; the bias is not penalised)."""
+    x, y = exit_regression_data(target, layers, windows)
+    if len(x) < 2:
+        raise ValueError("fit-exit-head: need at least two positions of text beyond each window's first")
+    xa = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], 1)  # (N, H+1)
+    penalty = torch.eye(xa.shape[1], dtype=x.dtype) * ridge * len(x)
+    penalty[-1, -1] = 0.0
+    coef = torch.linalg.solve(xa.T @ xa + penalty, xa.T @ y)  # (H+1, H)
+    head = new_exit_head(target.hidden_size)
+    with torch.no_grad():
+        head.weight.copy_(coef[:-1].T)
+        head.bias.copy_(coef[-1])
+    return head.to(target.device, target.dtype)
+
+
+class EarlyExitDrafter(CausalLMDrafter):
+    """The target's first K layers drafting with their own KV cache."""
+
+    def __init__(self, target, layers: int, exit_head: nn.Module | None = None, head_path=None, spec: str = ""):
+        super().__init__(truncated_lm(target.model, layers, exit_head), target.vocab_size, spec or f"early-exit:{layers}")
+        self.target, self.layers, self.head_path = target, layers, head_path
+
+    @functools.cached_property
+    def source_hash(self) -> str:
+        """The target's hash, plus the exit head file's when there is one."""
+        if self.head_path is None:
+            return self.target.source_hash
+        return f"{self.target.source_hash}+{sha256_files([self.head_path])}"
+
+
+def load_early_exit(target, layers: int, head_path=None, spec: str = "") -> EarlyExitDrafter:
+    """An early-exit drafter at ``layers`` layers, with the exit head at ``head_path`` if given."""
+    head = None if head_path is None else load_exit_head(head_path, target, layers)
+    return EarlyExitDrafter(target, layers, head, head_path, spec)

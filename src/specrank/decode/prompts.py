@@ -1,0 +1,85 @@
+"""Prompt files (JSON Lines, Spec-Bench or HumanEval form) and chat-template encoding."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+
+class PromptError(ValueError):
+    """A prompt file is missing, empty or malformed."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    prompt_id: str
+    task: str
+    text: str
+
+
+def default_prompts_path() -> Path:
+    """The bundled prompt set (8 prompts for each of 7 task types)."""
+    return Path(str(resources.files("specrank") / "data" / "prompts.jsonl"))
+
+
+def _parse(obj, where: str) -> Prompt:
+    if not isinstance(obj, dict):
+        raise PromptError(f"{where}: expected a JSON object")
+    if "turns" in obj:  # Spec-Bench: the first turn is the prompt
+        turns = obj["turns"]
+        if not isinstance(turns, list) or not turns or not isinstance(turns[0], str):
+            raise PromptError(f"{where}: 'turns' must be a non-empty list of strings")
+        if "question_id" not in obj:
+            raise PromptError(f"{where}: missing 'question_id'")
+        return Prompt(str(obj["question_id"]), str(obj.get("category", "unknown")), turns[0])
+    if "prompt" in obj:  # HumanEval
+        if "task_id" not in obj or not isinstance(obj["prompt"], str):
+            raise PromptError(f"{where}: HumanEval form needs 'task_id' and a string 'prompt'")
+        return Prompt(str(obj["task_id"]), str(obj.get("category", "code")), obj["prompt"])
+    raise PromptError(f"{where}: neither Spec-Bench ('question_id', 'turns') nor HumanEval ('task_id', 'prompt') form")
+
+
+def read_prompts(path, limit: int | None = None) -> list[Prompt]:
+    """Read a JSONL prompt file; errors name the file and line number."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"prompt file not found: {path}")
+    prompts = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path.name} line {lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise PromptError(f"{where}: malformed JSON ({exc.msg})") from None
+            prompts.append(_parse(obj, where))
+    if not prompts:
+        raise PromptError(f"{path.name}: no prompts in file")
+    ids = [p.prompt_id for p in prompts]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise PromptError(f"{path.name}: duplicate prompt id {dup!r}")
+    return prompts[:limit] if limit is not None else prompts
+
+
+def encode_prompt(tokenizer, text: str) -> list[int]:
+    """Token ids of one user turn under the tokenizer's chat template (no system message added).
+
+    Tokenizers without a chat template (base models, test tokenizers) encode the text as is.
+    """
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding in newer transformers
+            ids = ids["input_ids"]
+    else:
+        ids = tokenizer(text)["input_ids"]
+    ids = [int(i) for i in ids]
+    if len(ids) < 2:
+        raise PromptError(f"prompt encodes to {len(ids)} token(s); at least 2 are needed")
+    return ids

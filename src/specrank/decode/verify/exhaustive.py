@@ -1,0 +1,55 @@
+"""Exhaustive target sampling over the verified tree (SPEC §1 step 5), greedy and sampled."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+
+@dataclass
+class VerifyTree:
+    token: np.ndarray  # (n,) token of each tree node
+    parent: np.ndarray  # (n,) parent's logits row: 0 = root, i + 1 = node i
+    pool_index: np.ndarray  # (n,) pool index of each node
+    q_edge: np.ndarray  # (n,) drafter probability of each node's token at its parent
+
+    def child(self, row: int, token: int) -> int:
+        """Node index of the child of ``row`` labelled ``token``, or -1."""
+        hit = np.flatnonzero((self.parent == row) & (self.token == token))
+        return int(hit[0]) if len(hit) else -1
+
+
+class Verifier(Protocol):
+    def verify(self, tree: VerifyTree, logits: torch.Tensor, generator: torch.Generator) -> tuple[np.ndarray, int]:
+        """Accepted pool indices (path order) and the continuation token."""
+        ...
+
+
+class ExhaustiveVerifier:
+    """From the root, draw from the full target row (argmax when T = 0); a draw labelling
+    a child is accepted and traversal moves there, otherwise it is the continuation."""
+
+    def __init__(self, temperature: float = 0.0):
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        self.temperature = temperature
+
+    def draw(self, row: torch.Tensor, generator: torch.Generator) -> int:
+        """One token from a (V,) logits row at this verifier's temperature."""
+        if self.temperature == 0:
+            return int(row.argmax())
+        probs = torch.softmax(row.float() / self.temperature, dim=-1)
+        return int(torch.multinomial(probs, 1, generator=generator))
+
+    def verify(self, tree: VerifyTree, logits: torch.Tensor, generator: torch.Generator) -> tuple[np.ndarray, int]:
+        path, row = [], 0
+        while True:  # at most tree depth + 1 draws
+            token = self.draw(logits[row], generator)
+            node = tree.child(row, token)
+            if node < 0:
+                return tree.pool_index[path].astype(np.int64), token
+            path.append(node)
+            row = node + 1

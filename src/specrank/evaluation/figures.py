@@ -1,0 +1,121 @@
+"""Figures of an offline evaluation (matplotlib, Agg): gain vs budget per rule, recovered share by task."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from specrank.evaluation.names import EXACT, ROW_RULES, label, ordered, rerankers  # noqa: E402
+
+EAGLE3_TREE = 59  # EAGLE-3's default tree (dotted line)
+
+
+# Distinct hues for the rules a reader compares; a mixture shares its row's hue (dashed).
+COLORS = {
+    "draft": "black", "isotonic": "tab:gray", "per_depth": "tab:olive", "base": "tab:orange", "rows": "tab:blue",
+    "root": "tab:green", "depth2": "tab:red", "oracle": "tab:purple",
+    "subst_cache": "tab:brown", "subst_same_token": "tab:pink", "subst_preceding": "tab:cyan",
+}
+SPARE = ("gold", "navy", "teal", "salmon", "lime", "indigo")
+
+
+def _colors(rules) -> dict[str, str]:
+    """One stable colour per rule; extra reranker columns take spare colours in reading order."""
+    colors = dict(COLORS)
+    colors.update({f"mix_{k[len('subst_'):]}": v for k, v in COLORS.items() if k.startswith("subst_")})
+    extra = [r for r in ordered(rules) if r not in colors]
+    colors.update({r: SPARE[i % len(SPARE)] for i, r in enumerate(extra)})
+    return colors
+
+
+def _gain_panel(ax, summary: pd.DataFrame, rules, colors, title: str) -> None:
+    for rule in rules:
+        t = summary[summary["rule"] == rule].sort_values("budget")
+        if t.empty:
+            continue
+        ax.plot(t["budget"], t["gain"], marker="o", ms=3, lw=1.6, color=colors[rule], label=label(rule),
+                ls="--" if rule.startswith("mix_") else "-")
+        ax.fill_between(t["budget"], t["gain_low"], t["gain_high"], color=colors[rule], alpha=0.18, lw=0)
+    ax.axhline(0.0, color="black", lw=0.8)
+    if summary["budget"].min() <= EAGLE3_TREE <= summary["budget"].max():
+        ax.axvline(EAGLE3_TREE, color="grey", ls=":", lw=1.2)
+    ax.set_xscale("log")
+    budgets = sorted(summary["budget"].unique())
+    ax.set_xticks(budgets)
+    ax.set_xticklabels([str(b) for b in budgets], fontsize=8)
+    ax.minorticks_off()
+    ax.set_xlabel("budget B (non-root nodes)")
+    ax.set_title(title, fontsize=11)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, frameon=False)
+
+
+def gain_vs_budget(summary: pd.DataFrame, meta: dict | None = None):
+    """Gain over draft selection vs budget, one line per rule with its 95% band; left: exact rows,
+    rerankers and controls; right: retained rows substituted or mixed (root for reference)."""
+    rules = ordered(summary["rule"].unique())
+    colors = _colors(rules)
+    learned = [r for r in rules if r in EXACT or r in rerankers(rules)]
+    retained = ["root"] * ("root" in rules) + [r for r in rules if r in ROW_RULES]
+    panels = [(learned, "Exact rows, rerankers, controls")] + ([(retained, "Rows at other addresses")] if len(retained) > 1 else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.4), sharey=True, squeeze=False)
+    for ax, (group, title) in zip(axes[0], panels):
+        _gain_panel(ax, summary, group, colors, title)
+    axes[0, 0].set_ylabel("gain over draft (accepted draft tokens / round)")
+    fig.suptitle(_caption(meta, "Gain over draft selection; bands: 95% prompt-bootstrap intervals; dotted: EAGLE-3 tree"),
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def root_share_by_task(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict | None = None):
+    """Share of the root gain each reranker recovers, per task and over all rounds, at the headline budgets."""
+    rules = rerankers(summary["rule"].unique())
+    colors = _colors(summary["rule"].unique())
+    by_task = splits[splits["split_kind"] == "task"]
+    budgets = sorted(by_task["budget"].unique())
+    groups = sorted(by_task["group"].unique()) + ["all"]
+    panel_width = max(5.0, 0.3 * len(groups) * max(len(rules), 1) + 2.0)
+    fig, axes = plt.subplots(1, len(budgets), figsize=(panel_width * len(budgets), 4.2), sharey=True, squeeze=False)
+    width = 0.8 / max(len(rules), 1)
+    x = np.arange(len(groups))
+    for ax, b in zip(axes[0], budgets):
+        whole = summary[summary["budget"] == b].assign(group="all")
+        table = pd.concat([by_task[by_task["budget"] == b], whole], ignore_index=True)
+        for i, rule in enumerate(rules):
+            t = table[table["rule"] == rule].set_index("group").reindex(groups)
+            share = t["root_share"].to_numpy(dtype=float)
+            err = np.vstack([share - t["root_share_low"].to_numpy(dtype=float), t["root_share_high"].to_numpy(dtype=float) - share])
+            ax.bar(x + (i - (len(rules) - 1) / 2) * width, share, width, color=colors[rule], label=label(rule),
+                   yerr=np.abs(err), capsize=2, error_kw={"lw": 0.8})
+        ax.axhline(0.0, color="black", lw=0.8)
+        ax.axhline(100.0, color="grey", ls=":", lw=1.0)
+        ax.set_xticks(x)
+        ax.set_xticklabels(groups, fontsize=9)
+        ax.set_title(f"B = {b}", fontsize=11)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0, 0].set_ylabel("share of the root gain recovered (%)")
+    axes[0, 0].legend(fontsize=8, frameon=False, loc="upper left")
+    fig.suptitle(_caption(meta, "Share of root selection's gain over draft recovered; whiskers: 95% intervals; dotted: 100%"),
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _caption(meta: dict | None, text: str) -> str:
+    if not meta:
+        return text
+    return f"{text}\n{meta.get('law', '')} decoding, {meta.get('rounds', '?')} rounds, {meta.get('prompts', '?')} prompts"
+
+
+def render_figures(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict | None = None) -> dict:
+    """Figure name -> matplotlib Figure (close them with ``plt.close``)."""
+    return {
+        "gain_vs_budget": gain_vs_budget(summary, meta),
+        "root_share_by_task": root_share_by_task(summary, splits, meta),
+    }

@@ -1,0 +1,152 @@
+"""The Markdown report of an offline evaluation, led by the rules at the headline budgets."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from specrank.evaluation.figures import render_figures
+from specrank.evaluation.io import atomic_write
+from specrank.evaluation.names import label, ordered, rerankers
+
+SPLIT_TITLES = {
+    "agreement": "First-token agreement (drafter's top first token = target's argmax)",
+    "entropy_quintile": "Root-row entropy quintile (Q1 lowest)",
+    "task": "Task",
+}
+
+
+def _num(x, digits: int = 3) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _ci(row, name: str, digits: int = 3, suffix: str = "") -> str:
+    """``point [low, high]`` of a statistic, or a dash where it is undefined."""
+    point = row.get(name)
+    if point is None or pd.isna(point):
+        return "–"
+    low, high = row.get(f"{name}_low"), row.get(f"{name}_high")
+    return f"{_num(point, digits)}{suffix} [{_num(low, digits)}, {_num(high, digits)}]"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def headline_table(summary: pd.DataFrame, budgets) -> str:
+    """Rules x headline budgets: value, gain over draft with 95% interval, % of draft, share of root gain."""
+    header = ["Rule"]
+    for b in budgets:
+        header += [f"B={b} value", f"B={b} gain [95% CI]", f"B={b} gain % of draft", f"B={b} root share %"]
+    rows = []
+    for rule in ordered(summary["rule"].unique()):
+        cells = [label(rule)]
+        for b in budgets:
+            r = summary[(summary["rule"] == rule) & (summary["budget"] == b)]
+            if r.empty:
+                cells += ["–"] * 4
+                continue
+            r = r.iloc[0]
+            cells += [_num(r["mean"]), _ci(r, "gain"), _ci(r, "gain_pct", 1), _ci(r, "root_share", 1)]
+        rows.append(cells)
+    return _table(header, rows)
+
+
+def sweep_table(summary: pd.DataFrame) -> str:
+    """Gain over draft (% of draft's value) for every rule over the budget sweep."""
+    budgets = sorted(summary["budget"].unique())
+    pivot = summary.pivot(index="rule", columns="budget", values="gain_pct")
+    rows = [[label(r)] + [f"{pivot.loc[r, b]:+.1f}" for b in budgets] for r in ordered(pivot.index) if r != "draft"]
+    return _table(["Rule"] + [f"B={b}" for b in budgets], rows)
+
+
+def comparison_section(comparisons: pd.DataFrame, budgets) -> str:
+    if comparisons.empty:
+        return "Only one reranker column: no paired reranker comparison."
+    t = comparisons[comparisons["budget"].isin(budgets)]
+    rows = [[f"{label(r['rule'])} − {label(r['base'])}", str(r["budget"]), _ci(r, "gain"), _ci(r, "gain_pct", 2, "%")]
+            for _, r in t.iterrows()]
+    return _table(["Paired gain", "B", "tokens [95% CI]", "% of base [95% CI]"], rows)
+
+
+def first_factor_section(first_factor: pd.DataFrame) -> str:
+    rows = [[label(r["estimate"]), _ci(r, "mse", 5), _ci(r, "mse_pct_of_draft", 1), _ci(r, "top1_hit_pct", 1)]
+            for _, r in first_factor.iterrows()]
+    return _table(["First-factor estimate", "squared error / candidate", "% of draft's", "top-1 hit %"], rows)
+
+
+def split_section(splits: pd.DataFrame, kind: str, budgets, rules: list[str]) -> str:
+    """Per group: share of rounds, root gain, oracle advantage and each reranker's share of the root gain."""
+    t = splits[splits["split_kind"] == kind]
+    header = ["Group", "rounds %"]
+    for b in budgets:
+        header += [f"B={b} root gain", f"B={b} oracle gain"] + [f"B={b} {label(r)} root share %" for r in rules]
+    rows = []
+    for group in sorted(t["group"].unique(), key=str):
+        g = t[t["group"] == group]
+        cells = [str(group), f"{100 * g['round_share'].iloc[0]:.1f}"]
+        for b in budgets:
+            at = g[g["budget"] == b].set_index("rule")
+            cells += [_ci(at.loc[r], "gain") if r in at.index else "–" for r in ("root", "oracle")]
+            cells += [_ci(at.loc[r], "root_share", 1) if r in at.index else "–" for r in rules]
+        rows.append(cells)
+    return _table(header, rows)
+
+
+def weights_section(weights: pd.DataFrame, budgets) -> str:
+    t = weights[weights["budget"].isin(budgets)]
+    if t.empty:
+        return "No mixtures evaluated."
+    rows = [[label(r["rule"]), str(r["budget"]), str(r["half"]), f"{r['weight']:.2f}"] for _, r in t.iterrows()]
+    return _table(["Mixture", "B", "half scored", "weight (chosen on the other half)"], rows)
+
+
+def write_report(evaluation, out_dir) -> list[Path]:
+    """Write ``figures/*.png`` and ``report.md`` under ``out_dir`` (each file atomic); return their paths."""
+    out = Path(out_dir)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    written, links = [], {}
+    for name, fig in render_figures(evaluation.summary, evaluation.splits, evaluation.meta).items():
+        try:
+            written.append(atomic_write(out / "figures" / f"{name}.png", lambda p, f=fig: f.savefig(p, dpi=120, format="png")))
+        finally:
+            plt.close(fig)
+        links[name] = f"figures/{name}.png"
+    text = render_report(evaluation, links)
+    written.append(atomic_write(out / "report.md", lambda p: Path(p).write_text(text)))
+    return written
+
+
+def render_report(evaluation, figures: dict[str, str] | None = None) -> str:
+    """Markdown report of an ``Evaluation``; ``figures`` maps figure names to relative image paths."""
+    meta, summary = evaluation.meta, evaluation.summary
+    budgets = meta.get("headline_budgets") or sorted(summary["budget"].unique())[:2]
+    learned = rerankers(summary["rule"].unique())
+    parts = [
+        "# Offline evaluation of selection rules",
+        f"{meta.get('law', '?')} decoding · {meta.get('rounds', '?')} rounds · {meta.get('prompts', '?')} prompts · "
+        f"tasks: {', '.join(meta.get('tasks', []))} · pool of {meta.get('pool_size', '?')} candidates · "
+        f"{meta.get('bootstrap', '?')} paired prompt-bootstrap resamples ({100 * meta.get('level', 0.95):.0f}% intervals).",
+        "Values are expected accepted draft tokens per round on the recorded rounds and pools; gains are over draft "
+        "selection; *root share* is the part of root selection's gain a rule recovers.",
+        f"## Rules at B = {', '.join(str(b) for b in budgets)}",
+        headline_table(summary, budgets),
+    ]
+    for name, caption in (("gain_vs_budget", "Gain over draft vs budget"), ("root_share_by_task", "Root gain recovered by task")):
+        if figures and name in figures:
+            parts.append(f"![{caption}]({figures[name]})")
+    parts += [
+        "## Gain over draft across budgets (% of draft's value)", sweep_table(summary),
+        "## Paired reranker comparisons", comparison_section(evaluation.comparisons, budgets),
+        "## First-factor estimates (held out)", first_factor_section(evaluation.first_factor),
+    ]
+    for kind, title in SPLIT_TITLES.items():
+        if kind in set(evaluation.splits["split_kind"]):
+            parts += [f"## {title}", split_section(evaluation.splits, kind, budgets, learned)]
+    parts += ["## Geometric-mixture weights", weights_section(evaluation.mixture_weights, budgets)]
+    return "\n\n".join(parts) + "\n"

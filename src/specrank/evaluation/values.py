@@ -1,0 +1,103 @@
+"""Per-round expected accepted draft tokens of every evaluated rule over a budget sweep.
+
+Rules come from ``specrank.selection.rules``; this module only decides which inputs
+each one gets (reranker predictions, calibrated edges, retained rows) and chooses the
+geometric-mixture weight of each prompt half on the other half.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specrank.evaluation.data import Rounds
+from specrank.featurize.features import META_KEY
+from specrank.featurize.rows import ROW_SOURCES
+from specrank.rerankers import PerDepthCalibration
+from specrank.selection.rules import MIXTURE_WEIGHTS, fixed_values, rule_score
+
+BUDGET_SWEEP = (2, 4, 8, 12, 16, 24, 32, 48, 59, 80, 100, 150, 200)
+HEADLINE_BUDGETS = (8, 59)
+EXACT_RULES = ("draft", "root", "depth2", "oracle")
+CONTROLS = ("per_depth",)
+RESERVED = EXACT_RULES + CONTROLS + tuple(f"{k}_{s}" for k in ("subst", "mix") for s in ROW_SOURCES)
+
+
+def check_budgets(budgets, m: int) -> tuple[int, ...]:
+    """Sorted distinct budgets, each an integer in 1..M; ValueError naming the first bad one."""
+    out = sorted({int(b) for b in budgets})
+    bad = [b for b in out if not 1 <= b <= m]
+    if not out or bad:
+        raise ValueError(f"budgets: expected integers in 1..{m} (the pool size), got {bad or 'none'}")
+    return tuple(out)
+
+
+def per_depth_edges(rounds: Rounds) -> np.ndarray:
+    """(N, M) cross-fitted per-depth isotonic calibration of every draft factor (App. D.8).
+
+    Each half's maps are fitted on the other half's scored edges (NaN labels left out).
+    """
+    pool, fold = rounds.pool, rounds.fold
+    label = pool.edge_prob(rounds.law)  # (N, M), NaN where unscored
+    out = np.empty(pool.shape)
+    for f in (0, 1):
+        train = (fold != f)[:, None] & ~np.isnan(label)
+        test = fold == f
+        if not train.any() or not test.any():
+            raise ValueError("per-depth calibration: cross-fitting needs prompts in both halves")
+        model = PerDepthCalibration().fit(_edges(rounds, train), label[train])
+        out[test] = model.predict(_edges(rounds, np.broadcast_to(test[:, None], pool.shape))).reshape(-1, pool.shape[1])
+    return out
+
+
+def _edges(rounds: Rounds, mask: np.ndarray):
+    import pandas as pd
+
+    edges = pd.DataFrame({"depth": rounds.pool.depth[mask], "q_edge": rounds.pool.q_edge[mask].astype(np.float64)})
+    kind = "argmax" if rounds.law == "greedy" else "probability"
+    edges.attrs[META_KEY] = {"label_kind": kind, "topk": rounds.topk}
+    return edges
+
+
+def rule_inputs(rounds: Rounds, first_factors: dict[str, np.ndarray], per_depth: bool = True) -> dict[str, dict]:
+    """Rule name -> (registered rule, its inputs) for every rule evaluated on ``rounds``."""
+    clash = sorted(set(first_factors) & set(RESERVED))
+    if clash:
+        raise ValueError(f"predictions: column {clash[0]!r} clashes with a built-in rule name")
+    rules = {name: (name, {}) for name in EXACT_RULES}
+    for name, factor in first_factors.items():
+        rules[name] = ("reranked", {"first_factor": factor})
+    if per_depth:
+        rules["per_depth"] = ("per_depth", {"edge_factor": per_depth_edges(rounds)})
+    for source in ROW_SOURCES:
+        rules[f"subst_{source}"] = ("substitution", {"row_logp": rounds.rows[source]})
+    return rules
+
+
+def rule_values(rounds: Rounds, rules: dict[str, tuple], budgets) -> dict[str, np.ndarray]:
+    """Rule name -> (N, len(budgets)) expected accepted draft tokens of its top-B trees."""
+    pool, law = rounds.pool, rounds.law
+    return {
+        name: fixed_values(pool, rule_score(pool, rule, law, **inputs), list(budgets), law)[0]
+        for name, (rule, inputs) in rules.items()
+    }
+
+
+def mixture_values(rounds: Rounds, budgets, weights=MIXTURE_WEIGHTS) -> tuple[dict[str, np.ndarray], dict]:
+    """Geometric mixtures of q1 with each retained row, the weight of each half chosen on the other.
+
+    Returns (rule name -> (N, nB) values, rule name -> (2 halves, nB) chosen weights); the weight
+    of a half maximizes the mean value over the other half's rounds at each budget.
+    """
+    pool, law, fold = rounds.pool, rounds.law, rounds.fold
+    values, chosen = {}, {}
+    for source in ROW_SOURCES:
+        per_w = np.stack([
+            fixed_values(pool, rule_score(pool, "mixture", law, row_logp=rounds.rows[source], weight=w),
+                         list(budgets), law)[0]
+            for w in weights
+        ])  # (W, N, nB)
+        pick = np.stack([per_w[:, fold != f].mean(axis=1).argmax(axis=0) for f in (0, 1)])  # (2, nB)
+        idx = pick[fold]  # (N, nB) weight index of each round's half
+        values[f"mix_{source}"] = np.take_along_axis(per_w, idx[None], axis=0)[0]
+        chosen[f"mix_{source}"] = np.asarray(weights)[pick]
+    return values, chosen

@@ -1,0 +1,74 @@
+"""Isotonic controls (App. D.8): the target probability as a monotone map of the draft probability."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.isotonic import IsotonicRegression
+
+from specrank import schema
+from specrank.rerankers.online import Reranker
+
+
+def binned_isotonic(q, y, n_bins: int) -> IsotonicRegression:
+    """Increasing isotonic fit of ``y`` on ``q`` over ``n_bins`` equal-count bins of ``q``."""
+    q = np.asarray(q, dtype=np.float64)
+    order = np.argsort(q, kind="stable")
+    bins = min(n_bins, len(q))
+    which = np.empty(len(q), dtype=np.int64)
+    which[order] = np.arange(len(q)) * bins // len(q)  # equal-count bins by rank
+    count = np.bincount(which, minlength=bins)
+    q_mean = np.bincount(which, weights=q, minlength=bins) / count
+    y_mean = np.bincount(which, weights=y, minlength=bins) / count
+    iso = IsotonicRegression(increasing=True, y_min=0.0, y_max=1.0, out_of_bounds="clip")
+    return iso.fit(q_mean, y_mean, sample_weight=count)
+
+
+class IsotonicFirstFactor(Reranker):
+    """Replaces q1 by an isotonic estimate of the target probability (200 equal-count bins)."""
+
+    def __init__(self, n_bins: int = 200):
+        self.n_bins = n_bins
+
+    def _fit(self, X, y):
+        schema.require_columns(X.columns, ["q"], "features")
+        self.features_ = ["q"]
+        self.iso_ = binned_isotonic(X["q"].to_numpy(), y, self.n_bins)
+
+    def _predict(self, X):
+        return self.iso_.predict(X["q"].to_numpy(dtype=np.float64))
+
+
+class PerDepthCalibration(Reranker):
+    """Calibrates every draft factor with its own isotonic map per depth (200 equal-count bins each).
+
+    Fitted on an edges table (``specrank.featurize.edges``: columns ``depth``, ``q_edge``, label);
+    ``predict`` maps edges, ``predict_first_factor`` maps first-level features (``q``) with the
+    depth-1 map. Depths unseen in training use the deepest fitted map.
+    """
+
+    def __init__(self, n_bins: int = 200):
+        self.n_bins = n_bins
+
+    def _fit(self, X, y):
+        schema.require_columns(X.columns, ["depth", "q_edge"], "edges")
+        self.features_ = ["depth", "q_edge"]
+        depth = X["depth"].to_numpy()
+        self.maps_ = {int(d): binned_isotonic(X["q_edge"].to_numpy()[depth == d], y[depth == d], self.n_bins)
+                      for d in np.unique(depth)}
+
+    def _map(self, depth, q):
+        depth = np.minimum(np.asarray(depth), max(self.maps_))
+        out = np.empty(len(q))
+        for d, iso in self.maps_.items():  # a handful of depths
+            sel = depth == d
+            out[sel] = iso.predict(np.asarray(q, dtype=np.float64)[sel])
+        return out
+
+    def _predict(self, X):
+        return self._map(X["depth"].to_numpy(), X["q_edge"].to_numpy())
+
+    def predict_first_factor(self, features) -> np.ndarray:
+        """First-level features (column ``q``) -> the depth-1 map's calibrated probability."""
+        self.check_meta(features)
+        schema.require_columns(features.columns, ["q"], "features")
+        return np.clip(self._map(np.ones(len(features)), features["q"].to_numpy()), 0.0, 1.0)

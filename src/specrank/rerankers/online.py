@@ -1,0 +1,85 @@
+"""The online predictor interface shared by every reranker, and its input checks."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+import specrank
+from specrank import schema
+from specrank.featurize.features import features_meta
+from specrank.featurize.sets import PRIOR_FEATURE
+
+
+class RerankerError(ValueError):
+    """Features that do not match what a reranker was trained on."""
+
+
+def input_columns(features) -> list[str]:
+    """Columns a reranker reads from a features table (the prior is computed from ``token``)."""
+    return [("token" if f == PRIOR_FEATURE else f) for f in features]
+
+
+def labels_of(X, y, kind: str) -> np.ndarray:
+    """Labels (``y`` or ``X["label"]``) as float64, checked against the label kind."""
+    if y is None:
+        schema.require_columns(X.columns, [schema.LABEL_COLUMN], "features")
+        y = X[schema.LABEL_COLUMN]
+    y = np.asarray(y, dtype=np.float64)
+    if len(y) != len(X):
+        raise RerankerError(f"labels: {len(y)} values for {len(X)} feature rows")
+    if np.isnan(y).any():
+        raise RerankerError("labels: contain NaN (unscored first-level candidates?)")
+    if kind == "argmax" and not np.isin(y, (0.0, 1.0)).all():
+        raise RerankerError("labels: argmax labels must be 0 or 1")
+    if kind == "probability" and ((y < 0) | (y > 1)).any():
+        raise RerankerError("labels: probability labels must lie in [0, 1]")
+    return y
+
+
+class Reranker(BaseEstimator):
+    """Base of the first-factor rerankers: metadata learned at ``fit`` and checked at ``predict``.
+
+    Subclasses set ``features_`` and implement ``_fit(X, y)`` and ``_predict(X) -> (n,)``.
+    """
+
+    def fit(self, X, y=None):
+        """Fit on a features table (``specrank.featurize``); labels from ``y`` or ``X["label"]``."""
+        meta = features_meta(X)
+        self.label_kind_, self.topk_ = meta["label_kind"], int(meta["topk"])
+        self.version_ = specrank.__version__
+        self._fit(X, labels_of(X, y, self.label_kind_))
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        """First-factor predictions in [0, 1], one per row of ``X``."""
+        self.check_features(X)
+        return np.clip(np.asarray(self._predict(X), dtype=np.float64), 0.0, 1.0)
+
+    def predict_first_factor(self, features) -> np.ndarray:
+        """Online interface: features of one or more rounds' first-level candidates -> predictions."""
+        return self.predict(features)
+
+    def check_features(self, X) -> None:
+        """Raise RerankerError unless ``X`` has this reranker's label kind, pool topk and columns."""
+        self.check_meta(X)
+        schema.require_columns(X.columns, input_columns(self.features_), "features")
+
+    def check_meta(self, X) -> None:
+        """Raise RerankerError unless ``X`` is fitted-compatible: same label kind and pool topk."""
+        check_is_fitted(self, "features_")
+        meta = features_meta(X)
+        if meta["label_kind"] != self.label_kind_:
+            raise RerankerError(
+                f"reranker trained on {self.label_kind_} labels"
+                f" ({'greedy' if self.label_kind_ == 'argmax' else 'sampling'} run) got {meta['label_kind']} features"
+            )
+        if int(meta["topk"]) != self.topk_:
+            raise RerankerError(f"reranker trained on pools with topk={self.topk_} got topk={meta['topk']}")
+
+    def save(self, path) -> None:
+        """Save to one file (see ``specrank.rerankers.persist``)."""
+        from specrank.rerankers.persist import save_reranker
+
+        save_reranker(self, path)

@@ -1,0 +1,65 @@
+"""Saving and loading rerankers: one pickle file with a metadata header, written atomically.
+
+Loading unpickles Python objects: only load files you trust (as with any scikit-learn model).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from pathlib import Path
+
+import specrank
+
+FORMAT = "specrank-reranker/1"
+
+
+def describe(est) -> dict:
+    """The metadata recorded with a fitted reranker."""
+    return {
+        "class": type(est).__name__,
+        "features": list(est.features_),
+        "label_kind": est.label_kind_,
+        "topk": est.topk_,
+        "version": est.version_,
+        "params": est.get_params(),
+    }
+
+
+def save_reranker(est, path) -> None:
+    """Write a fitted reranker and its metadata to ``path`` (temp file + os.replace)."""
+    payload = {"format": FORMAT, "meta": describe(est), "estimator": est}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_payload(path) -> dict:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no reranker file {path}")
+    with open(path, "rb") as fh:
+        try:
+            payload = pickle.load(fh)
+        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+            raise ValueError(f"{path}: not a specrank reranker ({type(exc).__name__})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a specrank reranker file (expected format {FORMAT})")
+    return payload
+
+
+def load_reranker(path):
+    """Load a reranker saved by ``save_reranker``; its ``meta_`` holds the recorded metadata."""
+    payload = read_payload(path)
+    est = payload["estimator"]
+    est.meta_ = payload["meta"]
+    if payload["meta"]["version"].split(".")[0] != specrank.__version__.split(".")[0]:
+        raise ValueError(f"{path}: saved by specrank {payload['meta']['version']}, incompatible with {specrank.__version__}")
+    return est

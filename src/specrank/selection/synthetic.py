@@ -1,0 +1,233 @@
+"""Synthetic pools: random trees for property tests and realistic EAGLE-3-shaped rounds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specrank.schema import POOL_COLUMNS
+from specrank.selection.pool import PoolBatch
+
+TIE_LEVELS = np.array([0.0, 0.125, 0.25, 0.5, 1.0])
+
+
+def _normalize_children(raw: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Scale nonnegative ``raw`` edge weights so each parent's children sum to at most 1."""
+    n, m = raw.shape
+    slots = np.arange(n)[:, None] * (m + 1) + parent + 1  # (N, M) one slot per parent
+    totals = np.bincount(slots.ravel(), weights=raw.ravel(), minlength=n * (m + 1))
+    return raw / np.maximum(totals[slots], 1.0)
+
+
+def random_pool(n_rounds: int, n_cands: int, n_first: int = 3, seed: int = 0, ties: bool = False) -> PoolBatch:
+    """A valid PoolBatch with random trees (parents uniform among earlier candidates).
+
+    With ``ties`` the edge probabilities come from a few dyadic levels, so scores tie exactly.
+    """
+    if not 1 <= n_first <= n_cands:
+        raise ValueError(f"n_first: expected 1..{n_cands}, got {n_first}")
+    rng = np.random.default_rng(seed)
+    n, m = n_rounds, n_cands
+    j = np.arange(m)
+    parent = np.where(j < n_first, -1, np.floor(rng.random((n, m)) * j).astype(np.int64))
+    depth = np.ones((n, m), dtype=np.int64)
+    for col in range(n_first, m):  # loop over candidates (small m), vectorized over rounds
+        depth[:, col] = depth[np.arange(n), parent[:, col]] + 1
+    if ties:
+        q_raw = rng.choice(TIE_LEVELS, size=(n, m))
+        p_raw = rng.choice(TIE_LEVELS, size=(n, m))
+    else:
+        q_raw = rng.random((n, m)) ** 3
+        p_raw = rng.random((n, m)) ** 3
+    q_edge = _normalize_children(q_raw, parent)
+    p_edge = _normalize_children(p_raw, parent)
+    argmax_child = _random_argmax_child(rng, parent, p_edge)
+    with np.errstate(divide="ignore"):
+        log_q = np.log(q_edge)
+    draft_logp = log_q.copy()
+    for col in range(n_first, m):
+        draft_logp[:, col] += draft_logp[np.arange(n), parent[:, col]]
+    return PoolBatch(
+        token=rng.integers(0, 1000, (n, m)).astype(np.int32),
+        parent=parent.astype(np.int16),
+        depth=depth.astype(np.int8),
+        q_edge=q_edge,
+        draft_logp=draft_logp,
+        p_edge=p_edge,
+        p_argmax_child=argmax_child,
+        prompt_id=np.arange(n) // 3,
+        task=np.array(["a", "b"])[np.arange(n) % 2],
+    ).validate()
+
+
+def _random_argmax_child(rng, parent: np.ndarray, p_edge: np.ndarray) -> np.ndarray:
+    """int8 (N, M): per parent, flag its most probable child, or none with probability 1/3."""
+    n, m = parent.shape
+    slots = np.arange(n)[:, None] * (m + 1) + parent + 1
+    noise = p_edge + 1e-9 * rng.random((n, m))  # break exact ties among siblings
+    best = np.full(n * (m + 1), -1.0)
+    np.maximum.at(best, slots.ravel(), noise.ravel())
+    dropped = rng.random(n * (m + 1)) < 1 / 3  # per parent: target argmax outside the pool
+    return ((noise == best[slots]) & ~dropped[slots]).astype(np.int8)
+
+
+TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag", "humaneval")
+
+
+def _child_distributions(rng, shape, topk, local_vocab, sharpness, noise):
+    """Draft/target probabilities of the drafter's top-``topk`` children of ``shape`` nodes.
+
+    Returns (q, p, argmax, offset, target_logits): q, p (*shape, topk) with q sorted desc,
+    argmax (*shape, topk) flags the target argmax, offset (*shape,) a token-id base,
+    target_logits (*shape, local_vocab) for root-row summaries.
+    """
+    scale = rng.uniform(*sharpness, size=shape + (1,))  # per-node draft confidence
+    draft_logits = scale * rng.standard_normal(shape + (local_vocab,))
+    target_logits = draft_logits + noise * rng.standard_normal(shape + (local_vocab,))
+    top = np.argsort(-draft_logits, axis=-1)[..., :topk]  # (*shape, topk) local token ids
+    q_all = _softmax(draft_logits)
+    p_all = _softmax(target_logits)
+    q = np.take_along_axis(q_all, top, axis=-1)
+    p = np.take_along_axis(p_all, top, axis=-1)
+    argmax = top == np.argmax(target_logits, axis=-1)[..., None]
+    return q, p, argmax, top, target_logits
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _grow(rng, n, topk, depth, expand, local_vocab, sharpness, noise, vocab):
+    """Pool arrays (N, topk + (depth-1)*expand*topk) grown like EAGLE-3, plus root-row logits."""
+    q, p, am, local, root_logits = _child_distributions(rng, (n,), topk, local_vocab, sharpness, noise)
+    local_root = local
+    base = rng.integers(0, vocab, size=(n, 1))
+    cols = {
+        "token": [(base + local) % vocab],
+        "parent": [np.full((n, topk), -1)],
+        "depth": [np.ones((n, topk), dtype=np.int64)],
+        "q_edge": [q],
+        "p_edge": [p],
+        "p_argmax_child": [am],
+        "draft_logp": [np.log(q)],
+    }
+    expanded = np.broadcast_to(np.arange(topk), (n, topk))  # every first-level candidate expands
+    start = topk
+    for step in range(1, depth):
+        e = expanded.shape[1]
+        q, p, am, local, _ = _child_distributions(rng, (n, e), topk, local_vocab, sharpness, noise)
+        base = rng.integers(0, vocab, size=(n, e, 1))
+        parent_logp = np.take_along_axis(np.concatenate(cols["draft_logp"], axis=1), expanded, axis=1)
+        logp = (parent_logp[:, :, None] + np.log(q)).reshape(n, e * topk)
+        cols["token"].append(((base + local) % vocab).reshape(n, e * topk))
+        cols["parent"].append(np.repeat(expanded, topk, axis=1))
+        cols["depth"].append(np.full((n, e * topk), step + 1))
+        cols["q_edge"].append(q.reshape(n, -1))
+        cols["p_edge"].append(p.reshape(n, -1))
+        cols["p_argmax_child"].append(am.reshape(n, -1))
+        cols["draft_logp"].append(logp)
+        if step <= depth - 2:  # expand the best new candidates by cumulative draft score
+            expanded = start + np.argsort(-logp, axis=1, kind="stable")[:, :expand]
+        start += e * topk
+    return {k: np.concatenate(v, axis=1) for k, v in cols.items()}, root_logits, cols["token"][0], local_root
+
+
+
+
+@dataclass(eq=False)
+class SyntheticRounds:
+    """Synthetic recorded rounds: a PoolBatch plus per-round summaries and retained rows.
+
+    ``rounds`` holds per-round arrays (N,): round, root_entropy, root_argmax,
+    root_argmax_prob; ``rows`` holds retained-row log-probs (N, topk) named like the
+    schema (cache_logp, same_token_logp, preceding_logp), NaN where absent.
+    """
+
+    pool: PoolBatch
+    rounds: dict
+    rows: dict
+
+    def to_frame(self):
+        """A ``rounds``-schema DataFrame (keys, pool lists, root summaries, retained rows)."""
+        import pandas as pd
+
+        pool = self.pool
+        frame = {"prompt_id": pool.prompt_id, "task": pool.task, **self.rounds}
+        for name, dtype in POOL_COLUMNS.items():
+            frame[name] = list(getattr(pool, name).astype(dtype))
+        for name, arr in self.rows.items():
+            frame[name] = list(arr.astype(np.float32))
+        return pd.DataFrame(frame)
+
+
+def synthetic_pools(
+    n_rounds: int,
+    topk: int = 10,
+    depth: int = 8,
+    expand: int = 10,
+    seed: int = 0,
+    n_prompts: int | None = None,
+    tasks=TASKS,
+    local_vocab: int = 48,
+    sharpness=(1.5, 5.0),
+    noise: float = 0.7,
+    vocab: int = 49152,
+) -> SyntheticRounds:
+    """Realistic synthetic rounds of EAGLE-3's pool shape (710 candidates, 70 expanded by default).
+
+    Draft logits per node are Gaussian with a random sharpness; the target's are the
+    draft's plus Gaussian ``noise``, so draft and target agree imperfectly. Rounds are
+    spread over ``n_prompts`` prompts (default: about 40 rounds each), tasks cycling.
+    """
+    if n_rounds < 1 or topk < 1 or depth < 1 or not 1 <= expand <= topk * topk:
+        raise ValueError("n_rounds, topk, depth must be >= 1 and expand in 1..topk**2")
+    rng = np.random.default_rng(seed)
+    arrays, root_logits, first_tokens, first_local = _grow(rng, n_rounds, topk, depth, expand, local_vocab, sharpness, noise, vocab)
+    n_prompts = n_prompts or max(1, n_rounds // 40)
+    prompt_id = np.sort(rng.integers(0, n_prompts, size=n_rounds))
+    prompt_id[:n_prompts] = np.arange(min(n_prompts, n_rounds))  # every prompt has a round
+    prompt_id = np.sort(prompt_id)
+    pool = PoolBatch(
+        token=arrays["token"].astype(np.int32),
+        parent=arrays["parent"].astype(np.int16),
+        depth=arrays["depth"].astype(np.int8),
+        q_edge=arrays["q_edge"].astype(np.float32),
+        draft_logp=arrays["draft_logp"].astype(np.float32),
+        p_edge=arrays["p_edge"].astype(np.float32),
+        p_argmax_child=arrays["p_argmax_child"].astype(np.int8),
+        prompt_id=prompt_id,
+        task=np.asarray(tasks)[prompt_id % len(tasks)],
+    )
+    rounds = _round_summaries(root_logits, prompt_id, first_tokens, first_local)
+    rounds["root_token"] = rng.integers(0, vocab, size=n_rounds).astype(np.int32)
+    return SyntheticRounds(pool, rounds, _retained_rows(rng, root_logits, first_local))
+
+
+def _round_summaries(root_logits, prompt_id, first_tokens, first_local) -> dict:
+    """Per-round keys and root-row summaries; the root argmax token is -1 outside the first level."""
+    p = _softmax(root_logits)
+    first = np.r_[True, prompt_id[1:] != prompt_id[:-1]]
+    starts = np.maximum.accumulate(np.where(first, np.arange(len(prompt_id)), 0))
+    entropy = -(p * np.log(np.maximum(p, 1e-300))).sum(axis=1)
+    hit = first_local == np.argmax(p, axis=1)[:, None]  # (N, topk)
+    argmax_token = np.where(hit.any(axis=1), (first_tokens * hit).sum(axis=1), -1)
+    return {
+        "round": np.arange(len(prompt_id)) - starts,
+        "root_entropy": entropy.astype(np.float32),
+        "root_argmax": argmax_token.astype(np.int32),
+        "root_argmax_prob": p.max(axis=1).astype(np.float32),
+    }
+
+
+def _retained_rows(rng, root_logits: np.ndarray, first_local: np.ndarray) -> dict:
+    """Noisy copies of the root row read at the first-level tokens, absent at realistic rates."""
+    n = root_logits.shape[0]
+    rows = {}
+    for name, noise, available in (("cache_logp", 1.5, 0.7), ("same_token_logp", 1.0, 0.3), ("preceding_logp", 2.5, 1.0)):
+        logits = root_logits + noise * rng.standard_normal(root_logits.shape)
+        logp = np.log(_softmax(logits))
+        read = np.take_along_axis(logp, first_local, axis=1)  # (N, topk)
+        rows[name] = np.where(rng.random((n, 1)) < available, read, np.nan)
+    return rows

@@ -1,0 +1,144 @@
+"""Tiny random models for tests: Llama targets, standalone drafters and EAGLE-3 heads.
+
+Everything is built in-process from a config (no hub), saved in the formats users
+load (Hugging Face directories, EAGLE-3 checkpoints), with a word-level tokenizer
+that has a ChatML-style chat template.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+SPECIAL_TOKENS = ["<unk>", "<pad>", "<|im_start|>", "<|im_end|>"]
+WORDS = (
+    "system user assistant the a an and or but if then else of to in on at by for with from "
+    "is are was were be been has have had do does did not no yes this that these those it its "
+    "i you he she we they me him her us them my your our their what which who when where why how "
+    "all any some many few more most one two three four five six seven eight nine ten zero "
+    "cat dog bird fish tree house car road city river sun moon star sky water fire earth air "
+    "red green blue black white big small long short new old good bad fast slow hot cold "
+    "run walk eat drink see say make take give find think know go come get write read code "
+    "def return print import class for while x y z + - * / = ( ) : , . ? ! 0 1 2 3 4 5 6 7 8 9"
+).split()
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|> {{ message['role'] }} {{ message['content'] }} "
+    "<|im_end|> {% endfor %}{% if add_generation_prompt %}<|im_start|> assistant {% endif %}"
+)
+
+
+def tiny_tokenizer(vocab_size: int = 128):
+    """A word-level ``PreTrainedTokenizerFast`` over ``vocab_size`` tokens with a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = list(dict.fromkeys(SPECIAL_TOKENS + WORDS))
+    if not len(SPECIAL_TOKENS) + 8 <= vocab_size <= len(words):
+        raise ValueError(f"vocab_size must be in [{len(SPECIAL_TOKENS) + 8}, {len(words)}], got {vocab_size}")
+    vocab = {w: i for i, w in enumerate(words[:vocab_size])}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        unk_token="<unk>",
+        pad_token="<pad>",
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def tiny_llama_config(vocab_size: int = 128, hidden_size: int = 32, num_layers: int = 4, **overrides):
+    """A small ``LlamaConfig`` (4 heads, 2 KV heads, sdpa attention)."""
+    from transformers import LlamaConfig
+
+    params = dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        initializer_range=0.5,  # peaked rows, so argmaxes are not near-ties
+        tie_word_embeddings=False,
+        bos_token_id=2,
+        eos_token_id=3,
+        pad_token_id=1,
+    )
+    params.update(overrides)
+    config = LlamaConfig(**params)
+    config._attn_implementation = "sdpa"
+    return config
+
+
+def tiny_llama(seed: int = 0, **config):
+    """A randomly initialised ``LlamaForCausalLM`` in eval mode."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(tiny_llama_config(**config)).eval()
+
+
+def save_tiny_llama(path, seed: int = 0, vocab_size: int = 128, tokenizer_vocab: int | None = None, **config) -> Path:
+    """Save a random Llama + tokenizer as a Hugging Face directory; return the path.
+
+    ``tokenizer_vocab`` (default ``vocab_size``) lets a test build a drafter whose
+    tokenizer differs from the target's.
+    """
+    path = Path(path)
+    tiny_llama(seed, vocab_size=vocab_size, **config).save_pretrained(path)
+    tiny_tokenizer(tokenizer_vocab or vocab_size).save_pretrained(path)
+    return path
+
+
+def save_tiny_eagle3(path, target_config, draft_vocab_size: int = 48, seed: int = 0, with_embedding: bool = False) -> Path:
+    """Save a random EAGLE-3 head for ``target_config`` in the published checkpoint format.
+
+    Files: ``config.json`` (Llama-style, one layer, ``draft_vocab_size``) and
+    ``model.safetensors`` with ``fc``, ``midlayer.*``, ``norm``, ``lm_head``,
+    ``d2t`` (draft id -> target id offset) and ``t2d`` (target-vocabulary mask).
+    The draft vocabulary is a random subset of the target's, in increasing id order.
+    """
+    import json
+
+    from safetensors.torch import save_file
+
+    from specrank.decode.drafters.eagle3 import Eagle3Head, eagle3_config
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = dict(
+        architectures=["LlamaForCausalLMEagle3"],
+        model_type="llama",
+        hidden_size=target_config.hidden_size,
+        intermediate_size=target_config.intermediate_size,
+        num_attention_heads=target_config.num_attention_heads,
+        num_key_value_heads=target_config.num_key_value_heads,
+        num_hidden_layers=1,
+        rms_norm_eps=target_config.rms_norm_eps,
+        max_position_embeddings=target_config.max_position_embeddings,
+        vocab_size=target_config.vocab_size,
+        draft_vocab_size=draft_vocab_size,
+        hidden_act="silu",
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    head = Eagle3Head(eagle3_config(cfg))
+    for p in head.parameters():
+        torch.nn.init.normal_(p, std=0.3, generator=gen) if p.dim() > 1 else torch.nn.init.ones_(p)
+    keep = torch.randperm(target_config.vocab_size, generator=gen)[:draft_vocab_size].sort().values
+    t2d = torch.zeros(target_config.vocab_size, dtype=torch.bool)
+    t2d[keep] = True
+    state = {k: v.contiguous() for k, v in head.state_dict().items() if not k.startswith("embed_tokens")}
+    if with_embedding:
+        state["embed_tokens.weight"] = torch.randn(target_config.vocab_size, target_config.hidden_size, generator=gen)
+    state["d2t"] = keep - torch.arange(draft_vocab_size)
+    state["t2d"] = t2d
+    save_file(state, str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps(cfg, indent=2))
+    return path

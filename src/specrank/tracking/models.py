@@ -1,0 +1,107 @@
+"""Rerankers as MLflow pyfunc models: logged with a signature, loaded back by URI for online decoding."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+from mlflow.models import infer_signature
+
+from specrank.featurize.features import META_KEY
+from specrank.tracking.uri import check_reachable, resolve_tracking_uri
+
+# Pinned so that MLflow does not infer requirements by importing the model in a subprocess.
+_REQUIREMENTS = ("numpy", "pandas", "scikit-learn", "lightgbm", "mlflow")
+
+
+class RerankerModel(mlflow.pyfunc.PythonModel):
+    """pyfunc wrapper: a DataFrame of first-level candidates' features -> first-factor predictions."""
+
+    def __init__(self, reranker):
+        if not callable(getattr(reranker, "predict_first_factor", None)):
+            raise TypeError(f"{type(reranker).__name__} has no predict_first_factor(features) method")
+        self.reranker = reranker
+        # MLflow's schema enforcement drops DataFrame.attrs, where features carry their label kind and topk.
+        self.meta = {"label_kind": getattr(reranker, "label_kind_", None), "topk": getattr(reranker, "topk_", None)}
+
+    def predict(self, context, model_input: pd.DataFrame, params=None) -> np.ndarray:
+        features = model_input
+        if META_KEY not in features.attrs:
+            features = features.copy(deep=False)
+            features.attrs[META_KEY] = dict(self.meta)
+        return np.asarray(self.reranker.predict_first_factor(features), dtype=np.float64)
+
+
+def _model_input(reranker, features: pd.DataFrame) -> pd.DataFrame:
+    """Only the columns the reranker reads (the signature's inputs), categories as strings."""
+    if hasattr(reranker, "features_"):
+        from specrank.rerankers.online import input_columns
+
+        features = features[input_columns(reranker.features_)]
+    features = features.copy()
+    for col in features.columns[features.dtypes == "category"]:  # MLflow schemas have no categorical type
+        features[col] = features[col].astype(str)
+    return features
+
+
+def _requirements() -> list[str]:
+    pins = []
+    for name in ("specrank",) + _REQUIREMENTS:
+        try:
+            pins.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            pins.append(name)
+    return pins
+
+
+def log_reranker(reranker, name: str, input_example: pd.DataFrame) -> str:
+    """Log ``reranker`` to the active run as a pyfunc model with an inferred signature; return its model URI."""
+    if mlflow.active_run() is None:
+        raise RuntimeError("log_reranker needs an active run (use experiment_run first)")
+    wrapper = RerankerModel(reranker)
+    example = _model_input(reranker, input_example.head(20).reset_index(drop=True))
+    signature = infer_signature(example, wrapper.predict(None, example))
+    info = mlflow.pyfunc.log_model(
+        name=name,
+        python_model=wrapper,
+        signature=signature,
+        input_example=example,
+        pip_requirements=_requirements(),
+    )
+    return info.model_uri
+
+
+def load_reranker(uri_or_path: str | Path, tracking_uri: str | None = None):
+    """The reranker object behind a model URI (``models:/...``, ``runs:/...``) or a local model directory.
+
+    A file saved by ``specrank.rerankers`` is loaded with its own loader. Remote URIs are
+    resolved against ``tracking_uri`` (default: the current MLflow URI), checked reachable first.
+    """
+    path = Path(str(uri_or_path)).expanduser()
+    if path.is_file():
+        from specrank.rerankers import load_reranker as load_saved
+
+        return load_saved(path)
+    if path.is_dir() and not (path / "MLmodel").is_file():
+        raise FileNotFoundError(f"{path} is neither a saved reranker nor an MLflow model directory")
+    if path.is_dir():
+        return _unwrap(mlflow.pyfunc.load_model(str(path)))
+    if tracking_uri is None:
+        return _unwrap(mlflow.pyfunc.load_model(str(uri_or_path)))
+    uri = check_reachable(resolve_tracking_uri(tracking_uri))
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        return _unwrap(mlflow.pyfunc.load_model(str(uri_or_path)))
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
+def _unwrap(model):
+    inner = model.unwrap_python_model()
+    if not isinstance(inner, RerankerModel):
+        raise ValueError(f"MLflow model {model.metadata.model_uuid} is not a specrank reranker")
+    return inner.reranker

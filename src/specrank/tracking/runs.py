@@ -1,0 +1,118 @@
+"""MLflow runs: one parent run per experiment, nested runs per fold or trial, and their loggers."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import mlflow
+
+from specrank.tracking.uri import check_reachable, resolve_tracking_uri
+
+_PARAM_VALUE_MAX = 6000  # MLflow's limit on one parameter value
+_BATCH = 100  # MLflow's limit on parameters per batch call
+_BAD_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
+
+
+@contextmanager
+def experiment_run(
+    experiment: str,
+    run_name: str | None = None,
+    tracking_uri: str | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> Iterator[mlflow.ActiveRun]:
+    """Parent run of ``experiment`` at ``tracking_uri`` (checked reachable first), restoring the previous URI."""
+    uri = check_reachable(resolve_tracking_uri(tracking_uri))
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        mlflow.set_experiment(experiment)
+        with mlflow.start_run(run_name=run_name, tags=dict(tags or {})) as run:
+            yield run
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
+@contextmanager
+def nested_run(run_name: str, tags: Mapping[str, str] | None = None) -> Iterator[mlflow.ActiveRun]:
+    """A child run (a fold, an Optuna trial) of the active run."""
+    if mlflow.active_run() is None:
+        raise RuntimeError("nested_run needs an active parent run (use experiment_run first)")
+    with mlflow.start_run(run_name=run_name, nested=True, tags=dict(tags or {})) as run:
+        yield run
+
+
+def flatten_params(params: Mapping, prefix: str = "") -> dict[str, str]:
+    """Nested mapping -> ``{"a.b": "value"}``, lists joined by commas, values cut to MLflow's limit."""
+    flat: dict[str, str] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_params(value, prefix=f"{name}."))
+            continue
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        flat[metric_key(name)] = str(value)[:_PARAM_VALUE_MAX]
+    return flat
+
+
+def metric_key(name: str) -> str:
+    """``name`` with characters MLflow rejects in keys replaced by ``_``."""
+    return _BAD_KEY.sub("_", str(name))
+
+
+def log_params(params: Mapping) -> None:
+    """Log a (nested) mapping of parameters to the active run, in MLflow-sized batches."""
+    flat = list(flatten_params(params).items())
+    for start in range(0, len(flat), _BATCH):
+        mlflow.log_params(dict(flat[start : start + _BATCH]))
+
+
+def log_metrics(metrics: Mapping[str, float], step: int | None = None) -> None:
+    """Log finite metrics to the active run; non-finite values (an undefined share) are skipped."""
+    clean = {metric_key(k): float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
+    items = list(clean.items())
+    for start in range(0, len(items), 10 * _BATCH):
+        mlflow.log_metrics(dict(items[start : start + 10 * _BATCH]), step=step)
+
+
+def log_frame(frame, name: str) -> None:
+    """Log a DataFrame as an MLflow table (``tables/<name>.json``) and as Parquet."""
+    mlflow.log_table(frame.reset_index(drop=True), artifact_file=f"tables/{name}.json")
+    _log_parquet(frame, name)
+
+
+def _log_parquet(frame, name: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{name}.parquet"
+        frame.to_parquet(path, index=False)
+        mlflow.log_artifact(str(path), artifact_path="tables")
+
+
+def log_figure(figure, name: str) -> None:
+    """Log a matplotlib figure as ``figures/<name>.png``."""
+    mlflow.log_figure(figure, f"figures/{name}.png")
+
+
+def log_report(markdown: str, name: str = "report.md") -> None:
+    """Log a Markdown report at the artifact root."""
+    mlflow.log_text(markdown, name)
+
+
+def directory_hash(path: str | Path, pattern: str = "*") -> str:
+    """SHA-256 over the relative names and bytes of the files under ``path`` (a run directory's identity)."""
+    root = Path(path)
+    if not root.is_dir():
+        raise FileNotFoundError(f"run directory {root} does not exist")
+    digest = hashlib.sha256()
+    for file in sorted(p for p in root.rglob(pattern) if p.is_file()):
+        digest.update(str(file.relative_to(root)).encode() + b"\0")
+        with open(file, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,67 @@
+import numpy as np
+import torch
+
+from specrank.decode.caches import RowCaches, TokenRows, latest_unique, tv_and_agree
+
+V = 10
+
+
+def _rows(n, seed):
+    return torch.log_softmax(torch.randn(n, V, generator=torch.Generator().manual_seed(seed)), -1)
+
+
+def _tv(a, b):
+    return 0.5 * float((a.exp() - b.exp()).abs().sum())
+
+
+def test_hand_built_sequence_reads_the_rows_spec_names():
+    prompt = np.array([1, 2, 1, 3])
+    P, R, T, E = _rows(4, 0), _rows(3, 1), _rows(4, 2), _rows(1, 3)[0]
+    c = RowCaches(V)
+    c.seed(prompt, P)  # latest occurrence: 1 -> P[2], 2 -> P[1], 3 -> P[3]
+
+    r0 = c.read(0, root_token=1, first_tokens=np.array([1, 3, 5]), root_row=R[0])
+    np.testing.assert_allclose(r0["cache_logp"], P[2][[1, 3, 5]].numpy())
+    assert r0["cache_age"] == 1 and r0["prev_tree_root_token_count"] == -1
+    assert np.isnan(r0["same_token_logp"]).all() and np.isnan(r0["preceding_logp"]).all()
+    assert np.isnan(r0["matched_tv"]) and abs(r0["token_tv"] - _tv(P[2], R[0])) < 1e-6
+
+    # round 0: tree in rank order ends in 5, 6, 5, 7; last accepted node's row T[1]; continuation 5
+    c.update(0, 1, R[0], np.array([5, 6, 5, 7]), T, last_accepted_row=T[1], continuation=5, emitted_row=E)
+    r1 = c.read(1, root_token=5, first_tokens=np.array([5, 6, 2]), root_row=R[1])
+    np.testing.assert_allclose(r1["cache_logp"], T[0][[5, 6, 2]].numpy())  # highest-ranked prefix ending in 5
+    np.testing.assert_allclose(r1["same_token_logp"], T[0][[5, 6, 2]].numpy())
+    assert np.isnan(r1["preceding_logp"][0])  # the continuation's entry is zeroed -> missing
+    np.testing.assert_allclose(r1["preceding_logp"][1:], T[1][[6, 2]].numpy())
+    assert r1["cache_age"] == 1 and r1["prev_tree_root_token_count"] == 2
+    assert abs(r1["matched_tv"] - _tv(E, R[1])) < 1e-6
+    assert r1["matched_argmax_agree"] == float(E.argmax() == R[1].argmax())
+
+    # round 1: the root token equals the continuation -> the root row is the same-token row
+    c.update(1, 5, R[1], np.array([8, 1]), T[2:], last_accepted_row=R[1], continuation=5, emitted_row=None)
+    r2 = c.read(2, root_token=5, first_tokens=np.array([1, 4]), root_row=R[2])
+    np.testing.assert_allclose(r2["cache_logp"], R[1][[1, 4]].numpy())  # root stored after the tree
+    np.testing.assert_allclose(r2["same_token_logp"], R[1][[1, 4]].numpy())
+    assert r2["prev_tree_root_token_count"] == 1 and np.isnan(r2["matched_tv"])
+    np.testing.assert_allclose(c.read(2, 1, np.array([0]), R[2])["cache_logp"], T[3][[0]].numpy())  # 1 -> tree row
+
+    # a prompt token never overwritten keeps its prompt row, and its age grows
+    r3 = c.read(3, root_token=2, first_tokens=np.array([0]), root_row=R[2])
+    np.testing.assert_allclose(r3["cache_logp"], P[1][[0]].numpy())
+    assert r3["cache_age"] == 4
+    assert c.read(3, 9, np.array([0]), R[2])["cache_age"] == -1  # never seen
+
+
+def test_token_rows_grow_and_overwrite():
+    store = TokenRows(V, capacity=1)
+    rows = _rows(6, 4)
+    store.put(np.array([0, 1, 2]), rows[:3], 0)
+    store.put(np.array([2, 3, 4]), rows[3:], 1)
+    assert torch.equal(store.get(2)[0], rows[3]) and store.get(2)[1] == 1
+    assert torch.equal(store.get(0)[0], rows[0]) and store.get(5) == (None, -1)
+
+
+def test_helpers():
+    np.testing.assert_array_equal(np.sort(latest_unique(np.array([4, 4, 2, 4, 2]))), [3, 4])
+    r = _rows(1, 5)[0]
+    assert tv_and_agree(r, r) == (0.0, 1.0)

@@ -1,0 +1,132 @@
+import copy
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from specrank.decode.drafters.standalone import CausalLMDrafter
+from specrank.decode.loop import DecodeConfig, decode_prompt, final_output
+from specrank.decode.models import Target
+from specrank.decode.pool import PoolShape
+from specrank.decode.verify import ExhaustiveVerifier
+from specrank.testing import tiny_llama, tiny_tokenizer
+
+PROMPT = [2, 5, 7, 86, 25, 109, 3, 2, 6]
+SMALL = PoolShape(topk=3, depth=3, expand=3)  # 21 candidates
+
+
+def _noisy_drafter(model, scale, seed=0):
+    """A copy of the target with perturbed weights: agrees often, not always."""
+    draft = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * scale * p.std().clamp_min(1e-3))
+    return CausalLMDrafter(draft, model.config.vocab_size)
+
+
+def _target(vocab=128, **cfg):
+    return Target(tiny_llama(0, vocab_size=vocab, **cfg), tiny_tokenizer(vocab))
+
+
+@pytest.mark.parametrize("cfg, shape, budget", [
+    (dict(vocab=128), PoolShape(4, 4, 4), 10),
+    (dict(vocab=64, hidden_size=48, num_layers=2), PoolShape(3, 5, 2), 7),
+    (dict(vocab=200, num_layers=3, num_key_value_heads=4), PoolShape(5, 3, 5), 30),
+])
+def test_greedy_output_equals_target_greedy(cfg, shape, budget):
+    target = _target(**cfg)
+    drafter = _noisy_drafter(target.model, 0.3)
+    config = DecodeConfig(shape, budget=budget, extra=12, max_new_tokens=24)
+    out, records = decode_prompt(target, drafter, PROMPT, config)
+    with torch.no_grad():
+        ref = target.model.generate(torch.tensor([PROMPT]), max_new_tokens=24, do_sample=False)[0, len(PROMPT):]
+    assert out == ref.tolist()
+    assert sum(r["accepted"] for r in records) >= 3  # accepted paths were committed
+    assert len(out) < len(records) + sum(r["accepted"] for r in records) + 1 or len(out) == 24
+
+
+def test_recorded_p_edge_equals_plain_forward_and_rounds_reproduce_output():
+    target = _target()
+    drafter = _noisy_drafter(target.model, 0.3, seed=1)
+    config = DecodeConfig(SMALL, budget=6, extra=5, temperature=1.0, max_new_tokens=12, seed=3)
+    out, records = decode_prompt(target, drafter, PROMPT, config, prompt_id="p")
+    full = PROMPT + sum(([int(r["token"][a]) for a in r["accepted_nodes"]] + [r["continuation"]] for r in records), [])
+    assert out == final_output(full[len(PROMPT):], {3}, 12)
+    worst = 0.0
+    for r in records[:3]:
+        ctx = full[: len(PROMPT) + r["position"]]  # committed context + root
+        assert ctx[-1] == r["root_token"]
+        for j in range(len(r["token"])):
+            path, k = [], r["parent"][j]
+            while k >= 0:
+                path.insert(0, int(r["token"][k]))
+                k = r["parent"][k]
+            with torch.no_grad():
+                row = torch.softmax(target.model(torch.tensor([ctx + path])).logits[0, -1], -1)
+            worst = max(worst, abs(float(row[r["token"][j]]) - float(r["p_edge"][j])))
+            assert r["p_argmax_child"][j] == int(row.argmax() == r["token"][j])
+        scored_first = r["n_scored"]
+        assert scored_first >= 1 + 6
+    assert worst < 1e-4
+    for prev, nxt in zip(records, records[1:]):
+        assert nxt["root_token"] == prev["continuation"]
+        assert nxt["position"] == prev["position"] + prev["accepted"] + 1
+
+
+class RedrawVerifier(ExhaustiveVerifier):
+    """Deliberately wrong: after a rejection the continuation is drawn afresh from the full row."""
+
+    def verify(self, tree, logits, generator):
+        path, row = [], 0
+        while True:
+            node = tree.child(row, self.draw(logits[row], generator))
+            if node < 0:
+                return tree.pool_index[path], self.draw(logits[row], generator)
+            path.append(node)
+            row = node + 1
+
+
+def _first_two_pvalue(target, drafter, verifier, n, temperature):
+    config = DecodeConfig(PoolShape(3, 2, 3), budget=4, extra=0, temperature=temperature, max_new_tokens=2)
+    with torch.no_grad():
+        p1 = torch.softmax(target.model(torch.tensor([PROMPT])).logits[0, -1] / temperature, -1)
+        v = p1.shape[0]
+        both = torch.tensor([PROMPT + [x] for x in range(v)])
+        p2 = torch.softmax(target.model(both).logits[:, -1] / temperature, -1)
+    exact = (p1[:, None] * p2).reshape(-1).double().numpy()  # (V * V,) law of the first two tokens
+    counts = np.zeros_like(exact)
+    for seed in range(n):
+        out, _ = decode_prompt(target, drafter, PROMPT, DecodeConfig(**{**config.__dict__, "seed": seed}),
+                               prompt_id="q", verifier=verifier)
+        counts[out[0] * v + out[1]] += 1
+    expected = exact * n
+    keep = expected >= 5
+    obs = np.append(counts[keep], counts[~keep].sum())
+    exp = np.append(expected[keep], expected[~keep].sum())
+    return chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
+
+
+def test_sampling_first_tokens_follow_target_law_and_wrong_verifier_fails():
+    torch.set_num_threads(1)
+    target = _target(vocab=32)
+    drafter = _noisy_drafter(target.model, 0.2, seed=2)
+    assert _first_two_pvalue(target, drafter, ExhaustiveVerifier(1.0), 400, 1.0) > 1e-3
+    assert _first_two_pvalue(target, drafter, RedrawVerifier(1.0), 400, 1.0) < 1e-4
+
+
+def test_generator_is_seeded_per_prompt_and_run():
+    target = _target()
+    drafter = _noisy_drafter(target.model, 0.3)
+    config = DecodeConfig(SMALL, budget=6, extra=0, temperature=1.0, max_new_tokens=10, seed=7)
+    a, _ = decode_prompt(target, drafter, PROMPT, config, prompt_id="x")
+    decode_prompt(target, drafter, PROMPT, config, prompt_id="other")  # order does not matter
+    b, _ = decode_prompt(target, drafter, PROMPT, config, prompt_id="x")
+    c, _ = decode_prompt(target, drafter, PROMPT, DecodeConfig(**{**config.__dict__, "seed": 8}), prompt_id="x")
+    assert a == b and a != c
+
+
+def test_config_rejects_budget_over_pool_size():
+    with pytest.raises(ValueError, match="budget 22 must be in 1..21"):
+        DecodeConfig(SMALL, budget=22)

@@ -1,0 +1,117 @@
+"""specrank.tracking against local stores: URIs, reachability, runs, artifacts, reranker models."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import mlflow  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+from specrank import tracking  # noqa: E402
+from specrank.featurize.features import META_KEY, feature_meta  # noqa: E402
+from specrank.rerankers import IsotonicFirstFactor  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def small_reranker():
+    """A fitted isotonic first-factor reranker and a features frame it scores."""
+    rng = np.random.default_rng(0)
+    q = rng.random(400)
+    features = pd.DataFrame({"q": q, "log_q": np.log(q), "task": rng.choice(["a", "b"], 400)})
+    features.attrs[META_KEY] = feature_meta("probability", 4, 1.0)
+    label = np.clip(q + 0.2 * rng.standard_normal(400), 0, 1)
+    return IsotonicFirstFactor().fit(features, label), features
+
+
+def test_default_uri_is_sqlite_in_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert tracking.resolve_tracking_uri(None) == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
+    assert tracking.resolve_tracking_uri("http://host:5000") == "http://host:5000"
+    assert tracking.resolve_tracking_uri("runs.db") == f"sqlite:///{tmp_path.resolve()}/runs.db"
+    assert tracking.resolve_tracking_uri("store").startswith("file:///")
+
+
+def test_unreachable_server_fails_fast_naming_the_uri():
+    uri = f"http://127.0.0.1:{free_port()}"
+    start = time.monotonic()
+    with pytest.raises(tracking.TrackingError, match=uri.replace(".", r"\.")) as err:
+        with tracking.experiment_run("never", tracking_uri=uri):
+            pytest.fail("the run must not start")
+    assert time.monotonic() - start < 5
+    assert "\n" not in str(err.value)
+    assert mlflow.get_tracking_uri() != uri
+
+
+def test_missing_sqlite_directory_is_one_line_error(tmp_path):
+    with pytest.raises(tracking.TrackingError, match="does not exist"):
+        tracking.check_reachable(f"sqlite:///{tmp_path}/absent/mlflow.db")
+
+
+def test_flatten_params_and_metric_keys():
+    flat = tracking.flatten_params({"pool": {"M": 710, "topk": 10}, "budgets": [8, 59], "set": "rows[x]"})
+    assert flat == {"pool.M": "710", "pool.topk": "10", "budgets": "8,59", "set": "rows[x]"}
+    assert tracking.metric_key("gain[B=8]/rows") == "gain_B_8_/rows"
+
+
+def log_experiment(uri: str, reranker, features) -> tuple[str, str]:
+    """A parent run with two nested folds, params, metrics, a table, a figure, a report and a model."""
+    with tracking.experiment_run("specrank-test", run_name="parent", tracking_uri=uri) as parent:
+        tracking.log_params({"pool": {"M": 710, "topk": 10}, "budgets": [8, 59]})
+        tracking.log_metrics({"gain.rows.B8": 0.125, "undefined": float("nan")})
+        for fold in (0, 1):
+            with tracking.nested_run(f"fold-{fold}"):
+                tracking.log_metrics({"mse": 0.01 * (fold + 1)})
+        fig, ax = plt.subplots()
+        ax.plot([8, 59], [0.1, 0.05])
+        tracking.log_figure(fig, "gain_vs_budget")
+        plt.close(fig)
+        tracking.log_frame(pd.DataFrame({"rule": ["draft", "root"], "value": [1.0, 1.2]}), "values")
+        tracking.log_report("# report\n")
+        model_uri = tracking.log_reranker(reranker, "isotonic", features)
+    return parent.info.run_id, model_uri
+
+
+def check_logged(uri: str, run_id: str, model_uri: str, reranker, features) -> None:
+    client = MlflowClient(uri)
+    run = client.get_run(run_id)
+    assert run.data.params["pool.M"] == "710" and run.data.params["budgets"] == "8,59"
+    assert run.data.metrics["gain.rows.B8"] == 0.125 and "undefined" not in run.data.metrics
+    children = client.search_runs(
+        [run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run_id}'"
+    )
+    assert sorted(c.info.run_name for c in children) == ["fold-0", "fold-1"]
+    assert sorted(c.data.metrics["mse"] for c in children) == [0.01, 0.02]
+    paths = {a.path for a in client.list_artifacts(run_id)}
+    assert {"figures", "tables", "report.md"} <= paths
+    assert {a.path for a in client.list_artifacts(run_id, "figures")} == {"figures/gain_vs_budget.png"}
+    loaded = tracking.load_reranker(model_uri, tracking_uri=uri)
+    np.testing.assert_array_equal(loaded.predict_first_factor(features), reranker.predict_first_factor(features))
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        pyfunc = mlflow.pyfunc.load_model(model_uri)
+    finally:
+        mlflow.set_tracking_uri(previous)
+    assert pyfunc.metadata.get_input_schema() is not None
+    np.testing.assert_array_equal(pyfunc.predict(features.head(50)), reranker.predict_first_factor(features.head(50)))
+
+
+def test_sqlite_store_run_with_folds_artifacts_and_model(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    reranker, features = small_reranker()
+    run_id, model_uri = log_experiment(uri, reranker, features)
+    check_logged(uri, run_id, model_uri, reranker, features)
