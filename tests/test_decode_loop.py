@@ -12,7 +12,9 @@ from specrank.decode.pool import PoolShape
 from specrank.decode.verify import ExhaustiveVerifier
 from specrank.testing import tiny_llama, tiny_tokenizer
 
-PROMPT = [2, 5, 7, 86, 25, 109, 3, 2, 6]
+PROMPT = [2, 5, 7, 16, 25, 19, 3, 2, 6]
+torch.set_num_threads(1)
+EOS = 3
 SMALL = PoolShape(topk=3, depth=3, expand=3)  # 21 candidates
 
 
@@ -33,11 +35,11 @@ def _target(vocab=128, **cfg):
 @pytest.mark.parametrize("cfg, shape, budget", [
     (dict(vocab=128), PoolShape(4, 4, 4), 10),
     (dict(vocab=64, hidden_size=48, num_layers=2), PoolShape(3, 5, 2), 7),
-    (dict(vocab=200, num_layers=3, num_key_value_heads=4), PoolShape(5, 3, 5), 30),
+    (dict(vocab=150, num_layers=3, num_key_value_heads=4), PoolShape(5, 3, 5), 30),
 ])
 def test_greedy_output_equals_target_greedy(cfg, shape, budget):
     target = _target(**cfg)
-    drafter = _noisy_drafter(target.model, 0.3)
+    drafter = _noisy_drafter(target.model, 0.05)
     config = DecodeConfig(shape, budget=budget, extra=12, max_new_tokens=24)
     out, records = decode_prompt(target, drafter, PROMPT, config)
     with torch.no_grad():
@@ -49,7 +51,7 @@ def test_greedy_output_equals_target_greedy(cfg, shape, budget):
 
 def test_recorded_p_edge_equals_plain_forward_and_rounds_reproduce_output():
     target = _target()
-    drafter = _noisy_drafter(target.model, 0.3, seed=1)
+    drafter = _noisy_drafter(target.model, 0.05, seed=1)
     config = DecodeConfig(SMALL, budget=6, extra=5, temperature=1.0, max_new_tokens=12, seed=3)
     out, records = decode_prompt(target, drafter, PROMPT, config, prompt_id="p")
     full = PROMPT + sum(([int(r["token"][a]) for a in r["accepted_nodes"]] + [r["continuation"]] for r in records), [])
@@ -95,16 +97,18 @@ def _first_two_pvalue(target, drafter, verifier, n, temperature):
         v = p1.shape[0]
         both = torch.tensor([PROMPT + [x] for x in range(v)])
         p2 = torch.softmax(target.model(both).logits[:, -1] / temperature, -1)
-    exact = (p1[:, None] * p2).reshape(-1).double().numpy()  # (V * V,) law of the first two tokens
+    exact = (p1[:, None] * p2).double()  # (V, V) law of the first two tokens
+    exact[EOS], exact[EOS, EOS] = 0.0, p1[EOS]  # output stops at EOS: cell (EOS, EOS) stands for "EOS first"
+    exact = exact.reshape(-1).numpy()
     counts = np.zeros_like(exact)
     for seed in range(n):
         out, _ = decode_prompt(target, drafter, PROMPT, DecodeConfig(**{**config.__dict__, "seed": seed}),
                                prompt_id="q", verifier=verifier)
-        counts[out[0] * v + out[1]] += 1
+        counts[out[0] * v + (out + [EOS])[1]] += 1
     expected = exact * n
     keep = expected >= 5
     obs = np.append(counts[keep], counts[~keep].sum())
-    exp = np.append(expected[keep], expected[~keep].sum())
+    exp = np.append(expected[keep], max(expected[~keep].sum(), 1e-9))  # rare cells pooled in one bin
     return chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
 
 
@@ -118,7 +122,7 @@ def test_sampling_first_tokens_follow_target_law_and_wrong_verifier_fails():
 
 def test_generator_is_seeded_per_prompt_and_run():
     target = _target()
-    drafter = _noisy_drafter(target.model, 0.3)
+    drafter = _noisy_drafter(target.model, 0.05)
     config = DecodeConfig(SMALL, budget=6, extra=0, temperature=1.0, max_new_tokens=10, seed=7)
     a, _ = decode_prompt(target, drafter, PROMPT, config, prompt_id="x")
     decode_prompt(target, drafter, PROMPT, config, prompt_id="other")  # order does not matter

@@ -19,7 +19,7 @@ def pools(draw):
     m = draw(st.integers(1, 24))
     pool = random_pool(
         draw(st.integers(1, 4)), m, draw(st.integers(1, min(5, m))), seed=draw(st.integers(0, 2**16)),
-        ties=draw(st.booleans()),
+        ties=draw(st.booleans()), dtype=draw(st.sampled_from([np.float32, np.float64])),
     )
     return pool, draw(st.integers(1, 30)), draw(st.sampled_from(["sampling", "greedy"]))
 

@@ -66,6 +66,28 @@ def test_rank_order_and_select_top_match_brute_force(ties):
             np.testing.assert_allclose(value(mask, pool.path_prob("sampling")), curve[:, min(b, 14) - 1])
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_packed_float32_ranking_is_exact_under_ties_zeros_and_nan(seed):
+    rng = np.random.default_rng(seed)
+    levels = np.array([0.0, -0.0, -0.5, -1.0, -np.inf, np.nan, 3.0], dtype=np.float32)
+    score = rng.choice(levels, size=(40, 30)).astype(np.float32)
+    depth = rng.integers(1, 5, size=(40, 30))
+    order = rank_order(score, depth)
+    np.testing.assert_array_equal(order, brute_order(score.astype(np.float64), depth))
+    np.testing.assert_array_equal(order, rank_order(score.astype(np.float64), depth))
+
+
+def test_draft_groups_same_for_float32_and_float64_pools():
+    from specrank.selection.draws import DraftGroups
+
+    p32 = random_pool(20, 25, 4, seed=7, ties=True, dtype=np.float32)
+    arrays = _arrays(p32)
+    arrays["draft_logp"] = arrays["draft_logp"].astype(np.float64)
+    g32, g64 = DraftGroups.of(p32), DraftGroups.of(PoolBatch(**arrays))
+    for name in ("order", "within", "n_desc", "top"):
+        np.testing.assert_array_equal(getattr(g32, name), getattr(g64, name))
+
+
 def test_depth_sorted_pool_tie_break_is_by_depth_then_index():
     # depth-sorted pool of 5: scores all tie; order must be pool order
     depth = np.array([[1, 1, 2, 2, 3]])

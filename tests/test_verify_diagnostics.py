@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from verify_helpers import random_rows
+from verify_helpers import one_thread, random_rows  # noqa: F401 (autouse fixture)
 
 from specrank.decode.verify.collaborative import FuzzySD, Interpolation, Lenience
 from specrank.decode.verify.diagnostics import (

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from verify_helpers import chi_square_pvalue, random_rows
+from verify_helpers import chi_square_pvalue, one_thread, random_rows  # noqa: F401 (autouse fixture)
 
 from specrank.decode.verify.chain import verify_chain
 from specrank.decode.verify.collaborative import Diversed, FuzzySD, Interpolation, JudgeRelaxation, Lenience
@@ -59,20 +59,43 @@ def draw_tokens(rule, p, q, seed):
 
 
 def test_fixed_pair_has_three_lenience_regions():
-    l = 0.5
+    ell = 0.5
     assert (Q_FIXED <= P_FIXED).any()
-    assert ((P_FIXED < Q_FIXED) & (Q_FIXED <= P_FIXED / l)).any()
-    assert (Q_FIXED > P_FIXED / l).any()
+    assert ((P_FIXED < Q_FIXED) & (Q_FIXED <= P_FIXED / ell)).any()
+    assert (Q_FIXED > P_FIXED / ell).any()
+
+
+def edge_rows(dtype):
+    """Random rows plus sparse rows, one-hot rows and p == q rows."""
+    p, q = random_rows(3, n=200)
+    gen = torch.Generator().manual_seed(0)
+    sparse_p, sparse_q = (torch.rand(2, 100, 6, generator=gen) < 0.4).double() * torch.stack([p[:100], q[:100]])
+    sparse_p[:, 0] += 1e-3  # keep every row non-empty
+    sparse_q[:, 1] += 1e-3
+    one_hot = torch.nn.functional.one_hot(torch.arange(20) % 6, 6).double()
+    p = torch.cat([p, sparse_p / sparse_p.sum(-1, keepdim=True), one_hot, q[:20]])
+    q = torch.cat([q, sparse_q / sparse_q.sum(-1, keepdim=True), q[:20], q[:20]])
+    return p.to(dtype), q.to(dtype)
+
+
+@pytest.mark.parametrize("dtype, atol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+@pytest.mark.parametrize("name", RULES)
+def test_closed_form_equals_mechanism(name, dtype, atol):
+    rule = RULES[name]
+    p, q = edge_rows(dtype)
+    induced = rule.induced(p, q)
+    assert torch.all(induced >= 0)
+    assert torch.allclose(induced.sum(-1), torch.ones(len(p), dtype=dtype), atol=atol)
+    assert torch.allclose(induced, rule.mechanical(p, q), atol=atol)
+    assert torch.allclose(rule.acceptance(p, q), (q * rule.h(p, q)).sum(-1))
 
 
 @pytest.mark.parametrize("name", RULES)
-def test_closed_form_equals_mechanism(name):
-    rule = RULES[name]
-    p, q = random_rows(3, n=200)
-    induced = rule.induced(p, q)
-    assert torch.allclose(induced.sum(-1), torch.ones(200, dtype=p.dtype))
-    assert torch.allclose(induced, rule.mechanical(p, q), atol=1e-12)
-    assert torch.allclose(rule.acceptance(p, q), (q * rule.h(p, q)).sum(-1))
+def test_draws_on_edge_rows_stay_in_support(name):
+    p, q = edge_rows(torch.float32)
+    token, accepted = RULES[name].sample(p, q, torch.Generator().manual_seed(1))
+    assert token.shape == accepted.shape == (len(p),)
+    assert torch.all(RULES[name].induced(p, q).gather(-1, token[:, None]) > 0)
 
 
 @pytest.mark.parametrize("name", RULES)
@@ -86,12 +109,12 @@ def test_draws_match_closed_form(name):
 
 
 def test_lenience_regions_exact():
-    rule, l = Lenience(0.5), 0.5
+    rule, ell = Lenience(0.5), 0.5
     induced = rule.induced(P_FIXED, Q_FIXED)
-    middle = (P_FIXED < Q_FIXED) & (Q_FIXED <= P_FIXED / l)
+    middle = (P_FIXED < Q_FIXED) & (Q_FIXED <= P_FIXED / ell)
     assert torch.allclose(induced[middle], Q_FIXED[middle])
-    over = Q_FIXED > P_FIXED / l
-    assert torch.allclose(induced[over], P_FIXED[over] / l)
+    over = Q_FIXED > P_FIXED / ell
+    assert torch.allclose(induced[over], P_FIXED[over] / ell)
     under = Q_FIXED <= P_FIXED
     d = rule.delta(P_FIXED, Q_FIXED)
     assert 0 < d < 1
@@ -161,16 +184,15 @@ def test_chain_lossless_law():
     p, q = P_FIXED, Q_FIXED
     gamma, gen = 3, torch.Generator().manual_seed(3)
     draft = torch.multinomial(q, DRAWS * gamma, replacement=True, generator=gen).view(DRAWS, gamma)
-    accepted, cont = verify_chain(
-        Lossless(), draft, p.expand(DRAWS, gamma + 1, -1), q.expand(DRAWS, gamma, -1), gen
-    )
+    accepted, cont = verify_chain(Lossless(), draft, p.expand(DRAWS, gamma + 1, -1), q.expand(DRAWS, gamma, -1), gen)
     alpha = float(torch.minimum(p, q).sum())
     law = torch.tensor([alpha**k * (1 - alpha) for k in range(gamma)] + [alpha**gamma])
     assert chi_square_pvalue(accepted, law) > 1e-4
     first = torch.where(accepted > 0, draft[:, 0], cont)
     assert chi_square_pvalue(first, p) > 1e-4
     # Negative control: the wrong-residual rule breaks the emitted law.
-    accepted, cont = verify_chain(WrongResidual(), draft, p.expand(DRAWS, gamma + 1, -1), q.expand(DRAWS, gamma, -1), gen)
+    p_rows, q_rows = p.expand(DRAWS, gamma + 1, -1), q.expand(DRAWS, gamma, -1)
+    accepted, cont = verify_chain(WrongResidual(), draft, p_rows, q_rows, gen)
     assert chi_square_pvalue(torch.where(accepted > 0, draft[:, 0], cont), p) < 1e-8
 
 

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 import torch
-from verify_helpers import chi_square_pvalue, random_rows
+from verify_helpers import chi_square_pvalue, one_thread, random_rows  # noqa: F401 (autouse fixture)
 
 from specrank.decode.verify.diagnostics import diagnose
-from specrank.decode.verify.rules import RuleError
 from specrank.decode.verify.parse import parse_verifier
+from specrank.decode.verify.rules import RuleError
 from specrank.decode.verify.tree import (
     FirstAllowed,
     SequentialLossless,
@@ -33,7 +33,7 @@ RULES = {
 }
 
 
-def rows(seed, n=len(TOKEN) + 1):
+def rows(seed, n=len(TOKEN) + 1):  # noqa: B008
     return random_rows(seed, n=n, vocab=V, alpha=0.5)[0]
 
 
@@ -41,12 +41,9 @@ def random_tree(rng, n=9, vocab=V):
     """A random tree with distinct sibling tokens, parents preceding children."""
     token, parent = [], []
     for i in range(n):
-        row = int(rng.integers(0, i + 1))
-        used = {t for t, r in zip(token, parent) if r == row}
-        free = [t for t in range(vocab) if t not in used]
-        if not free:
-            row, free = 0, [t for t in range(vocab) if t not in {t for t, r in zip(token, parent) if r == 0}]
-        token.append(int(rng.choice(free)))
+        used = [{t for t, r in zip(token, parent, strict=True) if r == row} for row in range(i + 1)]
+        row = int(rng.choice([r for r in range(i + 1) if len(used[r]) < vocab]))
+        token.append(int(rng.choice([t for t in range(vocab) if t not in used[row]])))
         parent.append(row)
     return token, parent
 
@@ -143,7 +140,8 @@ def test_first_allowed_divergence_is_log_z_over_p():
         else:
             assert kl[row] == pytest.approx(0.0, abs=1e-12)
     assert checked > 0
-    assert torch.allclose(position_divergence(SequentialLossless(allowed), TOKEN, PARENT, probs)[0], torch.zeros(8, dtype=probs.dtype), atol=1e-12)
+    lossless_kl = position_divergence(SequentialLossless(allowed), TOKEN, PARENT, probs)[0]
+    assert torch.allclose(lossless_kl, torch.zeros(8, dtype=probs.dtype), atol=1e-12)
 
 
 def test_tree_distortion_does_not_vanish_as_draft_improves():

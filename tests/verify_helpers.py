@@ -1,10 +1,20 @@
 """Shared helpers of the verification-rule tests: random rows and a chi-square check."""
 
 import numpy as np
+import pytest
 import torch
 from scipy import stats
 
 V = 6
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one torch thread avoids spinning on a shared 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def random_rows(seed: int, n: int = 1, vocab: int = V, alpha: float = 0.6) -> tuple[torch.Tensor, torch.Tensor]:

@@ -94,6 +94,7 @@ def convert_gguf(gguf) -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is shared like any model cache
     try:
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         model.hf_quantizer = None  # weights are dequantized to float32 on load: save them as plain ones

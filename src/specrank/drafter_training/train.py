@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from specrank.drafter_training.batches import batch_at, collate, windows
-from specrank.drafter_training.objective import agreement, step_loss, target_logits
+from specrank.drafter_training.objective import agreement, step_loss
 from specrank.drafter_training.unroll import unrolled_logits
 
 CHECKPOINT = "checkpoint.pt"
@@ -65,18 +65,20 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * done))
 
 
-def batch_loss(head, batch, ids, cfg: TrainConfig):
-    """Weighted loss over the unrolled steps, with per-step losses and (hits, count)."""
+def batch_loss(head, teacher, batch, ids, cfg: TrainConfig):
+    """Weighted loss over the unrolled steps, with per-step losses and (hits, count).
+
+    ``teacher(last)`` gives the target's logits on the draft vocabulary from its final states."""
     outs = unrolled_logits(head, batch, cfg.unroll)
     total, losses, hits = 0.0, [], []
     for j, draft in enumerate(outs):
         width = draft.shape[1]
         with torch.no_grad():
-            tgt = target_logits(batch.last[:, j : j + width], head.lm_head_target, ids)
+            tgt = teacher(batch.last[:, j : j + width])
         valid = batch.valid(j)
         loss = step_loss(draft, tgt, valid)
         total = total + cfg.step_decay**j * loss
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         hits.append(agreement(draft.detach(), batch.argmax[:, j : j + width], ids, valid))
     return total, losses, hits
 
@@ -92,9 +94,10 @@ def evaluate(head, corpus, wins, ids, cfg: TrainConfig, batch_size: int = 8) -> 
     return (hits[:, 0] / hits[:, 1].clamp_min(1)).tolist()
 
 
-def train(head, corpus, train_slices, heldout_slices, out_dir, cfg: TrainConfig, logger=None, progress=False) -> dict:
+def train(head, teacher, ids, corpus, train_slices, heldout_slices, out_dir, cfg: TrainConfig, logger=None, progress=False):
     """Train ``head`` in place on ``train_slices``; checkpoints in ``out_dir``; return the final metrics.
 
+    ``ids`` (Vd,) are the target ids of the draft vocabulary, ``teacher`` as in ``batch_loss``.
     Resumes from ``out_dir/checkpoint.pt`` when it exists and was made with the same settings.
     ``logger(metrics: dict, step)`` receives training and held-out metrics.
     """
@@ -103,7 +106,6 @@ def train(head, corpus, train_slices, heldout_slices, out_dir, cfg: TrainConfig,
     train_wins, held_wins = windows(train_slices, cfg.max_len), windows(heldout_slices, cfg.max_len)
     if len(train_wins) < cfg.batch_size:
         raise TrainError(f"{len(train_wins)} training windows, fewer than batch_size {cfg.batch_size}")
-    ids = head.draft_ids
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     torch.manual_seed(cfg.seed)
@@ -116,13 +118,13 @@ def train(head, corpus, train_slices, heldout_slices, out_dir, cfg: TrainConfig,
         batch = batch_at(corpus, train_wins, step, cfg.batch_size, cfg.seed, cfg.unroll)
         for group in opt.param_groups:
             group["lr"] = cfg.lr * lr_factor(step, cfg)
-        loss, losses, hits = batch_loss(head, batch, ids, cfg)
+        loss, losses, hits = batch_loss(head, teacher, batch, ids, cfg)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
         step += 1
-        metrics = {"loss": float(loss), "lr": opt.param_groups[0]["lr"]}
+        metrics = {"loss": float(loss.detach()), "lr": opt.param_groups[0]["lr"]}
         metrics.update({f"loss_step{j}": v for j, v in enumerate(losses)})
         metrics.update({f"train_top1_step{j}": h / max(c, 1) for j, (h, c) in enumerate(hits)})
         bar.update(1)

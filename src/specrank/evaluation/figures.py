@@ -119,3 +119,9 @@ def render_figures(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict | Non
         "gain_vs_budget": gain_vs_budget(summary, meta),
         "root_share_by_task": root_share_by_task(summary, splits, meta),
     }
+
+
+def close_figures(figures: dict) -> None:
+    """Release the memory of rendered figures."""
+    for fig in figures.values():
+        plt.close(fig)

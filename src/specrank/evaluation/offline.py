@@ -90,12 +90,13 @@ def evaluate(rounds: Rounds, first_factors: dict[str, np.ndarray], budgets=None,
 
 
 def split_labels(rounds: Rounds) -> dict[str, np.ndarray]:
-    """Split kind -> (N,) group label: first-token agreement, root-entropy quintile, task."""
+    """Split kind -> (N,) group label: first-token agreement, root-entropy quintile, task, cross-fitting fold."""
     agree = first_token_agreement(rounds.pool)
     return {
         "agreement": np.where(agree, "agree", "differ"),
         "entropy_quintile": np.char.add("Q", (quintile_labels(rounds.root_entropy) + 1).astype(str)),
         "task": rounds.task,
+        "fold": rounds.fold.astype(str),
     }
 
 

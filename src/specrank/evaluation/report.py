@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
-from specrank.evaluation.figures import render_figures
+from specrank.evaluation.figures import close_figures, render_figures
 from specrank.evaluation.io import atomic_write
 from specrank.evaluation.names import label, ordered, rerankers
 
@@ -16,6 +15,7 @@ SPLIT_TITLES = {
     "agreement": "First-token agreement (drafter's top first token = target's argmax)",
     "entropy_quintile": "Root-row entropy quintile (Q1 lowest)",
     "task": "Task",
+    "fold": "Cross-fitting fold (prompt index % 2)",
 }
 
 
@@ -106,20 +106,26 @@ def weights_section(weights: pd.DataFrame, budgets) -> str:
     return _table(["Mixture", "B", "half scored", "weight (chosen on the other half)"], rows)
 
 
-def write_report(evaluation, out_dir) -> list[Path]:
-    """Write ``figures/*.png`` and ``report.md`` under ``out_dir`` (each file atomic); return their paths."""
+def write_report(evaluation, out_dir, figures: dict | None = None) -> str:
+    """Write ``figures/*.png`` and ``report.md`` under ``out_dir`` (each file atomic); return the Markdown.
+
+    ``figures`` (name -> Figure) are rendered from the tables (and closed) when not given.
+    """
     out = Path(out_dir)
     (out / "figures").mkdir(parents=True, exist_ok=True)
-    written, links = [], {}
-    for name, fig in render_figures(evaluation.summary, evaluation.splits, evaluation.meta).items():
-        try:
-            written.append(atomic_write(out / "figures" / f"{name}.png", lambda p, f=fig: f.savefig(p, dpi=120, format="png")))
-        finally:
-            plt.close(fig)
-        links[name] = f"figures/{name}.png"
+    owned = figures is None
+    figures = render_figures(evaluation.summary, evaluation.splits, evaluation.meta) if owned else figures
+    links = {}
+    try:
+        for name, fig in figures.items():
+            atomic_write(out / "figures" / f"{name}.png", lambda p, f=fig: f.savefig(p, dpi=120, format="png"))
+            links[name] = f"figures/{name}.png"
+    finally:
+        if owned:
+            close_figures(figures)
     text = render_report(evaluation, links)
-    written.append(atomic_write(out / "report.md", lambda p: Path(p).write_text(text)))
-    return written
+    atomic_write(out / "report.md", lambda p: Path(p).write_text(text))
+    return text
 
 
 def render_report(evaluation, figures: dict[str, str] | None = None) -> str:

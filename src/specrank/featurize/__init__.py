@@ -1,9 +1,10 @@
 """Features per first-level candidate (SPEC §5): draft, subtree, context, retained rows, token prior."""
 
+from specrank.featurize.edges import edge_frame
 from specrank.featurize.features import featurize_rounds, features_meta
 from specrank.featurize.prior import TokenPrior
 from specrank.featurize.sets import BASE, DRAFT, FEATURE_SETS, ROWS, resolve_features
-from specrank.featurize.storage import featurize_run, read_features, read_manifest, write_features
+from specrank.featurize.storage import edges_run, featurize_run, read_features, read_manifest, write_features
 
 __all__ = [
     "BASE",
@@ -11,6 +12,8 @@ __all__ = [
     "FEATURE_SETS",
     "ROWS",
     "TokenPrior",
+    "edge_frame",
+    "edges_run",
     "featurize_rounds",
     "featurize_run",
     "features_meta",

@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 
 from specrank import schema
 from specrank.featurize.arrays import label_kind
-from specrank.featurize.features import META_KEY, features_meta, featurize_rounds, required_columns
+from specrank.featurize.edges import edge_frame
+from specrank.featurize.features import LABEL_SOURCE, META_KEY, features_meta, featurize_rounds, required_columns
 
 
 def read_manifest(run_dir) -> dict:
@@ -48,6 +49,13 @@ def featurize_run(run_dir, *, labels: bool = True) -> pd.DataFrame:
         raise FileNotFoundError(f"no rounds/*.parquet in {run_dir}")
     columns = required_columns(pq.read_schema(files[0]).names, label_kind(manifest), labels)
     return featurize_rounds(read_rounds_table(run_dir, columns), manifest, labels=labels)
+
+
+def edges_run(run_dir, *, labels: bool = True) -> pd.DataFrame:
+    """``edge_frame`` over every shard of a run directory."""
+    manifest = read_manifest(run_dir)
+    columns = ["prompt_id", "round", "parent", "depth", "q_edge"] + ([LABEL_SOURCE[label_kind(manifest)]] if labels else [])
+    return edge_frame(read_rounds_table(run_dir, columns), manifest, labels=labels)
 
 
 def write_table_atomic(table: pa.Table, path) -> None:

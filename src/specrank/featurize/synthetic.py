@@ -4,10 +4,12 @@ Pools grow in EAGLE-3's shape (SPEC §1): ``topk`` first-level candidates, all e
 the ``expand`` best new nodes by cumulative draft log-probability at each further depth. At every
 expanded node the drafter's top-``topk`` probabilities come from a Dirichlet draw (one extra
 entry for the mass outside the pool); the target's probabilities are the drafter's tilted by
-log-normal noise of scale ``target_noise`` and renormalized. With ``signal="rows"`` the retained
-rows (cache, same-token, preceding) are noisy copies of the target's first-level log-probabilities
-(so they carry the noise the drafter misses); with ``signal="none"`` they are noisy copies of the
-drafter's. Verification walks the target's argmax path through the whole pool.
+log-normal noise of scale ``target_noise`` and renormalized. The retained rows (cache,
+same-token, preceding; available in 70%, 30%, 100% of rounds, noise scales 0.3, 0.6, 1.0 times
+``row_noise``) are noisy copies of the drafter's first-level log-probabilities, except that with
+``signal="rows"`` the cache row copies the target's (so it carries what the drafter misses; with
+``row_noise=0`` it is exact, and a perfect reranker recovers the root gain of the cached rounds). Verification walks the target's argmax path
+through the whole pool.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def _argmax_path(best_child, depth):
 
 
 def synthetic_rounds(n_prompts=20, rounds_per_prompt=20, *, topk=4, depth=3, expand=None, signal="rows",
-                     temperature=1.0, target_noise=1.0, vocab=1009, tasks=("qa", "code"), seed=0):
+                     temperature=1.0, target_noise=1.0, row_noise=1.0, vocab=1009, tasks=("qa", "code"), seed=0):
     """(Arrow table with ``schema.ROUNDS_COLUMNS``, manifest dict) of synthetic rounds."""
     if signal not in SIGNALS:
         raise ValueError(f"unknown signal {signal!r} (choose from {', '.join(SIGNALS)})")
@@ -106,8 +108,8 @@ def synthetic_rounds(n_prompts=20, rounds_per_prompt=20, *, topk=4, depth=3, exp
     p1, q1 = cols["p_edge"][:, :topk].astype(np.float64), cols["q_edge"][:, :topk].astype(np.float64)
     rows = {}
     for source, noise in _ROW_NOISE.items():
-        centre = np.log(p1) if signal == "rows" else np.log(q1)
-        lp = np.minimum(centre + noise * rng.normal(size=p1.shape), 0.0)  # log-probabilities
+        centre = np.log(p1) if signal == "rows" and source == "cache" else np.log(q1)
+        lp = np.minimum(centre + row_noise * noise * rng.normal(size=p1.shape), 0.0)  # log-probabilities
         absent = rng.random(n) >= _ROW_AVAILABLE[source]
         lp[absent] = np.nan
         rows[f"{source}_logp"] = lp.astype(np.float32)
@@ -137,7 +139,7 @@ def synthetic_rounds(n_prompts=20, rounds_per_prompt=20, *, topk=4, depth=3, exp
         **{k: np.full(n, np.nan, dtype=np.float32) for k in schema.DIAGNOSTIC_COLUMNS},
     }
     manifest = {"temperature": float(temperature), "topk": topk, "depth": depth, "expand": expand,
-                "budget": 59, "synthetic": {"signal": signal, "seed": seed, "target_noise": target_noise}}
+                "budget": 59, "synthetic": {"signal": signal, "seed": seed, "target_noise": target_noise, "row_noise": row_noise}}
     return to_arrow(data), manifest
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from specrank.featurize.prior import TokenPrior
 from specrank.featurize.sets import CATEGORICAL_FEATURES, PRIOR_FEATURE, resolve_features
@@ -11,6 +12,15 @@ from specrank.rerankers.online import Reranker
 
 BACKENDS = ("lightgbm", "sklearn")
 MONOTONE_FEATURES = ("q", "log_q")  # the draft probability of the candidate
+
+
+def category_codes(values: pd.Series, categories) -> np.ndarray:
+    """Index of each value in ``categories`` as float, NaN (missing) when unseen in training."""
+    values = values.astype("category")
+    known = pd.Index(categories).get_indexer(values.cat.categories.astype(str))  # (n_categories,)
+    codes = values.cat.codes.to_numpy()
+    out = np.where(codes >= 0, known[codes], -1).astype(np.float64)
+    return np.where(out >= 0, out, np.nan)
 
 
 class GBMReranker(Reranker):
@@ -45,8 +55,7 @@ class GBMReranker(Reranker):
             if f == PRIOR_FEATURE:
                 cols.append(prior)
             elif f in CATEGORICAL_FEATURES:
-                codes = pd.Categorical(X[f].astype(str), categories=self.task_categories_).codes
-                cols.append(np.where(codes >= 0, codes, np.nan))  # an unseen task is missing
+                cols.append(category_codes(X[f], self.task_categories_))
             else:
                 cols.append(X[f].to_numpy(dtype=np.float64))
         return np.column_stack(cols) if cols else np.empty((len(X), 0))
@@ -55,7 +64,7 @@ class GBMReranker(Reranker):
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r} (choose from {', '.join(BACKENDS)})")
         self.features_ = resolve_features(self.features)
-        self.task_categories_ = sorted({str(t) for c in CATEGORICAL_FEATURES if c in self.features_ for t in X[c]})
+        self.task_categories_ = sorted({t for c in CATEGORICAL_FEATURES if c in self.features_ for t in X[c].astype(str).unique()})
         self.prior_ = TokenPrior(self.prior_pseudo_count)
         prior = self.prior_.fit_transform(X["token"].to_numpy(), y) if PRIOR_FEATURE in self.features_ else None
         self.model_ = self._fit_backend(self._matrix(X, prior), y)
@@ -65,9 +74,10 @@ class GBMReranker(Reranker):
         m = self._matrix(X, prior)
         if self.backend == "lightgbm":
             return self.model_.predict(m)
-        if self.label_kind_ == "argmax":
-            return self.model_.predict_proba(m)[:, list(self.model_.classes_).index(1.0)]
-        return self.model_.predict(m)
+        with threadpool_limits(self.n_jobs, user_api="openmp"):
+            if self.label_kind_ == "argmax":
+                return self.model_.predict_proba(m)[:, list(self.model_.classes_).index(1.0)]
+            return self.model_.predict(m)
 
     def _fit_backend(self, m, y):
         categorical = [i for i, f in enumerate(self.features_) if f in CATEGORICAL_FEATURES]
@@ -99,4 +109,5 @@ class GBMReranker(Reranker):
                     random_state=self.random_state)
         if self.label_kind_ == "argmax" and len(np.unique(y)) < 2:
             raise ValueError("labels: argmax labels of the training half are all equal")
-        return model.fit(m, y)
+        with threadpool_limits(self.n_jobs, user_api="openmp"):  # None = library default
+            return model.fit(m, y)

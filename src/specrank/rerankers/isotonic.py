@@ -57,11 +57,12 @@ class PerDepthCalibration(Reranker):
                       for d in np.unique(depth)}
 
     def _map(self, depth, q):
-        depth = np.minimum(np.asarray(depth), max(self.maps_))
-        out = np.empty(len(q))
+        depth = np.clip(np.asarray(depth), min(self.maps_), max(self.maps_))
+        out = np.full(len(q), np.nan)
         for d, iso in self.maps_.items():  # a handful of depths
             sel = depth == d
-            out[sel] = iso.predict(np.asarray(q, dtype=np.float64)[sel])
+            if sel.any():
+                out[sel] = iso.predict(np.asarray(q, dtype=np.float64)[sel])
         return out
 
     def _predict(self, X):

@@ -13,7 +13,7 @@ import numpy as np
 
 from specrank.selection.pool import PoolBatch, PoolError
 from specrank.selection.rules import _budgets
-from specrank.selection.select import packed_order, rank_order, select_top
+from specrank.selection.select import _packable, packed_order, rank_order, select_top
 
 DRAW_RULES = ("root_draw", "pearl", "pearl_variant")
 
@@ -40,15 +40,18 @@ class DraftGroups:
         order = rank_order(logp, pool.depth)
         below = pool.depth >= 2
         group = np.where(below, pool.first_ancestor, L)  # depth 1 -> dummy group L
-        if logp.dtype == np.float32 and L < 255 and m <= 1 << 16 and np.max(pool.depth) < 256:
+        if logp.dtype == np.float32 and L < 255 and _packable(pool.depth):
             grouped = packed_order(np.where(np.isnan(logp), np.float32(-np.inf), logp), pool.depth, group)
         else:
             perm = np.argsort(np.take_along_axis(group, order, axis=1), axis=1, kind="stable")
             grouped = np.take_along_axis(order, perm, axis=1)  # (N, M) by branch, then draft order
         slots = (np.arange(n)[:, None] * (L + 1) + group).ravel()
         counts = np.bincount(slots, minlength=n * (L + 1)).reshape(n, L + 1)
-        starts = np.cumsum(counts, axis=1) - counts  # (N, L+1) first position of each branch
-        within_sorted = np.arange(m) - np.take_along_axis(starts, np.take_along_axis(group, grouped, axis=1), axis=1)
+        gs = np.take_along_axis(group, grouped, axis=1)  # (N, M) non-decreasing branch labels
+        starts = np.ones((n, m), dtype=bool)
+        starts[:, 1:] = gs[:, 1:] != gs[:, :-1]
+        first = np.maximum.accumulate(np.where(starts, np.arange(m), 0), axis=1)  # branch's first position
+        within_sorted = np.arange(m) - first
         within = np.empty(n * m, dtype=np.intp)
         within[(np.arange(n)[:, None] * m + grouped).ravel()] = within_sorted.ravel()
         return cls(order, np.where(below, within.reshape(n, m), -1), counts[:, :L], order[:, 0])

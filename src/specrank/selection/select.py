@@ -88,6 +88,14 @@ def _clean(score: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(s), -np.inf, s)
 
 
+PACKED_MIN_ROUNDS = 16  # below this, per-call overhead favours a plain stable argsort
+
+
+def _packable(depth: np.ndarray) -> bool:
+    """True when depth and pool index fit the 8 + 16 low bits of a packed key."""
+    return depth.shape[1] <= 1 << 16 and int(np.max(depth)) < 256
+
+
 def _descending_bits(score32: np.ndarray) -> np.ndarray:
     """uint64 (N, M) integers whose ascending order is ``score32``'s descending order (ties kept)."""
     bits = (score32 + np.float32(0.0)).view(np.uint32)  # + 0.0 maps -0.0 to +0.0
@@ -113,7 +121,7 @@ def rank_order(score: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """(N, M) pool indices sorted by score desc, depth asc, pool index asc."""
     _check_same_shape(score=score, depth=depth)
     depth = np.asarray(depth)
-    if np.asarray(score).dtype == np.float32 and depth.shape[1] <= 1 << 16 and np.max(depth) < 256:
+    if len(depth) >= PACKED_MIN_ROUNDS and np.asarray(score).dtype == np.float32 and _packable(depth):
         # float32 scores (recorded draft log-probs) pack with depth and index into one exact key
         s = np.asarray(score)
         return packed_order(np.where(np.isnan(s), np.float32(-np.inf), s), depth)
@@ -138,6 +146,10 @@ def select_top(score: np.ndarray, depth: np.ndarray, budget: int) -> np.ndarray:
     b = check_budget(budget, m)
     if b == m:
         return np.ones((n, m), dtype=bool)
+    if n < PACKED_MIN_ROUNDS:  # a few rounds (the decoder's hot path): one sort is cheapest
+        mask = np.zeros((n, m), dtype=bool)
+        np.put_along_axis(mask, rank_order(score, depth)[:, :b], True, axis=1)
+        return mask
     s = _clean(score)
     cut = np.partition(s, m - b, axis=1)[:, m - b : m - b + 1]  # (N, 1) b-th largest score
     above = s > cut

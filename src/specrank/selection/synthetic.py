@@ -20,10 +20,12 @@ def _normalize_children(raw: np.ndarray, parent: np.ndarray) -> np.ndarray:
     return raw / np.maximum(totals[slots], 1.0)
 
 
-def random_pool(n_rounds: int, n_cands: int, n_first: int = 3, seed: int = 0, ties: bool = False) -> PoolBatch:
+def random_pool(n_rounds: int, n_cands: int, n_first: int = 3, seed: int = 0, ties: bool = False,
+                dtype=np.float64) -> PoolBatch:
     """A valid PoolBatch with random trees (parents uniform among earlier candidates).
 
     With ``ties`` the edge probabilities come from a few dyadic levels, so scores tie exactly.
+    ``dtype`` is that of the probability and log-probability arrays (float32 as recorded).
     """
     if not 1 <= n_first <= n_cands:
         raise ValueError(f"n_first: expected 1..{n_cands}, got {n_first}")
@@ -52,9 +54,9 @@ def random_pool(n_rounds: int, n_cands: int, n_first: int = 3, seed: int = 0, ti
         token=rng.integers(0, 1000, (n, m)).astype(np.int32),
         parent=parent.astype(np.int16),
         depth=depth.astype(np.int8),
-        q_edge=q_edge,
-        draft_logp=draft_logp,
-        p_edge=p_edge,
+        q_edge=q_edge.astype(dtype),
+        draft_logp=draft_logp.astype(dtype),
+        p_edge=p_edge.astype(dtype),
         p_argmax_child=argmax_child,
         prompt_id=np.arange(n) // 3,
         task=np.array(["a", "b"])[np.arange(n) % 2],

@@ -13,9 +13,9 @@ address ``ux`` is scored (``ux`` in ``Q``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 

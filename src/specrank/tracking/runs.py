@@ -82,16 +82,18 @@ def log_metrics(metrics: Mapping[str, float], step: int | None = None) -> None:
 
 
 def log_frame(frame, name: str) -> None:
-    """Log a DataFrame as an MLflow table (``tables/<name>.json``) and as Parquet."""
+    """Log one DataFrame as an MLflow table (``tables/<name>.json``, shown in the UI) and as Parquet."""
     mlflow.log_table(frame.reset_index(drop=True), artifact_file=f"tables/{name}.json")
-    _log_parquet(frame, name)
+    log_tables({name: frame})
 
 
-def _log_parquet(frame, name: str) -> None:
+def log_tables(frames: Mapping[str, object]) -> None:
+    """Log DataFrames as ``tables/<name>.parquet`` and ``.csv`` in one artifact upload."""
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"{name}.parquet"
-        frame.to_parquet(path, index=False)
-        mlflow.log_artifact(str(path), artifact_path="tables")
+        for name, frame in frames.items():
+            frame.to_parquet(Path(tmp) / f"{name}.parquet", index=False)
+            frame.to_csv(Path(tmp) / f"{name}.csv", index=False)
+        mlflow.log_artifacts(tmp, artifact_path="tables")
 
 
 def log_figure(figure, name: str) -> None:
@@ -104,15 +106,22 @@ def log_report(markdown: str, name: str = "report.md") -> None:
     mlflow.log_text(markdown, name)
 
 
-def directory_hash(path: str | Path, pattern: str = "*") -> str:
-    """SHA-256 over the relative names and bytes of the files under ``path`` (a run directory's identity)."""
+def file_hash(path: str | Path, digest=None) -> str:
+    """SHA-256 of one file's bytes (or feed them into ``digest``)."""
+    digest = hashlib.sha256() if digest is None else digest
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def directory_hash(path: str | Path) -> str:
+    """SHA-256 over the relative names and bytes of every file under ``path`` (a run directory's identity)."""
     root = Path(path)
     if not root.is_dir():
         raise FileNotFoundError(f"run directory {root} does not exist")
     digest = hashlib.sha256()
-    for file in sorted(p for p in root.rglob(pattern) if p.is_file()):
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
         digest.update(str(file.relative_to(root)).encode() + b"\0")
-        with open(file, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
+        file_hash(file, digest)
     return digest.hexdigest()

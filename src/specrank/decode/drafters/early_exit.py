@@ -115,8 +115,12 @@ def exit_regression_data(target, layers: int, windows) -> tuple[torch.Tensor, to
 
 
 def fit_exit_head(target, layers: int, windows, ridge: float = 1e-3) -> nn.Linear:
-    """Fit the exit head by ridge regression (float64 normal equations; the bias is not penalised)."""
-    x, y = exit_regression_data(target, layers, windows)
+    """Fit the exit head on token windows by ridge regression (see ``solve_exit_head``)."""
+    return solve_exit_head(target, *exit_regression_data(target, layers, windows), ridge=ridge)
+
+
+def solve_exit_head(target, x: torch.Tensor, y: torch.Tensor, ridge: float = 1e-3) -> nn.Linear:
+    """Ridge regression of ``y`` on ``[x, 1]`` (float64 normal equations; the bias is not penalised)."""
     if len(x) < 2:
         raise ValueError("fit-exit-head: need at least two positions of text beyond each window's first")
     xa = torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], 1)  # (N, H+1)
@@ -128,6 +132,19 @@ def fit_exit_head(target, layers: int, windows, ridge: float = 1e-3) -> nn.Linea
         head.weight.copy_(coef[:-1].T)
         head.bias.copy_(coef[-1])
     return head.to(target.device, target.dtype)
+
+
+@torch.inference_mode()
+def exit_agreement(target, head: nn.Module | None, x: torch.Tensor, y: torch.Tensor, chunk: int = 1024) -> float:
+    """Share of rows where norm+lm_head of the (head-mapped) layer-K state has the target's argmax."""
+    norm, lm_head = target.model.model.norm, target.model.get_output_embeddings()
+    dev, dt = target.device, target.dtype
+    hits = 0
+    for start in range(0, len(x), chunk):
+        xs, ys = x[start : start + chunk].to(dev, dt), y[start : start + chunk].to(dev, dt)
+        draft = lm_head(norm(xs if head is None else head(xs))).argmax(-1)
+        hits += int((draft == lm_head(norm(ys)).argmax(-1)).sum())
+    return hits / max(len(x), 1)
 
 
 class EarlyExitDrafter(CausalLMDrafter):

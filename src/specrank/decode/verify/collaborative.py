@@ -3,7 +3,7 @@ DIVERSED, Fuzzy SD and judge-based relaxation."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -24,14 +24,14 @@ def unit_interval(value: torch.Tensor, what: str) -> torch.Tensor:
 class Lenience(VerificationRule):
     """``h = min(1, p / (l q))``, residual ``(p - q)+`` (001 eq. 10, App. A.3), ``0 < l <= 1``."""
 
-    def __init__(self, l: float):
-        if not 0 < l <= 1:
-            raise RuleError(f"lenience l must lie in (0, 1], got {l}")
-        self.l = float(l)
-        self.name = f"lenience:l={l:g}"
+    def __init__(self, ell: float):
+        if not 0 < ell <= 1:
+            raise RuleError(f"lenience l must lie in (0, 1], got {ell}")
+        self.ell = float(ell)
+        self.name = f"lenience:l={ell:g}"
 
     def h(self, p, q):
-        return ratio_cap(p, self.l * q)
+        return ratio_cap(p, self.ell * q)
 
     def residual(self, p, q):
         return positive_residual(p, q)
@@ -39,12 +39,13 @@ class Lenience(VerificationRule):
     def delta(self, p, q) -> torch.Tensor:
         """``Delta_l``: share of the residual mass (App. A.3), 0 where ``p == q`` (...)."""
         tv = total_variation(p, q)
-        num = 0.5 * (q - p / self.l).abs().sum(-1) + 0.5 - 0.5 / self.l
-        return torch.where(tv > 0, num / tv.clamp_min(torch.finfo(p.dtype).tiny), 0.0)
+        num = 0.5 * (q - p / self.ell).abs().sum(-1) + 0.5 - 0.5 / self.ell
+        # Delta lies in [0, 1]; clamping removes rounding when the overshoot mass is nil.
+        return torch.where(tv > 0, num / tv.clamp_min(torch.finfo(p.dtype).tiny), 0.0).clamp(0, 1)
 
     def induced(self, p, q):
         d = self.delta(p, q).unsqueeze(-1)
-        ceiling = p / self.l
+        ceiling = p / self.ell
         return torch.where(q <= p, q + d * (p - q), torch.where(q <= ceiling, q, ceiling))
 
 
@@ -152,5 +153,5 @@ class JudgeRelaxation(VerificationRule):
         j = self.judgement(torch.arange(p.shape[-1]).expand(p.shape), p, q)
         over = (q - p).clamp_min(0)
         under = (p - q).clamp_min(0).sum(-1, keepdim=True)
-        d = torch.where(under > 0, (over * (1 - j)).sum(-1, keepdim=True) / under.clamp_min(1e-30), 0.0)
+        d = torch.where(under > 0, (over * (1 - j)).sum(-1, keepdim=True) / under.clamp_min(1e-30), 0.0).clamp(0, 1)
         return torch.where(q <= p, d * p + (1 - d) * q, p + (q - p) * j)

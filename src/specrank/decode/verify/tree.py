@@ -52,12 +52,15 @@ class FirstAllowed:
         self.name = f"first-allowed:{allowed.name}"
 
     def target(self, p: torch.Tensor) -> torch.Tensor:
+        """The truncated target ``p_A``: children outside ``A`` carry no mass in it."""
         return truncate(p, self.allowed)
 
     def child_accept(self, residual_at_child: torch.Tensor) -> torch.Tensor:
+        """1 for a child in ``A`` (positive truncated mass), else 0."""
         return (residual_at_child > 0).to(residual_at_child.dtype)
 
     def node_accept(self, target, token, parent) -> torch.Tensor:
+        """Closed form: 1 for the first allowed child of each row, else 0 (n,)."""
         allowed = target[parent, token] > 0  # (n,)
         index = torch.arange(len(token))
         first = torch.full((target.shape[0],), len(token)).scatter_reduce(
@@ -82,10 +85,10 @@ def check_tree(token, parent, probs) -> tuple[torch.Tensor, torch.Tensor, torch.
     token, parent = torch.as_tensor(np.asarray(token)).long(), torch.as_tensor(np.asarray(parent)).long()
     n = len(token)
     if parent.shape != (n,) or probs.shape[0] != n + 1 or probs.dim() != 2:
-        raise RuleError(f"tree needs token (n,), parent (n,) and probs (n + 1, V); got n = {n}, probs {tuple(probs.shape)}")
+        raise RuleError(f"tree needs token (n,), parent (n,), probs (n + 1, V); got n={n}, probs {tuple(probs.shape)}")
     if bool((parent < 0).any()) or bool((parent > torch.arange(n)).any()):
         raise RuleError("each parent must be the root row 0 or an earlier node's row")
-    if len(set(zip(parent.tolist(), token.tolist()))) < n:
+    if len(set(zip(parent.tolist(), token.tolist(), strict=True))) < n:
         raise RuleError("siblings must carry distinct tokens")
     if bool((probs < 0).any()) or bool(((probs.sum(-1) - 1).abs() > 1e-4).any()):
         raise RuleError("tree rows must be probability rows summing to 1")

@@ -1,0 +1,68 @@
+"""``specrank drafter``: drafter tools (``fit-exit-head`` fits an early-exit drafter's linear head)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HELP = "Drafter tools: fit-exit-head fits a linear exit head for an early-exit drafter; train trains an EAGLE-3 head."
+
+
+def add_arguments(parser) -> None:
+    actions = parser.add_subparsers(dest="drafter_action", metavar="ACTION", required=True)
+    fit = actions.add_parser("fit-exit-head", help="fit a linear exit head on text (ridge regression)")
+    fit.add_argument("--target", default="smollm2", help="HF directory, .gguf file or 'smollm2' (default)")
+    fit.add_argument("--layers", type=int, required=True, help="K, the number of target layers the drafter runs")
+    fit.add_argument("--text", nargs="+", required=True, type=Path, help="plain-text files to fit on")
+    fit.add_argument("--out", required=True, type=Path, help="output .safetensors file")
+    fit.add_argument("--window", type=int, default=256, help="tokens per forward window (default 256)")
+    fit.add_argument("--max-tokens", type=int, default=50_000, help="tokens of text used (default 50000)")
+    fit.add_argument("--holdout", type=float, default=0.1, help="share of windows held out for agreement")
+    fit.add_argument("--ridge", type=float, default=1e-3, help="ridge penalty per row (default 1e-3)")
+    fit.add_argument("--device", default="cpu")
+    fit.add_argument("--dtype", default="float32")
+    fit.set_defaults(_action=run_fit_exit_head)
+    from specrank.drafter_training.command import add_train_parser
+
+    add_train_parser(actions)
+
+
+def run(args) -> int:
+    return args._action(args)
+
+
+def text_windows(tokenizer, files, window: int, max_tokens: int) -> list[list[int]]:
+    """Token windows of ``window`` ids over the concatenated files, at most ``max_tokens`` ids in all."""
+    if window < 2 or max_tokens < 2:
+        raise ValueError("--window and --max-tokens must be at least 2")
+    ids: list[int] = []
+    for path in files:
+        ids += tokenizer(path.read_text(), add_special_tokens=False)["input_ids"]
+    ids = ids[:max_tokens]
+    windows = [ids[i : i + window] for i in range(0, len(ids), window)]
+    return [w for w in windows if len(w) >= 2]
+
+
+def run_fit_exit_head(args) -> int:
+
+    from specrank.decode.drafters.early_exit import exit_agreement, exit_regression_data, save_exit_head, solve_exit_head
+    from specrank.decode.models import load_target
+
+    missing = [str(p) for p in args.text if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"text file not found: {missing[0]}")
+    target = load_target(args.target, args.device, args.dtype)
+    if not 1 <= args.layers < target.num_layers:
+        raise ValueError(f"--layers must be in 1..{target.num_layers - 1}, got {args.layers}")
+    windows = text_windows(target.tokenizer, args.text, args.window, args.max_tokens)
+    n_held = int(round(len(windows) * args.holdout)) if len(windows) > 1 else 0
+    if len(windows) - n_held < 1:
+        raise ValueError("not enough text: need at least one window to fit on")
+    x, y = exit_regression_data(target, args.layers, windows[: len(windows) - n_held])
+    head = solve_exit_head(target, x, y, args.ridge)
+    save_exit_head(args.out, head, args.layers, target)
+    print(f"fitted exit head at {args.layers} layers on {len(x)} positions -> {args.out}")
+    if n_held:
+        hx, hy = exit_regression_data(target, args.layers, windows[len(windows) - n_held :])
+        before, after = exit_agreement(target, None, hx, hy), exit_agreement(target, head, hx, hy)
+        print(f"held-out top-1 agreement with the target ({len(hx)} positions): {before:.3f} plain -> {after:.3f} fitted")
+    return 0

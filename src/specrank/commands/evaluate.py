@@ -1,0 +1,84 @@
+"""``specrank evaluate``: every selection rule on a run's recorded rounds -> tables, report, figures, MLflow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HELP = "evaluate draft, reranked, exact-row and retained-row selection offline, with prompt-bootstrap intervals"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory (manifest.json + rounds/*.parquet)")
+    parser.add_argument("--predictions", required=True,
+                        help="cross-fitted predictions (Parquet or CSV): prompt_id, task, round, cand + one column per reranker")
+    parser.add_argument("--out", required=True, help="output directory for tables, report.md and figures/")
+    parser.add_argument("--budgets", type=int, nargs="+", default=None,
+                        help="budgets B to evaluate (default: the SPEC sweep 2..200 up to the pool size)")
+    parser.add_argument("--bootstrap", type=int, default=2000, help="paired prompt-bootstrap resamples (default 2000)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow tracking URI (default sqlite:///mlflow.db in the working directory)")
+    parser.add_argument("--experiment", default="specrank", help="MLflow experiment name (default specrank)")
+    parser.add_argument("--run-name", default=None, help="MLflow parent run name (default evaluate-<run dir name>)")
+    parser.add_argument("--no-tracking", action="store_true", help="write local outputs only, log nothing to MLflow")
+
+
+def run(args) -> int:
+    from specrank.evaluation import evaluate_run, render_figures, save_evaluation, write_report
+    from specrank.evaluation.figures import close_figures
+
+    run_dir, predictions = Path(args.run_dir), Path(args.predictions)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run directory {run_dir} does not exist")
+    if not predictions.is_file():
+        raise FileNotFoundError(f"predictions file {predictions} does not exist")
+    uri = None
+    if not args.no_tracking:
+        from specrank.tracking import check_reachable, resolve_tracking_uri
+
+        uri = check_reachable(resolve_tracking_uri(args.tracking_uri))  # before any work: no partial output
+    evaluation = evaluate_run(run_dir, predictions, budgets=args.budgets, n_boot=args.bootstrap, seed=args.seed)
+    figures = render_figures(evaluation.summary, evaluation.splits, evaluation.meta)
+    try:
+        save_evaluation(evaluation, args.out)
+        report = write_report(evaluation, args.out, figures)
+        if uri is not None:
+            _track(args, uri, evaluation, figures, report, run_dir, predictions)
+    finally:
+        close_figures(figures)
+    s = evaluation.summary
+    for b in evaluation.meta["headline_budgets"]:
+        root = s[(s["rule"] == "root") & (s["budget"] == b)].iloc[0]
+        print(f"B={b}: draft {s[(s['rule'] == 'draft') & (s['budget'] == b)]['mean'].iloc[0]:.3f}, "
+              f"root gain {root['gain']:+.3f} [{root['gain_low']:+.3f}, {root['gain_high']:+.3f}]")
+    print(f"{evaluation.meta['rounds']} rounds, {evaluation.meta['prompts']} prompts -> {args.out}/report.md"
+          + (f" (MLflow: {uri})" if uri else ""))
+    return 0
+
+
+def _track(args, uri, evaluation, figures, report, run_dir: Path, predictions: Path) -> None:
+    from specrank import tracking
+    from specrank.tracking.evaluation import log_evaluation
+
+    meta = evaluation.meta
+    params = {
+        "stage": "evaluate",
+        "run_dir": str(run_dir.resolve()),
+        "run_dir_sha256": tracking.directory_hash(run_dir),
+        "predictions": str(predictions.resolve()),
+        "predictions_sha256": tracking.file_hash(predictions),
+        "manifest": evaluation_manifest(run_dir),
+        "evaluation": {k: meta[k] for k in ("law", "rounds", "prompts", "pool_size", "topk", "budgets",
+                                            "rerankers", "bootstrap", "seed", "level")},
+    }
+    run_name = args.run_name or f"evaluate-{run_dir.resolve().name}"
+    with tracking.experiment_run(args.experiment, run_name=run_name, tracking_uri=uri):
+        tracking.log_params(params)
+        log_evaluation(evaluation, figures, report)
+
+
+def evaluation_manifest(run_dir: Path) -> dict:
+    """The run's manifest without bulky entries (prompt lists), for MLflow parameters."""
+    from specrank.featurize import read_manifest
+
+    return {k: v for k, v in read_manifest(run_dir).items() if not isinstance(v, list) or len(v) <= 32}

@@ -1,0 +1,20 @@
+"""``specrank report``: re-render the Markdown report and figures from a saved evaluation's tables."""
+
+from __future__ import annotations
+
+HELP = "re-render report.md and figures/ from the tables that 'specrank evaluate' saved"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("eval_dir", metavar="EVAL_DIR", help="output directory of 'specrank evaluate'")
+    parser.add_argument("--out", default=None, help="where to write report.md and figures/ (default EVAL_DIR)")
+
+
+def run(args) -> int:
+    from specrank.evaluation import load_evaluation, write_report
+
+    evaluation = load_evaluation(args.eval_dir)
+    out = args.out or args.eval_dir
+    write_report(evaluation, out)
+    print(f"report -> {out}/report.md")
+    return 0

@@ -1,0 +1,223 @@
+"""EAGLE-3 heads in their published checkpoint format, loaded from a local directory.
+
+Format: ``config.json`` (Llama-style: ``hidden_size``, heads, ``intermediate_size``,
+``vocab_size`` = the target's, ``draft_vocab_size``) and ``model.safetensors`` or
+``pytorch_model.bin`` holding ``fc.weight`` (H, 3 H_target), ``midlayer.*`` (one decoder
+layer whose q/k/v read 2H inputs), ``norm.weight``, ``lm_head.weight`` (draft_vocab, H),
+``d2t`` (draft id -> target id offset), ``t2d`` (bool target-vocabulary mask) and,
+optionally, ``embed_tokens.weight`` (else the target's embedding is shared).
+
+Pairing of hidden states and tokens. The drafter's input at position t is
+``(h_t, e(x_{t+1}))``: the fused low/mid/high target hidden state *at* position t (what
+the target computed when it read x_t) with the embedding of the *next* token. Its output
+predicts x_{t+2}. So with committed tokens x_0..x_{L-1} (hidden h_0..h_{L-1} known) and
+the root r = x_L (not yet read by the target), the root step's last input is
+``(h_{L-1}, e(r))`` and predicts the depth-1 candidates. Inside the tree there is no target
+hidden state, so a node's input is ``(g_parent, e(node))`` where g_parent is the head's own
+(pre-norm) output at its parent's position, and ``fc`` is applied to target states only.
+``commit(tokens, hidden)`` receives the root and accepted path x_L..x_{L+A} with their
+target hidden states h_L..h_{L+A} (from the verification pass) and queues the pairs
+``(h_{L-1}, x_L), (h_L, x_{L+1}), ..., (h_{L+A-1}, x_{L+A})``; h_{L+A} waits for the next root.
+The head's position ids are those of the hidden state (t), as in EAGLE-3.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from specrank.decode.drafters.standalone import TokenizerMismatchError
+from specrank.decode.models import ModelLoadError, additive_mask, crop_cache, sha256_files
+from specrank.decode.pool import Drafter, RootStep, causal_mask, draft_log_probs
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def eagle3_config(cfg: dict):
+    """A one-layer ``LlamaConfig`` from an EAGLE-3 ``config.json`` dict (sdpa attention)."""
+    from transformers import LlamaConfig
+
+    known = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type", "torch_dtype", "dtype")}
+    config = LlamaConfig(**known)
+    config.draft_vocab_size = int(cfg.get("draft_vocab_size", config.vocab_size))
+    config.target_hidden_size = int(cfg.get("target_hidden_size", config.hidden_size))
+    config._attn_implementation = "sdpa"
+    return config
+
+
+class Eagle3Layer(nn.Module):
+    """The EAGLE-3 decoder layer: attention over [norm(embedding), norm(hidden)] (2H), residual on hidden."""
+
+    def __init__(self, config):
+        from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm
+
+        super().__init__()
+        h, eps = config.hidden_size, config.rms_norm_eps
+        self.self_attn = LlamaAttention(config, layer_idx=0)
+        for name in ("q_proj", "k_proj", "v_proj"):
+            old = getattr(self.self_attn, name)
+            setattr(self.self_attn, name, nn.Linear(2 * h, old.out_features, bias=old.bias is not None))
+        self.mlp = LlamaMLP(config)
+        self.input_layernorm, self.hidden_norm = LlamaRMSNorm(h, eps=eps), LlamaRMSNorm(h, eps=eps)
+        self.post_attention_layernorm = LlamaRMSNorm(h, eps=eps)
+
+    def forward(self, embeds, hidden, position_embeddings, mask, cache):
+        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], -1)  # (1, n, 2H)
+        hidden = hidden + self.self_attn(x, position_embeddings, mask, cache=cache)[0]
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class Eagle3Head(nn.Module):
+    """fc (3 H_target -> H), one Eagle3Layer, norm and a draft-vocabulary lm head."""
+
+    def __init__(self, config):
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
+
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.fc = nn.Linear(3 * config.target_hidden_size, config.hidden_size, bias=False)
+        self.midlayer = Eagle3Layer(config)
+        self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.draft_vocab_size, bias=False)
+        self.rotary_emb = LlamaRotaryEmbedding(config)
+
+    def forward(self, input_ids, hidden, positions, mask, cache, fused: bool):
+        """input_ids, positions (n,); hidden (n, 3 H_target) if ``fused`` else the head's own (n, H);
+        mask (n, past + n) additive -> (logits (n, Vd), output hidden (n, H))."""
+        hidden = (self.fc(hidden) if fused else hidden)[None]  # (1, n, H)
+        embeds = self.embed_tokens(input_ids)[None].to(hidden.dtype)
+        position_embeddings = self.rotary_emb(hidden, positions[None])
+        out = self.midlayer(embeds, hidden, position_embeddings, mask[None, None], cache)
+        return self.lm_head(self.norm(out))[0], out[0]
+
+
+def read_state(directory: Path) -> dict:
+    """The checkpoint's tensors (safetensors preferred)."""
+    for name in WEIGHT_FILES:
+        path = directory / name
+        if path.is_file():
+            if name.endswith(".safetensors"):
+                from safetensors.torch import load_file
+
+                return load_file(str(path))
+            return torch.load(path, map_location="cpu", weights_only=True)
+    raise ModelLoadError(f"EAGLE-3 checkpoint {directory} has no {' or '.join(WEIGHT_FILES)}")
+
+
+def draft_vocab_map(state: dict, config) -> torch.Tensor:
+    """(Vd,) target id of every draft id from ``d2t``, checked against ``t2d``."""
+    vd, v = config.draft_vocab_size, config.vocab_size
+    if "d2t" not in state:
+        if vd != v:
+            raise ModelLoadError("EAGLE-3 checkpoint has a draft vocabulary but no d2t map")
+        return torch.arange(v)
+    ids = torch.arange(vd) + state["d2t"].long()
+    if ids.min() < 0 or ids.max() >= v:
+        raise ModelLoadError("EAGLE-3 d2t maps draft ids outside the target vocabulary")
+    t2d = state.get("t2d")
+    if t2d is not None and (t2d.numel() != v or int(t2d.sum()) != vd or not t2d.bool()[ids].all()):
+        raise ModelLoadError("EAGLE-3 d2t and t2d disagree")
+    return ids
+
+
+class Eagle3Drafter(Drafter):
+    """An EAGLE-3 head drafting from the target's fused hidden states (see the module docstring)."""
+
+    def __init__(self, head: Eagle3Head, vocab_size: int, draft_to_target, hidden_layers, path=None, spec=""):
+        self.head, self.vocab_size, self.path, self.spec = head, int(vocab_size), path, spec
+        self.draft_to_target = draft_to_target.to(next(head.parameters()).device)
+        self.hidden_layers = tuple(int(i) for i in hidden_layers)
+        self.cache, self.committed = None, 0
+
+    @functools.cached_property
+    def source_hash(self) -> str:
+        """sha256 of the checkpoint's weight file."""
+        return sha256_files([p for p in (self.path / n for n in WEIGHT_FILES) if p.is_file()][:1])
+
+    def _hidden(self, target_hidden, n: int) -> torch.Tensor:
+        width = self.head.fc.in_features
+        if target_hidden is None or tuple(target_hidden.shape) != (n, width):
+            got = None if target_hidden is None else tuple(target_hidden.shape)
+            raise ValueError(f"EAGLE-3 drafter needs target hidden states of shape ({n}, {width}), got {got}")
+        return target_hidden.detach().to(self.head.fc.weight.device, self.head.fc.weight.dtype)
+
+    def start(self, prompt_ids, target_hidden=None) -> None:
+        from transformers import DynamicCache
+
+        ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1).cpu()
+        hidden = self._hidden(target_hidden, len(ids))
+        self.cache, self.committed = DynamicCache(config=self.head.config), 0
+        self.pending_ids, self.pending_hidden, self.last_hidden = ids[1:], hidden[:-1], hidden[-1]
+
+    def commit(self, tokens, target_hidden=None) -> None:
+        ids = torch.as_tensor(tokens, dtype=torch.long).reshape(-1).cpu()
+        hidden = self._hidden(target_hidden, len(ids))
+        self.pending_ids = torch.cat([self.pending_ids, ids])
+        self.pending_hidden = torch.cat([self.pending_hidden, self.last_hidden[None], hidden[:-1]])
+        self.last_hidden = hidden[-1]
+
+    @torch.inference_mode()
+    def _forward(self, ids, hidden, positions, mask, fused: bool):
+        dev, dt = self.head.fc.weight.device, self.head.fc.weight.dtype
+        logits, out = self.head(ids.to(dev), hidden, positions.to(dev), additive_mask(mask, dt).to(dev), self.cache, fused)
+        return draft_log_probs(logits), out
+
+    def _draft_root(self, root_token: int) -> RootStep:
+        if self.cache is None:
+            raise RuntimeError("drafter.start() must be called before grow_pool()")
+        ids = torch.cat([self.pending_ids, torch.tensor([root_token])])
+        hidden = torch.cat([self.pending_hidden, self.last_hidden[None]])
+        n, past = len(ids), self.committed
+        logp, out = self._forward(ids, hidden, torch.arange(past, past + n), causal_mask(n, past), fused=True)
+        self.committed = past + n - 1
+        self.pending_ids, self.pending_hidden = ids[:0], hidden[:0]
+        return RootStep(logp[-1], out[-1], past + n, past + n - 1)
+
+    def _draft_step(self, tokens, positions, mask, feed):
+        return self._forward(tokens, feed, positions, mask, fused=False)
+
+    def _rewind(self) -> None:
+        crop_cache(self.cache, self.committed)
+
+
+def default_hidden_layers(config, num_layers: int) -> tuple[int, ...]:
+    """The checkpoint's auxiliary layers if it names them, else EAGLE-3's (2, L // 2, L - 3)."""
+    named = (getattr(config, "eagle_config", None) or {}).get("eagle_aux_hidden_state_layer_ids")
+    return tuple(named) if named else (2, num_layers // 2, num_layers - 3)
+
+
+def load_eagle3(directory, target, spec: str = "") -> Eagle3Drafter:
+    """Load an EAGLE-3 head for ``target`` from a local checkpoint directory."""
+    directory = Path(directory)
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(f"EAGLE-3 checkpoint not found: no config.json in {directory}")
+    config = eagle3_config(json.loads((directory / "config.json").read_text()))
+    if config.vocab_size != target.vocab_size:
+        raise TokenizerMismatchError(
+            f"EAGLE-3 head vocabulary ({config.vocab_size}) differs from the target's ({target.vocab_size})"
+        )
+    if config.target_hidden_size != target.hidden_size:
+        raise ModelLoadError(f"EAGLE-3 head expects target hidden size {config.target_hidden_size}, not {target.hidden_size}")
+    state = read_state(directory)
+    d2t = draft_vocab_map(state, config)
+    with torch.device("meta"):
+        head = Eagle3Head(config)
+    weights = {k: v for k, v in state.items() if k not in ("d2t", "t2d")}
+    shared_embedding = "embed_tokens.weight" not in weights
+    if shared_embedding:
+        weights["embed_tokens.weight"] = target.model.get_input_embeddings().weight
+    missing, unexpected = head.load_state_dict(weights, strict=False, assign=True)
+    missing = [k for k in missing if "rotary_emb" not in k]
+    if missing or unexpected:
+        raise ModelLoadError(f"EAGLE-3 checkpoint {directory.name}: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    head.rotary_emb = type(head.rotary_emb)(config)  # buffers are computed, not stored
+    head = head.to(target.device, target.dtype).eval().requires_grad_(False)
+    if shared_embedding:
+        head.embed_tokens = target.model.get_input_embeddings()  # share, never copy
+    layers = default_hidden_layers(config, target.num_layers)
+    return Eagle3Drafter(head, target.vocab_size, d2t, layers, directory, spec or f"eagle3:{directory}")

@@ -1,0 +1,66 @@
+"""``specrank drafter train``: the subcommand's arguments and its run (registered by ``commands/drafter.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HELP = "train an EAGLE-3-format head by self-distillation from the target (resumes in --out)"
+
+
+def add_train_parser(actions) -> None:
+    """Add the ``train`` action to the ``specrank drafter`` subparsers."""
+    p = actions.add_parser("train", help=HELP, description=HELP)
+    p.add_argument("--target", default="smollm2", help="HF directory, .gguf file or 'smollm2' (default)")
+    p.add_argument("--prompts", type=Path, default=None, help="JSONL prompt file (default: the bundled set)")
+    p.add_argument("--out", required=True, type=Path, help="head directory (EAGLE-3 format) and checkpoints")
+    p.add_argument("--layers", type=int, nargs=3, default=None, help="target hidden-state indices (default 2, L//2, L-3)")
+    p.add_argument("--samples", type=int, default=3, help="sampled continuations per prompt besides the greedy one")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the generated data")
+    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens generated per continuation")
+    p.add_argument("--gen-batch", type=int, default=8, help="continuations generated together (one shard)")
+    p.add_argument("--draft-vocab", type=int, default=16384, help="draft vocabulary size (most frequent target argmax)")
+    p.add_argument("--heldout-per-task", type=int, default=1, help="prompts per task held out for agreement")
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--unroll", type=int, default=2, help="training-time test steps")
+    p.add_argument("--batch-size", type=int, default=4, help="sequences per step")
+    p.add_argument("--max-len", type=int, default=512, help="window length in tokens")
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--checkpoint-every", type=int, default=100)
+    p.add_argument("--max-minutes", type=float, default=None, help="stop training (checkpointed) after this long")
+    p.add_argument("--decode-prompts", type=int, default=2, help="held-out prompts decoded at the end (0: none)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(_action=run_train)
+
+
+def run_train(args) -> int:
+    import torch
+
+    from specrank.decode.drafters.eagle3 import default_hidden_layers
+    from specrank.decode.models import load_target
+    from specrank.decode.prompts import default_prompts_path, read_prompts
+    from specrank.drafter_training.data import GenerationSpec
+    from specrank.drafter_training.fit import fit_drafter
+    from specrank.drafter_training.train import TrainConfig
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    prompts = read_prompts(args.prompts or default_prompts_path())
+    target = load_target(args.target, args.device, "float32")
+    layers = tuple(args.layers or default_hidden_layers(target.model.config, target.num_layers))
+    spec = GenerationSpec(layers, args.samples, args.temperature, args.max_new_tokens, args.gen_batch, args.seed)
+    cfg = TrainConfig(
+        steps=args.steps, unroll=args.unroll, batch_size=args.batch_size, max_len=args.max_len, lr=args.lr,
+        eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed, max_minutes=args.max_minutes,
+    )
+    final = fit_drafter(
+        target, prompts, args.out, spec, cfg, args.draft_vocab, args.heldout_per_task, args.decode_prompts,
+        tracking_uri=args.tracking_uri or "", progress=not args.no_progress,
+    )
+    shown = {k: round(v, 4) for k, v in final.items() if isinstance(v, float) and not k.startswith(("loss_", "lr"))}
+    print(f"EAGLE-3 head saved to {args.out} after {final['step']} steps: {shown}")
+    return 0

@@ -1,0 +1,133 @@
+"""End to end: held-out split, self-distillation data, draft vocabulary, head training, saving,
+a short decode with the trained head, and MLflow tracking."""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specrank.drafter_training.data import GenerationSpec, data_dir, generate_corpus, load_corpus
+from specrank.drafter_training.head import new_head, save_head
+from specrank.drafter_training.objective import target_logits
+from specrank.drafter_training.train import TrainConfig, train, write_json_atomic
+from specrank.drafter_training.vocab import most_frequent
+
+SUMMARY = "training.json"
+
+
+def split_prompts(prompts, heldout_per_task: int, seed: int = 0) -> set[str]:
+    """Prompt ids held out: ``heldout_per_task`` drawn per task (tasks with more prompts than that)."""
+    rng = np.random.default_rng(seed)
+    held = set()
+    for task in sorted({p.task for p in prompts}):
+        ids = [p.prompt_id for p in prompts if p.task == task]
+        if len(ids) > heldout_per_task:
+            held.update(ids[i] for i in rng.choice(len(ids), heldout_per_task, replace=False))
+    return held
+
+
+def tokens_per_pass(target, drafter, prompts, max_new_tokens: int, budget: int = 59) -> float:
+    """Mean tokens emitted per target pass (accepted + 1 per round) in a greedy decode of ``prompts``."""
+    from specrank.decode.loop import DecodeConfig, decode_prompt
+    from specrank.decode.prompts import encode_prompt
+
+    config = DecodeConfig(budget=budget, max_new_tokens=max_new_tokens)
+    accepted = []
+    for p in prompts:
+        _, records = decode_prompt(target, drafter, encode_prompt(target.tokenizer, p.text), config, p.prompt_id, p.task)
+        accepted += [r["accepted"] for r in records]
+    return float(np.mean(accepted)) + 1.0 if accepted else float("nan")
+
+
+def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig, draft_vocab: int = 16384,
+                heldout_per_task: int = 1, decode_prompts: int = 2, decode_tokens: int = 64,
+                tracking_uri: str | None = None, data_root=None, progress: bool = False) -> dict:
+    """Generate (or reuse) the data, train a head into ``out_dir`` (resuming), save it, log to MLflow."""
+    held = split_prompts(prompts, heldout_per_task, cfg.seed)
+    t0 = time.monotonic()
+    corpus = load_corpus(generate_corpus(target, prompts, spec, data_root, progress))
+    gen_minutes = (time.monotonic() - t0) / 60
+    train_slices = corpus.sequences(lambda pid: pid not in held)
+    held_slices = corpus.sequences(lambda pid: pid in held)
+    train_pos = torch.cat([torch.arange(s.start, s.stop) for s in train_slices])
+    vocab = most_frequent(corpus.argmax[train_pos], target.vocab_size, draft_vocab)
+    held_pos = torch.cat([torch.arange(s.start, s.stop) for s in held_slices]) if held_slices else train_pos[:0]
+    head = new_head(target, vocab, spec.layers, cfg.seed)
+    teacher = functools.partial(target_logits, lm_head=target.model.get_output_embeddings(), ids=vocab.ids.to(target.device))
+    params = {
+        "target": target.name,
+        "data_dir": str(data_dir(target, prompts, spec, data_root)),
+        "train_tokens": len(train_pos),
+        "heldout_prompts": ",".join(sorted(held)),
+        "draft_vocab_size": len(vocab.ids),
+        **{f"gen_{k}": v for k, v in asdict(spec).items()},
+        **cfg.identity(),
+    }
+    logger = _mlflow_logger(tracking_uri, params, out_dir)
+    try:
+        result = train(head, teacher, vocab.ids, corpus, train_slices, held_slices, out_dir, cfg, logger.log, progress)
+        save_head(out_dir, head, vocab)
+        final = {
+            "heldout_vocab_coverage": vocab.coverage(corpus.argmax[held_pos]),
+            "generation_minutes": gen_minutes,
+            **{k: v for k, v in result.items() if k != "history"},
+        }
+        if decode_prompts and held:
+            final.update(_decode_metrics(target, out_dir, [p for p in prompts if p.prompt_id in held][:decode_prompts], decode_tokens))
+        logger.log({k: v for k, v in final.items() if isinstance(v, (int, float))}, result["step"])
+        write_json_atomic(Path(out_dir) / SUMMARY, {"params": params, "final": final, "history": result["history"]})
+    finally:
+        logger.close()
+    return final
+
+
+def _decode_metrics(target, out_dir, prompts, max_new_tokens: int) -> dict:
+    """Tokens per target pass at B=59 (greedy) and the drafting step's cost against a target step."""
+    from specrank.decode.drafters.eagle3 import load_eagle3
+
+    drafter = load_eagle3(out_dir, target)
+    return {"tokens_per_pass_b59": tokens_per_pass(target, drafter, prompts, max_new_tokens)}
+
+
+class _Logger:
+    """Metrics to an MLflow run (or nowhere without a tracking URI); the run id is kept in ``out_dir``
+    so a resumed training continues the same run."""
+
+    def __init__(self, run=None):
+        self.run = run
+
+    def log(self, metrics: dict, step: int) -> None:
+        if self.run is not None:
+            import mlflow
+
+            mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step)
+
+    def close(self) -> None:
+        if self.run is not None:
+            import mlflow
+
+            mlflow.end_run()
+
+
+def _mlflow_logger(tracking_uri, params: dict, out_dir) -> _Logger:
+    if tracking_uri is None:
+        return _Logger()
+    import mlflow
+
+    from specrank.tracking.uri import check_reachable, resolve_tracking_uri
+
+    mlflow.set_tracking_uri(check_reachable(resolve_tracking_uri(tracking_uri)))
+    mlflow.set_experiment("specrank-drafter")
+    id_file = Path(out_dir) / "mlflow_run_id"
+    run_id = id_file.read_text().strip() if id_file.exists() else None
+    run = mlflow.start_run(run_id=run_id, run_name=None if run_id else f"eagle3-{Path(out_dir).name}")
+    if run_id is None:
+        mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        id_file.write_text(run.info.run_id)
+    return _Logger(run)

@@ -1,0 +1,97 @@
+"""A new EAGLE-3 head for a target (``specrank.decode.drafters.eagle3.Eagle3Head``) and its
+saving in the published checkpoint format that ``load_eagle3`` reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+WEIGHTS = "model.safetensors"
+
+
+def head_config(target, draft_vocab_size: int, layers) -> dict:
+    """The ``config.json`` of a head for ``target``: its Llama shape, one layer, the draft vocabulary
+    and the target layers it reads (``eagle_config.eagle_aux_hidden_state_layer_ids``)."""
+    cfg = target.model.config
+    heads = int(cfg.num_attention_heads)
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": int(cfg.hidden_size),
+        "target_hidden_size": int(cfg.hidden_size),
+        "intermediate_size": int(cfg.intermediate_size),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(getattr(cfg, "num_key_value_heads", None) or heads),
+        "head_dim": int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads),
+        "num_hidden_layers": 1,
+        "rms_norm_eps": float(cfg.rms_norm_eps),
+        "rope_theta": rope_theta(cfg),
+        "max_position_embeddings": int(cfg.max_position_embeddings),
+        "vocab_size": int(target.vocab_size),
+        "draft_vocab_size": int(draft_vocab_size),
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [int(i) for i in layers]},
+    }
+
+
+def rope_theta(cfg) -> float:
+    """The target's RoPE base (``rope_parameters`` in recent transformers, ``rope_theta`` before)."""
+    params = getattr(cfg, "rope_parameters", None) or {}
+    return float(params.get("rope_theta") or getattr(cfg, "rope_theta", None) or 10000.0)
+
+
+def new_head(target, vocab, layers, seed: int = 0, train_lm_head: bool = False):
+    """A float32 head: random fc and decoder layer (seeded), the target's frozen embedding, its
+    final norm and its lm-head rows of the draft vocabulary (trainable iff ``train_lm_head``)."""
+    from specrank.decode.drafters.eagle3 import Eagle3Head, eagle3_config
+
+    config = head_config(target, len(vocab.ids), layers)
+    torch.manual_seed(seed)
+    head = Eagle3Head(eagle3_config(config))
+    head.config_dict = config
+    embedding = target.model.get_input_embeddings()
+    with torch.no_grad():
+        head.lm_head.weight.copy_(target.model.get_output_embeddings().weight[vocab.ids].float())
+        final_norm = getattr(getattr(target.model, "model", None), "norm", None)
+        if final_norm is not None and final_norm.weight.shape == head.norm.weight.shape:
+            head.norm.weight.copy_(final_norm.weight.float())
+    head.embed_tokens = embedding  # shared with the target, as load_eagle3 does
+    head.requires_grad_(True)
+    embedding.requires_grad_(False)
+    head.lm_head.requires_grad_(train_lm_head)
+    head.norm.requires_grad_(train_lm_head)
+    return head.to(target.device)
+
+
+def save_head(directory, head, vocab) -> Path:
+    """Write ``config.json`` and ``model.safetensors`` (``fc``, ``midlayer.*``, ``norm``, ``lm_head``,
+    ``d2t``, ``t2d``; the embedding stays the target's), each atomically."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {
+        k: v.detach().float().cpu().contiguous()
+        for k, v in head.state_dict().items()
+        if not k.startswith(("embed_tokens", "rotary_emb"))
+    }
+    state["d2t"], state["t2d"] = vocab.d2t, vocab.t2d
+    _atomic(directory / WEIGHTS, lambda tmp: save_file(state, tmp))
+    _atomic(directory / "config.json", lambda tmp: Path(tmp).write_text(json.dumps(head.config_dict, indent=2)))
+    return directory
+
+
+def _atomic(path: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
