@@ -42,6 +42,7 @@ def rule_inputs(rounds, rng) -> dict:
     p1 = pool.p_edge[:, : pool.n_first].astype(np.float64)
     return {
         "first_factor": np.clip(p1 + 0.1 * rng.standard_normal(p1.shape), 0, 1),
+        "iso_factor": np.sqrt(pool.q_edge[:, : pool.n_first].astype(np.float64)),
         "edge_factor": np.sqrt(pool.q_edge.astype(np.float64)),
         "row_logp": rounds.rows["cache_logp"],
         "weight": 0.5,
@@ -74,23 +75,15 @@ def evaluate_chunk(rounds, law, max_budget, rng, timings) -> tuple[dict, tuple]:
     return out, tuple(c.astype(np.float32) for c in curves)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=100_000)
-    ap.add_argument("--chunk", type=int, default=2_000)
-    ap.add_argument("--law", default="sampling", choices=["sampling", "greedy"])
-    ap.add_argument("--prompts", type=int, default=650)
-    ap.add_argument("--resamples", type=int, default=2000)
-    ap.add_argument("--max-budget", type=int, default=300, help="largest PEARL-style pre-draw budget")
-    args = ap.parse_args(argv)
+def evaluate_all(args, timings: dict):
+    """Generate and evaluate the rounds chunk by chunk; returns per-round values and prompt ids."""
     rng = np.random.default_rng(0)
-    timings, parts, curves, prompts, gen_s = {}, [], [], [], 0.0
+    parts, curves, prompts, gen_s = [], [], [], 0.0
     for k, start in enumerate(range(0, args.rounds, args.chunk)):
         n = min(args.chunk, args.rounds - start)
         t0 = time.perf_counter()
         rounds = synthetic_pools(n, seed=k, n_prompts=max(1, args.prompts * n // args.rounds))
         gen_s += time.perf_counter() - t0
-        m = rounds.pool.shape[1]
         prompts.append(rounds.pool.prompt_id + sum(len(np.unique(x)) for x in prompts))
         values, curve = evaluate_chunk(rounds, args.law, args.max_budget, rng, timings)
         parts.append(values)
@@ -103,33 +96,56 @@ def main(argv=None) -> int:
         values["pearl_equal_mean"] = np.column_stack([em.values for em in matched])
     for b, em in zip(BUDGETS, matched):
         print(f"equal-mean PEARL-style at B={b}: pre-draw budget {em.budget:.2f}, mean size {em.sizes.mean():.2f}")
-    n_pairs = len(RULES) + 3 + 1  # fixed rules, three draw rules, equal mean
-    pairs = {"draw rules (3) + curves": 3}
-    print(f"\n{args.rounds:,} rounds x M={m}, law={args.law}, budgets {BUDGETS} "
+    print(f"\n{args.rounds:,} rounds x M={rounds.pool.shape[1]}, law={args.law}, budgets {BUDGETS} "
           f"(generation {gen_s:.1f} s, not timed)")
+    return values, np.concatenate(prompts)
+
+
+def print_rates(timings: dict, n_rounds: int) -> None:
+    """Per-stage and overall rounds per second per (rule, budget), wall-clock and CPU time."""
+    n_pairs = len(RULES) + 3 + 1  # fixed rules, three draw rules, equal mean
+    per_stage = {"draw rules (3) + curves": 3}
     print(f"{'stage':<28}{'wall s':>8}{'CPU s':>8}{'rounds/s per (rule, budget): wall':>36}{'CPU':>9}")
     for name, (w, c) in timings.items():
-        k = args.rounds * len(BUDGETS) * pairs.get(name, 1)
+        k = n_rounds * len(BUDGETS) * per_stage.get(name, 1)
         print(f"{name:<28}{w:>8.2f}{c:>8.2f}{k / w:>36,.0f}{k / c:>9,.0f}")
-    wall, cpu = (sum(t[i] for t in timings.values()) for i in (0, 1))
-    for label, s in (("wall", wall), ("CPU", cpu)):
-        rate = args.rounds * len(BUDGETS) * n_pairs / s
+    for i, label in enumerate(("wall", "CPU")):
+        s = sum(t[i] for t in timings.values())
+        rate = n_rounds * len(BUDGETS) * n_pairs / s
         print(f"all {n_pairs} rules x {len(BUDGETS)} budgets, {label}: {s:.2f} s -> {rate:,.0f} rounds/s per "
               f"(rule, budget)   goal >= {GOAL_RATE:,}  {'OK' if rate >= GOAL_RATE else 'MISSED'}")
-    print(f"machine load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"machine load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (other users included)")
 
-    prompt_id = np.concatenate(prompts)
-    boot_t = {}
-    with timed(boot_t, "bootstrap"):
-        boot = PromptBootstrap(prompt_id, n_resamples=args.resamples, seed=0)
+
+def bootstrap_report(values: dict, prompt_id: np.ndarray, n_resamples: int) -> None:
+    """Time the paired prompt bootstrap of every (rule, budget) and print its table."""
+    timings = {}
+    with timed(timings, "bootstrap"):
+        boot = PromptBootstrap(prompt_id, n_resamples=n_resamples, seed=0)
         table = rule_table(boot, values, BUDGETS)
-    boot_s, boot_cpu = boot_t["bootstrap"]
-    print(f"bootstrap: {args.resamples} resamples x {len(boot.prompts)} prompts, {len(table)} (rule, budget) rows x 5 "
-          f"statistics: {boot_s:.2f} s wall, {boot_cpu:.2f} s CPU   goal < {GOAL_BOOTSTRAP_S} s  {'OK' if boot_s < GOAL_BOOTSTRAP_S else 'MISSED'}")
+    wall, cpu = timings["bootstrap"]
+    print(f"bootstrap: {n_resamples} resamples x {len(boot.prompts)} prompts, {len(table)} (rule, budget) rows, "
+          f"5 statistics each: {wall:.2f} s wall, {cpu:.2f} s CPU   goal < {GOAL_BOOTSTRAP_S} s  "
+          f"{'OK' if wall < GOAL_BOOTSTRAP_S else 'MISSED'}")
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"peak memory: {peak_gb:.2f} GB   goal < {GOAL_MEMORY_GB} GB  {'OK' if peak_gb < GOAL_MEMORY_GB else 'MISSED'}")
     cols = ["rule", "budget", "mean", "gain", "gain_low", "gain_high", "gain_pct"]
     print("\n" + table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=100_000)
+    ap.add_argument("--chunk", type=int, default=2_000)
+    ap.add_argument("--law", default="sampling", choices=["sampling", "greedy"])
+    ap.add_argument("--prompts", type=int, default=650)
+    ap.add_argument("--resamples", type=int, default=2000)
+    ap.add_argument("--max-budget", type=int, default=300, help="largest PEARL-style pre-draw budget")
+    args = ap.parse_args(argv)
+    timings = {}
+    values, prompt_id = evaluate_all(args, timings)
+    print_rates(timings, args.rounds)
+    bootstrap_report(values, prompt_id, args.resamples)
     return 0
 
 

@@ -33,6 +33,11 @@ def controls_frame(rounds: Rounds) -> pd.DataFrame:
         "cand": np.tile(np.arange(k), n),
         "perfect": rounds.first_label.reshape(-1),
         "copy": rounds.pool.q_edge[:, :k].astype(np.float64).reshape(-1),
+        # columns `specrank train` also writes, which are not first-factor rerankers here
+        "draft": rounds.pool.q_edge[:, :k].astype(np.float64).reshape(-1),
+        "per_depth": np.zeros(n * k),
+        "label": rounds.first_label.reshape(-1),
+        "fold": np.repeat(rounds.fold, k),
     })
     return frame.sample(frac=1.0, random_state=0).reset_index(drop=True)
 
@@ -84,6 +89,7 @@ def test_controls_reproduce_root_and_draft_exactly(evaluation):
 def test_predictions_alignment_is_order_free_and_strict(rounds):
     frame = controls_frame(rounds)
     aligned = align_predictions(rounds, frame)
+    assert sorted(aligned) == ["copy", "perfect"]
     np.testing.assert_array_equal(aligned["perfect"], rounds.first_label)
     with pytest.raises(SchemaError, match="is missing"):
         align_predictions(rounds, frame.iloc[1:])

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import socket
 
+import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+from mlflow_store import mlflow_db  # noqa: F401  (fixture)
+from specrank import tracking
 from specrank.cli import main
 from specrank.featurize import featurize_run
 from specrank.featurize.synthetic import write_synthetic_run
-from specrank.rerankers import GBMReranker, IsotonicFirstFactor, cross_fit
+from specrank.rerankers import GBMReranker, IsotonicFirstFactor, cross_fit, load_reranker
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -26,10 +29,13 @@ def run_and_predictions(tmp_path_factory):
     pred = feats[["prompt_id", "task", "round", "cand"]].copy()
     pred["isotonic"] = cross_fit(IsotonicFirstFactor(), feats).predictions
     for name in ("base", "rows"):
-        pred[name] = cross_fit(GBMReranker(name, n_estimators=20, num_leaves=7, n_jobs=1), feats).predictions
+        fit = cross_fit(GBMReranker(name, n_estimators=20, num_leaves=7, n_jobs=1), feats)
+        pred[name] = fit.predictions
+    for fold, model in fit.models.items():  # `specrank train`'s models/NAME-foldF.pkl layout
+        model.save(root / "models" / f"rows-fold{fold}.pkl")
     path = root / "predictions.parquet"
     pred.to_parquet(path, index=False)
-    return run_dir, path
+    return run_dir, path, feats
 
 
 def free_port() -> int:
@@ -38,13 +44,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_predictions, tmp_path, monkeypatch, capsys):
-    run_dir, predictions = run_and_predictions
+def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_predictions, mlflow_db, tmp_path, monkeypatch,
+                                                              capsys):
+    run_dir, predictions, feats = run_and_predictions
     monkeypatch.chdir(tmp_path)  # the default tracking store is ./mlflow.db
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     out = tmp_path / "eval"
     rc = main(["evaluate", str(run_dir), "--predictions", str(predictions), "--out", str(out), "--bootstrap", "100",
-               "--budgets", "4", "8", "59"])
-    assert rc == 0, capsys.readouterr().err
+               "--budgets", "4", "8", "59", "--models", str(predictions.parent / "models")])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
     for name in ("summary", "splits", "first_factor", "comparisons", "mixture_weights"):
         assert len(pd.read_parquet(out / f"{name}.parquet")) == len(pd.read_csv(out / f"{name}.csv")) > 0
     report = (out / "report.md").read_text()
@@ -58,7 +67,7 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
     assert set(summary["rule"]) >= {"draft", "isotonic", "per_depth", "base", "rows", "root", "depth2", "oracle",
                                     "subst_cache", "mix_preceding"}
 
-    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    client = MlflowClient(f"sqlite:///{mlflow_db}")
     exp = client.get_experiment_by_name("specrank")
     parent = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
     assert len(parent) == 1
@@ -70,6 +79,11 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
     folds = client.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'")
     assert sorted(r.info.run_name for r in folds) == ["fold-0", "fold-1"]
     assert all("root.B8.gain" in r.data.metrics for r in folds)
+    uris = dict(line[len("model "):].split(": ") for line in captured.out.splitlines() if line.startswith("model "))
+    assert sorted(uris) == ["rows-fold0", "rows-fold1"]
+    saved = load_reranker(predictions.parent / "models" / "rows-fold1.pkl")
+    logged = tracking.load_reranker(uris["rows-fold1"], tracking_uri=f"sqlite:///{mlflow_db}")
+    np.testing.assert_array_equal(logged.predict_first_factor(feats), saved.predict_first_factor(feats))
     figures = {a.path for a in client.list_artifacts(run.info.run_id, "figures")}
     assert figures == {"figures/gain_vs_budget.png", "figures/root_share_by_task.png"}
     assert "tables/summary.parquet" in {a.path for a in client.list_artifacts(run.info.run_id, "tables")}
@@ -83,7 +97,7 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
 
 
 def test_unreachable_tracking_server_fails_before_any_output(run_and_predictions, tmp_path, capsys):
-    run_dir, predictions = run_and_predictions
+    run_dir, predictions, feats = run_and_predictions
     uri = f"http://127.0.0.1:{free_port()}"
     out = tmp_path / "eval"
     rc = main(["evaluate", str(run_dir), "--predictions", str(predictions), "--out", str(out), "--tracking-uri", uri])
@@ -94,7 +108,7 @@ def test_unreachable_tracking_server_fails_before_any_output(run_and_predictions
 
 
 def test_user_errors_are_one_line(run_and_predictions, tmp_path, monkeypatch, capsys):
-    run_dir, predictions = run_and_predictions
+    run_dir, predictions, feats = run_and_predictions
     monkeypatch.chdir(tmp_path)
     args = ["--out", str(tmp_path / "eval"), "--no-tracking"]
     assert main(["evaluate", str(run_dir), "--predictions", str(tmp_path / "none.parquet"), *args]) == 2

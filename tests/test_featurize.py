@@ -145,3 +145,9 @@ def test_one_round_online_equals_batch(feats):
 def test_base_and_rows_sets_are_disjoint_in_rows():
     assert set(BASE) < set(ROWS)
     assert not any("logp" in f or "gap" in f for f in BASE if f != "sib_gap")
+
+
+def test_every_feature_of_the_sets_is_documented():
+    from specrank.featurize.sets import DESCRIPTIONS
+
+    assert set(ROWS) == set(DESCRIPTIONS)

@@ -57,6 +57,13 @@ def test_mixed_pool_shapes_raise(tmp_path, small):
     df = pd.concat([table.to_pandas(), other.to_pandas()], ignore_index=True)
     with pytest.raises(SchemaError, match="pool shapes mixed"):
         featurize_rounds(df, manifest)
+    with pytest.raises(SchemaError, match="pool shapes mixed"):  # the two shapes in different chunks
+        featurize_rounds(df, manifest, chunk_rounds=30)
+
+
+def test_chunking_does_not_change_features(small):
+    table, manifest = small
+    pd.testing.assert_frame_equal(featurize_rounds(table, manifest, chunk_rounds=7), featurize_rounds(table, manifest))
 
 
 def test_topk_mismatch_raises(small):
@@ -133,9 +140,25 @@ def test_featurize_is_vectorized_at_scale():
     assert time.perf_counter() - start < 20.0  # ~1.5 s idle; generous for a shared 2-core box
 
 
-def test_arrow_list_and_fixed_size_list_agree(small):
+def test_arrow_lists_fixed_size_lists_and_pandas_agree(small):
     table, manifest = small
     as_lists = pa.table({c: (table.column(c).cast(pa.list_(table.column(c).type.value_type))
                              if pa.types.is_fixed_size_list(table.column(c).type) else table.column(c))
                          for c in table.column_names})
     pd.testing.assert_frame_equal(featurize_rounds(as_lists, manifest), featurize_rounds(table, manifest))
+    pd.testing.assert_frame_equal(featurize_rounds(table.to_pandas(), manifest), featurize_rounds(table, manifest))
+
+
+def test_edge_frame_has_one_row_per_pool_edge(small):
+    from specrank.featurize import edge_frame
+
+    table, manifest = small
+    edges = edge_frame(table, manifest)
+    n, m = table.num_rows, table.schema.field("depth").type.list_size
+    assert len(edges) == n * m and edges.attrs["specrank"]["label_kind"] == "probability"
+    row = edges[(edges.prompt_id == "p0002") & (edges["round"] == 3)]
+    i = 2 * 5 + 3
+    np.testing.assert_array_equal(row.node, np.arange(m))
+    np.testing.assert_array_equal(row.depth, table["depth"][i].values.to_numpy())
+    np.testing.assert_allclose(row.label, table["p_edge"][i].values.to_numpy())
+    assert (row.fold == 0).all() and (row.prompt_index == 2).all()

@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 
 from specrank.cli import main
+from specrank.featurize import read_features
 from specrank.featurize.synthetic import write_synthetic_run
 from specrank.rerankers import load_reranker
 
@@ -24,14 +25,11 @@ def test_featurize_then_train(tmp_path, capsys):
     assert np.all((values >= 0) & (values <= 1))
     models = sorted(p.name for p in (tmp_path / "out" / "models").iterdir())
     assert models == sorted(f"{n}-fold{f}.pkl" for n in ("isotonic", "base", "rows", "per_depth") for f in (0, 1))
-    # the fold-0 predictions came from the model trained on fold 1
-    rows1 = load_reranker(tmp_path / "out" / "models" / "rows-fold0.pkl")
-    feats = pd.read_parquet(run / "features.parquet")
-    from specrank.featurize import read_features
-
+    # rows-fold0.pkl (trained on fold 1) made the fold-0 predictions
+    model = load_reranker(tmp_path / "out" / "models" / "rows-fold0.pkl")
     feats = read_features(run / "features.parquet")
     held = (feats.fold == 0).to_numpy()
-    np.testing.assert_allclose(rows1.predict(feats[held]), preds.rows[held])
+    np.testing.assert_allclose(model.predict(feats[held]), preds.rows[held])
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

@@ -101,3 +101,19 @@ def test_bad_inputs_name_the_field():
         boot.totals(cols, mask=np.ones(3, bool))
     with pytest.raises(SelectionError, match="^column:"):
         boot.totals(cols).mean("nope")
+
+
+def test_equal_mean_gain_rematches_inside_each_resample():
+    from specrank.selection.stats import _matched_gain, _per_prompt
+
+    pool = random_pool(90, 30, 4, seed=6)
+    rd_v, rd_s = (a[:, 0] for a in draw_values(pool, [5])["root_draw"])
+    vc, sc = pearl_curves(pool)
+    boot = PromptBootstrap(pool.prompt_id, 3, seed=2)
+    cols = np.column_stack([rd_v, rd_s, np.ones(len(rd_v))])
+    sums = [_per_prompt(boot.prompt_index, len(boot.prompts), a) for a in (cols, vc, sc)]
+    got = _matched_gain(*(boot.weights @ s for s in sums), pct=False)
+    for r in range(3):
+        rows = np.repeat(np.arange(len(rd_v)), boot.weights[r][boot.prompt_index].astype(int))
+        em = equal_mean(vc[rows], sc[rows], rd_s[rows].mean())
+        assert got[r] == pytest.approx(rd_v[rows].mean() - em.values.mean(), abs=1e-12)

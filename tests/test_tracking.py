@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from specrank import tracking  # noqa: E402
 from specrank.featurize.features import META_KEY, feature_meta  # noqa: E402
 from specrank.rerankers import IsotonicFirstFactor  # noqa: E402
+from mlflow_store import mlflow_db  # noqa: E402,F401  (fixture)
 
 
 def free_port() -> int:
@@ -39,7 +40,11 @@ def small_reranker():
 
 def test_default_uri_is_sqlite_in_working_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert tracking.resolve_tracking_uri(None) == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking.example:5000")
+    assert tracking.resolve_tracking_uri(None) == "http://tracking.example:5000"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
     assert tracking.resolve_tracking_uri("http://host:5000") == "http://host:5000"
     assert tracking.resolve_tracking_uri("runs.db") == f"sqlite:///{tmp_path.resolve()}/runs.db"
     assert tracking.resolve_tracking_uri("store").startswith("file:///")
@@ -110,8 +115,40 @@ def check_logged(uri: str, run_id: str, model_uri: str, reranker, features) -> N
     np.testing.assert_array_equal(pyfunc.predict(features.head(50)), reranker.predict_first_factor(features.head(50)))
 
 
-def test_sqlite_store_run_with_folds_artifacts_and_model(tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+def test_sqlite_store_run_with_folds_artifacts_and_model(mlflow_db):
+    uri = f"sqlite:///{mlflow_db}"
     reranker, features = small_reranker()
     run_id, model_uri = log_experiment(uri, reranker, features)
     check_logged(uri, run_id, model_uri, reranker, features)
+    assert (mlflow_db.parent / "mlruns").is_dir()  # artifacts beside the database, not in the working directory
+
+
+def test_optuna_trials_become_nested_runs(mlflow_db):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    uri = f"sqlite:///{mlflow_db}"
+    with tracking.experiment_run("specrank-tune", run_name="tune", tracking_uri=uri) as parent:
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+        study.optimize(lambda t: (t.suggest_float("lr", 0.01, 0.1) - 0.05) ** 2, n_trials=3,
+                       callbacks=[tracking.TrialLogger("mse")])
+    client = MlflowClient(uri)
+    runs = client.search_runs([parent.info.experiment_id],
+                              filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    by_name = {r.info.run_name: r for r in runs}
+    assert sorted(by_name) == ["trial-0", "trial-1", "trial-2"]
+    for trial in study.trials:
+        run = by_name[f"trial-{trial.number}"]
+        assert run.data.metrics["mse"] == pytest.approx(trial.value)
+        assert float(run.data.params["trial.lr"]) == pytest.approx(trial.params["lr"])
+
+
+def test_load_reranker_from_a_saved_file(tmp_path):
+    from specrank.rerankers import save_reranker
+
+    reranker, features = small_reranker()
+    save_reranker(reranker, tmp_path / "iso.pkl")
+    loaded = tracking.load_reranker(tmp_path / "iso.pkl")
+    np.testing.assert_array_equal(loaded.predict_first_factor(features), reranker.predict_first_factor(features))
+    with pytest.raises(FileNotFoundError, match="neither a saved reranker"):
+        tracking.load_reranker(tmp_path)

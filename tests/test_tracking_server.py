@@ -11,18 +11,19 @@ import urllib.request
 
 import pytest
 
+from mlflow_store import mlflow_db  # noqa: F401  (fixture)
 from test_tracking import check_logged, free_port, log_experiment, small_reranker
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """The URI of a fresh tracking server with a SQLite backend and proxied artifacts."""
-    root = tmp_path_factory.mktemp("mlflow_server")
+@pytest.fixture
+def mlflow_server(mlflow_db):
+    """The URI of a fresh tracking server with a (pre-migrated) SQLite backend and proxied artifacts."""
+    root = mlflow_db.parent
     port = free_port()
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     env.pop("MLFLOW_TRACKING_URI", None)
     cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-           "--backend-store-uri", f"sqlite:///{root}/db", "--artifacts-destination", str(root / "artifacts")]
+           "--backend-store-uri", f"sqlite:///{mlflow_db}", "--artifacts-destination", str(root / "artifacts")]
     log = open(root / "server.log", "wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root, start_new_session=True)
     uri = f"http://127.0.0.1:{port}"
@@ -40,7 +41,7 @@ def mlflow_server(tmp_path_factory):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the server and its uvicorn worker share this group
         try:
-            proc.wait(timeout=15)
+            proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

@@ -31,6 +31,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     import torch
+    from transformers.utils import logging as hf_logging
 
     from specrank.decode.drafters import load_drafter
     from specrank.decode.loop import DecodeConfig
@@ -43,6 +44,7 @@ def run(args) -> int:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
     if args.threads:
         torch.set_num_threads(args.threads)
+    hf_logging.disable_progress_bar()  # weight-loading bars would bury errors and the decode bar
     prompts_path = args.prompts or default_prompts_path()
     prompts = read_prompts(prompts_path, limit=args.limit)
     config = DecodeConfig(PoolShape(args.topk, args.depth, args.expand), args.budget, args.extra,

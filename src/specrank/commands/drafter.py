@@ -1,4 +1,5 @@
-"""``specrank drafter``: drafter tools (``fit-exit-head`` fits an early-exit drafter's linear head)."""
+"""``specrank drafter``: drafter tools (``fit-exit-head`` fits an early-exit drafter's linear head;
+``train``, from ``specrank.drafter_training.command``, trains an EAGLE-3-format head)."""
 
 from __future__ import annotations
 

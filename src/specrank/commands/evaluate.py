@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-HELP = "evaluate draft, reranked, exact-row and retained-row selection offline, with prompt-bootstrap intervals"
+HELP = "Evaluate every selection rule offline on a run's recorded rounds, with paired prompt-bootstrap intervals."
 
 
 def add_arguments(parser) -> None:
@@ -21,31 +21,33 @@ def add_arguments(parser) -> None:
     parser.add_argument("--experiment", default="specrank", help="MLflow experiment name (default specrank)")
     parser.add_argument("--run-name", default=None, help="MLflow parent run name (default evaluate-<run dir name>)")
     parser.add_argument("--no-tracking", action="store_true", help="write local outputs only, log nothing to MLflow")
+    parser.add_argument("--models", default=None,
+                        help="models/ directory of 'specrank train' (NAME-foldF.pkl): log each as an MLflow model"
+                             " in its fold's nested run")
 
 
 def run(args) -> int:
-    from specrank.evaluation import evaluate_run, render_figures, save_evaluation, write_report
-    from specrank.evaluation.figures import close_figures
+    from specrank.evaluation import evaluate_run, save_evaluation, write_report
+    from specrank.evaluation.figures import FIGURES
 
     run_dir, predictions = Path(args.run_dir), Path(args.predictions)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist")
     if not predictions.is_file():
         raise FileNotFoundError(f"predictions file {predictions} does not exist")
+    models = _read_models(args.models) if args.models else {}
     uri = None
     if not args.no_tracking:
         from specrank.tracking import check_reachable, resolve_tracking_uri
 
         uri = check_reachable(resolve_tracking_uri(args.tracking_uri))  # before any work: no partial output
     evaluation = evaluate_run(run_dir, predictions, budgets=args.budgets, n_boot=args.bootstrap, seed=args.seed)
-    figures = render_figures(evaluation.summary, evaluation.splits, evaluation.meta)
-    try:
-        save_evaluation(evaluation, args.out)
-        report = write_report(evaluation, args.out, figures)
-        if uri is not None:
-            _track(args, uri, evaluation, figures, report, run_dir, predictions)
-    finally:
-        close_figures(figures)
+    save_evaluation(evaluation, args.out)
+    report = write_report(evaluation, args.out)
+    if uri is not None:
+        figures = {name: Path(args.out, "figures", f"{name}.png") for name in FIGURES}  # the files just written
+        for key, model_uri in _track(args, uri, evaluation, figures, report, run_dir, predictions, models).items():
+            print(f"model {key}: {model_uri}")
     s = evaluation.summary
     for b in evaluation.meta["headline_budgets"]:
         root = s[(s["rule"] == "root") & (s["budget"] == b)].iloc[0]
@@ -56,7 +58,35 @@ def run(args) -> int:
     return 0
 
 
-def _track(args, uri, evaluation, figures, report, run_dir: Path, predictions: Path) -> None:
+def _read_models(models_dir) -> dict[str, dict]:
+    """{fold: {name: reranker}} from ``NAME-foldF.pkl`` files (``specrank train``'s models/)."""
+    from specrank.rerankers import load_reranker
+
+    files = sorted(Path(models_dir).glob("*-fold*.pkl"))
+    if not files:
+        raise FileNotFoundError(f"no NAME-foldF.pkl models in {models_dir}")
+    models: dict[str, dict] = {}
+    for f in files:
+        name, fold = f.stem.rsplit("-fold", 1)
+        models.setdefault(fold, {})[name] = load_reranker(f)
+    return models
+
+
+def _example(run_dir: Path):
+    """Features of a few rounds of the first shard: the input example and signature of logged rerankers."""
+    import pyarrow.parquet as pq
+
+    from specrank.featurize import featurize_rounds, read_manifest
+    from specrank.featurize.arrays import label_kind
+    from specrank.featurize.features import required_columns
+
+    manifest = read_manifest(run_dir)
+    shard = sorted(Path(run_dir, "rounds").glob("*.parquet"))[0]
+    columns = required_columns(pq.read_schema(shard).names, label_kind(manifest), False)
+    return featurize_rounds(pq.read_table(shard, columns=columns).slice(0, 4), manifest, labels=False)
+
+
+def _track(args, uri, evaluation, figures, report, run_dir: Path, predictions: Path, models: dict) -> dict:
     from specrank import tracking
     from specrank.tracking.evaluation import log_evaluation
 
@@ -74,7 +104,7 @@ def _track(args, uri, evaluation, figures, report, run_dir: Path, predictions: P
     run_name = args.run_name or f"evaluate-{run_dir.resolve().name}"
     with tracking.experiment_run(args.experiment, run_name=run_name, tracking_uri=uri):
         tracking.log_params(params)
-        log_evaluation(evaluation, figures, report)
+        return log_evaluation(evaluation, figures, report, models, _example(run_dir) if models else None)
 
 
 def evaluation_manifest(run_dir: Path) -> dict:

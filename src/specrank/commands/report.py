@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-HELP = "re-render report.md and figures/ from the tables that 'specrank evaluate' saved"
+HELP = "Re-render report.md and figures/ from the tables that 'specrank evaluate' saved."
 
 
 def add_arguments(parser) -> None:

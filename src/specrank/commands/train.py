@@ -1,4 +1,7 @@
-"""``specrank train FEATURES``: cross-fit named rerankers, write predictions.parquet and the models."""
+"""``specrank train FEATURES``: cross-fit named rerankers, write predictions.parquet and the models.
+
+``OUT_DIR/models/NAME-foldF.pkl`` is the model that predicted fold F (it was trained on the other folds).
+"""
 
 from __future__ import annotations
 

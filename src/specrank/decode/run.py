@@ -71,6 +71,8 @@ def open_run_dir(out_dir, manifest: dict) -> Path:
         (out / "rounds").mkdir(parents=True, exist_ok=True)
         write_json_atomic(manifest, path)
     (out / "rounds").mkdir(exist_ok=True)
+    for stale in (out / "rounds").glob(".*.tmp"):  # left by a killed write; never a finished shard
+        stale.unlink()
     return out
 
 

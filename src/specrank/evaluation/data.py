@@ -93,9 +93,14 @@ def read_predictions(path) -> pd.DataFrame:
     return frame
 
 
+# ``specrank train`` also writes ``draft`` (= q1) and ``per_depth`` (its depth-1 map only); evaluation
+# ranks draft from the recorded pool and re-fits the per-depth control over every depth.
+NOT_RERANKERS = {schema.LABEL_COLUMN, schema.FOLD_COLUMN, "prompt_index", "token", "draft", "per_depth"}
+
+
 def prediction_columns(predictions: pd.DataFrame) -> list[str]:
-    """The reranker columns of a predictions table: numeric columns other than keys, label and fold."""
-    skip = set(schema.FEATURE_KEYS) | {schema.LABEL_COLUMN, schema.FOLD_COLUMN, "prompt_index", "token"}
+    """The reranker columns of a predictions table: numeric columns other than keys, label, fold, draft."""
+    skip = set(schema.FEATURE_KEYS) | NOT_RERANKERS
     return [c for c in predictions.columns if c not in skip and pd.api.types.is_numeric_dtype(predictions[c])]
 
 

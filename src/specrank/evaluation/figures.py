@@ -13,6 +13,7 @@ import pandas as pd  # noqa: E402
 from specrank.evaluation.names import EXACT, ROW_RULES, label, ordered, rerankers  # noqa: E402
 
 EAGLE3_TREE = 59  # EAGLE-3's default tree (dotted line)
+FIGURES = ("gain_vs_budget", "root_share_by_task")
 
 
 # Distinct hues for the rules a reader compares; a mixture shares its row's hue (dashed).
@@ -115,10 +116,7 @@ def _caption(meta: dict | None, text: str) -> str:
 
 def render_figures(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict | None = None) -> dict:
     """Figure name -> matplotlib Figure (close them with ``plt.close``)."""
-    return {
-        "gain_vs_budget": gain_vs_budget(summary, meta),
-        "root_share_by_task": root_share_by_task(summary, splits, meta),
-    }
+    return {"gain_vs_budget": gain_vs_budget(summary, meta), "root_share_by_task": root_share_by_task(summary, splits, meta)}
 
 
 def close_figures(figures: dict) -> None:

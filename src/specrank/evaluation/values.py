@@ -8,6 +8,7 @@ geometric-mixture weight of each prompt half on the other half.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from specrank.evaluation.data import Rounds
 from specrank.featurize.features import META_KEY
@@ -49,16 +50,15 @@ def per_depth_edges(rounds: Rounds) -> np.ndarray:
     return out
 
 
-def _edges(rounds: Rounds, mask: np.ndarray):
-    import pandas as pd
-
+def _edges(rounds: Rounds, mask: np.ndarray) -> pd.DataFrame:
+    """Edges table (``depth``, ``q_edge``) of the masked pool cells, with the features metadata rerankers check."""
     edges = pd.DataFrame({"depth": rounds.pool.depth[mask], "q_edge": rounds.pool.q_edge[mask].astype(np.float64)})
     kind = "argmax" if rounds.law == "greedy" else "probability"
     edges.attrs[META_KEY] = {"label_kind": kind, "topk": rounds.topk}
     return edges
 
 
-def rule_inputs(rounds: Rounds, first_factors: dict[str, np.ndarray], per_depth: bool = True) -> dict[str, dict]:
+def rule_inputs(rounds: Rounds, first_factors: dict[str, np.ndarray]) -> dict[str, tuple[str, dict]]:
     """Rule name -> (registered rule, its inputs) for every rule evaluated on ``rounds``."""
     clash = sorted(set(first_factors) & set(RESERVED))
     if clash:
@@ -66,8 +66,7 @@ def rule_inputs(rounds: Rounds, first_factors: dict[str, np.ndarray], per_depth:
     rules = {name: (name, {}) for name in EXACT_RULES}
     for name, factor in first_factors.items():
         rules[name] = ("reranked", {"first_factor": factor})
-    if per_depth:
-        rules["per_depth"] = ("per_depth", {"edge_factor": per_depth_edges(rounds)})
+    rules["per_depth"] = ("per_depth", {"edge_factor": per_depth_edges(rounds)})
     for source in ROW_SOURCES:
         rules[f"subst_{source}"] = ("substitution", {"row_logp": rounds.rows[source]})
     return rules

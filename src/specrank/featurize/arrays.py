@@ -12,8 +12,6 @@ import pyarrow as pa
 from specrank import schema
 from specrank.schema import SchemaError
 
-LABEL_KINDS = ("probability", "argmax")
-
 
 def manifest_value(manifest: dict, key: str):
     """``manifest[key]``, also looked up under a nested ``pool`` section; one-line error if absent."""
@@ -92,6 +90,9 @@ def check_pool(a: dict[str, np.ndarray], topk: int) -> None:
     first = a["depth"][:, :topk]
     if n and (np.any(first != 1) or np.any(a["parent"][:, :topk] != -1) or np.any(a["depth"][:, topk:] == 1)):
         raise SchemaError(f"rounds: the first-level candidates are not pool indices 0..{topk - 1} (topk mismatch?)")
+    parent, idx = a["parent"], np.arange(m)
+    if np.any((a["depth"] > 1) & ((parent < 0) | (parent >= idx))):
+        raise SchemaError("rounds: a pool node's parent does not precede it (pool order broken)")
     for c in schema.ROW_COLUMNS:
         if c in a and a[c].shape != (n, topk):
             raise SchemaError(f"rounds: column {c} has shape {a[c].shape}, expected ({n}, {topk})")

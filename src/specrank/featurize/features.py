@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -10,7 +9,7 @@ import pyarrow as pa
 import specrank
 from specrank import schema
 from specrank.featurize.arrays import check_pool, label_kind, manifest_value, round_arrays
-from specrank.featurize.context import context_features, previous_acceptance, prompt_index
+from specrank.featurize.context import context_features, previous_acceptance
 from specrank.featurize.draft import draft_features
 from specrank.featurize.rows import ROW_SOURCES, row_features
 from specrank.featurize.subtree import subtree_features
@@ -37,44 +36,78 @@ def _columns_of(rounds) -> list[str]:
     return list(rounds.keys()) if isinstance(rounds, dict) else list(rounds.columns)
 
 
-def featurize_rounds(rounds, manifest: dict, *, labels: bool = True) -> pd.DataFrame:
+def _slice(rounds, start: int, stop: int):
+    """Rounds ``start:stop`` of a Table (zero-copy), dict of arrays or DataFrame."""
+    if isinstance(rounds, pa.Table):
+        return rounds.slice(start, stop - start)
+    if isinstance(rounds, dict):
+        return {k: v[start:stop] for k, v in rounds.items()}
+    return rounds.iloc[start:stop]
+
+
+def _pool_features(a: dict, topk: int, kind: str, labels: bool) -> dict[str, np.ndarray]:
+    """Every per-candidate array of a chunk of rounds, each (n, topk)."""
+    token1 = a["token"][:, :topk]  # (n, K)
+    feats = {"token": token1.astype(np.int64)}
+    feats.update(draft_features(a["q_edge"][:, :topk]))
+    feats.update(subtree_features(a["parent"], a["depth"], a["q_edge"], a["draft_logp"], topk))
+    feats.update(context_features(token1, a["root_token"], a["prompt_len"], a["position"], a["prev_accepted"]))
+    feats.update(row_features({s: a[f"{s}_logp"] for s in ROW_SOURCES}, a["cache_age"], a["prev_tree_root_token_count"]))
+    if labels:
+        feats[schema.LABEL_COLUMN] = a[LABEL_SOURCE[kind]][:, :topk].astype(np.float64)
+    return feats
+
+
+def featurize_rounds(rounds, manifest: dict, *, labels: bool = True, prompt_ids=None,
+                     chunk_rounds: int = 2048) -> pd.DataFrame:
     """Features of N rounds (Arrow table, DataFrame or dict of arrays) -> DataFrame of N * topk rows.
 
-    Columns: ``schema.FEATURE_KEYS``, ``prompt_index`` (rank of the prompt id among the table's
-    sorted distinct ids), ``fold`` (= prompt_index % 2), ``token``, every feature of
-    ``specrank.featurize.sets`` except the token prior, and ``label`` (``p_edge`` at the candidate
-    for sampling runs, ``p_argmax_child`` for greedy runs) when ``labels``. ``attrs["specrank"]``
-    records the label kind, topk and temperature.
+    Columns: ``schema.FEATURE_KEYS``, ``prompt_index`` (rank of the round's prompt id among
+    ``prompt_ids``, by default the table's sorted distinct ids), ``fold`` (= prompt_index % 2),
+    ``token``, every feature of ``specrank.featurize.sets`` except the token prior, and ``label``
+    (``p_edge`` at the candidate for sampling runs, ``p_argmax_child`` for greedy runs) when
+    ``labels``. ``attrs["specrank"]`` records the label kind, topk and temperature. Pools are
+    processed ``chunk_rounds`` rounds at a time (vectorized within a chunk) to bound memory.
     """
     kind = label_kind(manifest)
     topk = int(manifest_value(manifest, "topk"))
-    a = round_arrays(rounds, required_columns(_columns_of(rounds), kind, labels))
-    check_pool(a, topk)
-    n = len(a["round"])
-    token1 = a["token"][:, :topk]  # (N, K)
-    prev = a["prev_accepted"] if "prev_accepted" in a else previous_acceptance(a["prompt_id"], a["round"], a["accepted"])
-    feats = draft_features(a["q_edge"][:, :topk])
-    feats.update(subtree_features(a["parent"], a["depth"], a["q_edge"], a["draft_logp"], topk))
-    feats.update(context_features(token1, a["root_token"], a["prompt_len"], a["position"], prev))
-    logp = {s: a[f"{s}_logp"] for s in ROW_SOURCES}
-    feats.update(row_features(logp, a["cache_age"], a["prev_tree_root_token_count"]))
+    names = required_columns(_columns_of(rounds), kind, labels)
+    history = names[len(REQUIRED)]  # accepted, or prev_accepted online
+    head = round_arrays(rounds, schema.ROUND_KEYS + [history])
+    n = len(head["round"])
+    if n == 0:
+        raise schema.SchemaError("rounds: no rounds to featurize")
+    if history == "accepted":
+        head["prev_accepted"] = previous_acceptance(head["prompt_id"], head["round"], head["accepted"])
+    per_chunk = [c for c in names if c not in schema.ROUND_KEYS and c != history]
+    out, width = {}, None
+    for start in range(0, n, chunk_rounds):  # chunks of rounds, vectorized inside
+        stop = min(start + chunk_rounds, n)
+        a = round_arrays(_slice(rounds, start, stop), per_chunk)
+        a.update({k: head[k][start:stop] for k in ("root_token", "prompt_len", "position", "prev_accepted")})
+        check_pool(a, topk)
+        if width is not None and a["parent"].shape[1] != width:
+            raise schema.SchemaError(f"rounds: pools of {width} and {a['parent'].shape[1]} candidates (pool shapes mixed)")
+        width = a["parent"].shape[1]
+        for k, v in _pool_features(a, topk, kind, labels).items():
+            out.setdefault(k, np.empty((n, topk), dtype=v.dtype))[start:stop] = v
 
-    pidx = prompt_index(a["prompt_id"])
+    ids = np.unique(head["prompt_id"]) if prompt_ids is None else np.asarray(prompt_ids)
+    pidx = np.searchsorted(ids, head["prompt_id"])
+    if np.any(pidx >= len(ids)) or np.any(ids[np.minimum(pidx, len(ids) - 1)] != head["prompt_id"]):
+        raise schema.SchemaError("rounds: a prompt id is missing from prompt_ids")
     rep = lambda v: np.repeat(np.asarray(v), topk)  # noqa: E731  (N,) -> (N * K,)
-    tasks, task_codes = np.unique(np.asarray(a["task"]).astype(str), return_inverse=True)
+    tasks, task_codes = np.unique(np.asarray(head["task"]).astype(str), return_inverse=True)
     cols = {
-        "prompt_id": rep(a["prompt_id"]),
+        "prompt_id": rep(head["prompt_id"]),
         "task": pd.Categorical.from_codes(rep(task_codes.reshape(-1)), categories=tasks),
-        "round": rep(a["round"]).astype(np.int64),
+        "round": rep(head["round"]).astype(np.int64),
         "cand": np.tile(np.arange(topk, dtype=np.int64), n),
         "prompt_index": rep(pidx).astype(np.int64),
         "fold": rep(pidx % 2).astype(np.int64),
-        "token": token1.reshape(-1).astype(np.int64),
     }
-    cols.update({k: np.ascontiguousarray(v).reshape(-1) for k, v in feats.items()})
-    if labels:
-        cols[schema.LABEL_COLUMN] = a[LABEL_SOURCE[kind]][:, :topk].reshape(-1).astype(np.float64)
-    df = pd.DataFrame(cols)
+    cols.update({k: v.reshape(-1) for k, v in out.items()})
+    df = pd.DataFrame(cols, copy=False)
     df.attrs[META_KEY] = feature_meta(kind, topk, manifest_value(manifest, "temperature"))
     return df
 

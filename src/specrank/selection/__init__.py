@@ -21,6 +21,7 @@ from specrank.selection.select import (
 )
 from specrank.selection.stats import Interval, PromptBootstrap, Totals, quintile_labels, rule_table
 from specrank.selection.synthetic import SyntheticRounds, random_pool, synthetic_pools
+from specrank.selection.values import cross_fit_choice, evaluate_rules
 
 __all__ = [
     "DRAW_RULES",
@@ -38,9 +39,11 @@ __all__ = [
     "SyntheticRounds",
     "Totals",
     "budget_curve",
+    "cross_fit_choice",
     "cumulate",
     "draw_values",
     "equal_mean",
+    "evaluate_rules",
     "first_token_agreement",
     "fixed_values",
     "pearl_curves",

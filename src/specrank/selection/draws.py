@@ -12,8 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specrank.selection.pool import PoolBatch, PoolError
-from specrank.selection.rules import _budgets
-from specrank.selection.select import _packable, packed_order, rank_order, select_top
+from specrank.selection.select import check_budgets, packable, packed_order, rank_order, select_top
 
 DRAW_RULES = ("root_draw", "pearl", "pearl_variant")
 
@@ -40,7 +39,7 @@ class DraftGroups:
         order = rank_order(logp, pool.depth)
         below = pool.depth >= 2
         group = np.where(below, pool.first_ancestor, L)  # depth 1 -> dummy group L
-        if logp.dtype == np.float32 and L < 255 and _packable(pool.depth):
+        if logp.dtype == np.float32 and L < 255 and packable(pool.depth):
             grouped = packed_order(np.where(np.isnan(logp), np.float32(-np.inf), logp), pool.depth, group)
         else:
             perm = np.argsort(np.take_along_axis(group, order, axis=1), axis=1, kind="stable")
@@ -59,7 +58,7 @@ class DraftGroups:
 
 def draw_values(pool: PoolBatch, budgets, law: str = "sampling", groups: DraftGroups | None = None) -> dict:
     """{rule: (values (N, nB), sizes (N, nB))} for root-draw, PEARL-style and the PEARL variant."""
-    bs = _budgets(budgets, pool.shape[1])
+    bs = check_budgets(budgets, pool.shape[1])
     groups = groups or DraftGroups.of(pool)
     path = pool.path_prob(law)  # (N, M)
     p1 = pool.first_draw_prob(law)  # (N, L)

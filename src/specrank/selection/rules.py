@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from specrank.selection.pool import PoolBatch, PoolError, check_law
-from specrank.selection.select import budget_curve, check_budget, cumulate, rank_order, select_top, value
+from specrank.selection.select import budget_curve, check_budgets, cumulate, rank_order, select_top, value
 
 MIXTURE_WEIGHTS = (0.25, 0.5, 0.75)
 
@@ -76,8 +76,13 @@ def oracle_score(pool: PoolBatch, law: str = "sampling") -> np.ndarray:
 
 
 def reranked_score(pool: PoolBatch, law: str = "sampling", *, first_factor) -> np.ndarray:
-    """r(x1) * prod_{i>=2} q_i with ``first_factor`` (N, n_first) a reranker's (or isotonic) prediction."""
+    """r(x1) * prod_{i>=2} q_i with ``first_factor`` (N, n_first) a reranker's predictions."""
     return first_factor_score(pool, _log(_first_factor(pool, first_factor, "first_factor")))
+
+
+def isotonic_score(pool: PoolBatch, law: str = "sampling", *, iso_factor) -> np.ndarray:
+    """iso(q1) * prod_{i>=2} q_i with ``iso_factor`` (N, n_first) the calibrated first draft factor."""
+    return first_factor_score(pool, _log(_first_factor(pool, iso_factor, "iso_factor")))
 
 
 def per_depth_score(pool: PoolBatch, law: str = "sampling", *, edge_factor) -> np.ndarray:
@@ -136,7 +141,7 @@ RULES = MappingProxyType(
         "depth2": Rule("depth2", depth2_score),
         "oracle": Rule("oracle", oracle_score),
         "reranked": Rule("reranked", reranked_score, ("first_factor",)),
-        "isotonic": Rule("isotonic", reranked_score, ("first_factor",)),
+        "isotonic": Rule("isotonic", isotonic_score, ("iso_factor",)),
         "per_depth": Rule("per_depth", per_depth_score, ("edge_factor",)),
         "substitution": Rule("substitution", substitution_score, ("row_logp",)),
         "mixture": Rule("mixture", mixture_score, ("row_logp", "weight")),
@@ -155,22 +160,15 @@ def rule_score(pool: PoolBatch, rule: str, law: str = "sampling", **inputs) -> n
     return spec.score(pool, check_law(law), **{k: inputs[k] for k in spec.inputs})
 
 
-def _budgets(budgets, m: int) -> list[int]:
-    budgets = [budgets] if np.isscalar(budgets) else list(budgets)
-    if not budgets:
-        raise PoolError("budgets: expected at least one budget")
-    return [check_budget(b, m) for b in budgets]
-
-
 def fixed_values(pool: PoolBatch, score: np.ndarray, budgets, law: str = "sampling") -> tuple[np.ndarray, np.ndarray]:
     """(values (N, nB), sizes (N, nB)) of the top-B trees of ``score`` under ``law``."""
-    bs = _budgets(budgets, pool.shape[1])
+    bs = check_budgets(budgets, pool.shape[1])
     path = pool.path_prob(law)
     if len(bs) <= 2:  # a partition per budget beats one full sort
         vals = np.stack([value(select_top(score, pool.depth, b), path) for b in bs], axis=1)
     else:
         vals = budget_curve(rank_order(score, pool.depth), path)[:, np.array(bs) - 1]
-    return vals, np.broadcast_to(np.array(bs, dtype=np.float64), vals.shape)
+    return vals, np.tile(np.array(bs, dtype=np.float64), (len(vals), 1))
 
 
 def first_token_agreement(pool: PoolBatch) -> np.ndarray:

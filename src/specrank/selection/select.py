@@ -21,6 +21,14 @@ def check_budget(budget, m: int) -> int:
     return int(min(budget, m))
 
 
+def check_budgets(budgets, m: int) -> list[int]:
+    """A budget or a sequence of budgets as a list of min(b, m), each checked by ``check_budget``."""
+    budgets = [budgets] if np.isscalar(budgets) else list(budgets)
+    if not budgets:
+        raise SelectionError("budget: expected at least one budget")
+    return [check_budget(b, m) for b in budgets]
+
+
 def _check_same_shape(**arrays) -> tuple[int, int]:
     shapes = {name: np.shape(a) for name, a in arrays.items()}
     first_name, first = next(iter(shapes.items()))
@@ -91,7 +99,7 @@ def _clean(score: np.ndarray) -> np.ndarray:
 PACKED_MIN_ROUNDS = 16  # below this, per-call overhead favours a plain stable argsort
 
 
-def _packable(depth: np.ndarray) -> bool:
+def packable(depth: np.ndarray) -> bool:
     """True when depth and pool index fit the 8 + 16 low bits of a packed key."""
     return depth.shape[1] <= 1 << 16 and int(np.max(depth)) < 256
 
@@ -121,7 +129,7 @@ def rank_order(score: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """(N, M) pool indices sorted by score desc, depth asc, pool index asc."""
     _check_same_shape(score=score, depth=depth)
     depth = np.asarray(depth)
-    if len(depth) >= PACKED_MIN_ROUNDS and np.asarray(score).dtype == np.float32 and _packable(depth):
+    if len(depth) >= PACKED_MIN_ROUNDS and np.asarray(score).dtype == np.float32 and packable(depth):
         # float32 scores (recorded draft log-probs) pack with depth and index into one exact key
         s = np.asarray(score)
         return packed_order(np.where(np.isnan(s), np.float32(-np.inf), s), depth)

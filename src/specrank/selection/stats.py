@@ -61,8 +61,7 @@ class PromptBootstrap:
             if mask.shape != (self.n_rounds,):
                 raise SelectionError(f"mask: expected shape ({self.n_rounds},), got {mask.shape}")
             values = values * mask[:, None]
-        per_prompt = np.zeros((len(self.prompts), values.shape[1]))
-        np.add.at(per_prompt, self.prompt_index, values)  # (P, K+1)
+        per_prompt = _per_prompt(self.prompt_index, len(self.prompts), values)  # (P, K+1)
         return Totals(names + [ROUNDS], per_prompt.sum(axis=0), self.weights @ per_prompt, self.level, per_prompt)
 
     def split(self, columns: Mapping[str, np.ndarray], labels) -> dict:
@@ -98,9 +97,8 @@ def _column(x, name: str, n: int) -> np.ndarray:
 
 
 def _per_prompt(index: np.ndarray, n_prompts: int, values: np.ndarray) -> np.ndarray:
-    out = np.zeros((n_prompts, values.shape[1]))
-    np.add.at(out, index, values)
-    return out
+    """(P, K) per-prompt sums of (N, K) per-round values."""
+    return np.column_stack([np.bincount(index, weights=v, minlength=n_prompts) for v in values.T])
 
 
 def _matched_gain(draw: np.ndarray, values: np.ndarray, sizes: np.ndarray, pct: bool) -> np.ndarray:

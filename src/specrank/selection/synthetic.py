@@ -8,6 +8,7 @@ import numpy as np
 
 from specrank.schema import POOL_COLUMNS
 from specrank.selection.pool import PoolBatch
+from specrank.selection.select import select_top
 
 TIE_LEVELS = np.array([0.0, 0.125, 0.25, 0.5, 1.0])
 
@@ -80,9 +81,9 @@ TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "ra
 def _child_distributions(rng, shape, topk, local_vocab, sharpness, noise):
     """Draft/target probabilities of the drafter's top-``topk`` children of ``shape`` nodes.
 
-    Returns (q, p, argmax, offset, target_logits): q, p (*shape, topk) with q sorted desc,
-    argmax (*shape, topk) flags the target argmax, offset (*shape,) a token-id base,
-    target_logits (*shape, local_vocab) for root-row summaries.
+    Returns (q, p, argmax, top, target_logits): q, p (*shape, topk) with q sorted desc,
+    argmax (*shape, topk) flags the target argmax, top (*shape, topk) the children's ids
+    in a local vocabulary, target_logits (*shape, local_vocab) for root-row summaries.
     """
     scale = rng.uniform(*sharpness, size=shape + (1,))  # per-node draft confidence
     draft_logits = scale * rng.standard_normal(shape + (local_vocab,))
@@ -102,12 +103,14 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 
 def _grow(rng, n, topk, depth, expand, local_vocab, sharpness, noise, vocab):
-    """Pool arrays (N, topk + (depth-1)*expand*topk) grown like EAGLE-3, plus root-row logits."""
-    q, p, am, local, root_logits = _child_distributions(rng, (n,), topk, local_vocab, sharpness, noise)
-    local_root = local
+    """Pool arrays (N, topk + (depth-1)*expand*topk) grown like EAGLE-3.
+
+    Also returns the root row's logits (N, local_vocab) and the first-level local ids (N, topk).
+    """
+    q, p, am, first_local, root_logits = _child_distributions(rng, (n,), topk, local_vocab, sharpness, noise)
     base = rng.integers(0, vocab, size=(n, 1))
     cols = {
-        "token": [(base + local) % vocab],
+        "token": [(base + first_local) % vocab],
         "parent": [np.full((n, topk), -1)],
         "depth": [np.ones((n, topk), dtype=np.int64)],
         "q_edge": [q],
@@ -133,17 +136,34 @@ def _grow(rng, n, topk, depth, expand, local_vocab, sharpness, noise, vocab):
         if step <= depth - 2:  # expand the best new candidates by cumulative draft score
             expanded = start + np.argsort(-logp, axis=1, kind="stable")[:, :expand]
         start += e * topk
-    return {k: np.concatenate(v, axis=1) for k, v in cols.items()}, root_logits, cols["token"][0], local_root
+    return {k: np.concatenate(v, axis=1) for k, v in cols.items()}, root_logits, first_local
 
 
+def realized_acceptance(rng, pool: PoolBatch, budget: int = 59) -> np.ndarray:
+    """int (N,) accepted draft tokens of one exhaustive target-sampling traversal of draft selection's tree."""
+    tree = select_top(pool.draft_logp, pool.depth, budget)
+    node = np.full(pool.n_rounds, -1)  # current node, -1 = root
+    accepted = np.zeros(pool.n_rounds, dtype=np.int64)
+    alive = np.ones(pool.n_rounds, dtype=bool)
+    p = np.nan_to_num(pool.p_edge.astype(np.float64))
+    for d in range(1, int(pool.depth.max()) + 1):
+        children = (pool.parent == node[:, None]) & (pool.depth == d)  # (N, M)
+        cum = np.cumsum(np.where(children, p, 0.0), axis=1)
+        u = rng.random((pool.n_rounds, 1))
+        hit = children & (cum > u)  # first child whose cumulative mass passes u is the draw
+        pick = np.argmax(hit, axis=1)
+        alive &= hit.any(axis=1) & tree[np.arange(pool.n_rounds), pick]
+        accepted += alive
+        node = np.where(alive, pick, -2)  # -2: stopped, matches no parent
+    return accepted
 
 
 @dataclass(eq=False)
 class SyntheticRounds:
     """Synthetic recorded rounds: a PoolBatch plus per-round summaries and retained rows.
 
-    ``rounds`` holds per-round arrays (N,): round, root_entropy, root_argmax,
-    root_argmax_prob; ``rows`` holds retained-row log-probs (N, topk) named like the
+    ``rounds`` holds per-round arrays (N,): round, root_token, root_entropy, root_argmax,
+    root_argmax_prob, accepted (one sampled traversal of draft selection's 59-node tree); ``rows`` holds retained-row log-probs (N, topk) named like the
     schema (cache_logp, same_token_logp, preceding_logp), NaN where absent.
     """
 
@@ -186,7 +206,7 @@ def synthetic_pools(
     if n_rounds < 1 or topk < 1 or depth < 1 or not 1 <= expand <= topk * topk:
         raise ValueError("n_rounds, topk, depth must be >= 1 and expand in 1..topk**2")
     rng = np.random.default_rng(seed)
-    arrays, root_logits, first_tokens, first_local = _grow(rng, n_rounds, topk, depth, expand, local_vocab, sharpness, noise, vocab)
+    arrays, root_logits, first_local = _grow(rng, n_rounds, topk, depth, expand, local_vocab, sharpness, noise, vocab)
     n_prompts = n_prompts or max(1, n_rounds // 40)
     prompt_id = np.sort(rng.integers(0, n_prompts, size=n_rounds))
     prompt_id[:n_prompts] = np.arange(min(n_prompts, n_rounds))  # every prompt has a round
@@ -202,8 +222,9 @@ def synthetic_pools(
         prompt_id=prompt_id,
         task=np.asarray(tasks)[prompt_id % len(tasks)],
     )
-    rounds = _round_summaries(root_logits, prompt_id, first_tokens, first_local)
+    rounds = _round_summaries(root_logits, prompt_id, pool.token[:, :topk], first_local)
     rounds["root_token"] = rng.integers(0, vocab, size=n_rounds).astype(np.int32)
+    rounds["accepted"] = realized_acceptance(rng, pool).astype(np.int16)
     return SyntheticRounds(pool, rounds, _retained_rows(rng, root_logits, first_local))
 
 

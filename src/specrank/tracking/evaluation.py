@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import mlflow
 import pandas as pd
 
+from specrank.tracking.models import log_reranker
 from specrank.tracking.runs import log_figure, log_metrics, log_report, log_tables, nested_run
 
 STATS = ("mean", "gain", "gain_pct", "oracle_share", "root_share")
@@ -53,15 +57,29 @@ def evaluation_metrics(evaluation) -> dict[str, float]:
     return out
 
 
-def log_evaluation(evaluation, figures: dict | None = None, report: str | None = None) -> None:
-    """Log metrics, tables, figures and report to the active run, and each fold's metrics to a nested run."""
+def log_evaluation(evaluation, figures: dict | None = None, report: str | None = None, models: dict | None = None,
+                   example: pd.DataFrame | None = None) -> dict[str, str]:
+    """Log metrics, tables, figures and report to the active run, and each fold's metrics to a nested run.
+
+    ``figures`` maps names to matplotlib Figures, or to PNG files already written (logged as they are).
+    ``models`` maps a fold (``"0"``, ``"1"``) to {reranker name: the model that scored that fold}; each
+    is logged as a pyfunc model in the fold's nested run, with ``example`` features for its signature.
+    Returns ``{"<name>-fold<f>": model URI}``.
+    """
     log_metrics(evaluation_metrics(evaluation))
     log_tables(evaluation.tables())
     for name, fig in (figures or {}).items():
-        log_figure(fig, name)
+        if isinstance(fig, (str, Path)):
+            mlflow.log_artifact(str(fig), artifact_path="figures")
+        else:
+            log_figure(fig, name)
     if report is not None:
         log_report(report)
     folds = evaluation.splits[evaluation.splits["split_kind"] == FOLD_SPLIT]
+    uris = {}
     for group, table in folds.groupby("group", sort=True):
         with nested_run(f"fold-{group}", tags={"specrank.fold": str(group)}):
             log_metrics(summary_metrics(table) | {"rounds": float(table["rounds"].iloc[0])})
+            for name, model in (models or {}).get(str(group), {}).items():
+                uris[f"{name}-fold{group}"] = log_reranker(model, name, example)
+    return uris

@@ -36,11 +36,13 @@ class RerankerModel(mlflow.pyfunc.PythonModel):
 
 
 def _model_input(reranker, features: pd.DataFrame) -> pd.DataFrame:
-    """Only the columns the reranker reads (the signature's inputs), categories as strings."""
+    """The columns the reranker reads when all are present (the signature's inputs), categories as strings."""
     if hasattr(reranker, "features_"):
         from specrank.rerankers.online import input_columns
 
-        features = features[input_columns(reranker.features_)]
+        wanted = input_columns(reranker.features_)
+        if set(wanted) <= set(features.columns):  # else (per-depth maps read ``q`` online) keep every column
+            features = features[wanted]
     features = features.copy()
     for col in features.columns[features.dtypes == "category"]:  # MLflow schemas have no categorical type
         features[col] = features[col].astype(str)

@@ -31,11 +31,21 @@ def experiment_run(
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(uri)
     try:
+        if mlflow.get_experiment_by_name(experiment) is None:
+            mlflow.create_experiment(experiment, artifact_location=local_artifact_root(uri))
         mlflow.set_experiment(experiment)
         with mlflow.start_run(run_name=run_name, tags=dict(tags or {})) as run:
             yield run
     finally:
         mlflow.set_tracking_uri(previous)
+
+
+def local_artifact_root(uri: str) -> str | None:
+    """``<db folder>/mlruns`` for a SQLite store, so artifacts sit beside the database whatever the
+    working directory; None (the server's choice) for other stores."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return (Path(uri[len("sqlite:///") :]).parent / "mlruns").resolve().as_uri()
 
 
 @contextmanager

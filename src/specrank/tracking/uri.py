@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -15,9 +16,14 @@ class TrackingError(ValueError):
 
 
 def resolve_tracking_uri(uri: str | None = None) -> str:
-    """The tracking URI to use: ``sqlite:///<cwd>/mlflow.db`` when None, a local path made absolute."""
+    """The tracking URI to use; a local path is made absolute.
+
+    None means ``$MLFLOW_TRACKING_URI`` when set (MLflow's convention), else ``sqlite:///<cwd>/mlflow.db``.
+    """
     if uri is None or not str(uri).strip():
-        return f"sqlite:///{Path.cwd().resolve() / DEFAULT_DB}"
+        uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+        if not uri:
+            return f"sqlite:///{Path.cwd().resolve() / DEFAULT_DB}"
     uri = str(uri).strip()
     scheme = urllib.parse.urlparse(uri).scheme
     if len(scheme) > 1:  # one letter is a Windows drive, not a scheme

@@ -150,12 +150,16 @@ class Eagle3Drafter(Drafter):
         from transformers import DynamicCache
 
         ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1).cpu()
+        if not len(ids):
+            raise ValueError("EAGLE-3 drafter needs a non-empty prompt (its last hidden state pairs with the root)")
         hidden = self._hidden(target_hidden, len(ids))
         self.cache, self.committed = DynamicCache(config=self.head.config), 0
         self.pending_ids, self.pending_hidden, self.last_hidden = ids[1:], hidden[:-1], hidden[-1]
 
     def commit(self, tokens, target_hidden=None) -> None:
         ids = torch.as_tensor(tokens, dtype=torch.long).reshape(-1).cpu()
+        if not len(ids):
+            return
         hidden = self._hidden(target_hidden, len(ids))
         self.pending_ids = torch.cat([self.pending_ids, ids])
         self.pending_hidden = torch.cat([self.pending_hidden, self.last_hidden[None], hidden[:-1]])

@@ -1,0 +1,67 @@
+"""Benchmark the recording decoder: overhead outside target and drafter passes, rounds/s, tokens per
+target pass, the time split (drafting / verification pass / bookkeeping) and peak resident memory.
+
+    python benchmarks/bench_decode.py                      # SmolLM2-135M, early-exit drafter, 8 prompts
+    python benchmarks/bench_decode.py --prompts 48 --max-new-tokens 256   # the memory check
+
+Prints one JSON object; exits 1 when the overhead exceeds --max-overhead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="smollm2")
+    parser.add_argument("--drafter", default="early-exit:8")
+    parser.add_argument("--prompts", type=int, default=8, help="first N prompts of the bundled set")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-overhead", type=float, default=0.15)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from specrank.decode.drafters import load_drafter
+    from specrank.decode.loop import DecodeConfig
+    from specrank.decode.models import load_target
+    from specrank.decode.prompts import default_prompts_path, read_prompts
+    from specrank.decode.run import build_manifest, decode_run
+
+    torch.set_num_threads(args.threads)
+    target = load_target(args.target, "cpu", "float32")
+    drafter = load_drafter(args.drafter, target)
+    config = DecodeConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    prompts = read_prompts(default_prompts_path(), limit=args.prompts)
+    with tempfile.TemporaryDirectory() as out:
+        manifest = build_manifest(target, drafter, config, default_prompts_path(), 4)
+        wall = time.perf_counter()
+        timer = decode_run(target, drafter, prompts, out, config, manifest, progress=sys.stderr.isatty())
+        wall = time.perf_counter() - wall
+    result = {
+        "prompts": len(prompts),
+        "rounds": timer.rounds,
+        "tokens": timer.tokens,
+        "rounds_per_s": timer.rounds / timer.total,
+        "tokens_per_s": timer.tokens / timer.total,
+        "tokens_per_target_pass": timer.tokens / timer.rounds,
+        "mean_accepted": timer.tokens / timer.rounds - 1,
+        "seconds": {"draft": timer.draft, "target": timer.target, "bookkeeping": timer.bookkeeping,
+                    "total": timer.total, "wall_with_writes": wall},
+        "overhead_fraction": timer.bookkeeping / timer.total,
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    }
+    print(json.dumps(result, indent=2))
+    return int(result["overhead_fraction"] > args.max_overhead)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

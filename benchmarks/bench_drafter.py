@@ -1,0 +1,144 @@
+"""Trained EAGLE-3 head benchmark (issue 6): agreement against training minutes, drafting-step
+cost against a target step, and greedy decoding at B = 59 on the held-out prompts.
+
+Goals for SmolLM2-135M on held-out prompts of the bundled set, from <= 30 minutes of training
+on 2 CPU cores: top-1 first-token agreement >= 0.5, >= 2.0 tokens per target pass at B = 59
+(greedy), a 10-node drafting step under a fifth of a target decode step.
+
+    specrank drafter train --out HEAD ...   # first (see README / Makefile `drafter`)
+    python benchmarks/bench_drafter.py --head HEAD [--max-new-tokens 128] [--figure curve.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def agreement_curve(history: list[dict]) -> list[tuple[float, int, list[float]]]:
+    """(minutes, step, held-out top-1 per unrolled step) at every evaluation of the training run."""
+    rows = []
+    for h in history:
+        steps = sorted(k for k in h if k.startswith("heldout_top1_step"))
+        if steps:
+            rows.append((h["minutes"], h["step"], [h[k] for k in steps]))
+    return rows
+
+
+def median_ms(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def step_costs(target, drafter, prompt_ids, nodes: int = 10, repeats: int = 20) -> tuple[float, float]:
+    """Median ms of one drafting step over ``nodes`` tree nodes and of one target decode step."""
+    from specrank.decode.pool import causal_mask
+
+    ids = torch.as_tensor(prompt_ids)
+    n = len(ids) - 1
+    cache = target.new_cache()
+    _, hidden = target.forward(ids[:-1], torch.arange(n), causal_mask(n, 0), cache, drafter.hidden_layers)
+    drafter.start(ids[:-1], hidden)
+    root = drafter._draft_root(int(ids[-1]))
+    tokens = torch.full((nodes,), int(ids[-1]))
+    positions = torch.full((nodes,), root.position + 1)
+    mask = torch.cat([torch.zeros(nodes, root.visible), torch.full((nodes, nodes), float("-inf")).fill_diagonal_(0)], 1)
+    feed = root.feed[None].repeat(nodes, 1)
+
+    def draft_step():
+        drafter._draft_step(tokens, positions, mask, feed)
+        drafter._rewind()
+
+    def target_step():
+        target.forward(ids[-1:], torch.tensor([n]), torch.zeros(1, n + 1), cache, drafter.hidden_layers)
+        target.commit(cache, n, torch.zeros(0, dtype=torch.long))
+
+    return median_ms(draft_step, repeats), median_ms(target_step, repeats)
+
+
+def greedy_decode(target, drafter, prompts, max_new_tokens: int, budget: int = 59) -> dict:
+    """Tokens per target pass and first-token agreement (drafter top-1 = target root argmax)."""
+    from specrank.decode.loop import DecodeConfig, Timer, decode_prompt
+    from specrank.decode.prompts import encode_prompt
+
+    config, timer, records = DecodeConfig(budget=budget, max_new_tokens=max_new_tokens), Timer(), []
+    for p in prompts:
+        records += decode_prompt(target, drafter, encode_prompt(target.tokenizer, p.text), config, p.prompt_id,
+                                 p.task, timer=timer)[1]
+    accepted = np.array([r["accepted"] for r in records])
+    agree = np.array([r["token"][0] == r["root_argmax"] for r in records])
+    return {
+        "rounds": len(records),
+        "tokens_per_pass": float(accepted.mean() + 1),
+        "first_token_agreement": float(agree.mean()),
+        "draft_ms_per_round": 1000 * timer.draft / max(1, timer.rounds),
+        "target_ms_per_round": 1000 * timer.target / max(1, timer.rounds),
+    }
+
+
+def plot_curve(curve, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    for j in range(len(curve[0][2])):
+        ax.plot([c[0] for c in curve], [c[2][j] for c in curve], marker="o", label=f"unrolled step {j}")
+    ax.set_xlabel("training minutes")
+    ax.set_ylabel("held-out top-1 agreement")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--head", type=Path, required=True, help="directory written by `specrank drafter train`")
+    parser.add_argument("--target", default="smollm2")
+    parser.add_argument("--prompts", type=Path, default=None, help="default: the bundled set")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--figure", type=Path, default=None, help="write the agreement curve as an image")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from specrank.decode.drafters.eagle3 import load_eagle3
+    from specrank.decode.models import load_target
+    from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
+
+    summary = json.loads((args.head / "training.json").read_text())
+    held = set(summary["params"]["heldout_prompts"].split(","))
+    curve = agreement_curve(summary["history"])
+    print("minutes  step  held-out top-1 per unrolled step")
+    for minutes, step, top1 in curve:
+        print(f"{minutes:7.2f} {step:5d}  " + "  ".join(f"{a:.3f}" for a in top1))
+    if args.figure and curve:
+        plot_curve(curve, args.figure)
+
+    target = load_target(args.target)
+    drafter = load_eagle3(args.head, target)
+    prompts = [p for p in read_prompts(args.prompts or default_prompts_path()) if p.prompt_id in held]
+    draft_ms, target_ms = step_costs(target, drafter, encode_prompt(target.tokenizer, prompts[0].text))
+    print(f"10-node drafting step {draft_ms:.1f} ms, target decode step {target_ms:.1f} ms "
+          f"(ratio {draft_ms / target_ms:.3f}; goal < 0.2)")
+    decode = greedy_decode(target, drafter, prompts, args.max_new_tokens)
+    print(f"greedy B=59 on {len(prompts)} held-out prompts ({decode['rounds']} rounds): "
+          f"{decode['tokens_per_pass']:.3f} tokens/pass (goal >= 2.0), first-token agreement "
+          f"{decode['first_token_agreement']:.3f} (goal >= 0.5); per round draft {decode['draft_ms_per_round']:.0f} ms, "
+          f"target {decode['target_ms_per_round']:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
