@@ -128,7 +128,8 @@ def bootstrap_report(values: dict, prompt_id: np.ndarray, n_resamples: int) -> N
           f"5 statistics each: {wall:.2f} s wall, {cpu:.2f} s CPU   goal < {GOAL_BOOTSTRAP_S} s  "
           f"{'OK' if wall < GOAL_BOOTSTRAP_S else 'MISSED'}")
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(f"peak memory: {peak_gb:.2f} GB   goal < {GOAL_MEMORY_GB} GB  {'OK' if peak_gb < GOAL_MEMORY_GB else 'MISSED'}")
+    verdict = "OK" if peak_gb < GOAL_MEMORY_GB else "MISSED"
+    print(f"peak memory: {peak_gb:.2f} GB   goal < {GOAL_MEMORY_GB} GB  {verdict}")
     cols = ["rule", "budget", "mean", "gain", "gain_low", "gain_high", "gain_pct"]
     print("\n" + table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
 

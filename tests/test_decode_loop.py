@@ -140,3 +140,22 @@ def test_generator_is_seeded_per_prompt_and_run():
 def test_config_rejects_budget_over_pool_size():
     with pytest.raises(ValueError, match="budget 22 must be in 1..21"):
         DecodeConfig(SMALL, budget=22)
+
+
+@pytest.mark.slow
+def test_smollm2_greedy_equals_its_own_greedy_decode():
+    from specrank.decode.drafters import load_drafter
+    from specrank.decode.models import load_target
+    from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
+
+    torch.set_num_threads(2)
+    target = load_target("smollm2")
+    drafter = load_drafter("early-exit:8", target)
+    config = DecodeConfig(max_new_tokens=24)
+    for prompt in [read_prompts(default_prompts_path())[i] for i in (16, 32)]:  # QA and math reasoning
+        ids = encode_prompt(target.tokenizer, prompt.text)
+        out, records = decode_prompt(target, drafter, ids, config, prompt.prompt_id, prompt.task)
+        with torch.no_grad():
+            ref = target.model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)[0, len(ids):]
+        assert out == ref.tolist()
+        assert all(r["n_scored"] > 160 for r in records)

@@ -134,10 +134,10 @@ def test_featurize_is_vectorized_at_scale():
     import time
 
     table, manifest = synthetic_rounds(100, 100, topk=10, depth=4, seed=1)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: robust to other jobs sharing the machine
     df = featurize_rounds(table, manifest)
     assert len(df) == 100_000
-    assert time.perf_counter() - start < 20.0  # ~1.5 s idle; generous for a shared 2-core box
+    assert time.process_time() - start < 10.0  # ~1 s here; a loop over rounds takes minutes
 
 
 def test_arrow_lists_fixed_size_lists_and_pandas_agree(small):

@@ -5,6 +5,8 @@ import time
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specrank.decode.drafters import load_drafter
 from specrank.decode.models import load_target
@@ -106,6 +108,16 @@ def test_growth_matches_naive_reference(shape):
     np.testing.assert_allclose(pool.q_root.sum(), 1.0, atol=1e-5)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 5), st.integers(1, 12), st.integers(0, 3))
+def test_growth_matches_reference_for_any_shape(topk, depth, expand, seed):
+    shape, drafter = PoolShape(topk, depth, expand), TableDrafter(vocab_size=16, seed=seed)
+    pool = drafter.grow_pool(5, shape)
+    nodes, expanded = reference_pool(drafter, 5, shape)
+    assert pool.parent.tolist() == [n["parent"] for n in nodes] and set(np.flatnonzero(pool.expanded)) == expanded
+    check_pool(pool, shape)
+
+
 def test_check_pool_rejects_corrupted_pools():
     """Negative controls: the checker catches a wrong expansion choice and a misordered first level."""
     shape = PoolShape()
@@ -163,6 +175,18 @@ def test_standalone_pool_exact_vs_sequential(target_and_drafter):
         kids = np.flatnonzero(pool.parent == node)
         assert pool.token[kids].tolist() == ref.topk(10).indices.tolist()
         np.testing.assert_allclose(np.log(pool.q_edge[kids]), ref.topk(10).values.numpy(), atol=2e-5)
+
+
+def test_sibling_visible_mask_breaks_exactness(target_and_drafter, monkeypatch):
+    """Negative control: a mask that lets tree nodes see their siblings changes the draft rows."""
+    _, drafter = target_and_drafter
+    context, root = [4, 8, 15, 16, 23], 42
+    monkeypatch.setattr(Drafter, "_tree_mask", staticmethod(lambda frontier, p, s, v, past: torch.zeros(len(frontier), past + len(frontier))))
+    drafter.start(torch.tensor(context))
+    pool = drafter.grow_pool(root, PoolShape(4, 2, 4))
+    ref = sequential_logp(drafter.model, context + [root, int(pool.token[1])])
+    kids = np.flatnonzero(pool.parent == 1)
+    assert np.abs(np.log(pool.q_edge[kids]) - ref.topk(4).values.numpy()).max() > 1e-3
 
 
 def test_commit_then_grow_equals_fresh_start(target_and_drafter):

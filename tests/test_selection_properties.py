@@ -243,7 +243,8 @@ def test_evaluate_rules_covers_every_rule_and_matches_the_parts():
     out = evaluate_rules(pool, [8, 59], "greedy", {"row_logp": rounds.rows["cache_logp"]})
     assert set(out) == {"draft", "root", "depth2", "oracle", "substitution", "root_draw", "pearl",
                         "pearl_variant", "pearl_equal_mean"}
-    np.testing.assert_array_equal(out["root"][0], fixed_values(pool, rule_score(pool, "root", "greedy"), [8, 59], "greedy")[0])
+    root, _ = fixed_values(pool, rule_score(pool, "root", "greedy"), [8, 59], "greedy")
+    np.testing.assert_array_equal(out["root"][0], root)
     assert out["pearl_equal_mean"][1].mean(axis=0) == pytest.approx(out["root_draw"][1].mean(axis=0))
     assert (out["oracle"][0] >= out["draft"][0]).all() and (out["draft"][1] == [8, 59]).all()
 
@@ -259,3 +260,39 @@ def test_cross_fit_choice_uses_the_other_fold_only():
     np.testing.assert_array_equal(chosen, [0.0, 0.0, 0.0, 0.0])
     with pytest.raises(SelectionError, match="^fold:"):
         cross_fit_choice(values, np.zeros(4))
+
+
+def definition_score(pool, i, j, factors):
+    """log score of candidate j in round i: sum over its path of log factors[depth](edge)."""
+    total, k = 0.0, j
+    while k >= 0:
+        total += np.log(factors(i, k))
+        k = pool.parent[i, k]
+    return total
+
+
+@pytest.mark.parametrize("law", ["sampling", "greedy"])
+def test_scores_select_as_their_definitions(law):
+    pool = random_pool(20, 25, 4, seed=12)
+    rng = np.random.default_rng(0)
+    r = rng.random((20, 4))
+    iso = rng.random((20, 25))
+    row = np.log(rng.random((20, 4)))
+    p, q, d = pool.edge_prob(law), pool.q_edge, pool.depth
+    defs = {
+        "root": ({}, lambda i, k: p[i, k] if d[i, k] == 1 else q[i, k]),
+        "depth2": ({}, lambda i, k: p[i, k] if d[i, k] <= 2 else q[i, k]),
+        "oracle": ({}, lambda i, k: p[i, k]),
+        "reranked": ({"first_factor": r}, lambda i, k: r[i, k] if d[i, k] == 1 else q[i, k]),
+        "per_depth": ({"edge_factor": iso}, lambda i, k: iso[i, k]),
+        "substitution": ({"row_logp": row}, lambda i, k: np.exp(row[i, k]) if d[i, k] == 1 else q[i, k]),
+        "mixture": ({"row_logp": row, "weight": 0.25},
+                    lambda i, k: q[i, k] ** 0.75 * np.exp(row[i, k]) ** 0.25 if d[i, k] == 1 else q[i, k]),
+    }
+    with np.errstate(divide="ignore"):
+        for name, (inputs, factors) in defs.items():
+            want = np.array([[definition_score(pool, i, j, factors) for j in range(25)] for i in range(20)])
+            for b in (1, 5, 12):
+                np.testing.assert_array_equal(
+                    select_top(rule_score(pool, name, law, **inputs), pool.depth, b),
+                    select_top(want, pool.depth, b), err_msg=f"{name} B={b}")

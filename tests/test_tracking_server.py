@@ -41,7 +41,7 @@ def mlflow_server(mlflow_db):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # the server and its uvicorn worker share this group
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=3)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

@@ -16,7 +16,7 @@ def add_arguments(parser) -> None:
     fit.add_argument("--text", nargs="+", required=True, type=Path, help="plain-text files to fit on")
     fit.add_argument("--out", required=True, type=Path, help="output .safetensors file")
     fit.add_argument("--window", type=int, default=256, help="tokens per forward window (default 256)")
-    fit.add_argument("--max-tokens", type=int, default=50_000, help="tokens of text used (default 50000)")
+    fit.add_argument("--max-tokens", type=int, default=20_000, help="tokens of text used (default 20000)")
     fit.add_argument("--holdout", type=float, default=0.1, help="share of windows held out for agreement")
     fit.add_argument("--ridge", type=float, default=1e-3, help="ridge penalty per row (default 1e-3)")
     fit.add_argument("--device", default="cpu")

@@ -10,7 +10,8 @@ HELP = "Evaluate every selection rule offline on a run's recorded rounds, with p
 def add_arguments(parser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory (manifest.json + rounds/*.parquet)")
     parser.add_argument("--predictions", required=True,
-                        help="cross-fitted predictions (Parquet or CSV): prompt_id, task, round, cand + one column per reranker")
+                        help="cross-fitted predictions (Parquet or CSV): prompt_id, task, round, cand"
+                             " + one column per reranker")
     parser.add_argument("--out", required=True, help="output directory for tables, report.md and figures/")
     parser.add_argument("--budgets", type=int, nargs="+", default=None,
                         help="budgets B to evaluate (default: the SPEC sweep 2..200 up to the pool size)")

@@ -63,13 +63,15 @@ def gain_vs_budget(summary: pd.DataFrame, meta: dict | None = None):
     colors = _colors(rules)
     learned = [r for r in rules if r in EXACT or r in rerankers(rules)]
     retained = ["root"] * ("root" in rules) + [r for r in rules if r in ROW_RULES]
-    panels = [(learned, "Exact rows, rerankers, controls")] + ([(retained, "Rows at other addresses")] if len(retained) > 1 else [])
+    panels = [(learned, "Exact rows, rerankers, controls")]
+    if len(retained) > 1:
+        panels.append((retained, "Rows at other addresses"))
     fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.4), sharey=True, squeeze=False)
     for ax, (group, title) in zip(axes[0], panels):
         _gain_panel(ax, summary, group, colors, title)
     axes[0, 0].set_ylabel("gain over draft (accepted draft tokens / round)")
-    fig.suptitle(_caption(meta, "Gain over draft selection; bands: 95% prompt-bootstrap intervals; dotted: EAGLE-3 tree"),
-                 fontsize=10)
+    caption = "Gain over draft selection; bands: 95% prompt-bootstrap intervals; dotted: EAGLE-3 tree"
+    fig.suptitle(_caption(meta, caption), fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -91,7 +93,8 @@ def root_share_by_task(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict |
         for i, rule in enumerate(rules):
             t = table[table["rule"] == rule].set_index("group").reindex(groups)
             share = t["root_share"].to_numpy(dtype=float)
-            err = np.vstack([share - t["root_share_low"].to_numpy(dtype=float), t["root_share_high"].to_numpy(dtype=float) - share])
+            low, high = (t[f"root_share_{k}"].to_numpy(dtype=float) for k in ("low", "high"))
+            err = np.vstack([share - low, high - share])
             ax.bar(x + (i - (len(rules) - 1) / 2) * width, share, width, color=colors[rule], label=label(rule),
                    yerr=np.abs(err), capsize=2, error_kw={"lw": 0.8})
         ax.axhline(0.0, color="black", lw=0.8)
@@ -102,8 +105,8 @@ def root_share_by_task(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict |
         ax.grid(axis="y", alpha=0.3)
     axes[0, 0].set_ylabel("share of the root gain recovered (%)")
     axes[0, 0].legend(fontsize=8, frameon=False, loc="upper left")
-    fig.suptitle(_caption(meta, "Share of root selection's gain over draft recovered; whiskers: 95% intervals; dotted: 100%"),
-                 fontsize=10)
+    caption = "Share of root selection's gain over draft recovered; whiskers: 95% intervals; dotted: 100%"
+    fig.suptitle(_caption(meta, caption), fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -111,12 +114,16 @@ def root_share_by_task(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict |
 def _caption(meta: dict | None, text: str) -> str:
     if not meta:
         return text
-    return f"{text}\n{meta.get('law', '')} decoding, {meta.get('rounds', '?')} rounds, {meta.get('prompts', '?')} prompts"
+    run = f"{meta.get('law', '')} decoding, {meta.get('rounds', '?')} rounds, {meta.get('prompts', '?')} prompts"
+    return f"{text}\n{run}"
 
 
 def render_figures(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict | None = None) -> dict:
     """Figure name -> matplotlib Figure (close them with ``plt.close``)."""
-    return {"gain_vs_budget": gain_vs_budget(summary, meta), "root_share_by_task": root_share_by_task(summary, splits, meta)}
+    return {
+        "gain_vs_budget": gain_vs_budget(summary, meta),
+        "root_share_by_task": root_share_by_task(summary, splits, meta),
+    }
 
 
 def close_figures(figures: dict) -> None:

@@ -23,7 +23,6 @@ from specrank.evaluation.values import (
     HEADLINE_BUDGETS,
     check_budgets,
     mixture_values,
-    per_depth_edges,
     rule_inputs,
     rule_values,
 )

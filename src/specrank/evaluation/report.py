@@ -9,7 +9,7 @@ import pandas as pd
 
 from specrank.evaluation.figures import close_figures, render_figures
 from specrank.evaluation.io import atomic_write
-from specrank.evaluation.names import label, ordered, rerankers
+from specrank.evaluation.names import CONTROLS, label, ordered, rerankers
 
 SPLIT_TITLES = {
     "agreement": "First-token agreement (drafter's top first token = target's argmax)",
@@ -132,18 +132,20 @@ def render_report(evaluation, figures: dict[str, str] | None = None) -> str:
     """Markdown report of an ``Evaluation``; ``figures`` maps figure names to relative image paths."""
     meta, summary = evaluation.meta, evaluation.summary
     budgets = meta.get("headline_budgets") or sorted(summary["budget"].unique())[:2]
-    learned = rerankers(summary["rule"].unique())
+    learned = [r for r in rerankers(summary["rule"].unique()) if r not in CONTROLS]  # split tables stay narrow
     parts = [
         "# Offline evaluation of selection rules",
         f"{meta.get('law', '?')} decoding · {meta.get('rounds', '?')} rounds · {meta.get('prompts', '?')} prompts · "
         f"tasks: {', '.join(meta.get('tasks', []))} · pool of {meta.get('pool_size', '?')} candidates · "
-        f"{meta.get('bootstrap', '?')} paired prompt-bootstrap resamples ({100 * meta.get('level', 0.95):.0f}% intervals).",
+        f"{meta.get('bootstrap', '?')} paired prompt-bootstrap resamples"
+        f" ({100 * meta.get('level', 0.95):.0f}% intervals).",
         "Values are expected accepted draft tokens per round on the recorded rounds and pools; gains are over draft "
         "selection; *root share* is the part of root selection's gain a rule recovers.",
         f"## Rules at B = {', '.join(str(b) for b in budgets)}",
         headline_table(summary, budgets),
     ]
-    for name, caption in (("gain_vs_budget", "Gain over draft vs budget"), ("root_share_by_task", "Root gain recovered by task")):
+    captions = {"gain_vs_budget": "Gain over draft vs budget", "root_share_by_task": "Root gain recovered by task"}
+    for name, caption in captions.items():
         if figures and name in figures:
             parts.append(f"![{caption}]({figures[name]})")
     parts += [

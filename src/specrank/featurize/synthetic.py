@@ -138,8 +138,13 @@ def synthetic_rounds(n_prompts=20, rounds_per_prompt=20, *, topk=4, depth=3, exp
         "prev_tree_root_token_count": np.where(rnd == 0, -1, rng.integers(0, 4, size=n)).astype(np.int32),
         **{k: np.full(n, np.nan, dtype=np.float32) for k in schema.DIAGNOSTIC_COLUMNS},
     }
-    manifest = {"temperature": float(temperature), "topk": topk, "depth": depth, "expand": expand,
-                "budget": 59, "synthetic": {"signal": signal, "seed": seed, "target_noise": target_noise, "row_noise": row_noise}}
+    manifest = {  # the layout of specrank.decode's manifests
+        "temperature": float(temperature),
+        "pool_shape": {"topk": topk, "depth": depth, "expand": expand},
+        "pool_size": int(cols["token"].shape[1]),
+        "budget": 59,
+        "synthetic": {"signal": signal, "seed": seed, "target_noise": target_noise, "row_noise": row_noise},
+    }
     return to_arrow(data), manifest
 
 

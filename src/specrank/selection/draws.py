@@ -21,9 +21,10 @@ DRAW_RULES = ("root_draw", "pearl", "pearl_variant")
 class DraftGroups:
     """Draft order split by first-level branch.
 
-    ``order`` (N, M): pool indices in draft order; ``within`` (N, M): rank of each depth>=2 candidate among its branch's descendants in
-    draft order (-1 at depth 1); ``n_desc`` (N, n_first): descendants per branch;
-    ``top`` (N,): the drafter's most probable first-level candidate.
+    ``order`` (N, M): pool indices in draft order; ``within`` (N, M): rank of each depth>=2
+    candidate among its branch's descendants in draft order (-1 at depth 1);
+    ``n_desc`` (N, n_first): descendants per branch; ``top`` (N,): the drafter's most
+    probable first-level candidate.
     """
 
     order: np.ndarray
@@ -33,6 +34,7 @@ class DraftGroups:
 
     @classmethod
     def of(cls, pool: PoolBatch) -> "DraftGroups":
+        """Group ``pool``'s draft order by branch (one packed integer sort for float32 scores)."""
         n, m = pool.shape
         L = pool.n_first
         logp = pool.draft_logp

@@ -48,11 +48,13 @@ def replaced_score(pool: PoolBatch, edge_factor: np.ndarray, k: int) -> np.ndarr
     """(N, M) score with the first ``k`` factors of every path replaced by ``edge_factor`` (N, M)."""
     if k == 1:
         return first_factor_score(pool, _log(edge_factor[:, : pool.n_first]))
-    head = cumulate(pool.parent, pool.depth, np.where(pool.depth <= k, edge_factor, 1.0))
-    anc = pool.ancestor_at(k)
+    log_f = _log(np.asarray(edge_factor, dtype=np.float64))
+    head = np.take_along_axis(log_f, pool.first_ancestor, axis=1)  # (N, M) sum of replaced log factors
+    for j in range(2, k + 1):
+        head += np.where(pool.depth >= j, np.take_along_axis(log_f, pool.ancestor_at(j), axis=1), 0.0)
     d = pool.draft_logp.astype(np.float64)
     with np.errstate(invalid="ignore"):
-        return _log(head) + (d - np.take_along_axis(d, anc, axis=1))
+        return head + (d - np.take_along_axis(d, pool.ancestor_at(k), axis=1))
 
 
 def draft_score(pool: PoolBatch, law: str = "sampling") -> np.ndarray:

@@ -55,12 +55,14 @@ class PromptBootstrap:
     def totals(self, columns: Mapping[str, np.ndarray], mask=None) -> "Totals":
         """Column totals over the (masked) rounds, at the data and in every resample."""
         names = list(columns)
+        if ROUNDS in names:
+            raise SelectionError(f"{ROUNDS}: reserved column name (the implicit round count)")
         values = np.column_stack([_column(columns[k], k, self.n_rounds) for k in names] + [np.ones(self.n_rounds)])
         if mask is not None:
             mask = np.asarray(mask, dtype=bool)
             if mask.shape != (self.n_rounds,):
                 raise SelectionError(f"mask: expected shape ({self.n_rounds},), got {mask.shape}")
-            values = values * mask[:, None]
+            values = np.where(mask[:, None], values, 0.0)  # NaN in excluded rounds must not leak
         per_prompt = _per_prompt(self.prompt_index, len(self.prompts), values)  # (P, K+1)
         return Totals(names + [ROUNDS], per_prompt.sum(axis=0), self.weights @ per_prompt, self.level, per_prompt)
 
@@ -78,7 +80,8 @@ class PromptBootstrap:
         PEARL-style curves over pre-draw budgets 1..K. ``pct`` divides by the matched value.
         """
         n = self.n_rounds
-        cols = np.column_stack([_column(draw_values, "draw_values", n), _column(draw_sizes, "draw_sizes", n), np.ones(n)])
+        draw = [_column(draw_values, "draw_values", n), _column(draw_sizes, "draw_sizes", n), np.ones(n)]
+        cols = np.column_stack(draw)
         curves = [np.asarray(c, dtype=np.float64) for c in (pearl_values, pearl_sizes)]
         for name, c in zip(("pearl_values", "pearl_sizes"), curves):
             if c.ndim != 2 or c.shape[0] != n:

@@ -163,8 +163,8 @@ class SyntheticRounds:
     """Synthetic recorded rounds: a PoolBatch plus per-round summaries and retained rows.
 
     ``rounds`` holds per-round arrays (N,): round, root_token, root_entropy, root_argmax,
-    root_argmax_prob, accepted (one sampled traversal of draft selection's 59-node tree); ``rows`` holds retained-row log-probs (N, topk) named like the
-    schema (cache_logp, same_token_logp, preceding_logp), NaN where absent.
+    root_argmax_prob, accepted (one sampled traversal of draft selection's 59-node tree);
+    ``rows`` holds retained-row log-probs (N, topk) named like the schema (cache_logp, same_token_logp, preceding_logp), NaN where absent.
     """
 
     pool: PoolBatch
@@ -248,7 +248,8 @@ def _retained_rows(rng, root_logits: np.ndarray, first_local: np.ndarray) -> dic
     """Noisy copies of the root row read at the first-level tokens, absent at realistic rates."""
     n = root_logits.shape[0]
     rows = {}
-    for name, noise, available in (("cache_logp", 1.5, 0.7), ("same_token_logp", 1.0, 0.3), ("preceding_logp", 2.5, 1.0)):
+    sources = (("cache_logp", 1.5, 0.7), ("same_token_logp", 1.0, 0.3), ("preceding_logp", 2.5, 1.0))
+    for name, noise, available in sources:  # (row, logit noise, share of rounds holding it)
         logits = root_logits + noise * rng.standard_normal(root_logits.shape)
         logp = np.log(_softmax(logits))
         read = np.take_along_axis(logp, first_local, axis=1)  # (N, topk)

@@ -46,7 +46,8 @@ def evaluation_metrics(evaluation) -> dict[str, float]:
     shares = splits.drop_duplicates(["split_kind", "group"])
     out.update(_stat_metrics(shares, _prefix(shares, "split_kind", "group", budget=False), ("round_share",)))
     ff = evaluation.first_factor
-    out.update(_stat_metrics(ff, "first_factor." + ff["estimate"].astype(str), ("mse", "mse_pct_of_draft", "top1_hit_pct")))
+    ff_stats = ("mse", "mse_pct_of_draft", "top1_hit_pct")
+    out.update(_stat_metrics(ff, "first_factor." + ff["estimate"].astype(str), ff_stats))
     cmp = evaluation.comparisons
     if not cmp.empty:
         out.update(_stat_metrics(cmp, "paired." + cmp["rule"] + "-" + _prefix(cmp, "base"), ("gain", "gain_pct")))
