@@ -214,7 +214,8 @@ def test_eagle3_checkpoint_variants_and_errors(target, tmp, eagle_dir):
     (bin_dir / "config.json").write_text((eagle_dir / "config.json").read_text())
     torch.save(load_file(str(eagle_dir / "model.safetensors")), bin_dir / "pytorch_model.bin")
     from_bin = load_drafter(f"eagle3:{bin_dir}", target)
-    torch.testing.assert_close(from_bin.head.lm_head.weight, load_file(str(eagle_dir / "model.safetensors"))["lm_head.weight"])
+    saved = load_file(str(eagle_dir / "model.safetensors"))
+    torch.testing.assert_close(from_bin.head.lm_head.weight, saved["lm_head.weight"])
     bad = tmp / "eagle3_bad"
     bad.mkdir()
     (bad / "config.json").write_text((eagle_dir / "config.json").read_text())

@@ -181,7 +181,10 @@ def test_sibling_visible_mask_breaks_exactness(target_and_drafter, monkeypatch):
     """Negative control: a mask that lets tree nodes see their siblings changes the draft rows."""
     _, drafter = target_and_drafter
     context, root = [4, 8, 15, 16, 23], 42
-    monkeypatch.setattr(Drafter, "_tree_mask", staticmethod(lambda frontier, p, s, v, past: torch.zeros(len(frontier), past + len(frontier))))
+    def see_everything(frontier, parent, slot, visible, past):
+        return torch.zeros(len(frontier), past + len(frontier))
+
+    monkeypatch.setattr(Drafter, "_tree_mask", staticmethod(see_everything))
     drafter.start(torch.tensor(context))
     pool = drafter.grow_pool(root, PoolShape(4, 2, 4))
     ref = sequential_logp(drafter.model, context + [root, int(pool.token[1])])

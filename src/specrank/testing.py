@@ -94,7 +94,9 @@ def save_tiny_llama(path, seed: int = 0, vocab_size: int = 128, tokenizer_vocab:
     return path
 
 
-def save_tiny_eagle3(path, target_config, draft_vocab_size: int = 48, seed: int = 0, with_embedding: bool = False) -> Path:
+def save_tiny_eagle3(
+    path, target_config, draft_vocab_size: int = 48, seed: int = 0, with_embedding: bool = False
+) -> Path:
     """Save a random EAGLE-3 head for ``target_config`` in the published checkpoint format.
 
     Files: ``config.json`` (Llama-style, one layer, ``draft_vocab_size``) and

@@ -45,7 +45,12 @@ def text_windows(tokenizer, files, window: int, max_tokens: int) -> list[list[in
 
 def run_fit_exit_head(args) -> int:
 
-    from specrank.decode.drafters.early_exit import exit_agreement, exit_regression_data, save_exit_head, solve_exit_head
+    from specrank.decode.drafters.early_exit import (
+        exit_agreement,
+        exit_regression_data,
+        save_exit_head,
+        solve_exit_head,
+    )
     from specrank.decode.models import load_target
 
     missing = [str(p) for p in args.text if not p.is_file()]
@@ -65,5 +70,5 @@ def run_fit_exit_head(args) -> int:
     if n_held:
         hx, hy = exit_regression_data(target, args.layers, windows[len(windows) - n_held :])
         before, after = exit_agreement(target, None, hx, hy), exit_agreement(target, head, hx, hy)
-        print(f"held-out top-1 agreement with the target ({len(hx)} positions): {before:.3f} plain -> {after:.3f} fitted")
+        print(f"held-out top-1 agreement with the target ({len(hx)} positions): {before:.3f} -> {after:.3f}")
     return 0

@@ -168,7 +168,8 @@ class Eagle3Drafter(Drafter):
     @torch.inference_mode()
     def _forward(self, ids, hidden, positions, mask, fused: bool):
         dev, dt = self.head.fc.weight.device, self.head.fc.weight.dtype
-        logits, out = self.head(ids.to(dev), hidden, positions.to(dev), additive_mask(mask, dt).to(dev), self.cache, fused)
+        mask = additive_mask(mask, dt).to(dev)
+        logits, out = self.head(ids.to(dev), hidden, positions.to(dev), mask, self.cache, fused)
         return draft_log_probs(logits), out
 
     def _draft_root(self, root_token: int) -> RootStep:
@@ -206,7 +207,9 @@ def load_eagle3(directory, target, spec: str = "") -> Eagle3Drafter:
             f"EAGLE-3 head vocabulary ({config.vocab_size}) differs from the target's ({target.vocab_size})"
         )
     if config.target_hidden_size != target.hidden_size:
-        raise ModelLoadError(f"EAGLE-3 head expects target hidden size {config.target_hidden_size}, not {target.hidden_size}")
+        raise ModelLoadError(
+            f"EAGLE-3 head expects target hidden size {config.target_hidden_size}, not {target.hidden_size}"
+        )
     state = read_state(directory)
     d2t = draft_vocab_map(state, config)
     with torch.device("meta"):

@@ -88,7 +88,9 @@ def load_exit_head(path, target, layers: int) -> nn.Linear:
     if meta.get("layers") != str(layers):
         raise ExitHeadError(f"exit head {path.name} was fitted at {meta.get('layers')} layers, not {layers}")
     if weight.shape != (target.hidden_size, target.hidden_size) or bias.shape != (target.hidden_size,):
-        raise ExitHeadError(f"exit head {path.name} has shape {tuple(weight.shape)}, target hidden size is {target.hidden_size}")
+        raise ExitHeadError(
+            f"exit head {path.name} has shape {tuple(weight.shape)}, target hidden size is {target.hidden_size}"
+        )
     head = new_exit_head(target.hidden_size)
     with torch.no_grad():
         head.weight.copy_(weight)
@@ -98,7 +100,7 @@ def load_exit_head(path, target, layers: int) -> nn.Linear:
 
 @torch.inference_mode()
 def exit_regression_data(target, layers: int, windows) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows ``X = h_K`` (N, H) and ``Y = h_L / rms(h_L)`` (N, H) in float64 over token windows (first positions dropped)."""
+    """Rows ``X = h_K`` and ``Y = h_L / rms(h_L)``, (N, H) float64, over token windows minus their first positions."""
     final = {}
     hook = target.model.model.norm.register_forward_pre_hook(lambda mod, args: final.update(h=args[0]))
     xs, ys = [], []
@@ -151,7 +153,8 @@ class EarlyExitDrafter(CausalLMDrafter):
     """The target's first K layers drafting with their own KV cache."""
 
     def __init__(self, target, layers: int, exit_head: nn.Module | None = None, head_path=None, spec: str = ""):
-        super().__init__(truncated_lm(target.model, layers, exit_head), target.vocab_size, spec or f"early-exit:{layers}")
+        lm = truncated_lm(target.model, layers, exit_head)
+        super().__init__(lm, target.vocab_size, spec or f"early-exit:{layers}")
         self.target, self.layers, self.head_path = target, layers, head_path
 
     @functools.cached_property
