@@ -6,7 +6,7 @@ on 2 CPU cores: top-1 first-token agreement >= 0.5, >= 2.0 tokens per target pas
 (greedy), a 10-node drafting step under a fifth of a target decode step.
 
     specrank drafter train --out HEAD ...   # first (see README / Makefile `drafter`)
-    python benchmarks/bench_drafter.py --head HEAD [--max-new-tokens 128] [--figure curve.png]
+    python benchmarks/bench_drafter.py --head HEAD [--max-new-tokens 128] [--limit N] [--figure curve.png]
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def median_ms(fn, repeats: int) -> float:
 
 def step_costs(target, drafter, prompt_ids, nodes: int = 10, repeats: int = 20) -> tuple[float, float]:
     """Median ms of one drafting step over ``nodes`` tree nodes and of one target decode step."""
+    from specrank.decode.models import crop_cache
     from specrank.decode.pool import causal_mask
 
     ids = torch.as_tensor(prompt_ids)
@@ -58,7 +59,7 @@ def step_costs(target, drafter, prompt_ids, nodes: int = 10, repeats: int = 20) 
 
     def draft_step():
         drafter._draft_step(tokens, positions, mask, feed)
-        drafter._rewind()
+        crop_cache(drafter.cache, root.visible)  # back to the context and the root
 
     def target_step():
         target.forward(ids[-1:], torch.tensor([n]), torch.zeros(1, n + 1), cache, drafter.hidden_layers)
@@ -109,6 +110,7 @@ def main() -> None:
     parser.add_argument("--target", default="smollm2")
     parser.add_argument("--prompts", type=Path, default=None, help="default: the bundled set")
     parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--limit", type=int, default=None, help="decode only the first N held-out prompts")
     parser.add_argument("--figure", type=Path, default=None, help="write the agreement curve as an image")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -129,7 +131,7 @@ def main() -> None:
 
     target = load_target(args.target)
     drafter = load_eagle3(args.head, target)
-    prompts = [p for p in read_prompts(args.prompts or default_prompts_path()) if p.prompt_id in held]
+    prompts = [p for p in read_prompts(args.prompts or default_prompts_path()) if p.prompt_id in held][: args.limit]
     draft_ms, target_ms = step_costs(target, drafter, encode_prompt(target.tokenizer, prompts[0].text))
     print(f"10-node drafting step {draft_ms:.1f} ms, target decode step {target_ms:.1f} ms "
           f"(ratio {draft_ms / target_ms:.3f}; goal < 0.2)")

@@ -53,7 +53,7 @@ def test_hand_built_sequence_reads_the_rows_spec_names():
 
 
 def test_token_rows_grow_and_overwrite():
-    store = TokenRows(V, capacity=1)
+    store = TokenRows(V, block=2)
     rows = _rows(6, 4)
     store.put(np.array([0, 1, 2]), rows[:3], 0)
     store.put(np.array([2, 3, 4]), rows[3:], 1)

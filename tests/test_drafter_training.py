@@ -93,6 +93,7 @@ def test_generation_stores_greedy_continuations_and_exact_target_rows(target, co
     for i, (pid, sample) in enumerate(corpus.docs):
         ids = corpus.input_ids[bounds[i] : bounds[i + 1]]
         n_prompt = len(encode_prompt(target.tokenizer, PROMPTS[int(pid[1:])].text))
+        assert corpus.response[bounds[i] : bounds[i + 1]].tolist() == [t >= n_prompt - 1 for t in range(len(ids))]
         follows = ids[n_prompt:] == corpus.argmax[bounds[i] + n_prompt - 1 : bounds[i + 1] - 1]
         if i in greedy:
             assert follows.all(), f"greedy continuation of {pid} leaves the target argmax"
@@ -130,6 +131,7 @@ def test_batches_pair_each_state_with_the_next_token_and_later_rows():
         last=torch.arange(n, dtype=torch.float32)[:, None].repeat(1, h) + 0.5,
         argmax=torch.arange(200, 200 + n),
         offsets=torch.tensor([0, 4, n]),
+        response=torch.tensor([False, False, True, True, False, True, True]),
         docs=[("a", 0), ("b", 0)],
     )
     batch = collate(corpus, windows(corpus.sequences(lambda p: True), max_len=10), steps=2)
@@ -138,6 +140,7 @@ def test_batches_pair_each_state_with_the_next_token_and_later_rows():
     assert batch.last[1, :2, 0].tolist() == [5.5, 6.5] and batch.argmax[1, :2].tolist() == [205, 206]
     assert batch.valid(0).tolist() == [[True, True, True], [True, True, False]]
     assert batch.valid(1).tolist() == [[True, True, False], [True, False, False]]
+    assert batch.valid(0, response_only=True).tolist() == [[False, True, True], [True, True, False]]
     assert [(w.start, w.stop) for w in windows([slice(0, 8)], max_len=3)] == [(0, 4), (3, 7), (6, 8)]
 
 

@@ -103,7 +103,8 @@ def test_subtree_matches_loop_reference(small):
     a = {c: np.stack(table.column(c).to_numpy(zero_copy_only=False)) for c in ("parent", "depth", "q_edge", "draft_logp")}
     got = subtree_features(a["parent"], a["depth"], a["q_edge"], a["draft_logp"], 4)
     for n in range(0, len(a["parent"]), 7):
-        want = _subtree_reference(a["parent"][n], a["depth"][n], a["q_edge"][n].astype(float), a["draft_logp"][n].astype(float), 4)
+        q, logp = a["q_edge"][n].astype(float), a["draft_logp"][n].astype(float)
+        want = _subtree_reference(a["parent"][n], a["depth"][n], q, logp, 4)
         for k, v in want.items():
             np.testing.assert_allclose(got[k][n], v, rtol=1e-6, err_msg=k)
 
@@ -162,3 +163,13 @@ def test_edge_frame_has_one_row_per_pool_edge(small):
     np.testing.assert_array_equal(row.depth, table["depth"][i].values.to_numpy())
     np.testing.assert_allclose(row.label, table["p_edge"][i].values.to_numpy())
     assert (row.fold == 0).all() and (row.prompt_index == 2).all()
+
+
+def test_round_order_does_not_matter(small):
+    """Shuffled rounds give the same features: history comes from (prompt, round) keys, not table order."""
+    table, manifest = small
+    perm = np.random.default_rng(0).permutation(table.num_rows)
+    keys = ["prompt_id", "round", "cand"]
+    want = featurize_rounds(table, manifest).sort_values(keys).reset_index(drop=True)
+    got = featurize_rounds(table.take(perm), manifest, chunk_rounds=4).sort_values(keys).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, want)

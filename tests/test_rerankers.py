@@ -138,7 +138,8 @@ def test_online_interface_on_one_round_equals_batch(rounds, sampling):
     table, manifest = rounds
     est = GBMReranker("rows", **SMALL).fit(sampling)
     i = 25  # a round past the first of its prompt
-    one = table.slice(i, 1).drop_columns(["accepted"]).append_column("prev_accepted", [[float(table["accepted"][i - 1].as_py())]])
+    prev = [[float(table["accepted"][i - 1].as_py())]]
+    one = table.slice(i, 1).drop_columns(["accepted"]).append_column("prev_accepted", prev)
     online = est.predict_first_factor(featurize_rounds(one, manifest, labels=False))
     np.testing.assert_allclose(online, est.predict(sampling)[i * 6:(i + 1) * 6], rtol=1e-12)
 

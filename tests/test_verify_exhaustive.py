@@ -51,7 +51,7 @@ def _first_two_exact(logits, temperature):
     return law
 
 
-def _pvalue(verifier, temperature, n=3000):
+def _pvalue(verifier, temperature, n=2000):
     logits = _logits()
     law = _first_two_exact(logits, temperature)
     keys = list(law)

@@ -82,7 +82,8 @@ def run(args) -> int:
         edge_preds = edges[["prompt_id", "round", "node", "depth", "fold"]].copy()
         edge_preds["per_depth"] = _fit_and_save("per_depth", make_reranker("per_depth", args), edges, args, models_dir)
         first = edge_preds[edge_preds.depth == 1].set_index(["prompt_id", "round", "node"])["per_depth"]
-        preds["per_depth"] = first.reindex(pd.MultiIndex.from_arrays([preds.prompt_id, preds["round"], preds.cand])).to_numpy()
+        at = pd.MultiIndex.from_arrays([preds.prompt_id, preds["round"], preds.cand])
+        preds["per_depth"] = first.reindex(at).to_numpy()
         write_table_atomic(pa.Table.from_pandas(edge_preds, preserve_index=False), out_dir / "edge_predictions.parquet")
     write_table_atomic(pa.Table.from_pandas(preds, preserve_index=False), out_dir / "predictions.parquet")
     print(f"{out_dir / 'predictions.parquet'}: {len(preds)} rows, columns {', '.join(['draft'] + names)}")

@@ -12,32 +12,39 @@ import torch
 
 
 class TokenRows:
-    """Token-keyed row store: one row per token, overwritten by later stores."""
+    """Token-keyed row store: one row per token, overwritten by later stores.
 
-    def __init__(self, vocab_size: int, capacity: int = 64):
+    Rows live in fixed-size blocks, so growing never copies what is stored (peak memory
+    stays at what the distinct tokens need).
+    """
+
+    def __init__(self, vocab_size: int, block: int = 256):
+        self.vocab_size, self.block = vocab_size, block
         self.slot_of = np.full(vocab_size, -1, dtype=np.int64)  # token -> slot
-        self.round_of = np.zeros(capacity, dtype=np.int64)  # slot -> round stored
-        self.rows = torch.empty(capacity, vocab_size)  # (cap, V)
+        self.round_of = np.zeros(0, dtype=np.int64)  # slot -> round stored
+        self.blocks: list[torch.Tensor] = []  # each (block, V)
         self.count = 0
 
     def put(self, tokens: np.ndarray, rows: torch.Tensor, round_: int) -> None:
         """Store ``rows`` (n, V) under distinct ``tokens`` (n,)."""
         new = tokens[self.slot_of[tokens] < 0]
-        need = self.count + len(new)
-        if need > self.rows.shape[0]:  # grow by doubling so stores stay amortized O(n)
-            cap = max(need, 2 * self.rows.shape[0])
-            self.rows = torch.cat([self.rows, torch.empty(cap - self.rows.shape[0], self.rows.shape[1])])
-            self.round_of = np.concatenate([self.round_of, np.zeros(cap - len(self.round_of), dtype=np.int64)])
-        self.slot_of[new] = np.arange(self.count, need)
-        self.count = need
+        self.slot_of[new] = self.count + np.arange(len(new))
+        self.count += len(new)
+        while len(self.blocks) * self.block < self.count:
+            self.blocks.append(torch.empty(self.block, self.vocab_size))
+        self.round_of = np.concatenate([self.round_of, np.zeros(self.count - len(self.round_of), np.int64)])
         slots = self.slot_of[tokens]
-        self.rows[torch.from_numpy(slots)] = rows.to(self.rows.dtype)
         self.round_of[slots] = round_
+        for b in np.unique(slots // self.block):  # one or two blocks per store
+            on = slots // self.block == b
+            self.blocks[b][torch.from_numpy(slots[on] % self.block)] = rows[torch.from_numpy(on)].float()
 
     def get(self, token: int):
         """(row (V,), round stored) or (None, -1)."""
         slot = self.slot_of[token]
-        return (self.rows[slot], int(self.round_of[slot])) if slot >= 0 else (None, -1)
+        if slot < 0:
+            return None, -1
+        return self.blocks[slot // self.block][slot % self.block], int(self.round_of[slot])
 
 
 def latest_unique(tokens: np.ndarray) -> np.ndarray:

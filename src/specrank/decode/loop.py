@@ -147,36 +147,44 @@ def decode_round(target, drafter, state: PromptState, config: DecodeConfig, veri
     with timer.span("target"):
         logits, hidden = target.forward(s.input_ids, s.position_ids, mask, state.cache, drafter.hidden_layers)
     logp = torch.log_softmax(logits / config.row_temperature, -1)  # (n, V)
-    p_edge, p_argmax = edge_probs(logp, pool, s.row_of)
-    first = pool.token[: config.shape.topk]
-    rows = state.caches.read(len(state.records), state.root, first, logp[0])
-
-    t = s.n_tree
-    if (s.parent_row[1 : t + 1] > t).any():
-        raise TreeError("verified tree is not ancestor-closed under the selection score")
-    vtree = VerifyTree(pool.token[s.pool_index[1 : t + 1]], s.parent_row[1 : t + 1], s.pool_index[1 : t + 1],
-                       pool.q_edge[s.pool_index[1 : t + 1]])
-    accepted, continuation = verifier.verify(vtree, logits[: t + 1], state.generator)
+    rows = state.caches.read(len(state.records), state.root, pool.token[: config.shape.topk], logp[0])
+    accepted, continuation = verifier.verify(verify_tree(pool, s), logits[: s.n_tree + 1], state.generator)
     emitted = emitted_node(pool, accepted, continuation)
-    record = round_record(state, pool, config, logp[0], p_edge, p_argmax, accepted, continuation,
-                          emitted, rank_positions(draft_rank[None])[0], s, rows)
-
-    keep = np.concatenate([[0], s.row_of[accepted]])  # root + accepted path, pass rows
-    target.commit(state.cache, state.context_len, torch.from_numpy(keep))  # gather per layer = crop + keep
+    record = round_record(state, pool, logp, s, accepted, continuation, emitted, draft_rank, rows)
+    keep = np.concatenate([[0], s.row_of[accepted]])  # pass rows of the root + accepted path
     committed = np.concatenate([[state.root], pool.token[accepted]])
-    with timer.span("draft"):
-        drafter.commit(torch.from_numpy(committed), None if hidden is None else hidden[torch.from_numpy(keep)])
-
-    tree_ranked = ranked_tree(score, pool.depth, tree)
-    state.caches.update(len(state.records), state.root, logp[0], pool.token[tree_ranked],
-                        logp[torch.from_numpy(s.row_of[tree_ranked])],
-                        logp[int(keep[-1])], continuation,
-                        logp[int(s.row_of[emitted])] if emitted >= 0 and s.row_of[emitted] >= 0 else None)
-    state.context_len += len(committed)
+    commit(target, drafter, state, torch.from_numpy(keep), torch.from_numpy(committed), hidden, timer)
+    retain(state, pool, ranked_tree(score, pool.depth, tree), s, logp, int(keep[-1]), continuation, emitted)
     state.output += [int(x) for x in pool.token[accepted]] + [continuation]
     state.root = continuation
     state.records.append(record)
     return record
+
+
+def verify_tree(pool: DraftPool, s) -> VerifyTree:
+    """The verified tree (pass rows 1..t) in the verifier's terms."""
+    t = s.n_tree
+    if (s.parent_row[1 : t + 1] > t).any():
+        raise TreeError("verified tree is not ancestor-closed under the selection score")
+    nodes = s.pool_index[1 : t + 1]
+    return VerifyTree(pool.token[nodes], s.parent_row[1 : t + 1], nodes, pool.q_edge[nodes])
+
+
+def commit(target, drafter, state: PromptState, keep, committed, hidden, timer: Timer) -> None:
+    """Keep the root + accepted path (pass rows ``keep``, tokens ``committed``) in the target's KV cache
+    (gathered per layer) and hand them to the drafter."""
+    target.commit(state.cache, state.context_len, keep)
+    with timer.span("draft"):
+        drafter.commit(committed, None if hidden is None else hidden[keep])
+    state.context_len += len(keep)
+
+
+def retain(state: PromptState, pool, tree_ranked, s, logp, last_row: int, continuation: int, emitted: int) -> None:
+    """Update the row caches with this round's rows (SPEC §4)."""
+    emitted_row = int(s.row_of[emitted]) if emitted >= 0 else -1
+    state.caches.update(len(state.records), state.root, logp[0], pool.token[tree_ranked],
+                        logp[torch.from_numpy(s.row_of[tree_ranked])], logp[last_row], continuation,
+                        logp[emitted_row] if emitted_row >= 0 else None)
 
 
 def ranked_tree(score: np.ndarray, depth: np.ndarray, tree: np.ndarray) -> np.ndarray:
@@ -185,11 +193,13 @@ def ranked_tree(score: np.ndarray, depth: np.ndarray, tree: np.ndarray) -> np.nd
     return order[tree[order]]
 
 
-def round_record(state, pool, config, root_logp, p_edge, p_argmax, accepted, continuation, emitted,
-                 rank_of, s, rows) -> dict:
+def round_record(state, pool, logp, s, accepted, continuation, emitted, draft_rank, rows) -> dict:
     """The ``rounds`` row of one round (columns of ``specrank.schema``)."""
+    root_logp = logp[0]
     root_p = root_logp.exp()
     argmax = int(root_logp.argmax())
+    p_edge, p_argmax = edge_probs(logp, pool, s.row_of)
+    rank_of = rank_positions(draft_rank[None])[0]
     record = {
         "round": len(state.records),
         "position": len(state.output),

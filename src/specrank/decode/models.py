@@ -85,13 +85,13 @@ def default_gguf() -> Path:
 
 def convert_gguf(gguf) -> Path:
     """Convert a GGUF file once to a float32 safetensors directory (with tokenizer); return it."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     gguf = Path(gguf)
     digest = sha256_files([gguf])
     out = cache_root() / f"{gguf.stem}-{digest[:16]}"
     if (out / SOURCE_FILE).exists():
         return out
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # heavy import: only when converting
+
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is shared like any model cache

@@ -19,12 +19,16 @@ class Batch:
     tokens: torch.Tensor  # (B, L + k - 1) int64, x[i+1] at index i
     last: torch.Tensor  # (B, L + k - 1, H) float32, target final states at i+1
     argmax: torch.Tensor  # (B, L + k - 1) int64, target argmax at i+1
+    response: torch.Tensor  # (B, L + k - 1) bool, the row at i+1 predicts a generated token
     lengths: torch.Tensor  # (B,) valid head indices per row (n - 1)
 
-    def valid(self, step: int) -> torch.Tensor:
-        """(B, L) bool: indices scored at unrolled ``step`` (the target row exists)."""
-        index = torch.arange(self.features.shape[1])
-        return index[None, :] < (self.lengths[:, None] - step)
+    def valid(self, step: int, response_only: bool = False) -> torch.Tensor:
+        """(B, L) bool: indices scored at unrolled ``step`` (the target row exists; and predicts
+        a generated token with ``response_only``)."""
+        width = self.features.shape[1]
+        index = torch.arange(width)
+        valid = index[None, :] < (self.lengths[:, None] - step)
+        return valid & self.response[:, step : step + width] if response_only else valid
 
 
 def windows(slices, max_len: int, min_len: int = 2) -> list[slice]:
@@ -60,10 +64,12 @@ def collate(corpus, wins: list[slice], steps: int) -> Batch:
     tokens = torch.zeros(b, width + steps - 1, dtype=torch.long)
     last = torch.zeros(b, width + steps - 1, h)
     argmax = torch.zeros(b, width + steps - 1, dtype=torch.long)
+    response = torch.zeros(b, width + steps - 1, dtype=torch.bool)
     for row, w in enumerate(wins):  # a handful of rows per batch
         n = w.stop - w.start - 1
         features[row, :n] = corpus.features[w.start : w.stop - 1].float()
         tokens[row, :n] = corpus.input_ids[w.start + 1 : w.stop]
         last[row, :n] = corpus.last[w.start + 1 : w.stop].float()
         argmax[row, :n] = corpus.argmax[w.start + 1 : w.stop]
-    return Batch(features, tokens, last, argmax, lengths)
+        response[row, :n] = corpus.response[w.start + 1 : w.stop]
+    return Batch(features, tokens, last, argmax, response, lengths)

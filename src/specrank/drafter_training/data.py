@@ -16,14 +16,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from specrank.drafter_training.atomic import atomic_write, write_json_atomic
+
 FP16_MAX = 65000.0  # above this a shard keeps float32 features
+FORMAT = 2  # shard layout version, part of the cache key
 
 
 class DataError(ValueError):
@@ -53,13 +55,15 @@ class GenerationSpec:
 @dataclass
 class Corpus:
     """Concatenated sequences: token ids (n,), features (n, F), last (n, H), argmax (n,),
-    ``offsets`` (D+1,) sequence boundaries, and one (prompt_id, sample) per sequence."""
+    ``offsets`` (D+1,) sequence boundaries, ``response`` (n,) True where the target row predicts a
+    generated token (position >= prompt length - 1), and one (prompt_id, sample) per sequence."""
 
     input_ids: torch.Tensor
     features: torch.Tensor
     last: torch.Tensor
     argmax: torch.Tensor
     offsets: torch.Tensor
+    response: torch.Tensor
     docs: list[tuple[str, int]] = field(default_factory=list)
 
     def sequences(self, keep) -> list[slice]:
@@ -87,7 +91,7 @@ def target_fingerprint(target) -> str:
 
 def data_dir(target, prompts, spec: GenerationSpec, root=None) -> Path:
     """The cache directory of ``spec`` applied to ``prompts`` with ``target``."""
-    key = json.dumps([asdict(spec), [(p.prompt_id, p.text) for p in prompts]], sort_keys=True)
+    key = json.dumps([FORMAT, asdict(spec), [(p.prompt_id, p.text) for p in prompts]], sort_keys=True)
     spec_hash = hashlib.sha256(key.encode()).hexdigest()[:16]
     return Path(root or cache_root()) / "drafter-data" / target_fingerprint(target) / spec_hash
 
@@ -111,7 +115,7 @@ def generate_corpus(target, prompts, spec: GenerationSpec, root=None, progress=F
     out = data_dir(target, prompts, spec, root)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"spec": asdict(spec), "prompts": [p.prompt_id for p in prompts], "target": target.name}
-    _write_atomic(out / "meta.json", json.dumps(meta, indent=2).encode())
+    write_json_atomic(out / "meta.json", meta)
     encoded = [encode_prompt(target.tokenizer, p.text) for p in prompts]
     shards = jobs(prompts, spec)
     bar = _progress(len(shards), progress, "generating")
@@ -139,14 +143,10 @@ def _write_shard(path, target, prompt_ids, shard, prompts, spec, k) -> None:
         "last": torch.cat([p[1] for p in parts]),  # float32: the teacher rows are recomputed exactly
         "argmax": torch.cat([p[2] for p in parts]).int(),
         "offsets": torch.tensor(np.cumsum([0] + [len(s) for s in seqs]), dtype=torch.int64),
+        "prompt_lens": torch.tensor([len(prompt_ids[row]) for row in range(len(seqs))], dtype=torch.int64),
     }
     docs = [[prompts[i].prompt_id, s] for i, s in shard]
-    tmp = _tmp_beside(path)
-    try:
-        save_file(state, tmp, metadata={"docs": json.dumps(docs)})
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    atomic_write(path, lambda tmp: save_file(state, tmp, metadata={"docs": json.dumps(docs)}))
 
 
 @torch.inference_mode()
@@ -202,29 +202,19 @@ def load_corpus(directory) -> Corpus:
         base += int(part["input_ids"].shape[0])
         parts.append(part)
     cat = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    offsets = torch.cat([cat["offsets"], torch.tensor([base])])
+    lengths = offsets.diff()
+    within = torch.arange(base) - torch.repeat_interleave(offsets[:-1], lengths)  # (n,) position in its sequence
+    response = within >= torch.repeat_interleave(cat["prompt_lens"], lengths) - 1
     return Corpus(
         input_ids=cat["input_ids"].long(),
         features=cat["features"],
         last=cat["last"],
         argmax=cat["argmax"].long(),
-        offsets=torch.cat([cat["offsets"], torch.tensor([base])]),
+        offsets=offsets,
+        response=response,
         docs=docs,
     )
-
-
-def _tmp_beside(path: Path) -> str:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    return tmp
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = _tmp_beside(path)
-    try:
-        Path(tmp).write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def _progress(total: int, enabled: bool, desc: str):

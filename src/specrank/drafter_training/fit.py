@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from specrank.drafter_training.atomic import write_json_atomic
 from specrank.drafter_training.data import GenerationSpec, data_dir, generate_corpus, load_corpus
 from specrank.drafter_training.head import new_head, save_head
 from specrank.drafter_training.objective import target_logits
-from specrank.drafter_training.train import TrainConfig, train, write_json_atomic
+from specrank.drafter_training.train import TrainConfig, train
 from specrank.drafter_training.vocab import most_frequent
 
 SUMMARY = "training.json"

@@ -3,12 +3,11 @@ saving in the published checkpoint format that ``load_eagle3`` reads."""
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
 
 import torch
+
+from specrank.drafter_training.atomic import atomic_write, write_json_atomic
 
 WEIGHTS = "model.safetensors"
 
@@ -82,16 +81,6 @@ def save_head(directory, head, vocab) -> Path:
         if not k.startswith(("embed_tokens", "rotary_emb"))
     }
     state["d2t"], state["t2d"] = vocab.d2t, vocab.t2d
-    _atomic(directory / WEIGHTS, lambda tmp: save_file(state, tmp))
-    _atomic(directory / "config.json", lambda tmp: Path(tmp).write_text(json.dumps(head.config_dict, indent=2)))
+    atomic_write(directory / WEIGHTS, lambda tmp: save_file(state, tmp))
+    write_json_atomic(directory / "config.json", head.config_dict)
     return directory
-
-
-def _atomic(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)

@@ -18,9 +18,10 @@ def step_loss(draft: torch.Tensor, target: torch.Tensor, valid: torch.Tensor) ->
     draft, target: (B, L, Vd) logits; valid: (B, L) bool. Equal to the KL divergence plus
     the target rows' entropy, which does not depend on the head.
     """
-    p = torch.softmax(target.float(), -1)
-    ce = -(p * torch.log_softmax(draft.float(), -1)).sum(-1)  # (B, L)
-    return (ce * valid).sum() / valid.sum().clamp_min(1)
+    vd = draft.shape[-1]
+    p = torch.softmax(target.float(), -1).reshape(-1, vd)
+    ce = torch.nn.functional.cross_entropy(draft.float().reshape(-1, vd), p, reduction="none")  # (B * L,)
+    return (ce * valid.reshape(-1)).sum() / valid.sum().clamp_min(1)
 
 
 def agreement(draft: torch.Tensor, argmax: torch.Tensor, ids: torch.Tensor, valid: torch.Tensor) -> tuple[int, int]:

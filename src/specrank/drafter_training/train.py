@@ -7,16 +7,14 @@ run resumed from a checkpoint ends with the same weights as one that was never i
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from specrank.drafter_training.atomic import atomic_write
 from specrank.drafter_training.batches import batch_at, collate, windows
 from specrank.drafter_training.objective import agreement, step_loss
 from specrank.drafter_training.unroll import unrolled_logits
@@ -85,12 +83,14 @@ def batch_loss(head, teacher, batch, ids, cfg: TrainConfig):
 
 @torch.no_grad()
 def evaluate(head, corpus, wins, ids, cfg: TrainConfig, batch_size: int = 8) -> list[float]:
-    """Held-out top-1 agreement with the target's argmax at each unrolled step."""
+    """Held-out top-1 agreement with the target's argmax at each unrolled step, over the rows that
+    predict generated tokens (what drafting meets after a prompt)."""
     hits = torch.zeros(cfg.unroll, 2, dtype=torch.long)
     for k in range(0, len(wins), batch_size):
         batch = collate(corpus, wins[k : k + batch_size], cfg.unroll)
         for j, draft in enumerate(unrolled_logits(head, batch, cfg.unroll)):
-            hits[j] += torch.tensor(agreement(draft, batch.argmax[:, j : j + draft.shape[1]], ids, batch.valid(j)))
+            valid = batch.valid(j, response_only=True)
+            hits[j] += torch.tensor(agreement(draft, batch.argmax[:, j : j + draft.shape[1]], ids, valid))
     return (hits[:, 0] / hits[:, 1].clamp_min(1)).tolist()
 
 
@@ -159,13 +159,7 @@ def save_checkpoint(path: Path, head, opt, cfg: TrainConfig, step: int, elapsed:
         "optimizer": opt.state_dict(),
         "torch_rng": torch.get_rng_state(),
     }
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
 def load_checkpoint(path: Path, head, opt, cfg: TrainConfig) -> dict:
@@ -186,14 +180,3 @@ def _bar(total: int, initial: int, enabled: bool):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, disable=not enabled, desc="training", unit="step")
-
-
-def write_json_atomic(path: Path, obj) -> None:
-    """Write ``obj`` as JSON via a temporary file and rename."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        Path(tmp).write_text(json.dumps(obj, indent=2))
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)

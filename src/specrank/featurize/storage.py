@@ -38,7 +38,8 @@ def read_rounds_table(run_dir, columns=None) -> pa.Table:
     try:
         return pa.concat_tables(tables)
     except pa.ArrowInvalid as exc:  # e.g. fixed-size lists of two lengths
-        raise schema.SchemaError(f"rounds: shards have different schemas (pool shapes mixed?): {str(exc).splitlines()[0]}") from None
+        first = str(exc).splitlines()[0]
+        raise schema.SchemaError(f"rounds: shards have different schemas (pool shapes mixed?): {first}") from None
 
 
 def featurize_run(run_dir, *, labels: bool = True) -> pd.DataFrame:

@@ -10,10 +10,11 @@ SUBTREE_FEATURES = ["child_max_q", "child_entropy", "subtree_size", "subtree_mas
 def first_level_ancestor(parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """Pool index of each node's depth-1 ancestor (itself at depth 1), (N, M), by pointer doubling."""
     n, m = parent.shape
-    up = np.where(depth > 1, parent, np.arange(m, dtype=parent.dtype)).astype(np.int32)  # (N, M)
+    offset = (np.arange(n, dtype=np.int64) * m)[:, None]  # flat indexing: np.take beats take_along_axis
+    up = (np.where(depth > 1, parent, np.arange(m, dtype=parent.dtype)) + offset).ravel()  # one step up
     for _ in range(int(np.ceil(np.log2(max(int(depth.max(initial=1)), 2))))):
-        up = np.take_along_axis(up, up, axis=1)  # 2^i steps up, stopping at depth 1
-    return up
+        up = np.take(up, up)  # 2^i steps up, stopping at depth 1
+    return (up.reshape(n, m) - offset).astype(np.int32)
 
 
 def subtree_features(parent, depth, q_edge, draft_logp, topk: int) -> dict[str, np.ndarray]:
@@ -26,25 +27,25 @@ def subtree_features(parent, depth, q_edge, draft_logp, topk: int) -> dict[str, 
     ``subtree_expanded``: nodes of the subtree (candidate included) with a child in the pool.
     """
     n, m = parent.shape
+    size_nk = n * topk
     anc = first_level_ancestor(parent, depth)  # (N, M)
-    rows = np.arange(n, dtype=np.int64)[:, None]
-    key = (rows * topk + anc).ravel()  # flat (round, candidate) of every node
-    below = (depth > 1).ravel()
-    size = np.bincount(key[below], minlength=n * topk)
-    mass = np.bincount(key[below], weights=np.exp(draft_logp.ravel()[below].astype(np.float64)), minlength=n * topk)
+    key = (anc + (np.arange(n, dtype=np.int32) * topk)[:, None]).ravel()  # (round, candidate) of every node
+    size = np.bincount(key, minlength=size_nk) - 1  # every candidate counts itself once
+    below_mass = np.where(depth > 1, np.exp(draft_logp), np.float32(0))  # (N, M), float32 like the input
+    mass = np.bincount(key, weights=below_mass.ravel(), minlength=size_nk)
 
-    has_child = np.zeros(n * m, dtype=bool)
-    has_child[(rows * m + parent).ravel()[below]] = True
-    expanded = np.bincount(key[has_child], minlength=n * topk)
+    slot = np.where(parent < 0, m, parent) + (np.arange(n, dtype=np.int32) * (m + 1))[:, None]  # root -> column m
+    kids = np.bincount(slot.ravel(), minlength=n * (m + 1)).reshape(n, m + 1)[:, :m]  # (N, M) children per node
+    expanded = np.bincount(key, weights=(kids > 0).ravel(), minlength=size_nk)
 
     child = (depth == 2).ravel()
-    ckey = (rows * topk + parent).ravel()[child]
+    ckey = key[child]  # a depth-2 node's first-level ancestor is its parent
     cq = q_edge.ravel()[child].astype(np.float64)
-    cmass = np.bincount(ckey, weights=cq, minlength=n * topk)
-    cqlogq = np.bincount(ckey, weights=cq * np.log(np.where(cq > 0, cq, 1.0)), minlength=n * topk)
-    cmax = np.full(n * topk, -np.inf)
+    cmass = np.bincount(ckey, weights=cq, minlength=size_nk)
+    cqlogq = np.bincount(ckey, weights=cq * np.log(np.where(cq > 0, cq, 1.0)), minlength=size_nk)
+    cmax = np.full(size_nk, -np.inf)
     np.maximum.at(cmax, ckey, cq)
-    nochild = cmass <= 0
+    nochild = (kids[:, :topk] == 0).ravel()
     safe = np.where(nochild, 1.0, cmass)
     entropy = np.log(safe) - cqlogq / safe  # H of q/S = log S - sum(q log q)/S
     shape = (n, topk)

@@ -8,8 +8,8 @@ log-normal noise of scale ``target_noise`` and renormalized. The retained rows (
 same-token, preceding; available in 70%, 30%, 100% of rounds, noise scales 0.3, 0.6, 1.0 times
 ``row_noise``) are noisy copies of the drafter's first-level log-probabilities, except that with
 ``signal="rows"`` the cache row copies the target's (so it carries what the drafter misses; with
-``row_noise=0`` it is exact, and a perfect reranker recovers the root gain of the cached rounds). Verification walks the target's argmax path
-through the whole pool.
+``row_noise=0`` it is exact, and a perfect reranker recovers the root gain of the cached rounds).
+Verification walks the target's argmax path through the whole pool.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def synthetic_rounds(n_prompts=20, rounds_per_prompt=20, *, topk=4, depth=3, exp
         "root_token": root.astype(np.int32),
         **cols,
         "root_entropy": -(p1 * np.log(p1)).sum(1).astype(np.float32),
-        "root_argmax": np.where(path[:, 0] >= 0, cols["token"][np.arange(n), np.maximum(path[:, 0], 0)], vocab).astype(np.int32),
+        "root_argmax": np.where(path[:, 0] >= 0, cols["token"][np.arange(n), np.maximum(path[:, 0], 0)], vocab),
         "root_argmax_prob": p1.max(1).astype(np.float32),
         "accepted": accepted.astype(np.int16),
         "accepted_nodes": path,

@@ -64,7 +64,8 @@ class GBMReranker(Reranker):
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r} (choose from {', '.join(BACKENDS)})")
         self.features_ = resolve_features(self.features)
-        self.task_categories_ = sorted({t for c in CATEGORICAL_FEATURES if c in self.features_ for t in X[c].astype(str).unique()})
+        used = [c for c in CATEGORICAL_FEATURES if c in self.features_]
+        self.task_categories_ = sorted({t for c in used for t in X[c].astype(str).unique()})
         self.prior_ = TokenPrior(self.prior_pseudo_count)
         prior = self.prior_.fit_transform(X["token"].to_numpy(), y) if PRIOR_FEATURE in self.features_ else None
         self.model_ = self._fit_backend(self._matrix(X, prior), y)
