@@ -32,7 +32,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_selection.py
 
 # The EAGLE-3 head for the embedded default target: self-distilled (cached data), 30 training minutes.
-DRAFTER_DIR ?= $(HOME)/.cache/specrank/drafters/smollm2-eagle3
+DRAFTER_DIR ?= $(or $(SPECRANK_CACHE),$(HOME)/.cache/specrank)/drafters/smollm2-eagle3
 drafter: $(STAMP)
 	$(VENV)/bin/specrank drafter train --target smollm2 --out $(DRAFTER_DIR) --samples 7 --max-new-tokens 320 \
 		--gen-batch 16 --draft-vocab 16384 --unroll 2 --steps 300 --max-minutes 30 --batch-size 4 --max-len 512

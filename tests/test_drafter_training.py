@@ -15,7 +15,7 @@ from specrank.decode.pool import PoolShape
 from specrank.decode.prompts import Prompt, encode_prompt
 from specrank.drafter_training.batches import collate, windows
 from specrank.drafter_training.data import Corpus, DataError, GenerationSpec, generate_corpus, jobs, load_corpus
-from specrank.drafter_training.head import new_head, save_head
+from specrank.drafter_training.head import head_config, new_head, save_head
 from specrank.drafter_training.objective import target_logits
 from specrank.drafter_training.train import TrainConfig, TrainError, train
 from specrank.drafter_training.unroll import ttt_mask, unrolled_logits
@@ -153,7 +153,7 @@ def test_ttt_mask_sees_the_context_and_the_own_ancestors():
 def test_unrolled_steps_equal_drafting_with_the_adapter(target, corpus, tmp_path):
     """Training-time test step j at index i = the drafter's depth-j node below root x[i+1] (negative control: step 0 differs)."""
     head, _, vocab = setup(target, corpus)
-    save_head(tmp_path, head, vocab)
+    save_head(tmp_path, head, vocab, head_config(target, len(vocab.ids), LAYERS))
     drafter = load_eagle3(tmp_path, target)
     seq = corpus.sequences(lambda pid: pid == "p3")[0]
     batch = collate(corpus, [seq], steps=3)
@@ -176,7 +176,7 @@ def test_unrolled_steps_equal_drafting_with_the_adapter(target, corpus, tmp_path
 def test_trained_head_saves_reloads_and_drafts_pools(target, corpus, tmp_path):
     head, vocab, result = run(target, corpus, tmp_path, CFG)
     assert result["step"] == CFG.steps and "heldout_top1_step1" in result
-    save_head(tmp_path, head, vocab)
+    save_head(tmp_path, head, vocab, head_config(target, len(vocab.ids), LAYERS))
     drafter = load_eagle3(tmp_path, target)
     assert drafter.hidden_layers == LAYERS
     assert torch.equal(drafter.draft_to_target.cpu(), vocab.ids)  # d2t sends every draft id to its target id
@@ -204,7 +204,7 @@ def test_training_is_deterministic_and_resume_gives_the_same_weights(target, cor
 
     with pytest.raises(KeyboardInterrupt):
         run(target, corpus, tmp_path / "r", CFG, logger=interrupt)
-    assert torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=False)["step"] == 3
+    assert torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=True)["step"] == 3
     resumed, _, res_r = run(target, corpus, tmp_path / "r", CFG)
     sr = trained_state(resumed)
     assert all(torch.equal(sa[k], sr[k]) for k in sa)
@@ -242,3 +242,5 @@ def test_cli_trains_saves_and_logs_to_mlflow(tmp_path, monkeypatch):
     history = mlflow.MlflowClient().get_metric_history(run_id, "heldout_top1_step1")
     assert [m.step for m in history][-1] == 4
     assert main(args + ["--prompts", str(tmp_path / "missing.jsonl")]) == 2
+    assert main(args + ["--draft-vocab", "0"]) == 2
+    assert main(args + ["--tracking-uri", f"sqlite:///{tmp_path / 'no' / 'such' / 'm.db'}"]) == 2

@@ -81,6 +81,7 @@ def write_parquet_atomic(table: pa.Table, path) -> None:
     os.close(fd)
     try:
         pq.write_table(table, tmp)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; shards are ordinary data files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

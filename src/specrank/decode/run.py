@@ -55,6 +55,7 @@ def write_json_atomic(obj, path: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=True)
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600
     os.replace(tmp, path)
 
 

@@ -7,7 +7,7 @@ A window of sequence ``x`` with target states ``h``: head index ``i`` pairs the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
@@ -22,11 +22,15 @@ class Batch:
     response: torch.Tensor  # (B, L + k - 1) bool, the row at i+1 predicts a generated token
     lengths: torch.Tensor  # (B,) valid head indices per row (n - 1)
 
+    def to(self, device) -> Batch:
+        """The batch on ``device``."""
+        return Batch(*(getattr(self, f.name).to(device) for f in fields(self)))
+
     def valid(self, step: int, response_only: bool = False) -> torch.Tensor:
         """(B, L) bool: indices scored at unrolled ``step`` (the target row exists; and predicts
         a generated token with ``response_only``)."""
         width = self.features.shape[1]
-        index = torch.arange(width)
+        index = torch.arange(width, device=self.lengths.device)
         valid = index[None, :] < (self.lengths[:, None] - step)
         return valid & self.response[:, step : step + width] if response_only else valid
 

@@ -13,12 +13,22 @@ import torch
 
 from specrank.drafter_training.atomic import write_json_atomic
 from specrank.drafter_training.data import GenerationSpec, data_dir, generate_corpus, load_corpus
-from specrank.drafter_training.head import new_head, save_head
+from specrank.drafter_training.head import head_config, new_head, save_head
 from specrank.drafter_training.objective import target_logits
+from specrank.drafter_training.tracking import RunLogger
 from specrank.drafter_training.train import TrainConfig, train
 from specrank.drafter_training.vocab import most_frequent
+from specrank.tracking.uri import check_reachable, resolve_tracking_uri
 
 SUMMARY = "training.json"
+DEFAULT_HEAD = "smollm2-eagle3"
+
+
+def default_head_dir() -> Path:
+    """Where ``make drafter`` trains the embedded default target's head (under the specrank cache)."""
+    from specrank.drafter_training.data import cache_root
+
+    return cache_root() / "drafters" / DEFAULT_HEAD
 
 
 def split_prompts(prompts, heldout_per_task: int, seed: int = 0) -> set[str]:
@@ -48,7 +58,11 @@ def tokens_per_pass(target, drafter, prompts, max_new_tokens: int, budget: int =
 def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig, draft_vocab: int = 16384,
                 heldout_per_task: int = 1, decode_prompts: int = 2, decode_tokens: int = 64,
                 tracking_uri: str | None = None, data_root=None, progress: bool = False) -> dict:
-    """Generate (or reuse) the data, train a head into ``out_dir`` (resuming), save it, log to MLflow."""
+    """Generate (or reuse) the data, train a head into ``out_dir`` (resuming), save it, log to MLflow
+    (``tracking_uri``: None logs nowhere, "" the default ``sqlite:///mlflow.db``)."""
+    if draft_vocab < 1 or heldout_per_task < 0 or decode_prompts < 0:
+        raise ValueError("draft_vocab >= 1, heldout_per_task >= 0 and decode_prompts >= 0 are required")
+    uri = None if tracking_uri is None else check_reachable(resolve_tracking_uri(tracking_uri))  # fail before work
     held = split_prompts(prompts, heldout_per_task, cfg.seed)
     t0 = time.monotonic()
     corpus = load_corpus(generate_corpus(target, prompts, spec, data_root, progress))
@@ -69,10 +83,10 @@ def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig
         **{f"gen_{k}": v for k, v in asdict(spec).items()},
         **cfg.identity(),
     }
-    logger = _mlflow_logger(tracking_uri, params, out_dir)
+    logger = RunLogger.open(uri, params, out_dir)
     try:
-        result = train(head, teacher, vocab.ids, corpus, train_slices, held_slices, out_dir, cfg, logger.log, progress)
-        save_head(out_dir, head, vocab)
+        result = train(head, teacher, vocab.ids.to(target.device), corpus, train_slices, held_slices, out_dir, cfg, logger.log, progress)
+        save_head(out_dir, head, vocab, head_config(target, len(vocab.ids), spec.layers))
         final = {
             "heldout_vocab_coverage": vocab.coverage(corpus.argmax[held_pos]),
             "generation_minutes": gen_minutes,
@@ -93,42 +107,3 @@ def _decode_metrics(target, out_dir, prompts, max_new_tokens: int) -> dict:
 
     drafter = load_eagle3(out_dir, target)
     return {"tokens_per_pass_b59": tokens_per_pass(target, drafter, prompts, max_new_tokens)}
-
-
-class _Logger:
-    """Metrics to an MLflow run (or nowhere without a tracking URI); the run id is kept in ``out_dir``
-    so a resumed training continues the same run."""
-
-    def __init__(self, run=None):
-        self.run = run
-
-    def log(self, metrics: dict, step: int) -> None:
-        if self.run is not None:
-            import mlflow
-
-            mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step)
-
-    def close(self) -> None:
-        if self.run is not None:
-            import mlflow
-
-            mlflow.end_run()
-
-
-def _mlflow_logger(tracking_uri, params: dict, out_dir) -> _Logger:
-    if tracking_uri is None:
-        return _Logger()
-    import mlflow
-
-    from specrank.tracking.uri import check_reachable, resolve_tracking_uri
-
-    mlflow.set_tracking_uri(check_reachable(resolve_tracking_uri(tracking_uri)))
-    mlflow.set_experiment("specrank-drafter")
-    id_file = Path(out_dir) / "mlflow_run_id"
-    run_id = id_file.read_text().strip() if id_file.exists() else None
-    run = mlflow.start_run(run_id=run_id, run_name=None if run_id else f"eagle3-{Path(out_dir).name}")
-    if run_id is None:
-        mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        id_file.write_text(run.info.run_id)
-    return _Logger(run)

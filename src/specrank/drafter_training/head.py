@@ -53,7 +53,6 @@ def new_head(target, vocab, layers, seed: int = 0, train_lm_head: bool = False):
     config = head_config(target, len(vocab.ids), layers)
     torch.manual_seed(seed)
     head = Eagle3Head(eagle3_config(config))
-    head.config_dict = config
     embedding = target.model.get_input_embeddings()
     with torch.no_grad():
         head.lm_head.weight.copy_(target.model.get_output_embeddings().weight[vocab.ids].float())
@@ -68,9 +67,10 @@ def new_head(target, vocab, layers, seed: int = 0, train_lm_head: bool = False):
     return head.to(target.device)
 
 
-def save_head(directory, head, vocab) -> Path:
+def save_head(directory, head, vocab, config: dict) -> Path:
     """Write ``config.json`` and ``model.safetensors`` (``fc``, ``midlayer.*``, ``norm``, ``lm_head``,
-    ``d2t``, ``t2d``; the embedding stays the target's), each atomically."""
+    ``d2t``, ``t2d``; the embedding stays the target's) and ``config`` (from ``head_config``),
+    each atomically."""
     from safetensors.torch import save_file
 
     directory = Path(directory)
@@ -82,5 +82,5 @@ def save_head(directory, head, vocab) -> Path:
     }
     state["d2t"], state["t2d"] = vocab.d2t, vocab.t2d
     atomic_write(directory / WEIGHTS, lambda tmp: save_file(state, tmp))
-    write_json_atomic(directory / "config.json", head.config_dict)
+    write_json_atomic(directory / "config.json", config)
     return directory

@@ -7,6 +7,7 @@ run resumed from a checkpoint ends with the same weights as one that was never i
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -85,9 +86,9 @@ def batch_loss(head, teacher, batch, ids, cfg: TrainConfig):
 def evaluate(head, corpus, wins, ids, cfg: TrainConfig, batch_size: int = 8) -> list[float]:
     """Held-out top-1 agreement with the target's argmax at each unrolled step, over the rows that
     predict generated tokens (what drafting meets after a prompt)."""
-    hits = torch.zeros(cfg.unroll, 2, dtype=torch.long)
+    hits = torch.zeros(cfg.unroll, 2, dtype=torch.long)  # (steps, [hits, count])
     for k in range(0, len(wins), batch_size):
-        batch = collate(corpus, wins[k : k + batch_size], cfg.unroll)
+        batch = collate(corpus, wins[k : k + batch_size], cfg.unroll).to(ids.device)
         for j, draft in enumerate(unrolled_logits(head, batch, cfg.unroll)):
             valid = batch.valid(j, response_only=True)
             hits[j] += torch.tensor(agreement(draft, batch.argmax[:, j : j + draft.shape[1]], ids, valid))
@@ -97,7 +98,8 @@ def evaluate(head, corpus, wins, ids, cfg: TrainConfig, batch_size: int = 8) -> 
 def train(head, teacher, ids, corpus, train_slices, heldout_slices, out_dir, cfg: TrainConfig, logger=None, progress=False):
     """Train ``head`` in place on ``train_slices``; checkpoints in ``out_dir``; return the final metrics.
 
-    ``ids`` (Vd,) are the target ids of the draft vocabulary, ``teacher`` as in ``batch_loss``.
+    ``ids`` (Vd,) are the target ids of the draft vocabulary (on the head's device), ``teacher`` as
+    in ``batch_loss``.
     Resumes from ``out_dir/checkpoint.pt`` when it exists and was made with the same settings.
     ``logger(metrics: dict, step)`` receives training and held-out metrics.
     """
@@ -109,24 +111,16 @@ def train(head, teacher, ids, corpus, train_slices, heldout_slices, out_dir, cfg
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     torch.manual_seed(cfg.seed)
-    state = load_checkpoint(out_dir / CHECKPOINT, head, opt, cfg)
+    identity = run_identity(cfg, ids, train_wins)
+    state = load_checkpoint(out_dir / CHECKPOINT, head, opt, identity)
     step, elapsed, history = state["step"], state["elapsed"], state["history"]
     start, metrics = time.monotonic() - elapsed, {}
     bar = _bar(cfg.steps, step, progress)
     head.train()
     while step < cfg.steps:
-        batch = batch_at(corpus, train_wins, step, cfg.batch_size, cfg.seed, cfg.unroll)
-        for group in opt.param_groups:
-            group["lr"] = cfg.lr * lr_factor(step, cfg)
-        loss, losses, hits = batch_loss(head, teacher, batch, ids, cfg)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
+        batch = batch_at(corpus, train_wins, step, cfg.batch_size, cfg.seed, cfg.unroll).to(ids.device)
+        metrics = optimizer_step(head, teacher, opt, batch, ids, cfg, step)
         step += 1
-        metrics = {"loss": float(loss.detach()), "lr": opt.param_groups[0]["lr"]}
-        metrics.update({f"loss_step{j}": v for j, v in enumerate(losses)})
-        metrics.update({f"train_top1_step{j}": h / max(c, 1) for j, (h, c) in enumerate(hits)})
         bar.update(1)
         bar.set_postfix(loss=f"{metrics['loss']:.3f}", top1=f"{metrics['train_top1_step0']:.2f}")
         over_time = cfg.max_minutes is not None and time.monotonic() - start > 60 * cfg.max_minutes
@@ -139,7 +133,7 @@ def train(head, teacher, ids, corpus, train_slices, heldout_slices, out_dir, cfg
         if logger is not None:
             logger(metrics, step)
         if step % cfg.checkpoint_every == 0 or step == cfg.steps or over_time:
-            save_checkpoint(out_dir / CHECKPOINT, head, opt, cfg, step, time.monotonic() - start, history)
+            save_checkpoint(out_dir / CHECKPOINT, head, opt, identity, step, time.monotonic() - start, history)
         if over_time:
             break
     bar.close()
@@ -147,11 +141,32 @@ def train(head, teacher, ids, corpus, train_slices, heldout_slices, out_dir, cfg
     return {"step": step, "history": history, **metrics}
 
 
-def save_checkpoint(path: Path, head, opt, cfg: TrainConfig, step: int, elapsed: float, history: list) -> None:
+def optimizer_step(head, teacher, opt, batch, ids, cfg: TrainConfig, step: int) -> dict:
+    """One clipped AdamW step at the scheduled learning rate; its training metrics."""
+    for group in opt.param_groups:
+        group["lr"] = cfg.lr * lr_factor(step, cfg)
+    loss, losses, hits = batch_loss(head, teacher, batch, ids, cfg)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]], cfg.grad_clip)
+    opt.step()
+    metrics = {"loss": float(loss.detach()), "lr": opt.param_groups[0]["lr"]}
+    metrics.update({f"loss_step{j}": v for j, v in enumerate(losses)})
+    metrics.update({f"train_top1_step{j}": h / max(c, 1) for j, (h, c) in enumerate(hits)})
+    return metrics
+
+
+def run_identity(cfg: TrainConfig, ids, wins) -> dict:
+    """What a checkpoint must share with the run resuming it: settings, draft vocabulary, data windows."""
+    digest = hashlib.sha256(ids.cpu().numpy().tobytes() + repr([(w.start, w.stop) for w in wins]).encode())
+    return {**cfg.identity(), "vocab_and_data": digest.hexdigest()[:16]}
+
+
+def save_checkpoint(path: Path, head, opt, identity: dict, step: int, elapsed: float, history: list) -> None:
     """Trainable weights, optimizer and RNG state, atomically."""
     trainable = {n for n, p in head.named_parameters() if p.requires_grad}
     state = {
-        "config": cfg.identity(),
+        "config": identity,
         "step": step,
         "elapsed": elapsed,
         "history": history,
@@ -162,15 +177,17 @@ def save_checkpoint(path: Path, head, opt, cfg: TrainConfig, step: int, elapsed:
     atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
-def load_checkpoint(path: Path, head, opt, cfg: TrainConfig) -> dict:
+def load_checkpoint(path: Path, head, opt, identity: dict) -> dict:
     """Restore a checkpoint into ``head`` and ``opt``; a fresh start when there is none."""
     if not path.exists():
         return {"step": 0, "elapsed": 0.0, "history": []}
-    state = torch.load(path, weights_only=False)
-    if state["config"] != cfg.identity():
-        diff = sorted(k for k in cfg.identity() if state["config"].get(k) != cfg.identity()[k])
+    state = torch.load(path, weights_only=True)
+    if state["config"] != identity:
+        diff = sorted(k for k in identity if state["config"].get(k) != identity[k])
         raise TrainError(f"{path} was made with other settings ({', '.join(diff)}); use a new --out or the same settings")
-    head.load_state_dict(state["head"], strict=False)
+    unexpected = head.load_state_dict(state["head"], strict=False).unexpected_keys  # frozen weights are not stored
+    if unexpected:
+        raise TrainError(f"{path} holds weights this head does not have ({unexpected[0]}, ...)")
     opt.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"])
     return state

@@ -1,0 +1,170 @@
+"""``specrank verify-sweep``: a grid of verification rules under the tree and chain decoders on one
+prompt set -> block efficiency, tokens/s and exact distortion per rule, a report, a trade-off figure,
+MLflow."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+HELP = "sweep verification rules (tree and chain decoders): block efficiency vs exact distortion, logged to MLflow"
+
+
+def add_arguments(parser) -> None:
+    from specrank.evaluation.sweep import DEFAULT_GRID
+
+    parser.add_argument("--target", default="smollm2", help="local HF directory, .gguf file, or 'smollm2' (default)")
+    parser.add_argument("--drafter", required=True, help="standalone:PATH, early-exit:K[:HEAD], or eagle3:DIR")
+    parser.add_argument("--prompts", default=None, help="JSONL prompts; default: bundled set")
+    parser.add_argument("--limit", type=int, default=None, help="decode only the first N prompts")
+    parser.add_argument("--out", required=True, help="output directory (one resumable run per cell under runs/)")
+    parser.add_argument("--grid", nargs="+", default=list(DEFAULT_GRID),
+                        help="rules as NAME[:KEY=V1/V2,...] (default: %(default)s)")
+    parser.add_argument("--decoders", nargs="+", default=["tree", "chain"], choices=["tree", "chain"])
+    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
+    parser.add_argument("--chain-length", type=int, default=4, help="chain decoder: drafted tokens per round")
+    parser.add_argument("--budget", type=int, default=59, help="tree decoder: verified tree size B (default 59)")
+    parser.add_argument("--extra", type=int, default=0, help="tree decoder: extra scored candidates (default 0)")
+    parser.add_argument("--topk", type=int, default=10)
+    parser.add_argument("--depth", type=int, default=8)
+    parser.add_argument("--expand", type=int, default=10)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--shard-size", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
+    parser.add_argument("--experiment", default="specrank", help="MLflow experiment (default specrank)")
+    parser.add_argument("--run-name", default=None, help="MLflow run name (default verify-sweep-<out name>)")
+    parser.add_argument("--no-tracking", action="store_true", help="write local outputs only")
+
+
+def grid_cells(grid, decoders) -> tuple[list[dict], list[str]]:
+    """(cells {decoder, rule, verifier}, skipped 'decoder rule' notes) for every grid combination."""
+    from specrank.decode.verify.parse import parse_verifier
+    from specrank.decode.verify.rules import RuleError
+    from specrank.decode.verify.tree import tree_form
+    from specrank.evaluation.sweep import expand_grid
+
+    specs = [spec for entry in grid for spec in expand_grid(entry)]
+    rules = [parse_verifier(spec) for spec in specs]  # every entry must parse before any work
+    cells, skipped = [], []
+    for decoder in decoders:
+        for spec, rule in zip(specs, rules, strict=True):
+            try:
+                if decoder == "tree":
+                    tree_form(rule)
+            except RuleError:
+                skipped.append(f"{decoder} {spec}")
+                continue
+            cells.append({"decoder": decoder, "rule": spec, "verifier": rule})
+    if not cells:
+        raise ValueError("the grid has no rule the chosen decoders can run")
+    return cells, skipped
+
+
+def cell_dir(out: Path, cell: dict) -> Path:
+    return out / "runs" / cell["decoder"] / re.sub(r"[^A-Za-z0-9_.=-]", "_", cell["rule"])
+
+
+def cell_config(args, decoder: str):
+    from specrank.decode.chain import chain_config
+    from specrank.decode.loop import DecodeConfig
+    from specrank.decode.pool import PoolShape
+
+    if decoder == "chain":
+        return chain_config(args.chain_length, args.temperature, args.max_new_tokens, args.seed)
+    return DecodeConfig(PoolShape(args.topk, args.depth, args.expand), args.budget, args.extra, args.temperature,
+                        args.max_new_tokens, args.seed)
+
+
+def write_text_atomic(text: str, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def run(args) -> int:
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from specrank.decode.drafters import load_drafter
+    from specrank.decode.lossy_run import lossy_decode_run, read_diagnostics
+    from specrank.decode.models import load_target, parse_device
+    from specrank.decode.prompts import default_prompts_path, read_prompts
+    from specrank.decode.run import build_manifest
+    from specrank.evaluation.sweep import findings, sweep_report, sweep_table, tradeoff_figure
+
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    cells, skipped = grid_cells(args.grid, args.decoders)
+    configs = {decoder: cell_config(args, decoder) for decoder in args.decoders}  # refused before any model loads
+    uri = None
+    if not args.no_tracking:
+        from specrank.tracking import check_reachable, resolve_tracking_uri
+
+        uri = check_reachable(resolve_tracking_uri(args.tracking_uri))  # before any work: no partial output
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    hf_logging.disable_progress_bar()
+    prompts_path = args.prompts or default_prompts_path()
+    prompts = read_prompts(prompts_path, limit=args.limit)
+    parse_device(args.device)
+    target = load_target(args.target, args.device, args.dtype)
+    drafter = load_drafter(args.drafter, target)
+    out = Path(args.out)
+    for cell in cells:
+        config = configs[cell["decoder"]]
+        manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)
+        lossy_decode_run(target, drafter, prompts, cell_dir(out, cell), config, manifest, cell["verifier"],
+                         cell["decoder"], args.shard_size, progress=not args.no_progress)
+    table = sweep_table(cells, [read_diagnostics(cell_dir(out, c)) for c in cells])
+    meta = {"target": args.target, "drafter": args.drafter, "prompts": len(prompts), "temperature": args.temperature,
+            "max_new_tokens": args.max_new_tokens, "chain_length": args.chain_length, "budget": args.budget}
+    report = sweep_report(table, meta)
+    figure = tradeoff_figure(table, meta)
+    save_outputs(out, table, report, figure)
+    if uri is not None:
+        track(args, uri, table, report, figure, meta, skipped)
+    for note in skipped:
+        print(f"skipped (no tree form): {note}")
+    for line in findings(table):
+        print(line)
+    print(f"{len(cells)} cells -> {out}/report.md" + (f" (MLflow: {uri})" if uri else ""))
+    return 0
+
+
+def save_outputs(out: Path, table, report: str, figure) -> None:
+    """``verify_sweep.parquet``, ``verify_sweep.csv``, ``report.md``, ``figures/tradeoff.png`` (each atomic)."""
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    for suffix, write in ((".parquet", table.to_parquet), (".csv", table.to_csv)):
+        fd, tmp = tempfile.mkstemp(dir=out, prefix=".verify_sweep.", suffix=suffix)
+        os.close(fd)
+        write(tmp, index=False)
+        os.replace(tmp, out / f"verify_sweep{suffix}")
+    write_text_atomic(report, out / "report.md")
+    fd, tmp = tempfile.mkstemp(dir=out / "figures", prefix=".tradeoff.", suffix=".png")
+    os.close(fd)
+    figure.savefig(tmp, dpi=120)
+    os.replace(tmp, out / "figures" / "tradeoff.png")
+
+
+def track(args, uri, table, report: str, figure, meta: dict, skipped: list[str]) -> None:
+    from specrank import tracking
+    from specrank.evaluation.sweep import METRICS
+
+    params = {"stage": "verify-sweep", **meta, "grid": list(args.grid), "decoders": list(args.decoders),
+              "pool": {"topk": args.topk, "depth": args.depth, "expand": args.expand, "extra": args.extra},
+              "seed": args.seed, "skipped": skipped}
+    run_name = args.run_name or f"verify-sweep-{Path(args.out).resolve().name}"
+    with tracking.experiment_run(args.experiment, run_name=run_name, tracking_uri=uri):
+        tracking.log_params(params)
+        tracking.log_metrics({f"{r.decoder}.{r.rule}.{m}": getattr(r, m) for r in table.itertuples() for m in METRICS})
+        tracking.log_frame(table, "verify_sweep")
+        tracking.log_figure(figure, "tradeoff")
+        tracking.log_report(report)

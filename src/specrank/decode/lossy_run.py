@@ -1,0 +1,118 @@
+"""Runs with a verification rule (tree or chain decoder): ``rounds/`` as usual plus, per shard,
+``diagnostics/shard-FIRST-LAST.parquet`` with one row per emitted token (exact emission diagnostics,
+``specrank.decode.verify.emission``). The diagnostics shard is written before the rounds shard, and
+a prompt counts as done once its rounds shard exists, so a rerun resumes exactly as ``decode`` does.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from specrank.decode.chain import chain_length, decode_chain_prompt
+from specrank.decode.loop import DecodeConfig, Timer, decode_prompt
+from specrank.decode.prompts import encode_prompt
+from specrank.decode.record import rounds_table, write_parquet_atomic
+from specrank.decode.run import done_prompts, open_run_dir, pending_shards
+from specrank.decode.verify.adapters import TreeRuleVerifier
+from specrank.decode.verify.emission import DIAGNOSTIC_COLUMNS, DIAGNOSTIC_KEYS, DIAGNOSTIC_VALUES
+
+DECODERS = ("tree", "chain")
+
+
+class LossyRunError(ValueError):
+    """A lossy run was asked with an unknown decoder or a rule it cannot run."""
+
+
+def diagnostics_schema() -> pa.Schema:
+    """Arrow schema of ``diagnostics/*.parquet``."""
+    return pa.schema([pa.field(k, pa.type_for_alias(t)) for k, t in {**DIAGNOSTIC_KEYS, **DIAGNOSTIC_VALUES}.items()])
+
+
+def prompt_diagnostics(rounds: list[dict], records: list[dict], prompt_id: str, task: str, seconds: float) -> dict:
+    """Columns of one prompt's diagnostics rows from its per-round dicts (aligned with ``records``)."""
+    sizes = np.array([len(d["token"]) for d in rounds], dtype=np.int64)  # (R,) emitted tokens per round
+    per_round = {"round": [r["round"] for r in records], "position": [r["position"] for r in records],
+                 "round_accepted": [r["accepted"] for r in records],
+                 "expected_accepted": [d["expected_accepted"] for d in rounds]}
+    cols = {k: np.repeat(np.asarray(v), sizes) for k, v in per_round.items()}
+    for key in ("token", "accepted", "acceptance", "tv", "kl", "tv_truncated", "kl_truncated", "ceiling_excess"):
+        cols[key] = np.concatenate([np.asarray(d[key]) for d in rounds]) if rounds else np.zeros(0)
+    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    cols["step"] = np.arange(int(sizes.sum())) - starts
+    total = int(sizes.sum())
+    cols.update(prompt_id=[prompt_id] * total, task=[task] * total, prompt_seconds=np.full(total, seconds))
+    return cols
+
+
+def diagnostics_table(prompts: list[dict]) -> pa.Table:
+    """One Arrow table from the per-prompt column dicts of ``prompt_diagnostics``."""
+    sch = diagnostics_schema()
+    arrays = [pa.array(np.concatenate([np.asarray(p[f.name]) for p in prompts]) if prompts else [], type=f.type)
+              for f in sch]
+    return pa.Table.from_arrays(arrays, schema=sch)
+
+
+def read_diagnostics(run_dir):
+    """All diagnostics rows of a run directory as one pandas DataFrame (shard order)."""
+    files = sorted(Path(run_dir, "diagnostics").glob("*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"no diagnostics/*.parquet in {run_dir}")
+    return pa.concat_tables([pq.read_table(f) for f in files]).to_pandas()
+
+
+def lossy_manifest(manifest: dict, rule, decoder: str) -> dict:
+    """The run manifest with the decoder and the verification rule."""
+    return {**manifest, "decoder": decoder, "verifier": rule.name}
+
+
+def decode_one(target, drafter, ids, config: DecodeConfig, rule, decoder: str, verifier, prompt, timer: Timer):
+    """(rounds records, per-round diagnostics) of one prompt under ``decoder``."""
+    if decoder == "chain":
+        _, records, rounds = decode_chain_prompt(target, drafter, ids, config, rule, prompt.prompt_id, prompt.task,
+                                                 timer=timer)
+        return records, rounds
+    _, records = decode_prompt(target, drafter, ids, config, prompt.prompt_id, prompt.task, verifier=verifier,
+                               timer=timer)
+    return records, verifier.take()
+
+
+def lossy_decode_run(target, drafter, prompts, out_dir, config: DecodeConfig, manifest: dict, rule,
+                     decoder: str = "tree", shard_size: int = 4, progress: bool = True) -> Timer:
+    """Decode ``prompts`` with ``rule`` under ``decoder`` into ``out_dir`` (resumable); return the timer."""
+    from tqdm import tqdm
+
+    if decoder not in DECODERS:
+        raise LossyRunError(f"unknown decoder {decoder!r} (one of {', '.join(DECODERS)})")
+    if shard_size < 1:
+        raise LossyRunError(f"shard size must be >= 1, got {shard_size}")
+    if decoder == "chain":
+        chain_length(config)
+    verifier = TreeRuleVerifier(rule, config.temperature) if decoder == "tree" else None  # refuses non-tree rules
+    encoded = [encode_prompt(target.tokenizer, p.text) for p in prompts]  # fail before any output
+    out = open_run_dir(out_dir, lossy_manifest(manifest, rule, decoder))
+    done = done_prompts(out)
+    timer = Timer()
+    bar = tqdm(total=len(prompts), initial=len(done & set(range(len(prompts)))), unit="prompt",
+               disable=not progress, dynamic_ncols=True)
+    for shard in pending_shards(len(prompts), done, shard_size):
+        records, diagnostics = [], []
+        for i in shard:
+            start = time.perf_counter()
+            recs, rounds = decode_one(target, drafter, encoded[i], config, rule, decoder, verifier, prompts[i], timer)
+            seconds = time.perf_counter() - start
+            records += recs
+            diagnostics.append(prompt_diagnostics(rounds, recs, prompts[i].prompt_id, prompts[i].task, seconds))
+            bar.update(1)
+        name = f"shard-{shard[0]:05d}-{shard[-1]:05d}.parquet"
+        write_parquet_atomic(diagnostics_table(diagnostics), out / "diagnostics" / name)
+        write_parquet_atomic(rounds_table(records, config.shape.size, config.shape.topk), out / "rounds" / name)
+    bar.close()
+    return timer
+
+
+__all__ = ["DECODERS", "DIAGNOSTIC_COLUMNS", "lossy_decode_run", "read_diagnostics"]

@@ -1,0 +1,46 @@
+"""MLflow logging of a head's training with plain ``mlflow`` calls; a resumed training continues
+the same run (its id is kept beside the checkpoint)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+EXPERIMENT = "specrank-drafter"
+RUN_ID_FILE = "mlflow_run_id"
+
+
+class RunLogger:
+    """Metrics to one MLflow run, or nowhere when built without a run."""
+
+    def __init__(self, run=None):
+        self.run = run
+
+    @classmethod
+    def open(cls, uri: str | None, params: dict, out_dir) -> RunLogger:
+        """Start (or resume) the run of ``out_dir`` at tracking ``uri``; None logs nowhere."""
+        if uri is None:
+            return cls()
+        import mlflow
+
+        mlflow.set_tracking_uri(uri)
+        mlflow.set_experiment(EXPERIMENT)
+        id_file = Path(out_dir) / RUN_ID_FILE
+        run_id = id_file.read_text().strip() if id_file.exists() else None
+        run = mlflow.start_run(run_id=run_id, run_name=None if run_id else f"eagle3-{Path(out_dir).name}")
+        if run_id is None:
+            mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
+            id_file.parent.mkdir(parents=True, exist_ok=True)
+            id_file.write_text(run.info.run_id)
+        return cls(run)
+
+    def log(self, metrics: dict, step: int) -> None:
+        if self.run is not None:
+            import mlflow
+
+            mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step)
+
+    def close(self) -> None:
+        if self.run is not None:
+            import mlflow
+
+            mlflow.end_run()

@@ -1,0 +1,52 @@
+"""Tiny target + noisy-copy drafter shared by the online decoder tests."""
+
+import copy
+
+import numpy as np
+import torch
+from scipy.stats import chisquare
+
+from specrank.decode.drafters.standalone import CausalLMDrafter
+from specrank.decode.models import Target
+from specrank.testing import tiny_llama, tiny_tokenizer
+
+PROMPT = [2, 5, 7, 16, 25, 19, 3, 2, 6]
+EOS = 3
+
+
+def tiny_pair(vocab=128, scale=0.05, seed=0, **cfg):
+    """A random tiny target and a perturbed copy of it as drafter (agrees often, not always)."""
+    torch.set_num_threads(1)
+    target = Target(tiny_llama(0, vocab_size=vocab, **cfg), tiny_tokenizer(vocab))
+    draft = copy.deepcopy(target.model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * scale * p.std().clamp_min(1e-3))
+    return target, CausalLMDrafter(draft, vocab)
+
+
+def greedy_reference(target, prompt, n):
+    with torch.no_grad():
+        return target.model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False)[0, len(prompt):].tolist()
+
+
+def first_two_law(target, prompt, temperature):
+    """(V, V) exact law of the first two emitted tokens; cell (EOS, EOS) stands for 'EOS first'."""
+    with torch.no_grad():
+        p1 = torch.softmax(target.model(torch.tensor([prompt])).logits[0, -1] / temperature, -1)
+        v = p1.shape[0]
+        p2 = torch.softmax(target.model(torch.tensor([prompt + [x] for x in range(v)])).logits[:, -1] / temperature, -1)
+    exact = (p1[:, None] * p2).double()
+    exact[EOS], exact[EOS, EOS] = 0.0, p1[EOS]
+    return exact.numpy()
+
+
+def pooled_chisquare(observed, expected):
+    """Chi-square over (x1, x2) cells; cells expecting < 5 are pooled per x1, then into one bin."""
+    keep = expected >= 5
+    row_obs, row_exp = np.where(keep, 0, observed).sum(1), np.where(keep, 0, expected).sum(1)
+    row_keep = row_exp >= 5
+    obs = np.concatenate([observed[keep], row_obs[row_keep], [row_obs[~row_keep].sum()]])
+    exp = np.concatenate([expected[keep], row_exp[row_keep], [max(row_exp[~row_keep].sum(), 1e-9)]])
+    return chisquare(obs, exp * obs.sum() / exp.sum()).pvalue

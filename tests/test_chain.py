@@ -1,0 +1,146 @@
+"""Chain speculative decoding with one-position rules: exactness, induced laws, recorded diagnostics."""
+
+import copy
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import stats
+
+from specrank import schema
+from specrank.decode.chain import ChainConfigError, chain_config, decode_chain_prompt
+from specrank.decode.drafters.standalone import CausalLMDrafter
+from specrank.decode.loop import DecodeConfig
+from specrank.decode.lossy_run import lossy_decode_run, read_diagnostics
+from specrank.decode.models import Target
+from specrank.decode.pool import PoolShape
+from specrank.decode.prompts import Prompt
+from specrank.decode.record import read_rounds
+from specrank.decode.verify.parse import parse_verifier
+from specrank.decode.verify.rules import Lossless
+from specrank.testing import tiny_llama, tiny_tokenizer
+
+PROMPT = [2, 5, 7, 16, 25, 19, 3, 2, 6]
+VOCAB = 32
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def noisy_drafter(model, scale, seed=0):
+    """A copy of the target with perturbed weights (scale 0: the target itself)."""
+    draft = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * scale * p.std().clamp_min(1e-3))
+    return CausalLMDrafter(draft, model.config.vocab_size)
+
+
+def tiny_target(vocab=128, **cfg):
+    return Target(tiny_llama(0, vocab_size=vocab, **cfg), tiny_tokenizer(vocab))
+
+
+class AcceptAll(Lossless):
+    """Negative control: accepts every draft, so it emits the drafter's law, not the target's."""
+
+    def h(self, p, q):
+        return torch.ones_like(p)
+
+
+@pytest.mark.parametrize("scale, length", [(0.0, 3), (0.05, 1), (0.05, 4), (0.5, 2)])
+def test_greedy_chain_equals_target_greedy(scale, length):
+    target = tiny_target()
+    drafter = noisy_drafter(target.model, scale)
+    out, records, diags = decode_chain_prompt(target, drafter, PROMPT, chain_config(length, 0.0, 20), Lossless())
+    with torch.no_grad():
+        ref = target.model.generate(torch.tensor([PROMPT]), max_new_tokens=20, do_sample=False)[0, len(PROMPT):]
+    assert out == ref.tolist()
+    if scale == 0.0:  # the target drafting for itself: every chain is accepted, bonus tokens included
+        assert all(r["accepted"] == length for r in records[:-1])
+    assert [len(d["token"]) for d in diags] == [r["accepted"] + 1 for r in records]
+    assert max(float(np.max(d["tv"])) for d in diags) == 0.0
+
+
+def first_tokens(target, drafter, rule, n, temperature=1.0):
+    """The first emitted token of ``n`` independently seeded chain decodes of PROMPT."""
+    config = [chain_config(2, temperature, 1, seed) for seed in range(n)]
+    return torch.tensor([decode_chain_prompt(target, drafter, PROMPT, c, rule)[0][0] for c in config])
+
+
+def rows_at_prompt(target, drafter):
+    """(p, q) at the last prompt position, temperature 1, float64."""
+    with torch.no_grad():
+        p = torch.softmax(target.model(torch.tensor([PROMPT])).logits[0, -1].double(), -1)
+        q = torch.softmax(drafter.model(torch.tensor([PROMPT])).logits[0, -1].double(), -1)
+    return p, q
+
+
+def chi_square_pvalue(samples, law):
+    counts = np.bincount(samples.numpy(), minlength=len(law)).astype(float)
+    law = law.numpy()
+    if counts[law <= 0].sum():
+        return 0.0
+    keep = law > 1e-12
+    return float(stats.chisquare(counts[keep], law[keep] / law[keep].sum() * counts.sum()).pvalue)
+
+
+@pytest.fixture(scope="module")
+def sampling_pair():
+    target = tiny_target(VOCAB, initializer_range=0.08)
+    drafter = noisy_drafter(target.model, 1.0, seed=4)
+    p, q = rows_at_prompt(target, drafter)
+    assert 0.5 * float((p - q).abs().sum()) > 0.2  # the drafter disagrees enough for a lossy rule to show
+    return target, drafter, p, q
+
+
+@pytest.mark.parametrize("spec", ["lossless", "lenience:l=0.3", "speccascade:p_base=0.3", "accept-all"])
+def test_first_token_law_in_the_decoder(sampling_pair, spec):
+    target, drafter, p, q = sampling_pair
+    rule = AcceptAll() if spec == "accept-all" else parse_verifier(spec)
+    tokens = first_tokens(target, drafter, rule, 600)
+    law = rule.induced(p[None], q[None])[0]
+    assert chi_square_pvalue(tokens, law) > 1e-3
+    if spec != "lossless":  # negative controls: a lossy rule's draws do not follow the target
+        assert chi_square_pvalue(tokens, p) < 1e-4
+
+
+def test_chain_config_is_refused_for_pools():
+    target = tiny_target()
+    with pytest.raises(ChainConfigError, match="PoolShape"):
+        decode_chain_prompt(target, noisy_drafter(target.model, 0.1), PROMPT, DecodeConfig(PoolShape(2, 3, 2)),
+                            Lossless())
+    with pytest.raises(ChainConfigError, match="positive"):
+        chain_config(0)
+
+
+@pytest.mark.parametrize("decoder, spec", [("chain", "typical:eps=0.1"), ("tree", "speccascade:p_base=0.3")])
+def test_run_records_diagnostics_beside_rounds(tmp_path, decoder, spec):
+    target = tiny_target(48)
+    drafter = noisy_drafter(target.model, 0.3, seed=2)
+    config = chain_config(3, 1.0, 10, 1) if decoder == "chain" else DecodeConfig(PoolShape(3, 3, 3), 6, 0, 1.0, 10, 1)
+    prompts = [Prompt(f"p{i}", "t", text) for i, text in enumerate(["the cat", "a dog and", "red sun"])]
+    manifest = {"target": "tiny"}
+    rule = parse_verifier(spec)
+    lossy_decode_run(target, drafter, prompts, tmp_path, config, manifest, rule, decoder, 2, progress=False)
+    rounds, diag = read_rounds(tmp_path), read_diagnostics(tmp_path)
+    assert list(rounds.columns) == schema.ROUNDS_COLUMNS
+    assert sorted(p.name for p in (tmp_path / "diagnostics").iterdir()) == sorted(
+        p.name for p in (tmp_path / "rounds").iterdir())
+    per_round = diag.groupby(["prompt_id", "round"]).size()
+    expected = rounds.set_index(["prompt_id", "round"])["accepted"] + 1
+    pd.testing.assert_series_equal(per_round.sort_index(), expected.sort_index(), check_names=False,
+                                   check_dtype=False)
+    assert (diag.loc[diag["accepted"], "step"] < diag.loc[diag["accepted"], "round_accepted"]).all()
+    assert diag["tv_truncated"].notna().all() and (diag["tv_truncated"] > 1e-6).any()
+    if decoder == "chain":
+        assert rounds["token"].map(len).eq(3).all() and (rounds["n_scored"] == 4).all()
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.parquet")}
+    lossy_decode_run(target, drafter, prompts, tmp_path, config, manifest, rule, decoder, 2, progress=False)
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.parquet")} == before  # resumed: nothing redone

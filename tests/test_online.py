@@ -1,0 +1,113 @@
+"""Online decoders: exactness of every lossless rule, sampled law, root-pass KV reuse, --compare scoring."""
+
+import numpy as np
+import pytest
+import torch
+
+from specrank.decode.loop import DecodeConfig
+from specrank.decode.online import STRATEGIES, DraftSelection, RootDrawSelection, StrategyError, make_strategy
+from specrank.decode.online_loop import Measure, OnlineTimer, decode_prompt_online
+from specrank.decode.pool import PoolShape
+from tests.online_helpers import EOS, PROMPT, first_two_law, greedy_reference, pooled_chisquare, tiny_pair
+
+SHAPE = PoolShape(4, 4, 4)  # 4 + 16 + 16 + 16 = 52 candidates
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair()
+
+
+@pytest.mark.parametrize("rule, budget", [(r, 8) for r in sorted(STRATEGIES)]
+                         + [(r, 3) for r in ("root", "root-draw", "pearl", "covering")])
+def test_greedy_text_equals_target_greedy_and_realized_equals_expected(pair, rule, budget):
+    target, drafter = pair
+    config = DecodeConfig(SHAPE, budget=budget, extra=0, max_new_tokens=32)
+    timer = OnlineTimer()
+    out, records = decode_prompt_online(target, drafter, PROMPT, config, make_strategy(rule), timer=timer)
+    assert out == greedy_reference(target, PROMPT, 32)
+    realized = np.array([r["realized"] for r in records], float)
+    expected = np.array([r["expected"] for r in records], float)
+    if rule != "covering":  # greedy: the tree's value is the count of its nodes on the greedy path
+        np.testing.assert_array_equal(realized, expected)
+    root_passes = STRATEGIES[rule].needs_root_pass
+    assert timer.passes <= len(records) * (1 + root_passes)
+    if rule == "draft":  # nothing but root + tree is scored without --compare / recording
+        assert all(r["n_scored"] == budget + 1 for r in records) and timer.passes == len(records)
+
+
+def test_root_pass_kv_is_reused_not_recomputed(pair):
+    """Tree passes exclude the root: the target sees each root once (root pass) and the cache never
+    holds a duplicate position."""
+    target, drafter = pair
+    seen = []
+    forward = target.forward
+
+    def spy(ids, pos, mask, cache, layers=None):
+        seen.append((ids.tolist(), pos.tolist(), cache.get_seq_length()))
+        return forward(ids, pos, mask, cache, layers)
+
+    target.forward = spy
+    try:
+        config = DecodeConfig(SHAPE, budget=6, extra=0, max_new_tokens=20)
+        _, records = decode_prompt_online(target, drafter, PROMPT, config, RootDrawSelection())
+    finally:
+        del target.forward
+    calls = seen[1:]  # after the prefill: root pass, then (maybe) tree pass, per round
+    roots = [c for c in calls if len(c[0]) == 1 and c[0][0] in [r["root_token"] for r in records]]
+    for (ids, pos, past) in calls:
+        assert min(pos) >= past  # every scored position is new: nothing recomputed
+    assert len(roots) >= len(records)
+    for r in records:  # each tree pass holds tree nodes only (depth >= 1 positions), never the root again
+        assert r["n_scored"] >= 1
+
+
+def test_compare_scores_other_trees_without_changing_verified_rows(pair):
+    target, drafter = pair
+    config = DecodeConfig(SHAPE, budget=5, extra=0, max_new_tokens=32)
+    plain_out, plain = decode_prompt_online(target, drafter, PROMPT, config, DraftSelection())
+    rules = ("draft", "root", "root-draw", "pearl")
+    out, measured = decode_prompt_online(target, drafter, PROMPT, config, DraftSelection(), measure=Measure(rules))
+    assert out == plain_out and len(measured) == len(plain)
+    worst = 0.0
+    for a, b in zip(plain, measured):
+        known = ~np.isnan(a["p_edge"])  # edges at rows of the root and the verified tree
+        worst = max(worst, float(np.abs(a["p_edge"][known] - b["p_edge"][known]).max()))
+        assert b["n_scored"] > a["n_scored"] or b["n_scored"] == a["n_scored"] == 6
+        assert b["expected_draft"] == pytest.approx(b["expected"])  # the decoder's own tree, two ways
+        assert all(np.isfinite(b[f"expected_{r}"]) for r in rules)
+    assert worst < 1e-5
+    assert not any(k.startswith("expected_") for k in plain[0])
+
+
+class DrafterRowDraw(RootDrawSelection):
+    """Deliberately wrong: draws the first token from the drafter's root row instead of the target's."""
+
+    def draw(self, root_logits, pool, verifier, generator):
+        return int(torch.multinomial(torch.from_numpy(pool.q_root), 1, generator=generator))
+
+
+def _sampled_pvalue(target, drafter, strategy, n=100):
+    config = DecodeConfig(PoolShape(3, 2, 3), budget=3, extra=0, temperature=1.0, max_new_tokens=2)
+    exact = first_two_law(target, PROMPT, 1.0)
+    v = exact.shape[0]
+    counts = np.zeros_like(exact)
+    for seed in range(n):
+        cfg = DecodeConfig(**{**config.__dict__, "seed": seed})
+        out, _ = decode_prompt_online(target, drafter, PROMPT, cfg, strategy, prompt_id="q")
+        counts[out[0], (out + [EOS])[1]] += 1
+    return pooled_chisquare(counts, exact * n)
+
+
+def test_sampled_first_tokens_follow_target_law_and_wrong_draw_fails():
+    target, drafter = tiny_pair(vocab=32, hidden_size=16, num_layers=1, seed=2, scale=0.5)
+    for rule in ("root-draw", "pearl", "root", "covering"):
+        assert _sampled_pvalue(target, drafter, make_strategy(rule)) > 1e-3, rule
+    assert _sampled_pvalue(target, drafter, DrafterRowDraw()) < 1e-4
+
+
+def test_unknown_rule_and_missing_reranker_are_one_line_errors():
+    with pytest.raises(StrategyError, match="unknown online rule 'best'"):
+        make_strategy("best")
+    with pytest.raises(StrategyError, match="needs a reranker"):
+        make_strategy("reranked")
