@@ -151,7 +151,7 @@ def test_ttt_mask_sees_the_context_and_the_own_ancestors():
 
 
 def test_unrolled_steps_equal_drafting_with_the_adapter(target, corpus, tmp_path):
-    """Training-time test step j at index i = the drafter's depth-j node below root x[i+1] (negative control: step 0 differs)."""
+    """Unrolled step j at index i = the drafter's depth-j node below root x[i+1] (control: step 0 differs)."""
     head, _, vocab = setup(target, corpus)
     save_head(tmp_path, head, vocab, head_config(target, len(vocab.ids), LAYERS))
     drafter = load_eagle3(tmp_path, target)
@@ -226,7 +226,8 @@ def test_cli_trains_saves_and_logs_to_mlflow(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECRANK_CACHE", str(tmp_path / "cache"))
     model_dir = save_tiny_llama(tmp_path / "target", seed=2)
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"question_id": p.prompt_id, "category": p.task, "turns": [p.text]}) + "\n" for p in PROMPTS))
+    rows = [{"question_id": p.prompt_id, "category": p.task, "turns": [p.text]} for p in PROMPTS]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = ["drafter", "train", "--target", str(model_dir), "--prompts", str(prompts), "--out", str(tmp_path / "head"),
             "--layers", "1", "2", "3", "--samples", "1", "--max-new-tokens", "8", "--steps", "4", "--batch-size", "2",

@@ -77,27 +77,58 @@ def expected_values(batch: PoolBatch, rules, budget: int, law: str, first_factor
 
 
 def acceptance_summary(rounds: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Per decoder: realized mean acceptance and each ``expected_<rule>`` mean, prompt-bootstrap intervals,
-    and realized minus the decoder's own expected value on the same rounds.
+    """Per decoder: mean ``realized``, ``expected`` (its own tree's value given the round's draw) and each
+    ``expected_<rule>`` with prompt-bootstrap intervals, and realized minus expected on the same rounds.
 
-    ``rounds``: one row per round with ``decoder``, ``prompt_id``, ``realized`` and ``expected_*`` columns.
+    ``rounds``: one row per round with ``decoder``, ``prompt_id``, ``realized`` and ``expected*`` columns.
     """
     rows = []
     for decoder, part in rounds.groupby("decoder", sort=False):
         boot = PromptBootstrap(part["prompt_id"].to_numpy(), n_boot, seed)
-        cols = {c: part[c].to_numpy(float) for c in part.columns if c == "realized" or c.startswith("expected_")}
+        cols = {c: part[c].to_numpy(float) for c in part.columns if c == "realized" or c.startswith("expected")}
         usable = {k: v for k, v in cols.items() if not np.isnan(v).any()}
         tot = boot.totals(usable)
-        for col in usable:
-            iv = tot.mean(col)
-            rows.append({"decoder": decoder, "statistic": col, "mean": iv.point, "low": iv.low, "high": iv.high,
-                         "rounds": len(part)})
-        own = f"expected_{decoder}"
-        if own in usable:
-            iv = tot.gain("realized", own)
-            rows.append({"decoder": decoder, "statistic": "realized_minus_expected", "mean": iv.point,
-                         "low": iv.low, "high": iv.high, "rounds": len(part)})
+        stats = {col: tot.mean(col) for col in usable}
+        if "expected" in usable:
+            stats["realized_minus_expected"] = tot.gain("realized", "expected")
+        for name, iv in stats.items():
+            rows.append({"decoder": decoder, "statistic": name, "mean": iv.point, "low": iv.low, "high": iv.high,
+                         "rounds": len(part), "prompts": len(boot.prompts)})
     return pd.DataFrame(rows)
+
+
+def decoder_table(decodes: pd.DataFrame) -> pd.DataFrame:
+    """Per decoder: tokens, target passes, tokens per pass, tokens/s and the summed wall-time split."""
+    seconds = [c for c in decodes.columns if c.endswith("_s")]
+    t = decodes.groupby("decoder", sort=False)[["tokens", "rounds", "passes", "seconds"] + seconds].sum()
+    t["tokens_per_pass"] = t["tokens"] / t["passes"]
+    t["tokens_per_s"] = t["tokens"] / t["seconds"]
+    for c in seconds:
+        t[c.replace("_s", "_share")] = t[c] / t["seconds"]
+    return t.reset_index()
+
+
+def acceptance_figure(summary: pd.DataFrame):
+    """Bar chart: realized mean acceptance by decoder with intervals, own expected value as a marker."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    realized = summary[summary["statistic"] == "realized"].reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(1.2 * len(realized) + 2, 3.2))
+    x = np.arange(len(realized))
+    err = np.vstack([realized["mean"] - realized["low"], realized["high"] - realized["mean"]])
+    ax.bar(x, realized["mean"], yerr=err, capsize=4, color="tab:blue", label="realized")
+    expected = summary[summary["statistic"] == "expected"].set_index("decoder")["mean"]
+    ax.scatter(x, [expected.get(d, np.nan) for d in realized["decoder"]], color="black", marker="_", s=400,
+               zorder=3, label="expected (same rounds)")
+    ax.set_xticks(x, realized["decoder"])
+    ax.set_ylabel("accepted draft tokens / round")
+    ax.set_title("Realized acceptance by rule (95% prompt-bootstrap intervals)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 def speed_ratios(decodes: pd.DataFrame, base: str, n_boot: int = 2000, seed: int = 0,
@@ -123,3 +154,22 @@ def speed_ratios(decodes: pd.DataFrame, base: str, n_boot: int = 2000, seed: int
         rows.append({"decoder": d, "base": base, "tokens_per_s": float(speed(ones, d)),
                      "ratio": float(speed(ones, d) / speed(ones, base)), "low": float(low), "high": float(high)})
     return pd.DataFrame(rows)
+
+
+def realized_gain(rounds: pd.DataFrame, decoder: str, base: str, n_boot: int = 2000, seed: int = 0):
+    """Mean realized acceptance of ``decoder`` minus ``base`` at their own contexts; prompts resampled
+    jointly for both (App. D.3). Returns an ``Interval``."""
+    from specrank.selection.stats import _interval
+
+    parts = {d: rounds[rounds["decoder"] == d] for d in (decoder, base)}
+    if any(p.empty for p in parts.values()):
+        raise CompareError(f"realized gain needs rounds of both {decoder!r} and {base!r}")
+    boot = PromptBootstrap(rounds["prompt_id"].to_numpy(), n_boot, seed)
+    means = []
+    for part in parts.values():
+        idx = np.searchsorted(boot.prompts, part["prompt_id"].to_numpy())
+        sums = np.bincount(idx, weights=part["realized"].to_numpy(float), minlength=len(boot.prompts))
+        counts = np.bincount(idx, minlength=len(boot.prompts)).astype(float)
+        means.append(((sums.sum() / counts.sum()), (boot.weights @ sums) / (boot.weights @ counts)))
+    point = means[0][0] - means[1][0]
+    return _interval(point, means[0][1] - means[1][1], boot.level)

@@ -33,15 +33,17 @@ from specrank.selection import PoolBatch, cumulate
 
 @dataclass
 class OnlineTimer(Timer):
-    """Adds the root pass, reranker inference (online features included) and the count of target passes."""
+    """Adds the prompt prefill, root pass, reranker inference (online features included) and the count of
+    target passes after the prefill; ``target`` is tree passes only."""
 
+    prefill: float = 0.0
     root: float = 0.0
     rerank: float = 0.0
     passes: int = 0
 
     @property
     def bookkeeping(self) -> float:
-        return self.total - self.draft - self.target - self.root - self.rerank
+        return self.total - self.prefill - self.draft - self.target - self.root - self.rerank
 
 
 @dataclass
@@ -218,11 +220,55 @@ def decode_prompt_online(target, drafter, prompt_ids, config: DecodeConfig, stra
     verifier = ExhaustiveVerifier(config.temperature)
     eos = eos_token_ids(target)
     with timer.span("total"):
+        tree_passes = timer.target
         state = OnlineState(**vars(start_prompt(target, drafter, prompt_ids, config, prompt_id, timer)),
                             prompt_id=prompt_id, task=task)
+        timer.prefill += timer.target - tree_passes  # start_prompt times the prefill as a target pass
+        timer.target = tree_passes
         while not is_finished(state, eos, config):
             record = online_round(target, drafter, state, config, strategy, timer, verifier, measure)
             record.update(prompt_id=prompt_id, task=task)
             timer.rounds += 1
             timer.tokens += record["accepted"] + 1
     return final_output(state.output, eos, config.max_new_tokens), state.records
+
+
+def rotated(rules: list, i: int) -> list:
+    """``rules`` rotated by ``i`` (prompt i runs them in this order, App. D.14)."""
+    k = i % len(rules)
+    return rules[k:] + rules[:k]
+
+
+def run_protocol(target, drafter, prompts, config: DecodeConfig, strategies: dict, compare=(), warmup: int = 1,
+                 progress=None):
+    """Every strategy on every prompt, in an order rotated per prompt, after warm-up decodes.
+
+    ``prompts``: list of (prompt_id, task, token ids); ``strategies``: {name: SelectionStrategy}.
+    Returns (rounds DataFrame: one row per round, decodes DataFrame: one row per (prompt, decoder)).
+    """
+    import pandas as pd
+
+    names = list(strategies)
+    reranker = next((s for s in strategies.values() if isinstance(s, RerankedSelection)), None)
+    for s in strategies.values():
+        s.check(config)  # every reranker and strategy is checked before the first decode
+    measure = Measure(tuple(compare), reranker=reranker)
+    for pid, task, ids in prompts[:warmup]:
+        for name in names:
+            decode_prompt_online(target, drafter, ids, config, strategies[name], pid, task, measure=measure)
+    rounds, decodes = [], []
+    for i, (pid, task, ids) in enumerate(prompts):
+        for name in rotated(names, i):
+            timer = OnlineTimer()
+            out, records = decode_prompt_online(target, drafter, ids, config, strategies[name], pid, task, timer,
+                                                measure)
+            rounds += [{k: v for k, v in r.items() if np.ndim(v) == 0} for r in records]
+            decodes.append({"prompt_id": pid, "task": task, "decoder": name, "order": names.index(name),
+                            "tokens": len(out), "rounds": timer.rounds, "passes": timer.passes,
+                            "seconds": timer.total, "prefill_s": timer.prefill, "draft_s": timer.draft,
+                            "root_pass_s": timer.root,
+                            "tree_pass_s": timer.target, "rerank_s": timer.rerank,
+                            "bookkeeping_s": timer.bookkeeping})
+        if progress:
+            progress(i + 1)
+    return pd.DataFrame(rounds), pd.DataFrame(decodes)

@@ -143,7 +143,7 @@ def _write_shard(path, target, prompt_ids, shard, prompts, spec, k) -> None:
         "last": torch.cat([p[1] for p in parts]),  # float32: the teacher rows are recomputed exactly
         "argmax": torch.cat([p[2] for p in parts]).int(),
         "offsets": torch.tensor(np.cumsum([0] + [len(s) for s in seqs]), dtype=torch.int64),
-        "prompt_lens": torch.tensor([len(prompt_ids[row]) for row in range(len(seqs))], dtype=torch.int64),
+        "prompt_lens": torch.tensor([len(p) for p in prompt_ids], dtype=torch.int64),
     }
     docs = [[prompts[i].prompt_id, s] for i, s in shard]
     atomic_write(path, lambda tmp: save_file(state, tmp, metadata={"docs": json.dumps(docs)}))

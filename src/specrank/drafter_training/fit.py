@@ -60,6 +60,8 @@ def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig
                 tracking_uri: str | None = None, data_root=None, progress: bool = False) -> dict:
     """Generate (or reuse) the data, train a head into ``out_dir`` (resuming), save it, log to MLflow
     (``tracking_uri``: None logs nowhere, "" the default ``sqlite:///mlflow.db``)."""
+    from specrank.decode.drafters.eagle3 import load_eagle3
+
     if draft_vocab < 1 or heldout_per_task < 0 or decode_prompts < 0:
         raise ValueError("draft_vocab >= 1, heldout_per_task >= 0 and decode_prompts >= 0 are required")
     uri = None if tracking_uri is None else check_reachable(resolve_tracking_uri(tracking_uri))  # fail before work
@@ -72,8 +74,10 @@ def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig
     train_pos = torch.cat([torch.arange(s.start, s.stop) for s in train_slices])
     vocab = most_frequent(corpus.argmax[train_pos], target.vocab_size, draft_vocab)
     held_pos = torch.cat([torch.arange(s.start, s.stop) for s in held_slices]) if held_slices else train_pos[:0]
+    held_pos = held_pos[corpus.response[held_pos]]  # rows that predict generated tokens
     head = new_head(target, vocab, spec.layers, cfg.seed)
-    teacher = functools.partial(target_logits, lm_head=target.model.get_output_embeddings(), ids=vocab.ids.to(target.device))
+    lm_head = target.model.get_output_embeddings()
+    teacher = functools.partial(target_logits, lm_head=lm_head, ids=vocab.ids.to(target.device))
     params = {
         "target": target.name,
         "data_dir": str(data_dir(target, prompts, spec, data_root)),
@@ -85,7 +89,8 @@ def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig
     }
     logger = RunLogger.open(uri, params, out_dir)
     try:
-        result = train(head, teacher, vocab.ids.to(target.device), corpus, train_slices, held_slices, out_dir, cfg, logger.log, progress)
+        ids = vocab.ids.to(target.device)
+        result = train(head, teacher, ids, corpus, train_slices, held_slices, out_dir, cfg, logger.log, progress)
         save_head(out_dir, head, vocab, head_config(target, len(vocab.ids), spec.layers))
         final = {
             "heldout_vocab_coverage": vocab.coverage(corpus.argmax[held_pos]),
@@ -93,17 +98,10 @@ def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig
             **{k: v for k, v in result.items() if k != "history"},
         }
         if decode_prompts and held:
-            final.update(_decode_metrics(target, out_dir, [p for p in prompts if p.prompt_id in held][:decode_prompts], decode_tokens))
+            decoded = [p for p in prompts if p.prompt_id in held][:decode_prompts]
+            final["tokens_per_pass_b59"] = tokens_per_pass(target, load_eagle3(out_dir, target), decoded, decode_tokens)
         logger.log({k: v for k, v in final.items() if isinstance(v, (int, float))}, result["step"])
         write_json_atomic(Path(out_dir) / SUMMARY, {"params": params, "final": final, "history": result["history"]})
     finally:
         logger.close()
     return final
-
-
-def _decode_metrics(target, out_dir, prompts, max_new_tokens: int) -> dict:
-    """Tokens per target pass at B=59 (greedy) and the drafting step's cost against a target step."""
-    from specrank.decode.drafters.eagle3 import load_eagle3
-
-    drafter = load_eagle3(out_dir, target)
-    return {"tokens_per_pass_b59": tokens_per_pass(target, drafter, prompts, max_new_tokens)}

@@ -1,0 +1,170 @@
+"""``specrank online``: decode prompts with selection rules (a reranker included) in the loop, measure
+realized vs expected acceptance at the same contexts, and time the rules against each other."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specrank.decode.prompts import default_prompts_path
+
+HELP = "decode online with selection rules in the loop; realized vs expected acceptance and speed ratios"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--target", default="smollm2", help="local HF directory, .gguf file, or 'smollm2' (default)")
+    parser.add_argument("--drafter", required=True, help="standalone:PATH, early-exit:K[:HEAD], or eagle3:DIR")
+    parser.add_argument("--rules", default="draft",
+                        help="comma list of draft, reranked, root, root-draw, pearl, covering (default draft);"
+                             " each runs on every prompt, order rotated per prompt; speeds are relative to the first")
+    parser.add_argument("--reranker", default=None, help="reranker for 'reranked': a saved .pkl, or an MLflow model"
+                                                         " URI (models:/NAME/VERSION, runs:/ID/NAME)")
+    parser.add_argument("--compare", default=None,
+                        help="comma list of rules (draft, root, root-draw, pearl, reranked) whose trees the tree"
+                             " pass also scores, for measurement only: their expected acceptance at each context")
+    parser.add_argument("--prompts", default=None, help="JSONL prompts; default: the bundled set")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    parser.add_argument("--warmup", type=int, default=1, help="prompts decoded once by every rule first, untimed")
+    parser.add_argument("--out", required=True, help="output directory (rounds, decodes, summary tables, figure)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    parser.add_argument("--budget", type=int, default=59, help="verified tree size B, root excluded (default 59)")
+    parser.add_argument("--topk", type=int, default=10)
+    parser.add_argument("--depth", type=int, default=8)
+    parser.add_argument("--expand", type=int, default=10)
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=0, help="run seed; generators are seeded per (prompt, seed)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--bootstrap", type=int, default=2000, help="paired prompt-bootstrap resamples")
+    parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
+    parser.add_argument("--experiment", default="specrank", help="MLflow experiment name (default specrank)")
+    parser.add_argument("--run-name", default=None, help="MLflow run name (default online-<rules>)")
+    parser.add_argument("--no-tracking", action="store_true", help="write local outputs only")
+
+
+def _strategies(args, config) -> dict:
+    """{rule: strategy}, the reranker loaded and checked against the run before any decoding."""
+    from specrank.decode.compare import parse_rules
+    from specrank.decode.online import RULE_NAMES, make_strategy
+
+    rules = parse_rules(args.rules, RULE_NAMES)
+    if not rules:
+        raise ValueError("--rules names no rule")
+    wants = "reranked" in rules or "reranked" in parse_rules(args.compare)
+    if wants and not args.reranker:
+        raise ValueError("rule reranked needs --reranker PATH or MLflow model URI")
+    reranker = None
+    if args.reranker:
+        import re
+
+        from specrank.tracking import load_reranker
+
+        if not re.match(r"[A-Za-z][A-Za-z0-9+.-]+:/", args.reranker) and not Path(args.reranker).exists():
+            raise FileNotFoundError(f"no reranker file {args.reranker}")
+        reranker = load_reranker(args.reranker)
+    out = {r: make_strategy(r, reranker, args.reranker or "") for r in rules}
+    for s in out.values():
+        s.check(config)
+    if wants and "reranked" not in out:
+        raise ValueError("--compare reranked needs reranked in --rules (its reranker is the one compared)")
+    return out
+
+
+def run(args) -> int:
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from specrank.decode.compare import acceptance_summary, decoder_table, parse_rules, speed_ratios
+    from specrank.decode.drafters import load_drafter
+    from specrank.decode.loop import DecodeConfig
+    from specrank.decode.models import load_target, parse_device
+    from specrank.decode.online_loop import run_protocol
+    from specrank.decode.pool import PoolShape
+    from specrank.decode.prompts import encode_prompt, read_prompts
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    hf_logging.disable_progress_bar()
+    config = DecodeConfig(PoolShape(args.topk, args.depth, args.expand), args.budget, 0, args.temperature,
+                          args.max_new_tokens, args.seed)
+    compare = parse_rules(args.compare)
+    strategies = _strategies(args, config)  # before loading models: a bad reranker fails fast
+    uri = None
+    if not args.no_tracking:
+        from specrank.tracking import check_reachable, resolve_tracking_uri
+
+        uri = check_reachable(resolve_tracking_uri(args.tracking_uri))
+    prompts_path = args.prompts or default_prompts_path()
+    prompts = read_prompts(prompts_path, limit=args.limit)
+    parse_device(args.device)
+    target = load_target(args.target, args.device, args.dtype)
+    drafter = load_drafter(args.drafter, target)
+    encoded = [(p.prompt_id, p.task, encode_prompt(target.tokenizer, p.text)) for p in prompts]
+    rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, compare, args.warmup)
+    tables = {
+        "online_rounds": rounds,
+        "online_decodes": decodes,
+        "online_acceptance": acceptance_summary(rounds, args.bootstrap, args.seed),
+        "online_decoders": decoder_table(decodes),
+        "online_speed": speed_ratios(decodes, next(iter(strategies)), args.bootstrap, args.seed),
+    }
+    _write(tables, args.out)
+    if uri is not None:
+        _track(args, uri, tables, config, target, drafter, compare)
+    _print(tables)
+    return 0
+
+
+def _write(tables: dict, out_dir) -> None:
+    """Each table as Parquet (atomic) and the figure as PNG under ``out_dir``."""
+    from specrank.decode.compare import acceptance_figure
+    from specrank.featurize.storage import write_table_atomic
+
+    import pyarrow as pa
+
+    out = Path(out_dir)
+    for name, frame in tables.items():
+        write_table_atomic(pa.Table.from_pandas(frame, preserve_index=False), out / f"{name}.parquet")
+    fig = acceptance_figure(tables["online_acceptance"])
+    tmp = out / ".realized_acceptance.png.tmp"
+    fig.savefig(tmp, format="png", dpi=120)
+    tmp.replace(out / "realized_acceptance.png")
+
+
+def _track(args, uri, tables, config, target, drafter, compare) -> None:
+    from dataclasses import asdict
+
+    from specrank import tracking
+    from specrank.decode.compare import acceptance_figure
+
+    params = {"stage": "online", "rules": args.rules, "compare": ",".join(compare), "reranker": args.reranker or "",
+              "target": target.name, "target_sha256": target.source_hash, "drafter": drafter.spec,
+              "config": asdict(config), "prompts": str(args.prompts or default_prompts_path()),
+              "warmup": args.warmup, "bootstrap": args.bootstrap}
+    with tracking.experiment_run(args.experiment, run_name=args.run_name or f"online-{args.rules}", tracking_uri=uri):
+        tracking.log_params(params)
+        metrics = {}
+        for _, r in tables["online_acceptance"].iterrows():
+            for k in ("mean", "low", "high"):
+                metrics[f"{r['decoder']}.{r['statistic']}.{k}"] = r[k]
+        for _, r in tables["online_decoders"].iterrows():
+            for k in ("tokens_per_pass", "tokens_per_s", "passes", "draft_share", "root_pass_share",
+                      "tree_pass_share", "rerank_share", "bookkeeping_share"):
+                metrics[f"{r['decoder']}.{k}"] = r[k]
+        for _, r in tables["online_speed"].iterrows():
+            for k in ("ratio", "low", "high"):
+                metrics[f"{r['decoder']}.speed_vs_{r['base']}.{k}"] = r[k]
+        tracking.log_metrics(metrics)
+        tracking.log_tables(tables)
+        tracking.log_figure(acceptance_figure(tables["online_acceptance"]), "realized_acceptance")
+
+
+def _print(tables) -> None:
+    acc = tables["online_acceptance"].set_index(["decoder", "statistic"])
+    speed = tables["online_speed"].set_index("decoder")
+    for _, r in tables["online_decoders"].iterrows():
+        d = r["decoder"]
+        real = acc.loc[(d, "realized")]
+        print(f"{d}: realized {real['mean']:.3f} [{real['low']:.3f}, {real['high']:.3f}], "
+              f"{r['tokens_per_pass']:.2f} tokens/pass, {r['tokens_per_s']:.1f} tokens/s, speed x"
+              f"{speed.loc[d, 'ratio']:.3f} [{speed.loc[d, 'low']:.3f}, {speed.loc[d, 'high']:.3f}]")

@@ -1,0 +1,103 @@
+"""Online vs offline: realized acceptance against the offline value on the recorded rounds, and the
+reranker's online features and predictions against the offline featurizer's on the same rounds."""
+
+import numpy as np
+import pytest
+
+from specrank.decode.loop import DecodeConfig
+from specrank.decode.online import RerankedSelection, StrategyError, make_strategy
+from specrank.decode.online_loop import Measure, decode_prompt_online
+from specrank.decode.pool import PoolShape
+from specrank.decode.record import rounds_table
+from specrank.featurize import featurize_rounds
+from specrank.rerankers import GBMReranker, IsotonicFirstFactor
+from specrank.selection import PoolBatch, PromptBootstrap, draw_values, fixed_values, rule_score
+from tests.online_helpers import tiny_pair
+
+SHAPE = PoolShape(4, 3, 4)  # 4 + 16 + 16 = 36 candidates
+PROMPTS = [[2, 5, 7, 16, 25, 19, 3, 2, 6 + i, 30 + 3 * i] for i in range(12)]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair(scale=0.05, seed=4)
+
+
+def _run(target, drafter, strategy, config, prompts=PROMPTS):
+    records = []
+    for i, ids in enumerate(prompts):
+        records += decode_prompt_online(target, drafter, ids, config, strategy, prompt_id=f"p{i:02d}", task="t",
+                                        measure=Measure(record=True))[1]
+    return records
+
+
+@pytest.mark.parametrize("rule", ["draft", "root-draw"])
+def test_realized_acceptance_agrees_with_offline_value_on_recorded_rounds(pair, rule):
+    target, drafter = pair
+    config = DecodeConfig(SHAPE, budget=4, extra=36, temperature=1.0, max_new_tokens=40, seed=1)
+    records = _run(target, drafter, make_strategy(rule), config)
+    table = rounds_table(records, SHAPE.size, SHAPE.topk).to_pandas()
+    pool = PoolBatch.from_frame(table)
+    if rule == "draft":
+        offline = fixed_values(pool, rule_score(pool, "draft"), [4])[0][:, 0]
+    else:
+        offline = draw_values(pool, [4])["root_draw"][0][:, 0]
+    realized = np.array([r["realized"] for r in records], float)
+    assert len(records) >= 150 and not np.isnan(offline).any()
+    if rule == "draft":  # the fixed tree's conditional value is the offline value, round by round
+        np.testing.assert_allclose([r["expected"] for r in records], offline, atol=1e-6)
+    gap = PromptBootstrap(table["prompt_id"].to_numpy(), 2000, 0).totals(
+        {"realized": realized, "offline": offline}).gain("realized", "offline")
+    assert gap.low <= 0.0 <= gap.high, gap
+    assert abs(gap.point) < 0.25 * offline.mean()
+    shifted = PromptBootstrap(table["prompt_id"].to_numpy(), 2000, 0).totals(  # negative control: the check
+        {"realized": realized + 0.3, "offline": offline}).gain("realized", "offline")  # has power
+    assert not shifted.low <= 0.0 <= shifted.high
+
+
+class CapturingReranked(RerankedSelection):
+    """The real reranked strategy, keeping the features and predictions it computed online."""
+
+    def __init__(self, reranker):
+        super().__init__(reranker, "test")
+        self.seen = []
+
+    def first_factor(self, pool, ctx):
+        factor = super().first_factor(pool, ctx)
+        self.seen.append((ctx.features(), factor))
+        return factor
+
+
+def test_online_features_and_predictions_equal_offline_on_recorded_rounds(pair):
+    target, drafter = pair
+    config = DecodeConfig(SHAPE, budget=4, extra=36, temperature=0.0, max_new_tokens=40)
+    manifest = {"temperature": 0.0, "topk": SHAPE.topk}
+    train = featurize_rounds(rounds_table(_run(target, drafter, make_strategy("draft"), config, PROMPTS[:6]),
+                                          SHAPE.size, SHAPE.topk), manifest)
+    reranker = GBMReranker(features="rows", n_estimators=20, num_leaves=7, min_child_samples=5, n_jobs=1).fit(train)
+    strategy = CapturingReranked(reranker)
+    records = _run(target, drafter, strategy, config, PROMPTS[6:9])
+    offline = featurize_rounds(rounds_table(records, SHAPE.size, SHAPE.topk), manifest, labels=False)
+    columns = list(strategy.seen[0][0].columns[6:])  # after the key, prompt_index and fold columns
+    online = np.concatenate([f[columns].to_numpy(float) for f, _ in strategy.seen])
+    np.testing.assert_array_equal(online, offline[columns].to_numpy(float))
+    online_pred = np.concatenate([p for _, p in strategy.seen])
+    np.testing.assert_allclose(online_pred, reranker.predict_first_factor(offline), rtol=0, atol=1e-12)
+    assert len(np.unique(online_pred)) > 1  # the reranker is not a constant
+
+
+def test_reranker_for_another_run_is_refused_before_decoding(pair):
+    target, drafter = pair
+    greedy = DecodeConfig(SHAPE, budget=4, extra=0, temperature=0.0, max_new_tokens=8)
+    frame = featurize_rounds(rounds_table(_run(target, drafter, make_strategy("draft"), greedy, PROMPTS[:2]),
+                                          SHAPE.size, SHAPE.topk), {"temperature": 0.0, "topk": SHAPE.topk})
+    iso = IsotonicFirstFactor(n_bins=4).fit(frame)
+    sampling = DecodeConfig(SHAPE, budget=4, extra=0, temperature=1.0, max_new_tokens=8)
+    with pytest.raises(StrategyError, match="trained on argmax labels, this run needs probability"):
+        decode_prompt_online(target, drafter, PROMPTS[0], sampling, RerankedSelection(iso, "iso.pkl"))
+    other = DecodeConfig(PoolShape(3, 3, 3), budget=4, extra=0, temperature=0.0, max_new_tokens=8)
+    with pytest.raises(StrategyError, match="topk=4, this run has topk=3"):
+        decode_prompt_online(target, drafter, PROMPTS[0], other, RerankedSelection(iso, "iso.pkl"))
+    iso.features_ = ["q", "no_such_feature"]
+    with pytest.raises(StrategyError, match="feature schema mismatch: unknown feature 'no_such_feature'"):
+        decode_prompt_online(target, drafter, PROMPTS[0], greedy, RerankedSelection(iso, "iso.pkl"))
