@@ -42,9 +42,9 @@ def main(argv=None) -> int:
     config = DecodeConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     prompts = read_prompts(default_prompts_path(), limit=args.prompts)
     with tempfile.TemporaryDirectory() as out:
-        manifest = build_manifest(target, drafter, config, default_prompts_path(), 4)
+        manifest = build_manifest(target, drafter, config, default_prompts_path(), 1)
         wall = time.perf_counter()
-        timer = decode_run(target, drafter, prompts, out, config, manifest, progress=sys.stderr.isatty())
+        timer = decode_run(target, drafter, prompts, out, config, manifest, shard_size=1)
         wall = time.perf_counter() - wall
     result = {
         "prompts": len(prompts),

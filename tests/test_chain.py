@@ -70,6 +70,18 @@ def test_greedy_chain_equals_target_greedy(scale, length):
     assert max(float(np.max(d["tv"])) for d in diags) == 0.0
 
 
+def test_greedy_chain_with_an_eagle3_head_equals_target_greedy(tmp_path):
+    from specrank.decode.drafters.eagle3 import load_eagle3
+    from specrank.testing import save_tiny_eagle3
+
+    target = tiny_target()
+    drafter = load_eagle3(save_tiny_eagle3(tmp_path / "head", target.model.config), target)
+    out, records, _ = decode_chain_prompt(target, drafter, PROMPT, chain_config(3, 0.0, 12), Lossless())
+    with torch.no_grad():
+        ref = target.model.generate(torch.tensor([PROMPT]), max_new_tokens=12, do_sample=False)[0, len(PROMPT):]
+    assert out == ref.tolist() and all(r["n_scored"] == 4 for r in records)
+
+
 def first_tokens(target, drafter, rule, n, temperature=1.0):
     """The first emitted token of ``n`` independently seeded chain decodes of SHORT."""
     config = [chain_config(1, temperature, 1, seed) for seed in range(n)]

@@ -148,7 +148,7 @@ def test_smollm2_greedy_equals_its_own_greedy_decode():
     from specrank.decode.models import load_target
     from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     target = load_target("smollm2")
     drafter = load_drafter("early-exit:8", target)
     config = DecodeConfig(max_new_tokens=24)

@@ -17,7 +17,7 @@ from specrank.drafter_training.batches import collate, windows
 from specrank.drafter_training.data import Corpus, DataError, GenerationSpec, generate_corpus, jobs, load_corpus
 from specrank.drafter_training.head import head_config, new_head, save_head
 from specrank.drafter_training.objective import target_logits
-from specrank.drafter_training.train import TrainConfig, TrainError, train
+from specrank.drafter_training.train import TrainConfig, TrainError, batch_loss, train
 from specrank.drafter_training.unroll import ttt_mask, unrolled_logits
 from specrank.drafter_training.vocab import most_frequent
 from specrank.testing import save_tiny_llama, tiny_llama, tiny_tokenizer
@@ -209,6 +209,8 @@ def test_training_is_deterministic_and_resume_gives_the_same_weights(target, cor
     sr = trained_state(resumed)
     assert all(torch.equal(sa[k], sr[k]) for k in sa)
     assert res_r["heldout_top1_step0"] == res_a["heldout_top1_step0"]
+    _, _, again = run(target, corpus, tmp_path / "r", CFG)  # finished: nothing trained, same metrics
+    assert again["step"] == CFG.steps and again["heldout_top1_step0"] == res_a["heldout_top1_step0"]
     with pytest.raises(TrainError, match="lr"):
         run(target, corpus, tmp_path / "r", TrainConfig(**{**CFG.identity(), "lr": 1e-3}))
 
@@ -218,6 +220,11 @@ def test_training_lowers_the_loss(target, corpus, tmp_path):
     _, _, result = run(target, corpus, tmp_path, cfg)
     losses = [h["loss_step0"] for h in result["history"]]
     assert np.mean(losses[-8:]) < 0.8 * np.mean(losses[:8])
+    head, teacher, vocab = setup(target, corpus)
+    batch = collate(corpus, windows(corpus.sequences(lambda p: True), 16)[:4], 2)
+    everywhere = batch_loss(head, teacher, batch, vocab.ids, cfg)[2]
+    generated = batch_loss(head, teacher, batch, vocab.ids, TrainConfig(**{**cfg.identity(), "response_only": True}))[2]
+    assert generated[0][1] == int(batch.valid(0, True).sum()) < everywhere[0][1] == int(batch.valid(0).sum())
 
 
 def test_cli_trains_saves_and_logs_to_mlflow(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ import pytest
 
 from specrank.cli import main
 from specrank.testing import save_tiny_llama
-from tests.mlflow_store import mlflow_db  # noqa: F401 (fixture)
+from mlflow_store import mlflow_db  # noqa: F401 (fixture)
 
 TEXTS = ["the cat is big", "write code for a dog", "what is the sun", "one two three four"]
 

@@ -117,10 +117,10 @@ def run(args) -> int:
 
 def _write(tables: dict, out_dir) -> None:
     """Each table as Parquet (atomic) and the figure as PNG under ``out_dir``."""
+    import pyarrow as pa
+
     from specrank.decode.compare import acceptance_figure
     from specrank.featurize.storage import write_table_atomic
-
-    import pyarrow as pa
 
     out = Path(out_dir)
     for name, frame in tables.items():

@@ -34,6 +34,34 @@ from specrank.decode.verify.chain import verify_chain
 from specrank.decode.verify.emission import emission_diagnostics, target_probs
 
 
+def tempered_log_probs(logp: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Log-probabilities at ``temperature`` from ones at 1; the argmax point mass (0 / -inf) at 0."""
+    if temperature == 0:
+        return torch.full_like(logp, float("-inf")).scatter_(-1, logp.argmax(-1, keepdim=True), 0.0)
+    return torch.log_softmax(logp / temperature, dim=-1)
+
+
+def draft_chain(drafter, root_token: int, length: int, temperature: float, generator=None):
+    """Sample ``length`` tokens below ``root_token``, each from the drafter's row at ``temperature`` (its argmax
+    at 0), through the hooks every :class:`~specrank.decode.pool.Drafter` implements: (tokens (G,) int64,
+    rows (G, V) float32 over the target vocabulary). The drafter's cache is left at the committed context."""
+    step = drafter._draft_root(int(root_token))
+    try:
+        logp, past, tokens, rows = step.logp, step.visible, [], []
+        feed = None if step.feed is None else step.feed[None]  # (1, F) for EAGLE-3 heads
+        for k in range(length):  # one drafter forward per chain token but the last
+            row = torch.from_numpy(drafter._root_row(tempered_log_probs(logp, temperature)))  # (V,)
+            tokens.append(int(torch.multinomial(row.double(), 1, generator=generator)))
+            rows.append(row)
+            if k + 1 < length:
+                position = torch.tensor([step.position + k + 1])
+                out, feed = drafter._draft_step(torch.tensor([tokens[-1]]), position, torch.zeros(1, past + 1), feed)
+                logp, past = out[0], past + 1
+        return np.array(tokens, dtype=np.int64), torch.stack(rows)
+    finally:
+        drafter._rewind()
+
+
 class ChainConfigError(ValueError):
     """A chain decode was asked with a pool shape that is not a chain."""
 
@@ -86,7 +114,7 @@ def chain_round(target, drafter, state: PromptState, config: DecodeConfig, rule,
     """One round: draft a chain, score it, verify it with ``rule``, commit; (rounds record, diagnostics)."""
     g = chain_length(config)
     with timer.span("draft"):
-        tokens, q_rows = drafter.draft_chain(state.root, g, config.temperature, state.generator)  # (G,), (G, V)
+        tokens, q_rows = draft_chain(drafter, state.root, g, config.temperature, state.generator)  # (G,), (G, V)
     q = q_rows.double()
     q = q / q.sum(-1, keepdim=True)  # float32 rows summed in float64
     pool = chain_pool(tokens, q[torch.arange(g), torch.from_numpy(tokens)].numpy(), q_rows[0].numpy())

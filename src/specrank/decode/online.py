@@ -183,9 +183,9 @@ def check_reranker(reranker, config, source: str = "") -> None:
     from specrank.featurize.sets import resolve_features
 
     where = f"reranker {source}".strip()
-    for attr in ("features_", "label_kind_", "topk_"):
-        if not hasattr(reranker, attr) or not callable(getattr(reranker, "predict_first_factor", None)):
-            raise StrategyError(f"{where}: not a fitted specrank reranker (no {attr} / predict_first_factor)")
+    missing = [a for a in ("features_", "label_kind_", "topk_", "predict_first_factor") if not hasattr(reranker, a)]
+    if missing:
+        raise StrategyError(f"{where}: not a fitted specrank reranker (no {missing[0]})")
     kind = "argmax" if config.temperature == 0 else "probability"
     if reranker.label_kind_ != kind:
         raise StrategyError(f"{where}: trained on {reranker.label_kind_} labels, this run needs {kind}"

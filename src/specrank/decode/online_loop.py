@@ -100,15 +100,28 @@ def own_expected(record: dict, tree: np.ndarray, rule: SelectionStrategy, node: 
         return float(path[tree].sum())
     if node < 0:
         return float(rule.counts_draw)
-    branch = round_batch_first(record)[0] == node
+    branch = record_batch(record).first_ancestor[0] == node
     return float(path[tree & branch].sum() / path[node]) if path[node] > 0 else float(rule.counts_draw)
 
 
-def round_batch_first(record: dict) -> np.ndarray:
-    """(1, M) first-level ancestor of every pool node of a record."""
-    arrays = {k: np.asarray(record[k])[None] for k in ("token", "parent", "depth", "q_edge", "draft_logp",
-                                                        "p_edge", "p_argmax_child")}
-    return PoolBatch(**arrays).first_ancestor
+_POOL = ("token", "parent", "depth", "q_edge", "draft_logp", "p_edge", "p_argmax_child")
+
+
+def record_batch(record: dict) -> PoolBatch:
+    """A one-round PoolBatch of a round record (target probabilities as scored by its passes)."""
+    return PoolBatch(**{k: np.asarray(record[k])[None] for k in _POOL})
+
+
+def measured_order(pool: DraftPool, state: OnlineState, config: DecodeConfig, measure: Measure, ctx: RoundContext,
+                   root_known: bool):
+    """(pool indices scored for measurement only, reranker first factor (1, topk) or None)."""
+    factor = measure.reranker.first_factor(pool, ctx)[None] if measure.reranker and measure.rules else None
+    extra = np.zeros(0, np.int64)
+    if measure.rules:
+        batch = round_batch(pool, state.root_logits, config.temperature)
+        extra = np.flatnonzero(measured_nodes(batch, measure.rules, config.budget, ctx.law, root_known, factor))
+    recorded = draft_rank(pool)[: config.extra] if measure.record else np.zeros(0, np.int64)
+    return np.concatenate([extra, recorded]).astype(np.int64), factor
 
 
 def online_round(target, drafter, state: OnlineState, config: DecodeConfig, strategy: SelectionStrategy,
@@ -132,10 +145,7 @@ def online_round(target, drafter, state: OnlineState, config: DecodeConfig, stra
     verified = np.zeros(len(pool), bool) if skip else tree
     rank = draft_rank(pool)
     measure = measure or Measure()
-    factor = measure.reranker.first_factor(pool, ctx)[None] if measure.reranker and measure.rules else None
-    extra = np.flatnonzero(measured_nodes(round_batch(pool, state.root_logits, config.temperature), measure.rules,
-                                          config.budget, ctx.law, root_known, factor)) if measure.rules else []
-    order = np.concatenate([extra, rank[: config.extra] if measure.record else []]).astype(np.int64)
+    order, factor = measured_order(pool, state, config, measure, ctx, root_known)
     expanded = pool.expanded if measure.record else np.zeros(len(pool), bool)
     s = scored_set(state.root, pool.token, pool.parent, pool.depth, expanded, verified, order, len(order),
                    state.context_len - int(root_known))
@@ -166,13 +176,9 @@ def online_round(target, drafter, state: OnlineState, config: DecodeConfig, stra
                   realized=len(accepted) + int(skip and rule.counts_draw),
                   expected=np.nan if strategy.carries_leaf_row else own_expected(record, tree, rule, node, ctx.law))
     if measure.rules:
-        values = expected_values(PoolBatch(**{k: np.asarray(record[k])[None] for k in _POOL}), measure.rules,
-                                 config.budget, ctx.law, factor)
+        values = expected_values(record_batch(record), measure.rules, config.budget, ctx.law, factor)
         record.update({f"expected_{k}": v for k, v in values.items()})
     return record
-
-
-_POOL = ("token", "parent", "depth", "q_edge", "draft_logp", "p_edge", "p_argmax_child")
 
 
 def _once(fn):

@@ -25,6 +25,7 @@ def add_train_parser(actions) -> None:
     p.add_argument("--batch-size", type=int, default=4, help="sequences per step")
     p.add_argument("--max-len", type=int, default=512, help="window length in tokens")
     p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--response-only", action="store_true", help="train only on rows predicting generated tokens")
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--checkpoint-every", type=int, default=100)
     p.add_argument("--max-minutes", type=float, default=None, help="stop training (checkpointed) after this long")
@@ -55,6 +56,7 @@ def run_train(args) -> int:
     spec = GenerationSpec(layers, args.samples, args.temperature, args.max_new_tokens, args.gen_batch, args.seed)
     cfg = TrainConfig(
         steps=args.steps, unroll=args.unroll, batch_size=args.batch_size, max_len=args.max_len, lr=args.lr,
+        response_only=args.response_only,
         eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed, max_minutes=args.max_minutes,
     )
     final = fit_drafter(

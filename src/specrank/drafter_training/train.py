@@ -41,6 +41,7 @@ class TrainConfig:
     min_lr_ratio: float = 0.1  # cosine decay to lr * min_lr_ratio at ``steps``
     weight_decay: float = 0.0
     grad_clip: float = 1.0
+    response_only: bool = False  # loss only on rows that predict generated tokens
     eval_every: int = 100
     checkpoint_every: int = 100
     seed: int = 0
@@ -74,7 +75,7 @@ def batch_loss(head, teacher, batch, ids, cfg: TrainConfig):
         width = draft.shape[1]
         with torch.no_grad():
             tgt = teacher(batch.last[:, j : j + width])
-        valid = batch.valid(j)
+        valid = batch.valid(j, cfg.response_only)
         loss = step_loss(draft, tgt, valid)
         total = total + cfg.step_decay**j * loss
         losses.append(float(loss.detach()))
@@ -125,9 +126,9 @@ def train(head, teacher, ids, corpus, train_slices, heldout_slices, out_dir, cfg
         bar.set_postfix(loss=f"{metrics['loss']:.3f}", top1=f"{metrics['train_top1_step0']:.2f}")
         over_time = cfg.max_minutes is not None and time.monotonic() - start > 60 * cfg.max_minutes
         if held_wins and (step % cfg.eval_every == 0 or step == cfg.steps or over_time):
-            head.eval()
-            metrics.update({f"heldout_top1_step{j}": v for j, v in enumerate(evaluate(head, corpus, held_wins, ids, cfg))})
-            head.train()
+            eval_start = time.monotonic()
+            metrics.update(heldout_metrics(head, corpus, held_wins, ids, cfg))
+            start += time.monotonic() - eval_start  # minutes count training only
         metrics["minutes"] = (time.monotonic() - start) / 60
         history.append({"step": step, **metrics})
         if logger is not None:
@@ -137,8 +138,18 @@ def train(head, teacher, ids, corpus, train_slices, heldout_slices, out_dir, cfg
         if over_time:
             break
     bar.close()
+    if not metrics and held_wins:  # nothing left to train: report the saved head
+        metrics = heldout_metrics(head, corpus, held_wins, ids, cfg)
     head.eval()
     return {"step": step, "history": history, **metrics}
+
+
+def heldout_metrics(head, corpus, wins, ids, cfg: TrainConfig) -> dict:
+    """``heldout_top1_step{j}`` in eval mode (the head is left in training mode)."""
+    head.eval()
+    top1 = evaluate(head, corpus, wins, ids, cfg)
+    head.train()
+    return {f"heldout_top1_step{j}": v for j, v in enumerate(top1)}
 
 
 def optimizer_step(head, teacher, opt, batch, ids, cfg: TrainConfig, step: int) -> dict:
