@@ -24,7 +24,7 @@ from specrank.testing import tiny_llama, tiny_tokenizer
 PROMPT = [2, 5, 7, 16, 25, 19, 3, 2, 6]
 VOCAB = 16
 SHORT = [2, 5, 7, 9, 11, 6]  # ids below VOCAB
-DRAWS = 300
+DRAWS = 200
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -10,7 +10,7 @@ from specrank.cli import main
 from specrank.testing import save_tiny_llama
 from mlflow_store import mlflow_db  # noqa: F401 (fixture)
 
-TEXTS = ["the cat is big", "write code for a dog", "what is the sun", "one two three four"]
+TEXTS = ["the cat is big", "write code for a dog", "what is the sun"]
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def setup(tmp_path_factory):
     prompts.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [t]}) + "\n"
                                for i, t in enumerate(TEXTS)))
     args = ["online", "--target", str(tgt), "--drafter", f"standalone:{drf}", "--prompts", str(prompts),
-            "--topk", "3", "--depth", "3", "--expand", "3", "--budget", "4", "--max-new-tokens", "12",
+            "--topk", "3", "--depth", "3", "--expand", "3", "--budget", "4", "--max-new-tokens", "8",
             "--threads", "1", "--bootstrap", "200"]
     return d, args
 
@@ -34,9 +34,9 @@ def test_online_protocol_runs_every_rule_on_every_prompt_and_logs_to_mlflow(setu
                       "--tracking-uri", str(mlflow_db), "--run-name", "t"])
     assert rc == 0
     decodes = pd.read_parquet(out / "online_decodes.parquet")
-    assert len(decodes) == 4 * 4 and set(decodes["decoder"]) == {"draft", "root", "root-draw", "pearl"}
+    assert len(decodes) == 3 * 4 and set(decodes["decoder"]) == {"draft", "root", "root-draw", "pearl"}
     first = decodes.groupby("prompt_id", sort=False)["decoder"].first().tolist()
-    assert len(set(first)) == 4  # the order is rotated per prompt
+    assert first == ["draft", "root", "root-draw"]  # the order is rotated per prompt
     rounds = pd.read_parquet(out / "online_rounds.parquet")
     assert {"expected_root", "expected_draft", "realized", "expected"} <= set(rounds.columns)
     greedy = rounds[rounds["decoder"] != "covering"]
@@ -59,4 +59,4 @@ def test_missing_reranker_fails_before_decoding(setup, tmp_path, capsys):
     rc = main(args + ["--rules", "reranked", "--out", str(tmp_path / "o"), "--no-tracking"])
     assert rc == 2 and "needs --reranker" in capsys.readouterr().err
     rc = main(args + ["--rules", "draft", "--compare", "covering", "--out", str(tmp_path / "o"), "--no-tracking"])
-    assert rc == 2 and "cannot compare rule 'covering'" in capsys.readouterr().err
+    assert rc == 2 and "--compare: unknown rule 'covering'" in capsys.readouterr().err

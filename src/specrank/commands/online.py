@@ -47,7 +47,7 @@ def _strategies(args, config) -> dict:
     from specrank.decode.compare import parse_rules
     from specrank.decode.online import RULE_NAMES, make_strategy
 
-    rules = parse_rules(args.rules, RULE_NAMES)
+    rules = parse_rules(args.rules, RULE_NAMES, "--rules")
     if not rules:
         raise ValueError("--rules names no rule")
     wants = "reranked" in rules or "reranked" in parse_rules(args.compare)

@@ -23,16 +23,16 @@ class CompareError(ValueError):
     """A ``--compare`` list names a rule that cannot be measured."""
 
 
-def parse_rules(text: str | None, allowed=COMPARABLE) -> list[str]:
-    """``"root,draft"`` -> ["root", "draft"]; one-line error for an unknown or repeated name."""
+def parse_rules(text: str | None, allowed=COMPARABLE, what: str = "--compare") -> list[str]:
+    """``"root,draft"`` -> ["root", "draft"]; one-line error naming ``what`` for an unknown or repeated name."""
     if not text:
         return []
     names = [t.strip() for t in text.split(",") if t.strip()]
     bad = [n for n in names if n not in allowed]
     if bad:
-        raise CompareError(f"cannot compare rule {bad[0]!r}; choose from {', '.join(allowed)}")
+        raise CompareError(f"{what}: unknown rule {bad[0]!r}; choose from {', '.join(allowed)}")
     if len(set(names)) != len(names):
-        raise CompareError(f"rule list {text!r} repeats a rule")
+        raise CompareError(f"{what}: {text!r} repeats a rule")
     return names
 
 
