@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from specrank.decode.loop import DecodeConfig
+from specrank.decode.loop import DecodeConfig, Timer
 from specrank.decode.online import STRATEGIES, DraftSelection, RootDrawSelection, StrategyError, make_strategy
-from specrank.decode.online_loop import Measure, OnlineTimer, decode_prompt_online
+from specrank.decode.online_loop import Measure, decode_prompt_online
 from specrank.decode.pool import PoolShape
 from online_helpers import EOS, PROMPT, first_two_law, greedy_reference, pooled_chisquare, tiny_pair
 
@@ -23,7 +23,7 @@ def pair():
 def test_greedy_text_equals_target_greedy_and_realized_equals_expected(pair, rule, budget):
     target, drafter = pair
     config = DecodeConfig(SHAPE, budget=budget, extra=0, max_new_tokens=32)
-    timer = OnlineTimer()
+    timer = Timer()
     out, records = decode_prompt_online(target, drafter, PROMPT, config, make_strategy(rule), timer=timer)
     assert out == greedy_reference(target, PROMPT, 32)
     realized = np.array([r["realized"] for r in records], float)

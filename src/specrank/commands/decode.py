@@ -27,6 +27,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--shard-size", type=int, default=4, help="prompts per parquet shard (default 4)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--verifier", default=None,
+                        help="verification rule NAME[:KEY=VALUE,...] (e.g. lenience:l=0.5, speccascade:p_base=0.3);"
+                             " records diagnostics/ beside rounds/ (default: exhaustive target sampling)")
+    parser.add_argument("--decoder", default="tree", choices=["tree", "chain"],
+                        help="tree (default) or chain speculative decoding (chain: lossless unless --verifier)")
+    parser.add_argument("--chain-length", type=int, default=4,
+                        help="chain decoder: drafted tokens per round (default 4)")
 
 
 def run(args) -> int:
@@ -49,12 +56,29 @@ def run(args) -> int:
     prompts = read_prompts(prompts_path, limit=args.limit)
     config = DecodeConfig(PoolShape(args.topk, args.depth, args.expand), args.budget, args.extra,
                           args.temperature, args.max_new_tokens, args.seed)
+    lossy = args.verifier is not None or args.decoder == "chain"
+    if lossy:
+        from specrank.decode.chain import chain_config
+        from specrank.decode.verify.adapters import TreeRuleVerifier
+        from specrank.decode.verify.parse import parse_verifier
+
+        rule = parse_verifier(args.verifier or "lossless")
+        if args.decoder == "chain":
+            config = chain_config(args.chain_length, args.temperature, args.max_new_tokens, args.seed)
+        else:
+            TreeRuleVerifier(rule, args.temperature)  # refuses rules without a tree form before any model loads
     parse_device(args.device)
     target = load_target(args.target, args.device, args.dtype)
     drafter = load_drafter(args.drafter, target)
     manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)
-    timer = decode_run(target, drafter, prompts, args.out, config, manifest, args.shard_size,
-                       progress=not args.no_progress)
+    if lossy:
+        from specrank.decode.lossy_run import lossy_decode_run
+
+        timer = lossy_decode_run(target, drafter, prompts, args.out, config, manifest, rule, args.decoder,
+                                 args.shard_size, progress=not args.no_progress)
+    else:
+        timer = decode_run(target, drafter, prompts, args.out, config, manifest, args.shard_size,
+                           progress=not args.no_progress)
     if timer.rounds:
         print(f"{timer.rounds} rounds, {timer.tokens / timer.rounds - 1:.2f} accepted/round, "
               f"{timer.tokens / timer.total:.1f} tokens/s -> {args.out}")

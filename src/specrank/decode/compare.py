@@ -9,14 +9,26 @@ the expected acceptance of every compared rule with the offline value functions 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
-from specrank.selection import DraftGroups, PoolBatch, PromptBootstrap, draw_values, fixed_values, rule_score
+from specrank.selection import DraftGroups, PoolBatch, PromptBootstrap, cumulate, draw_values, fixed_values, rule_score
 from specrank.selection.select import select_top
 
 COMPARABLE = ("draft", "root", "root-draw", "pearl", "reranked")
 VALUE_NAME = {"root-draw": "root_draw"}  # online rule name -> selection value name
+
+
+@dataclass
+class Measure:
+    """Measurement-only scoring in a tree pass: ``rules`` compared at the decoder's contexts; ``record``
+    also scores the expanded nodes and top-M candidates so the rounds hold every pool edge (the recorder)."""
+
+    rules: tuple = ()
+    record: bool = False
+    reranker: object = None  # a RerankedSelection, for comparing "reranked"
 
 
 class CompareError(ValueError):
@@ -74,6 +86,26 @@ def expected_values(batch: PoolBatch, rules, budget: int, law: str, first_factor
         inputs = {"first_factor": first_factor} if rule == "reranked" else {}
         out[rule] = float(fixed_values(batch, rule_score(batch, rule, law, **inputs), [budget], law)[0][0, 0])
     return out
+
+
+def own_expected(record: dict, tree: np.ndarray, rule, node: int, law: str) -> float:
+    """Expected acceptance of the selected tree given the round's draw (its mean is the rule's value)."""
+    edge = record["p_argmax_child"] if law == "greedy" else record["p_edge"]
+    path = cumulate(record["parent"][None], record["depth"][None], np.asarray(edge, np.float64)[None])[0]
+    if not rule.draws_first:
+        return float(path[tree].sum())
+    if node < 0:
+        return float(rule.counts_draw)
+    branch = record_batch(record).first_ancestor[0] == node
+    return float(path[tree & branch].sum() / path[node]) if path[node] > 0 else float(rule.counts_draw)
+
+
+_POOL = ("token", "parent", "depth", "q_edge", "draft_logp", "p_edge", "p_argmax_child")
+
+
+def record_batch(record: dict) -> PoolBatch:
+    """A one-round PoolBatch of a round record (target probabilities as scored by its passes)."""
+    return PoolBatch(**{k: np.asarray(record[k])[None] for k in _POOL})
 
 
 def acceptance_summary(rounds: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:

@@ -100,6 +100,17 @@ class DraftSelection(SelectionStrategy):
     """Draft selection: top-B by cumulative draft probability."""
 
 
+class ScoreSelection(SelectionStrategy):
+    """Top-B under any score function ``pool -> (M,)`` (the recorder's ``select`` parameter)."""
+
+    def __init__(self, score_fn, name: str = "draft"):
+        self.score_fn, self.name = score_fn, name
+
+    def select(self, pool, ctx):
+        score = np.asarray(self.score_fn(pool), dtype=np.float64)
+        return top_tree(score, pool.depth, ctx.budget), score
+
+
 class RootSelection(SelectionStrategy):
     """Root selection: p(x1|c) prod q, with the root row from a root pass; draws its first token first
     and skips the tree pass when the draw is not on the tree (App. D.14)."""
