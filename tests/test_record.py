@@ -4,7 +4,8 @@ import pyarrow as pa
 import pytest
 
 from specrank import schema
-from specrank.decode.record import read_rounds, rounds_schema, rounds_table, write_parquet_atomic
+from specrank.atomic import write_parquet_atomic
+from specrank.decode.record import read_rounds, rounds_schema, rounds_table
 
 M, K = 6, 2
 

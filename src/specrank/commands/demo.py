@@ -45,7 +45,6 @@ def _stage(argv: list[str]) -> None:
 
 
 def run(args) -> int:
-    import pandas as pd
 
     from specrank.evaluation import load_evaluation
     from specrank.evaluation.report import headline_table

@@ -120,7 +120,7 @@ def _write(tables: dict, out_dir) -> None:
     import pyarrow as pa
 
     from specrank.decode.compare import acceptance_figure
-    from specrank.featurize.storage import write_table_atomic
+    from specrank.atomic import write_parquet_atomic as write_table_atomic
 
     out = Path(out_dir)
     for name, frame in tables.items():

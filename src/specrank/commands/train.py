@@ -63,7 +63,7 @@ def run(args) -> int:
     import pyarrow as pa
 
     from specrank.featurize import read_features
-    from specrank.featurize.storage import write_table_atomic
+    from specrank.atomic import write_parquet_atomic
     from specrank.schema import FEATURE_KEYS
 
     names = _names(args.rerankers)
@@ -84,7 +84,7 @@ def run(args) -> int:
         first = edge_preds[edge_preds.depth == 1].set_index(["prompt_id", "round", "node"])["per_depth"]
         at = pd.MultiIndex.from_arrays([preds.prompt_id, preds["round"], preds.cand])
         preds["per_depth"] = first.reindex(at).to_numpy()
-        write_table_atomic(pa.Table.from_pandas(edge_preds, preserve_index=False), out_dir / "edge_predictions.parquet")
-    write_table_atomic(pa.Table.from_pandas(preds, preserve_index=False), out_dir / "predictions.parquet")
+        write_parquet_atomic(pa.Table.from_pandas(edge_preds, preserve_index=False), out_dir / "edge_predictions.parquet")
+    write_parquet_atomic(pa.Table.from_pandas(preds, preserve_index=False), out_dir / "predictions.parquet")
     print(f"{out_dir / 'predictions.parquet'}: {len(preds)} rows, columns {', '.join(['draft'] + names)}")
     return 0

@@ -4,9 +4,7 @@ MLflow."""
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 
 HELP = "sweep verification rules (tree and chain decoders): block efficiency vs exact distortion, logged to MLflow"
@@ -82,11 +80,6 @@ def cell_config(args, decoder: str):
                         args.max_new_tokens, args.seed)
 
 
-def write_text_atomic(text: str, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def run(args) -> int:
@@ -142,16 +135,12 @@ def run(args) -> int:
 def save_outputs(out: Path, table, report: str, figure) -> None:
     """``verify_sweep.parquet``, ``verify_sweep.csv``, ``report.md``, ``figures/tradeoff.png`` (each atomic)."""
     (out / "figures").mkdir(parents=True, exist_ok=True)
-    for suffix, write in ((".parquet", table.to_parquet), (".csv", table.to_csv)):
-        fd, tmp = tempfile.mkstemp(dir=out, prefix=".verify_sweep.", suffix=suffix)
-        os.close(fd)
-        write(tmp, index=False)
-        os.replace(tmp, out / f"verify_sweep{suffix}")
-    write_text_atomic(report, out / "report.md")
-    fd, tmp = tempfile.mkstemp(dir=out / "figures", prefix=".tradeoff.", suffix=".png")
-    os.close(fd)
-    figure.savefig(tmp, dpi=120)
-    os.replace(tmp, out / "figures" / "tradeoff.png")
+    from specrank.atomic import atomic_write
+
+    atomic_write(out / "verify_sweep.parquet", lambda tmp: table.to_parquet(tmp, index=False))
+    atomic_write(out / "verify_sweep.csv", lambda tmp: table.to_csv(tmp, index=False))
+    atomic_write(out / "report.md", lambda tmp: Path(tmp).write_text(report))
+    atomic_write(out / "figures" / "tradeoff.png", lambda tmp: figure.savefig(tmp, dpi=120, format="png"))
 
 
 def track(args, uri, table, report: str, figure, meta: dict, skipped: list[str]) -> None:

@@ -30,7 +30,6 @@ from specrank.decode.online import (
 from specrank.decode.pool import DraftPool, PoolShape, causal_mask
 from specrank.decode.tree import TreeError, attention_mask, scored_set
 from specrank.decode.verify import ExhaustiveVerifier, Verifier, VerifyTree
-from specrank.featurize import featurize_rounds
 from specrank.schema import ROW_COLUMNS, ROW_SCALARS
 from specrank.selection.select import rank_order, rank_positions
 

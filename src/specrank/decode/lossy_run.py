@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 from specrank.decode.chain import chain_length, decode_chain_prompt
 from specrank.decode.loop import DecodeConfig, Timer, decode_prompt
 from specrank.decode.prompts import encode_prompt
-from specrank.decode.record import rounds_table, write_parquet_atomic
+from specrank.atomic import write_parquet_atomic
+from specrank.decode.record import rounds_table
 from specrank.decode.run import done_prompts, open_run_dir, pending_shards
 from specrank.decode.verify.adapters import TreeRuleVerifier
 from specrank.decode.verify.emission import DIAGNOSTIC_COLUMNS, DIAGNOSTIC_KEYS, DIAGNOSTIC_VALUES

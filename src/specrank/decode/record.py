@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+
 import pyarrow.parquet as pq
 
 from specrank import schema
@@ -73,19 +72,6 @@ def rounds_table(records: list[dict], pool_size: int, topk: int) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=sch)
 
 
-def write_parquet_atomic(table: pa.Table, path) -> None:
-    """Write ``table`` to ``path`` through a temporary file and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; shards are ordinary data files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_rounds(run_dir):

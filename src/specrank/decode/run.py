@@ -8,9 +8,7 @@ those files untouched. A rerun whose manifest differs is refused.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
@@ -18,7 +16,8 @@ from pathlib import Path
 from specrank.decode.loop import DecodeConfig, Timer, decode_prompt
 from specrank.decode.models import sha256_files
 from specrank.decode.prompts import encode_prompt
-from specrank.decode.record import rounds_table, write_parquet_atomic
+from specrank.atomic import write_json_atomic, write_parquet_atomic
+from specrank.decode.record import rounds_table
 
 SHARD = re.compile(r"shard-(\d+)-(\d+)\.parquet")
 VERSIONED = ("specrank", "torch", "transformers", "numpy", "pyarrow")
@@ -51,12 +50,6 @@ def build_manifest(target, drafter, config: DecodeConfig, prompts_path, shard_si
     }
 
 
-def write_json_atomic(obj, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600
-    os.replace(tmp, path)
 
 
 def open_run_dir(out_dir, manifest: dict) -> Path:
@@ -70,7 +63,7 @@ def open_run_dir(out_dir, manifest: dict) -> Path:
             raise RunDirError(f"{out} holds a different run (differs in: {', '.join(differ)}); use a new --out")
     else:
         (out / "rounds").mkdir(parents=True, exist_ok=True)
-        write_json_atomic(manifest, path)
+        write_json_atomic(path, manifest)
     (out / "rounds").mkdir(exist_ok=True)
     for stale in (out / "rounds").glob(".*.tmp"):  # left by a killed write; never a finished shard
         stale.unlink()

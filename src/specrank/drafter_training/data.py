@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specrank.drafter_training.atomic import atomic_write, write_json_atomic
+from specrank.atomic import atomic_write, write_json_atomic
 
 FP16_MAX = 65000.0  # above this a shard keeps float32 features
 FORMAT = 2  # shard layout version, part of the cache key

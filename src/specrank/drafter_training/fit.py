@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specrank.drafter_training.atomic import write_json_atomic
+from specrank.atomic import write_json_atomic
 from specrank.drafter_training.data import GenerationSpec, data_dir, generate_corpus, load_corpus
 from specrank.drafter_training.head import head_config, new_head, save_head
 from specrank.drafter_training.objective import target_logits

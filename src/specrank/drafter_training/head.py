@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from specrank.drafter_training.atomic import atomic_write, write_json_atomic
+from specrank.atomic import atomic_write, write_json_atomic
 
 WEIGHTS = "model.safetensors"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from specrank.drafter_training.atomic import atomic_write
+from specrank.atomic import atomic_write
 from specrank.drafter_training.batches import batch_at, collate, windows
 from specrank.drafter_training.objective import agreement, step_loss
 from specrank.drafter_training.unroll import unrolled_logits

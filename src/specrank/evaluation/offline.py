@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from specrank.evaluation.data import Rounds, align_predictions, load_rounds, read_predictions
-from specrank.evaluation.io import atomic_write
+from specrank.atomic import atomic_write
 from specrank.evaluation.values import (
     BUDGET_SWEEP,
     HEADLINE_BUDGETS,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from specrank.evaluation.figures import close_figures, render_figures
-from specrank.evaluation.io import atomic_write
+from specrank.atomic import atomic_write
 from specrank.evaluation.names import CONTROLS, label, ordered, rerankers
 
 SPLIT_TITLES = {

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specrank import schema
+from specrank.atomic import write_parquet_atomic
 from specrank.featurize.arrays import label_kind
 from specrank.featurize.edges import edge_frame
 from specrank.featurize.features import LABEL_SOURCE, META_KEY, features_meta, featurize_rounds, required_columns
@@ -59,18 +58,6 @@ def edges_run(run_dir, *, labels: bool = True) -> pd.DataFrame:
     return edge_frame(read_rounds_table(run_dir, columns), manifest, labels=labels)
 
 
-def write_table_atomic(table: pa.Table, path) -> None:
-    """Write ``table`` to ``path`` through a temporary file and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_features(df: pd.DataFrame, path) -> None:
@@ -78,7 +65,7 @@ def write_features(df: pd.DataFrame, path) -> None:
     meta = features_meta(df)
     table = pa.Table.from_pandas(df, preserve_index=False)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY.encode(): json.dumps(meta).encode()})
-    write_table_atomic(table, path)
+    write_parquet_atomic(table, path)
 
 
 def read_features(path) -> pd.DataFrame:

@@ -5,12 +5,11 @@ Loading unpickles Python objects: only load files you trust (as with any scikit-
 
 from __future__ import annotations
 
-import os
 import pickle
-import tempfile
 from pathlib import Path
 
 import specrank
+from specrank.atomic import atomic_write
 
 FORMAT = "specrank-reranker/1"
 
@@ -30,16 +29,7 @@ def describe(est) -> dict:
 def save_reranker(est, path) -> None:
     """Write a fitted reranker and its metadata to ``path`` (temp file + os.replace)."""
     payload = {"format": FORMAT, "meta": describe(est), "estimator": est}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda tmp: Path(tmp).write_bytes(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)))
 
 
 def read_payload(path) -> dict:

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from specrank.atomic import atomic_write
 from specrank.decode.drafters.standalone import CausalLMDrafter
 from specrank.decode.models import ModelLoadError, sha256_files
 
@@ -61,18 +60,9 @@ def save_exit_head(path, head: nn.Linear, layers: int, target) -> Path:
     """Write the head as safetensors (``weight``, ``bias``; metadata: layers, target hash), atomically."""
     from safetensors.torch import save_file
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        tensors = {"weight": head.weight.detach().float().cpu().contiguous(), "bias": head.bias.detach().float().cpu()}
-        save_file(tensors, tmp, metadata={"layers": str(layers), "target_sha256": target.source_hash})
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    tensors = {"weight": head.weight.detach().float().cpu().contiguous(), "bias": head.bias.detach().float().cpu()}
+    metadata = {"layers": str(layers), "target_sha256": target.source_hash}
+    return atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
 
 
 def load_exit_head(path, target, layers: int) -> nn.Linear:
