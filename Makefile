@@ -26,7 +26,7 @@ demo: $(STAMP)
 	$(VENV)/bin/specrank demo
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -q
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_selection.py
