@@ -1,6 +1,5 @@
 """Chain speculative decoding with one-position rules: exactness, induced laws, recorded diagnostics."""
 
-import copy
 
 import numpy as np
 import pandas as pd
@@ -10,16 +9,15 @@ from scipy import stats
 
 from specrank import schema
 from specrank.decode.chain import ChainConfigError, chain_config, decode_chain_prompt
-from specrank.decode.drafters.standalone import CausalLMDrafter
 from specrank.decode.loop import DecodeConfig
 from specrank.decode.lossy_run import lossy_decode_run, read_diagnostics
-from specrank.decode.models import Target
 from specrank.decode.pool import PoolShape
 from specrank.decode.prompts import Prompt
 from specrank.decode.record import read_rounds
+
+from decode_helpers import noisy_drafter, tiny_target
 from specrank.decode.verify.parse import parse_verifier
 from specrank.decode.verify.rules import Lossless
-from specrank.testing import tiny_llama, tiny_tokenizer
 
 PROMPT = [2, 5, 7, 16, 25, 19, 3, 2, 6]
 VOCAB = 16
@@ -33,20 +31,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def noisy_drafter(model, scale, seed=0):
-    """A copy of the target with perturbed weights (scale 0: the target itself)."""
-    draft = copy.deepcopy(model)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * scale * p.std().clamp_min(1e-3))
-    return CausalLMDrafter(draft, model.config.vocab_size)
-
-
-def tiny_target(vocab=128, **cfg):
-    return Target(tiny_llama(0, vocab_size=vocab, **cfg), tiny_tokenizer(vocab))
 
 
 class AcceptAll(Lossless):

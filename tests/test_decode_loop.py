@@ -1,35 +1,19 @@
-import copy
 
 import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
 
-from specrank.decode.drafters.standalone import CausalLMDrafter
 from specrank.decode.loop import DecodeConfig, decode_prompt, final_output
-from specrank.decode.models import Target
+from specrank.decode.models import load_target
 from specrank.decode.pool import PoolShape
 from specrank.decode.verify import ExhaustiveVerifier
-from specrank.testing import tiny_llama, tiny_tokenizer
+
+from decode_helpers import RedrawVerifier, noisy_drafter, pooled_chisquare, tiny_target
 
 PROMPT = [2, 5, 7, 16, 25, 19, 3, 2, 6]
 torch.set_num_threads(1)
 EOS = 3
 SMALL = PoolShape(topk=3, depth=3, expand=3)  # 21 candidates
-
-
-def _noisy_drafter(model, scale, seed=0):
-    """A copy of the target with perturbed weights: agrees often, not always."""
-    draft = copy.deepcopy(model)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * scale * p.std().clamp_min(1e-3))
-    return CausalLMDrafter(draft, model.config.vocab_size)
-
-
-def _target(vocab=128, **cfg):
-    return Target(tiny_llama(0, vocab_size=vocab, **cfg), tiny_tokenizer(vocab))
 
 
 @pytest.mark.parametrize("cfg, shape, budget", [
@@ -38,8 +22,8 @@ def _target(vocab=128, **cfg):
     (dict(vocab=150, num_layers=3, num_key_value_heads=4), PoolShape(5, 3, 5), 30),
 ])
 def test_greedy_output_equals_target_greedy(cfg, shape, budget):
-    target = _target(**cfg)
-    drafter = _noisy_drafter(target.model, 0.05)
+    target = tiny_target(**cfg)
+    drafter = noisy_drafter(target.model, 0.05)
     config = DecodeConfig(shape, budget=budget, extra=12, max_new_tokens=24)
     out, records = decode_prompt(target, drafter, PROMPT, config)
     with torch.no_grad():
@@ -49,8 +33,8 @@ def test_greedy_output_equals_target_greedy(cfg, shape, budget):
 
 
 def test_recorded_p_edge_equals_plain_forward_and_rounds_reproduce_output():
-    target = _target()
-    drafter = _noisy_drafter(target.model, 0.05, seed=1)
+    target = tiny_target()
+    drafter = noisy_drafter(target.model, 0.05, seed=1)
     config = DecodeConfig(SMALL, budget=3, extra=21, temperature=1.0, max_new_tokens=12, seed=3)
     out, records = decode_prompt(target, drafter, PROMPT, config, prompt_id="p")
     full = PROMPT + sum(([int(r["token"][a]) for a in r["accepted_nodes"]] + [r["continuation"]] for r in records), [])
@@ -79,19 +63,6 @@ def test_recorded_p_edge_equals_plain_forward_and_rounds_reproduce_output():
         assert nxt["position"] == prev["position"] + prev["accepted"] + 1
 
 
-class RedrawVerifier(ExhaustiveVerifier):
-    """Deliberately wrong: after a rejection the continuation is drawn afresh from the full row."""
-
-    def verify(self, tree, logits, generator):
-        path, row = [], 0
-        while True:
-            node = tree.child(row, self.draw(logits[row], generator))
-            if node < 0:
-                return tree.pool_index[path], self.draw(logits[row], generator)
-            path.append(node)
-            row = node + 1
-
-
 def _first_two_pvalue(target, drafter, verifier, n, temperature):
     config = DecodeConfig(PoolShape(3, 2, 3), budget=4, extra=0, temperature=temperature, max_new_tokens=2)
     with torch.no_grad():
@@ -107,30 +78,20 @@ def _first_two_pvalue(target, drafter, verifier, n, temperature):
         out, _ = decode_prompt(target, drafter, PROMPT, DecodeConfig(**{**config.__dict__, "seed": seed}),
                                prompt_id="q", verifier=verifier)
         counts[out[0] * v + (out + [EOS])[1]] += 1
-    return _pooled_chisquare(counts.reshape(v, v), exact.reshape(v, v) * n)
-
-
-def _pooled_chisquare(observed, expected):
-    """Chi-square over (x1, x2) cells; cells expecting < 5 are pooled per x1, then into one bin."""
-    keep = expected >= 5
-    row_obs, row_exp = np.where(keep, 0, observed).sum(1), np.where(keep, 0, expected).sum(1)
-    row_keep = row_exp >= 5
-    obs = np.concatenate([observed[keep], row_obs[row_keep], [row_obs[~row_keep].sum()]])
-    exp = np.concatenate([expected[keep], row_exp[row_keep], [max(row_exp[~row_keep].sum(), 1e-9)]])
-    return chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
+    return pooled_chisquare(counts.reshape(v, v), exact.reshape(v, v) * n)
 
 
 def test_sampling_first_tokens_follow_target_law_and_wrong_verifier_fails():
     torch.set_num_threads(1)
-    target = _target(vocab=32, hidden_size=16, num_layers=2)  # root row: top-3 mass ~0.55
-    drafter = _noisy_drafter(target.model, 0.05, seed=2)
+    target = tiny_target(vocab=32, hidden_size=16, num_layers=2)  # root row: top-3 mass ~0.55
+    drafter = noisy_drafter(target.model, 0.05, seed=2)
     assert _first_two_pvalue(target, drafter, ExhaustiveVerifier(1.0), 160, 1.0) > 1e-3
     assert _first_two_pvalue(target, drafter, RedrawVerifier(1.0), 160, 1.0) < 1e-4
 
 
 def test_generator_is_seeded_per_prompt_and_run():
-    target = _target()
-    drafter = _noisy_drafter(target.model, 0.05)
+    target = tiny_target()
+    drafter = noisy_drafter(target.model, 0.05)
     config = DecodeConfig(SMALL, budget=6, extra=0, temperature=1.0, max_new_tokens=10, seed=7)
     a, _ = decode_prompt(target, drafter, PROMPT, config, prompt_id="x")
     decode_prompt(target, drafter, PROMPT, config, prompt_id="other")  # order does not matter
@@ -147,7 +108,6 @@ def test_config_rejects_budget_over_pool_size():
 @pytest.mark.slow
 def test_smollm2_greedy_equals_its_own_greedy_decode():
     from specrank.decode.drafters import load_drafter
-    from specrank.decode.models import load_target
     from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
 
     torch.set_num_threads(1)

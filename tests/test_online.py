@@ -8,7 +8,7 @@ from specrank.decode.loop import DecodeConfig, Timer
 from specrank.decode.online import STRATEGIES, DraftSelection, RootDrawSelection, StrategyError, make_strategy
 from specrank.decode.online_loop import Measure, decode_prompt_online
 from specrank.decode.pool import PoolShape
-from online_helpers import EOS, PROMPT, first_two_law, greedy_reference, pooled_chisquare, tiny_pair
+from decode_helpers import EOS, PROMPT, first_two_law, greedy_reference, pooled_chisquare, tiny_pair
 
 SHAPE = PoolShape(4, 4, 4)  # 4 + 16 + 16 + 16 = 52 candidates
 

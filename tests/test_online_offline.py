@@ -12,7 +12,7 @@ from specrank.decode.record import rounds_table
 from specrank.featurize import featurize_rounds
 from specrank.rerankers import GBMReranker, IsotonicFirstFactor
 from specrank.selection import PoolBatch, PromptBootstrap, draw_values, fixed_values, rule_score
-from online_helpers import tiny_pair
+from decode_helpers import tiny_pair
 
 SHAPE = PoolShape(4, 3, 4)  # 4 + 16 + 16 = 36 candidates
 PROMPTS = [[2, 5, 7, 16, 25, 19, 3, 2, 6 + i, 30 + 3 * i] for i in range(12)]

@@ -5,6 +5,8 @@ from scipy.stats import chisquare
 
 from specrank.decode.verify import ExhaustiveVerifier, VerifyTree
 
+from decode_helpers import RedrawVerifier
+
 V = 6
 # root -> 2 (node 0), 4 (node 1); node 0 -> 1 (node 2); node 2 -> 5 (node 3)
 TREE = VerifyTree(token=np.array([2, 4, 1, 5]), parent=np.array([0, 0, 1, 3]),
@@ -13,19 +15,6 @@ TREE = VerifyTree(token=np.array([2, 4, 1, 5]), parent=np.array([0, 0, 1, 3]),
 
 def _logits(seed=0):
     return torch.randn(5, V, generator=torch.Generator().manual_seed(seed)) * 1.5
-
-
-class RedrawVerifier(ExhaustiveVerifier):
-    """Deliberately wrong: on rejection the continuation is drawn afresh from the full row."""
-
-    def verify(self, tree, logits, generator):
-        path, row = [], 0
-        while True:
-            node = tree.child(row, self.draw(logits[row], generator))
-            if node < 0:
-                return tree.pool_index[path], self.draw(logits[row], generator)
-            path.append(node)
-            row = node + 1
 
 
 def test_greedy_follows_argmax_until_no_child():

@@ -1,4 +1,4 @@
-"""Tiny target + noisy-copy drafter shared by the online decoder tests."""
+"""Tiny targets, noisy-copy drafters and the first-two-tokens law test shared by the decoder tests."""
 
 import copy
 
@@ -8,22 +8,33 @@ from scipy.stats import chisquare
 
 from specrank.decode.drafters.standalone import CausalLMDrafter
 from specrank.decode.models import Target
+from specrank.decode.verify import ExhaustiveVerifier
 from specrank.testing import tiny_llama, tiny_tokenizer
 
 PROMPT = [2, 5, 7, 16, 25, 19, 3, 2, 6]
 EOS = 3
 
 
-def tiny_pair(vocab=128, scale=0.05, seed=0, **cfg):
-    """A random tiny target and a perturbed copy of it as drafter (agrees often, not always)."""
-    torch.set_num_threads(1)
-    target = Target(tiny_llama(0, vocab_size=vocab, **cfg), tiny_tokenizer(vocab))
-    draft = copy.deepcopy(target.model)
+def tiny_target(vocab=128, **cfg):
+    """A random tiny Llama target with a word-level tokenizer."""
+    return Target(tiny_llama(0, vocab_size=vocab, **cfg), tiny_tokenizer(vocab))
+
+
+def noisy_drafter(model, scale, seed=0):
+    """A copy of ``model`` with perturbed weights (scale 0: the model itself): agrees often, not always."""
+    draft = copy.deepcopy(model)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in draft.parameters():
             p.add_(torch.randn(p.shape, generator=gen) * scale * p.std().clamp_min(1e-3))
-    return target, CausalLMDrafter(draft, vocab)
+    return CausalLMDrafter(draft, model.config.vocab_size)
+
+
+def tiny_pair(vocab=128, scale=0.05, seed=0, **cfg):
+    """A random tiny target and a perturbed copy of it as drafter."""
+    torch.set_num_threads(1)
+    target = tiny_target(vocab, **cfg)
+    return target, noisy_drafter(target.model, scale, seed)
 
 
 def greedy_reference(target, prompt, n):
@@ -50,3 +61,16 @@ def pooled_chisquare(observed, expected):
     obs = np.concatenate([observed[keep], row_obs[row_keep], [row_obs[~row_keep].sum()]])
     exp = np.concatenate([expected[keep], row_exp[row_keep], [max(row_exp[~row_keep].sum(), 1e-9)]])
     return chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
+
+
+class RedrawVerifier(ExhaustiveVerifier):
+    """Deliberately wrong: after a rejection the continuation is drawn afresh from the full row."""
+
+    def verify(self, tree, logits, generator):
+        path, row = [], 0
+        while True:
+            node = tree.child(row, self.draw(logits[row], generator))
+            if node < 0:
+                return tree.pool_index[path], self.draw(logits[row], generator)
+            path.append(node)
+            row = node + 1
