@@ -120,7 +120,7 @@ def test_smollm2_root_pass_decoders_equal_target_greedy():
     torch.set_num_threads(2)
     target = load_target("smollm2")
     drafter = load_drafter("early-exit:8", target)
-    ids = encode_prompt(target.tokenizer, read_prompts(default_prompts_path())[16].text)
+    ids = encode_prompt(target.tokenizer, next(p for p in read_prompts(default_prompts_path()) if p.prompt_id == "summarization-00").text)
     config = DecodeConfig(budget=8, extra=0, max_new_tokens=24)
     for rule in ("root-draw", "covering"):
         out, _ = decode_prompt_online(target, drafter, ids, config, make_strategy(rule))

@@ -18,6 +18,8 @@ def test_bundled_set_has_eight_prompts_per_task():
     assert len(counts) == 7 and set(counts.values()) == {8}
     assert {"writing", "translation", "summarization", "qa", "math_reasoning", "rag", "code"} == set(counts)
     assert all(len(p.text) > 30 for p in prompts)
+    # Tasks alternate, so `--limit N` (the demo's subset) covers every task once N >= 7.
+    assert len({p.task for p in prompts[:7]}) == 7
 
 
 def test_specbench_and_humaneval_forms(tmp_path):
