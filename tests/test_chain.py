@@ -14,10 +14,11 @@ from specrank.decode.lossy_run import lossy_decode_run, read_diagnostics
 from specrank.decode.pool import PoolShape
 from specrank.decode.prompts import Prompt
 from specrank.decode.record import read_rounds
-
-from decode_helpers import noisy_drafter, tiny_target
 from specrank.decode.verify.parse import parse_verifier
 from specrank.decode.verify.rules import Lossless
+
+from decode_helpers import noisy_drafter, tiny_target
+from verify_helpers import one_thread  # noqa: F401  (autouse fixture: one torch thread)
 
 PROMPT = [2, 5, 7, 16, 25, 19, 3, 2, 6]
 VOCAB = 16
@@ -25,12 +26,6 @@ SHORT = [2, 5, 7, 9, 11, 6]  # ids below VOCAB
 DRAWS = 200
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 class AcceptAll(Lossless):

@@ -5,7 +5,6 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from mlflow.tracking import MlflowClient
 from mlflow_store import mlflow_db  # noqa: F401  (fixture)
 
@@ -14,17 +13,12 @@ from specrank.decode.lossy_run import read_diagnostics
 from specrank.decode.record import read_rounds
 from specrank.evaluation.sweep import GridError, expand_grid, findings, matched_pairs
 from specrank.testing import save_tiny_llama
+from verify_helpers import one_thread  # noqa: F401  (autouse fixture: one torch thread)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 TEXTS = ["the cat is big", "write code for a dog", "what is the sun"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
