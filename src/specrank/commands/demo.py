@@ -64,7 +64,8 @@ def run(args) -> int:
                 "--max-new-tokens", str(args.max_new_tokens), "--device", args.device])
         _stage(["featurize", str(run_dir)])
         _stage(["train", str(run_dir / "features.parquet"), "--rerankers", "isotonic,base,rows",
-                "--out-dir", str(run_dir / "rerankers")])
+                "--out-dir", str(run_dir / "rerankers"), "--tracking-uri", uri, "--experiment", args.experiment,
+                "--run-name", f"demo-{name}-train"])
         _stage(["evaluate", str(run_dir), "--predictions", str(run_dir / "rerankers" / "predictions.parquet"),
                 "--out", str(run_dir / "evaluation"), "--models", str(run_dir / "rerankers" / "models"),
                 "--bootstrap", str(args.bootstrap), "--tracking-uri", uri, "--experiment", args.experiment,

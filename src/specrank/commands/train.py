@@ -1,6 +1,8 @@
 """``specrank train FEATURES``: cross-fit named rerankers, write predictions.parquet and the models.
 
 ``OUT_DIR/models/NAME-foldF.pkl`` is the model that predicted fold F (it was trained on the other folds).
+With ``--tracking-uri`` the run is logged to MLflow (``specrank.tracking.training``): parameters,
+per-fold metrics and models, Optuna trials, and predictions.parquet.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tune-trials", type=int, default=0, help="Optuna trials inside each training half (0: none)")
     parser.add_argument("--n-jobs", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow tracking URI, or 'default' for MLflow's default store (default: log nothing)")
+    parser.add_argument("--experiment", default="specrank-train",
+                        help="MLflow experiment name (default specrank-train)")
+    parser.add_argument("--run-name", default=None, help="MLflow parent run name")
 
 
 def _names(text: str) -> list[str]:
@@ -48,43 +55,84 @@ def _names(text: str) -> list[str]:
     return names
 
 
-def _fit_and_save(name, est, table, args, models_dir):
+def _fit_and_save(name, table, args, models_dir, tracker):
+    """Cross-fit the reranker ``name`` on ``table``, saving each fold's model (its trials tracked when tuned)."""
     from specrank.rerankers import cross_fit
 
     trials = args.tune_trials if name in ("base", "rows") else 0
-    out = cross_fit(est, table, tune_trials=trials, tune_seed=args.seed)
+    hook = tracker.tune_callbacks(name) if tracker and trials else None
+    out = cross_fit(make_reranker(name, args), table, tune_trials=trials, tune_seed=args.seed, tune_callbacks=hook)
     for fold, model in out.models.items():
         model.save(models_dir / f"{name}-fold{fold}.pkl")
-    return out.predictions
+    return out
 
 
-def run(args) -> int:
+def _tracker(args):
+    """None without ``--tracking-uri``, else a tracker whose store was checked reachable (before any work)."""
+    if args.tracking_uri is None:
+        return None
+    from specrank.tracking.training import TrainingTracker, training_uri
+
+    return TrainingTracker(training_uri(args.tracking_uri), args.experiment, args.run_name)
+
+
+def _cross_fit_all(names, feats, edges, args, out_dir, tracker):
+    """{name: CrossFit} and the predictions table (keys, label, draft, one column per name)."""
     import pandas as pd
-    import pyarrow as pa
 
-    from specrank.featurize import read_features
-    from specrank.atomic import write_parquet_atomic
     from specrank.schema import FEATURE_KEYS
 
-    names = _names(args.rerankers)
-    feats = read_features(args.features)
-    out_dir = Path(args.out_dir or Path(args.features).parent / "rerankers")
-    models_dir = out_dir / "models"
     keys = FEATURE_KEYS + ["prompt_index", "fold"] + (["label"] if "label" in feats else [])
     preds = feats[keys].assign(draft=feats["q"].to_numpy())
+    fits = {}
     for name in (n for n in names if n != "per_depth"):
-        preds[name] = _fit_and_save(name, make_reranker(name, args), feats, args, models_dir)
+        fits[name] = _fit_and_save(name, feats, args, out_dir / "models", tracker)
+        preds[name] = fits[name].predictions
         print(f"{name}: cross-fitted on {len(feats)} rows")
-    if "per_depth" in names:
-        if not args.edges:
-            raise ValueError("per_depth needs --edges (write it with `specrank featurize --edges-out`)")
-        edges = read_features(args.edges)
+    if edges is not None:
+        fits["per_depth"] = _fit_and_save("per_depth", edges, args, out_dir / "models", tracker)
         edge_preds = edges[["prompt_id", "round", "node", "depth", "fold"]].copy()
-        edge_preds["per_depth"] = _fit_and_save("per_depth", make_reranker("per_depth", args), edges, args, models_dir)
+        edge_preds["per_depth"] = fits["per_depth"].predictions
         first = edge_preds[edge_preds.depth == 1].set_index(["prompt_id", "round", "node"])["per_depth"]
         at = pd.MultiIndex.from_arrays([preds.prompt_id, preds["round"], preds.cand])
         preds["per_depth"] = first.reindex(at).to_numpy()
-        write_parquet_atomic(pa.Table.from_pandas(edge_preds, preserve_index=False), out_dir / "edge_predictions.parquet")
-    write_parquet_atomic(pa.Table.from_pandas(preds, preserve_index=False), out_dir / "predictions.parquet")
-    print(f"{out_dir / 'predictions.parquet'}: {len(preds)} rows, columns {', '.join(['draft'] + names)}")
+        _write(edge_preds, out_dir / "edge_predictions.parquet")
+    return fits, preds
+
+
+def _write(frame, path) -> None:
+    import pyarrow as pa
+
+    from specrank.atomic import write_parquet_atomic
+
+    write_parquet_atomic(pa.Table.from_pandas(frame, preserve_index=False), path)
+
+
+def run(args) -> int:
+    from contextlib import nullcontext
+
+    from specrank.featurize import read_features
+
+    names = _names(args.rerankers)
+    if "per_depth" in names and not args.edges:
+        raise ValueError("per_depth needs --edges (write it with `specrank featurize --edges-out`)")
+    tracker = _tracker(args)  # an unreachable store fails here, before any output
+    feats = read_features(args.features)
+    edges = read_features(args.edges) if "per_depth" in names else None
+    out_dir = Path(args.out_dir or Path(args.features).parent / "rerankers")
+    with tracker.run(_params(args, feats, names)) if tracker else nullcontext():
+        fits, preds = _cross_fit_all(names, feats, edges, args, out_dir, tracker)
+        _write(preds, out_dir / "predictions.parquet")
+        print(f"{out_dir / 'predictions.parquet'}: {len(preds)} rows, columns {', '.join(['draft'] + names)}")
+        if tracker:
+            for key, uri in tracker.log_training(fits, preds, feats, out_dir / "predictions.parquet").items():
+                print(f"model {key}: {uri}")
     return 0
+
+
+def _params(args, feats, names) -> dict:
+    from specrank.tracking.training import train_params
+
+    settings = {k: getattr(args, k) for k in ("backend", "n_estimators", "learning_rate", "num_leaves",
+                                             "monotone_draft", "tune_trials", "n_jobs", "seed")}
+    return train_params(Path(args.features), feats, names, settings, Path(args.edges) if args.edges else None)

@@ -26,8 +26,12 @@ def inner_folds(X) -> np.ndarray:
     return ranks % 2
 
 
-def tune(estimator, X, y=None, *, n_trials: int = 20, space=gbm_space, seed: int = 0, timeout=None) -> dict:
-    """Best parameters of ``estimator`` by inner two-fold squared error on ``X`` (a training part)."""
+def tune(estimator, X, y=None, *, n_trials: int = 20, space=gbm_space, seed: int = 0, timeout=None,
+         callbacks=None) -> dict:
+    """Best parameters of ``estimator`` by inner two-fold squared error on ``X`` (a training part).
+
+    ``callbacks`` are Optuna callbacks ``(study, trial)`` called after each trial (e.g. a trial logger).
+    """
     import optuna
 
     from specrank.featurize.features import features_meta
@@ -48,5 +52,5 @@ def tune(estimator, X, y=None, *, n_trials: int = 20, space=gbm_space, seed: int
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed))
-    study.optimize(objective, n_trials=n_trials, timeout=timeout)
+    study.optimize(objective, n_trials=n_trials, timeout=timeout, callbacks=list(callbacks or ()))
     return dict(study.best_params)
