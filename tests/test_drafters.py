@@ -228,3 +228,13 @@ def test_eagle3_checkpoint_variants_and_errors(target, tmp, eagle_dir):
     (bad / "config.json").write_text(json.dumps(dict(cfg, vocab_size=200)))
     with pytest.raises(TokenizerMismatchError, match="vocabulary"):
         load_drafter(f"eagle3:{bad}", target)
+
+
+def test_eagle3_default_is_the_cached_head(target, eagle_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECRANK_CACHE", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="make drafter"):
+        load_drafter("eagle3:default", target)
+    (tmp_path / "drafters").mkdir()
+    (tmp_path / "drafters" / "smollm2-eagle3").symlink_to(eagle_dir)
+    drafter = load_drafter("eagle3:default", target)
+    assert drafter.path == tmp_path / "drafters" / "smollm2-eagle3" and drafter.spec == "eagle3:default"

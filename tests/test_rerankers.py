@@ -149,3 +149,16 @@ def test_unseen_task_is_missing_not_an_error(sampling):
     other = sampling.assign(task="translation")
     other.attrs = sampling.attrs
     assert np.isfinite(est.predict(other)).all()
+
+
+def test_gbm_boosting_from_the_draft_starts_at_q(sampling, greedy):
+    for feats in (sampling, greedy):
+        start = GBMReranker("rows", boost_from_draft=True, n_estimators=1, learning_rate=1e-9, n_jobs=1).fit(feats)
+        np.testing.assert_allclose(start.predict(feats), feats["q"].clip(1e-6, 1 - 1e-6), rtol=1e-6)
+        plain = GBMReranker("rows", n_estimators=1, learning_rate=1e-9, n_jobs=1).fit(feats)
+        assert np.ptp(plain.predict(feats)) < 1e-6  # a constant start ignores q: the control
+    fitted = GBMReranker("rows", boost_from_draft=True, **SMALL).fit(sampling)
+    err = lambda p: float(np.mean((p - sampling["label"]) ** 2))  # noqa: E731
+    assert err(fitted.predict(sampling)) < err(sampling["q"].to_numpy())
+    with pytest.raises(ValueError, match="lightgbm"):
+        GBMReranker("rows", backend="sklearn", boost_from_draft=True).fit(sampling)

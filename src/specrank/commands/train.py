@@ -22,7 +22,8 @@ def make_reranker(name: str, args):
     if name == "per_depth":
         return PerDepthCalibration()
     return GBMReranker(name, backend=args.backend, n_estimators=args.n_estimators, learning_rate=args.learning_rate,
-                       num_leaves=args.num_leaves, monotone_draft=args.monotone_draft, n_jobs=args.n_jobs,
+                       num_leaves=args.num_leaves, monotone_draft=args.monotone_draft,
+                       boost_from_draft=args.boost_from_draft, n_jobs=args.n_jobs,
                        random_state=args.seed)
 
 
@@ -37,6 +38,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--learning-rate", type=float, default=0.05)
     parser.add_argument("--num-leaves", type=int, default=63)
     parser.add_argument("--monotone-draft", action="store_true", help="predictions non-decreasing in q")
+    parser.add_argument("--boost-from-draft", action="store_true",
+                        help="LightGBM starts from logit(q) and learns a correction (robust on small runs)")
     parser.add_argument("--tune-trials", type=int, default=0, help="Optuna trials inside each training half (0: none)")
     parser.add_argument("--n-jobs", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
@@ -134,5 +137,5 @@ def _params(args, feats, names) -> dict:
     from specrank.tracking.training import train_params
 
     settings = {k: getattr(args, k) for k in ("backend", "n_estimators", "learning_rate", "num_leaves",
-                                             "monotone_draft", "tune_trials", "n_jobs", "seed")}
+                                             "monotone_draft", "boost_from_draft", "tune_trials", "n_jobs", "seed")}
     return train_params(Path(args.features), feats, names, settings, Path(args.edges) if args.edges else None)

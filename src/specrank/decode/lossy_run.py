@@ -7,17 +7,15 @@ a prompt counts as done once its rounds shard exists, so a rerun resumes exactly
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from specrank.decode.chain import chain_length, decode_chain_prompt
 from specrank.decode.loop import DecodeConfig, Timer, decode_prompt
 from specrank.decode.prompts import encode_prompt
 from specrank.atomic import write_parquet_atomic
-from specrank.decode.record import rounds_table
+from specrank.decode.record import read_shards, rounds_table
 from specrank.decode.run import done_prompts, open_run_dir, pending_shards
 from specrank.decode.verify.adapters import TreeRuleVerifier
 from specrank.decode.verify.emission import DIAGNOSTIC_COLUMNS, DIAGNOSTIC_KEYS, DIAGNOSTIC_VALUES
@@ -60,10 +58,7 @@ def diagnostics_table(prompts: list[dict]) -> pa.Table:
 
 def read_diagnostics(run_dir):
     """All diagnostics rows of a run directory as one pandas DataFrame (shard order)."""
-    files = sorted(Path(run_dir, "diagnostics").glob("*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"no diagnostics/*.parquet in {run_dir}")
-    return pa.concat_tables([pq.read_table(f) for f in files]).to_pandas()
+    return read_shards(run_dir, "diagnostics")
 
 
 def lossy_manifest(manifest: dict, rule, decoder: str) -> dict:

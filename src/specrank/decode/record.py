@@ -74,9 +74,14 @@ def rounds_table(records: list[dict], pool_size: int, topk: int) -> pa.Table:
 
 
 
+def read_shards(run_dir, folder: str):
+    """Every ``run_dir/folder/*.parquet`` shard as one pandas DataFrame (shard order)."""
+    files = sorted(Path(run_dir, folder).glob("*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"no {folder}/*.parquet in {run_dir}")
+    return pa.concat_tables([pq.read_table(f) for f in files]).to_pandas()
+
+
 def read_rounds(run_dir):
     """All recorded rounds of a run directory as one pandas DataFrame (shard order)."""
-    files = sorted(Path(run_dir, "rounds").glob("*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"no rounds/*.parquet in {run_dir}")
-    return pa.concat_tables([pq.read_table(f) for f in files]).to_pandas()
+    return read_shards(run_dir, "rounds")

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from specrank.atomic import write_json_atomic
+from specrank.decode.drafters.eagle3 import default_head_dir  # noqa: F401  (re-exported)
 from specrank.drafter_training.data import GenerationSpec, data_dir, generate_corpus, load_corpus
 from specrank.drafter_training.head import head_config, new_head, save_head
 from specrank.drafter_training.objective import target_logits
@@ -21,16 +22,6 @@ from specrank.drafter_training.vocab import most_frequent
 from specrank.tracking.uri import check_reachable, resolve_tracking_uri
 
 SUMMARY = "training.json"
-DEFAULT_HEAD = "smollm2-eagle3"
-
-
-def default_head_dir() -> Path:
-    """Where ``make drafter`` trains the embedded default target's head (under the specrank cache)."""
-    from specrank.drafter_training.data import cache_root
-
-    return cache_root() / "drafters" / DEFAULT_HEAD
-
-
 def split_prompts(prompts, heldout_per_task: int, seed: int = 0) -> set[str]:
     """Prompt ids held out: ``heldout_per_task`` drawn per task (tasks with more prompts than that)."""
     rng = np.random.default_rng(seed)

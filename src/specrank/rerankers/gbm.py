@@ -12,6 +12,13 @@ from specrank.rerankers.online import Reranker
 
 BACKENDS = ("lightgbm", "sklearn")
 MONOTONE_FEATURES = ("q", "log_q")  # the draft probability of the candidate
+MARGIN_CLIP = 1e-6  # q is clipped to [c, 1 - c] before its logit becomes the starting margin
+
+
+def draft_margin(X) -> np.ndarray:
+    """logit(q) (n,): the drafter's own probability as a starting log-odds."""
+    q = np.clip(X["q"].to_numpy(dtype=np.float64), MARGIN_CLIP, 1 - MARGIN_CLIP)
+    return np.log(q) - np.log1p(-q)
 
 
 def category_codes(values: pd.Series, categories) -> np.ndarray:
@@ -31,12 +38,15 @@ class GBMReranker(Reranker):
     the ``sklearn`` backend uses a histogram-boosting regressor / classifier. ``features`` is a
     set name (``base``, ``rows``) or a list; the token prior (pseudo-count ``prior_pseudo_count``)
     is learned from the training rows and stored in ``prior_``. ``monotone_draft`` constrains the
-    prediction to be non-decreasing in ``q`` and ``log_q``.
+    prediction to be non-decreasing in ``q`` and ``log_q``. ``boost_from_draft`` (LightGBM only)
+    starts boosting from the draft's log-odds logit(q) instead of a constant, so the trees learn a
+    correction to the drafter's probability: with little data the prediction stays near ``q``
+    instead of fitting noise.
     """
 
     def __init__(self, features="rows", backend="lightgbm", n_estimators=400, learning_rate=0.05,
-                 num_leaves=63, min_child_samples=20, monotone_draft=False, prior_pseudo_count=20.0,
-                 n_jobs=None, random_state=0):
+                 num_leaves=63, min_child_samples=20, monotone_draft=False, boost_from_draft=False,
+                 prior_pseudo_count=20.0, n_jobs=None, random_state=0):
         self.features = features
         self.backend = backend
         self.n_estimators = n_estimators
@@ -44,6 +54,7 @@ class GBMReranker(Reranker):
         self.num_leaves = num_leaves
         self.min_child_samples = min_child_samples
         self.monotone_draft = monotone_draft
+        self.boost_from_draft = boost_from_draft
         self.prior_pseudo_count = prior_pseudo_count
         self.n_jobs = n_jobs
         self.random_state = random_state
@@ -63,16 +74,22 @@ class GBMReranker(Reranker):
     def _fit(self, X, y):
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r} (choose from {', '.join(BACKENDS)})")
+        if self.boost_from_draft and self.backend != "lightgbm":
+            raise ValueError("boost_from_draft needs the lightgbm backend (sklearn's boosting takes no initial margin)")
         self.features_ = resolve_features(self.features)
         used = [c for c in CATEGORICAL_FEATURES if c in self.features_]
         self.task_categories_ = sorted({t for c in used for t in X[c].astype(str).unique()})
         self.prior_ = TokenPrior(self.prior_pseudo_count)
         prior = self.prior_.fit_transform(X["token"].to_numpy(), y) if PRIOR_FEATURE in self.features_ else None
-        self.model_ = self._fit_backend(self._matrix(X, prior), y)
+        margin = draft_margin(X) if self.boost_from_draft else None
+        self.model_ = self._fit_backend(self._matrix(X, prior), y, margin)
 
     def _predict(self, X):
         prior = self.prior_.transform(X["token"].to_numpy()) if PRIOR_FEATURE in self.features_ else None
         m = self._matrix(X, prior)
+        if self.backend == "lightgbm" and getattr(self, "boost_from_draft", False):
+            raw = self.model_.predict(m, raw_score=True) + draft_margin(X)
+            return 1.0 / (1.0 + np.exp(-raw))
         if self.backend == "lightgbm":
             return self.model_.predict(m)
         with threadpool_limits(self.n_jobs, user_api="openmp"):
@@ -80,7 +97,7 @@ class GBMReranker(Reranker):
                 return self.model_.predict_proba(m)[:, list(self.model_.classes_).index(1.0)]
             return self.model_.predict(m)
 
-    def _fit_backend(self, m, y):
+    def _fit_backend(self, m, y, margin=None):
         categorical = [i for i, f in enumerate(self.features_) if f in CATEGORICAL_FEATURES]
         monotone = [int(self.monotone_draft and f in MONOTONE_FEATURES) for f in self.features_]
         if self.backend == "lightgbm":
@@ -98,7 +115,7 @@ class GBMReranker(Reranker):
             }
             if any(monotone):
                 params["monotone_constraints"] = monotone
-            data = lgb.Dataset(m, y, categorical_feature=categorical, free_raw_data=True)
+            data = lgb.Dataset(m, y, init_score=margin, categorical_feature=categorical, free_raw_data=True)
             return lgb.train(params, data, num_boost_round=self.n_estimators)
         from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import warnings
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
@@ -66,14 +69,30 @@ def log_reranker(reranker, name: str, input_example: pd.DataFrame) -> str:
     wrapper = RerankerModel(reranker)
     example = _model_input(reranker, input_example.head(20).reset_index(drop=True))
     signature = infer_signature(example, wrapper.predict(None, example))
-    info = mlflow.pyfunc.log_model(
-        name=name,
-        python_model=wrapper,
-        signature=signature,
-        input_example=example,
-        pip_requirements=_requirements(),
-    )
+    with quiet_pyfunc_logging():
+        info = mlflow.pyfunc.log_model(
+            name=name,
+            python_model=wrapper,
+            signature=signature,
+            input_example=example,
+            pip_requirements=_requirements(),
+        )
     return info.model_uri
+
+
+@contextmanager
+def quiet_pyfunc_logging():
+    """Silence MLflow's per-model notices while logging: it warns about every Python-object model
+    (ours pickle on purpose) and about integer schema columns, drowning a run's own output."""
+    logger = logging.getLogger("mlflow.pyfunc")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module="mlflow")
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 def load_reranker(uri_or_path: str | Path, tracking_uri: str | None = None):

@@ -2,14 +2,15 @@
 
 Specs: ``standalone:PATH`` (a causal LM directory sharing the target's tokenizer),
 ``early-exit:K`` or ``early-exit:K:HEAD`` (the target's first K layers, optionally with a
-fitted linear exit head), ``eagle3:DIR`` (an EAGLE-3 head in its published format).
+fitted linear exit head), ``eagle3:DIR`` (an EAGLE-3 head in its published format;
+``eagle3:default`` is the head ``make drafter`` trains for the embedded default target).
 """
 
 from __future__ import annotations
 
 from specrank.decode.models import ModelLoadError
 
-SPEC_FORMS = "standalone:PATH, early-exit:K, early-exit:K:HEAD_PATH or eagle3:DIR"
+SPEC_FORMS = "standalone:PATH, early-exit:K, early-exit:K:HEAD_PATH, eagle3:DIR or eagle3:default"
 
 
 def load_drafter(spec: str, target):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -35,6 +36,18 @@ from specrank.decode.models import ModelLoadError, additive_mask, crop_cache, sh
 from specrank.decode.pool import Drafter, RootStep, causal_mask, draft_log_probs
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+DEFAULT_HEAD = "smollm2-eagle3"
+
+
+def default_head_dir() -> Path:
+    """Where ``make drafter`` trains the embedded default target's head: ``$SPECRANK_CACHE/drafters/smollm2-eagle3``."""
+    base = os.environ.get("SPECRANK_CACHE") or Path.home() / ".cache" / "specrank"
+    return Path(base) / "drafters" / DEFAULT_HEAD
+
+
+def has_default_head() -> bool:
+    """Whether ``make drafter`` has trained and saved the default head."""
+    return (default_head_dir() / "config.json").is_file()
 
 
 def eagle3_config(cfg: dict):
@@ -198,6 +211,10 @@ def default_hidden_layers(config, num_layers: int) -> tuple[int, ...]:
 
 def load_eagle3(directory, target, spec: str = "") -> Eagle3Drafter:
     """Load an EAGLE-3 head for ``target`` from a local checkpoint directory."""
+    if str(directory) == "default":
+        directory = default_head_dir()
+        if not has_default_head():
+            raise FileNotFoundError(f"no trained default EAGLE-3 head in {directory}: run `make drafter` first")
     directory = Path(directory)
     if not (directory / "config.json").is_file():
         raise FileNotFoundError(f"EAGLE-3 checkpoint not found: no config.json in {directory}")
