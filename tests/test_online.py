@@ -88,7 +88,6 @@ class DrafterRowDraw(RootDrawSelection):
 def _sampled_pvalue(target, drafter, strategy, n=100):
     config = DecodeConfig(PoolShape(3, 2, 3), budget=3, extra=0, temperature=1.0, max_new_tokens=2)
     exact = first_two_law(target, PROMPT, 1.0)
-    v = exact.shape[0]
     counts = np.zeros_like(exact)
     for seed in range(n):
         cfg = DecodeConfig(**{**config.__dict__, "seed": seed})
