@@ -34,7 +34,10 @@ def write_json_atomic(path, obj) -> Path:
 
 
 def write_parquet_atomic(table, path) -> Path:
-    """Write an Arrow table to Parquet atomically."""
+    """Write an Arrow table (or a pandas DataFrame, without its index) to Parquet atomically."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    if not isinstance(table, pa.Table):
+        table = pa.Table.from_pandas(table, preserve_index=False)
     return atomic_write(path, lambda tmp: pq.write_table(table, tmp))

@@ -90,7 +90,7 @@ def run(args) -> int:
                 "--out-dir", str(run_dir / "rerankers"), "--tracking-uri", uri, "--experiment", args.experiment,
                 "--run-name", f"demo-{name}-train"])
         _stage(["evaluate", str(run_dir), "--predictions", str(run_dir / "rerankers" / "predictions.parquet"),
-                "--out", str(run_dir / "evaluation"), "--models", str(run_dir / "rerankers" / "models"),
+                "--out", str(run_dir / "evaluation"),
                 "--bootstrap", str(args.bootstrap), "--tracking-uri", uri, "--experiment", args.experiment,
                 "--run-name", f"demo-{name}"])
         evaluation = load_evaluation(run_dir / "evaluation")

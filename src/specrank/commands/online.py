@@ -117,14 +117,13 @@ def run(args) -> int:
 
 def _write(tables: dict, out_dir) -> None:
     """Each table as Parquet (atomic) and the figure as PNG under ``out_dir``."""
-    import pyarrow as pa
 
     from specrank.decode.compare import acceptance_figure
-    from specrank.atomic import write_parquet_atomic as write_table_atomic
+    from specrank.atomic import write_parquet_atomic
 
     out = Path(out_dir)
     for name, frame in tables.items():
-        write_table_atomic(pa.Table.from_pandas(frame, preserve_index=False), out / f"{name}.parquet")
+        write_parquet_atomic(frame, out / f"{name}.parquet")
     fig = acceptance_figure(tables["online_acceptance"])
     tmp = out / ".realized_acceptance.png.tmp"
     fig.savefig(tmp, format="png", dpi=120)

@@ -83,6 +83,7 @@ def _cross_fit_all(names, feats, edges, args, out_dir, tracker):
     """{name: CrossFit} and the predictions table (keys, label, draft, one column per name)."""
     import pandas as pd
 
+    from specrank.atomic import write_parquet_atomic
     from specrank.schema import FEATURE_KEYS
 
     keys = FEATURE_KEYS + ["prompt_index", "fold"] + (["label"] if "label" in feats else [])
@@ -99,21 +100,14 @@ def _cross_fit_all(names, feats, edges, args, out_dir, tracker):
         first = edge_preds[edge_preds.depth == 1].set_index(["prompt_id", "round", "node"])["per_depth"]
         at = pd.MultiIndex.from_arrays([preds.prompt_id, preds["round"], preds.cand])
         preds["per_depth"] = first.reindex(at).to_numpy()
-        _write(edge_preds, out_dir / "edge_predictions.parquet")
+        write_parquet_atomic(edge_preds, out_dir / "edge_predictions.parquet")
     return fits, preds
-
-
-def _write(frame, path) -> None:
-    import pyarrow as pa
-
-    from specrank.atomic import write_parquet_atomic
-
-    write_parquet_atomic(pa.Table.from_pandas(frame, preserve_index=False), path)
 
 
 def run(args) -> int:
     from contextlib import nullcontext
 
+    from specrank.atomic import write_parquet_atomic
     from specrank.featurize import read_features
 
     names = _names(args.rerankers)
@@ -125,7 +119,7 @@ def run(args) -> int:
     out_dir = Path(args.out_dir or Path(args.features).parent / "rerankers")
     with tracker.run(_params(args, feats, names)) if tracker else nullcontext():
         fits, preds = _cross_fit_all(names, feats, edges, args, out_dir, tracker)
-        _write(preds, out_dir / "predictions.parquet")
+        write_parquet_atomic(preds, out_dir / "predictions.parquet")
         print(f"{out_dir / 'predictions.parquet'}: {len(preds)} rows, columns {', '.join(['draft'] + names)}")
         if tracker:
             for key, uri in tracker.log_training(fits, preds, feats, out_dir / "predictions.parquet").items():
