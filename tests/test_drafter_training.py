@@ -249,6 +249,35 @@ def test_cli_trains_saves_and_logs_to_mlflow(tmp_path, monkeypatch):
     run_id = (tmp_path / "head" / "mlflow_run_id").read_text()
     history = mlflow.MlflowClient().get_metric_history(run_id, "heldout_top1_step1")
     assert [m.step for m in history][-1] == 4
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text("".join(json.dumps({"question_id": f"x{i}", "turns": [f"the dog {i}"]}) + "\n" for i in range(3)))
+    head2 = str(tmp_path / "head2")
+    assert main(args + ["--out", head2, "--train-prompts", str(extra), "--train-limit", "2", "--train-max-new-tokens", "5"]) == 0
+    params = json.loads((tmp_path / "head2" / "training.json").read_text())["params"]
+    assert params["training_only_prompts"] == 2 and params["train_tokens"] > summary["params"]["train_tokens"]
     assert main(args + ["--prompts", str(tmp_path / "missing.jsonl")]) == 2
     assert main(args + ["--draft-vocab", "0"]) == 2
     assert main(args + ["--tracking-uri", f"sqlite:///{tmp_path / 'no' / 'such' / 'm.db'}"]) == 2
+
+
+def test_training_only_prompts_add_data_but_never_a_heldout_prompt(target):
+    from specrank.drafter_training.fit import training_only
+
+    held = {"p1"}
+    extra = [Prompt("x0", "t", "a new prompt"), Prompt("x1", "t", PROMPTS[1].text), Prompt("x2", "u", PROMPTS[2].text)]
+    assert [p.prompt_id for p in training_only(extra, PROMPTS, held)] == ["x0", "x2"]  # x1 repeats held-out p1
+    with pytest.raises(ValueError, match="reuse ids"):
+        training_only([Prompt("p3", "t", "other text")], PROMPTS, held)
+
+
+def test_corpora_of_two_directories_load_as_one(target, data, tmp_path):
+    first = load_corpus(data[0])
+    extra = [Prompt(f"x{i}", "t", "a dog is " + "small " * i) for i in range(3)]
+    second_dir = generate_corpus(target, extra, GenerationSpec(layers=LAYERS, samples=0, max_new_tokens=6), root=tmp_path)
+    second = load_corpus(second_dir)
+    both = load_corpus(data[0], second_dir)
+    n = len(first.input_ids)
+    assert torch.equal(both.input_ids, torch.cat([first.input_ids, second.input_ids]))
+    assert torch.equal(both.offsets, torch.cat([first.offsets, second.offsets[1:] + n]))
+    assert both.docs == first.docs + second.docs and torch.equal(both.response[n:], second.response)
+    assert len(both.sequences(lambda pid: pid.startswith("x"))) == 3

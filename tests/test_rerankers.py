@@ -86,6 +86,13 @@ def test_gbm_objectives_and_probability_range(sampling, greedy, backend):
     assert (GBMReranker().learning_rate, GBMReranker().num_leaves) == (0.05, 63)
 
 
+@pytest.mark.parametrize("backend", ["lightgbm", "sklearn"])
+def test_gbm_leaf_penalty_shrinks_predictions_to_the_mean(sampling, backend):
+    spread = [GBMReranker("base", backend=backend, reg_lambda=lam, **SMALL).fit(sampling).predict(sampling).std()
+              for lam in (0.0, 1e6)]
+    assert spread[1] < 0.1 * spread[0]
+
+
 def test_gbm_monotone_in_draft_probability(sampling):
     est = GBMReranker("base", monotone_draft=True, **SMALL).fit(sampling)
     probe = pd.concat([sampling.iloc[[0]]] * 50, ignore_index=True)

@@ -79,7 +79,7 @@ def test_tune_searches_inside_the_training_part_only(feats):
     log = SharedLog()
     train = feats[feats.fold == 0]
     best = tune(PromptSpy(log), train, n_trials=2)
-    assert set(best) == {"n_estimators", "learning_rate", "num_leaves", "min_child_samples"}
+    assert set(best) == {"n_estimators", "learning_rate", "num_leaves", "min_child_samples", "reg_lambda"}
     inner = inner_folds(train)
     held = [set(train.prompt_id[inner == f]) for f in (0, 1)]
     assert log and all(seen <= set(train.prompt_id) for seen in log)  # never the other half

@@ -18,6 +18,12 @@ def add_train_parser(actions) -> None:
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the generated data")
     p.add_argument("--max-new-tokens", type=int, default=256, help="tokens generated per continuation")
     p.add_argument("--gen-batch", type=int, default=8, help="continuations generated together (one shard)")
+    p.add_argument("--train-prompts", type=Path, default=None,
+                   help="extra JSONL prompts used only for training (e.g. the bundled data/drafter_prompts.jsonl)")
+    p.add_argument("--train-limit", type=int, default=None, help="use the first N training-only prompts")
+    p.add_argument("--train-samples", type=int, default=0, help="sampled continuations per training-only prompt")
+    p.add_argument("--train-max-new-tokens", type=int, default=128, help="tokens per training-only continuation")
+    p.add_argument("--train-gen-batch", type=int, default=64, help="training-only continuations generated together")
     p.add_argument("--draft-vocab", type=int, default=16384, help="draft vocabulary size (most frequent target argmax)")
     p.add_argument("--heldout-per-task", type=int, default=1, help="prompts per task held out for agreement")
     p.add_argument("--steps", type=int, default=2000)
@@ -54,6 +60,9 @@ def run_train(args) -> int:
     target = load_target(args.target, args.device, "float32")
     layers = tuple(args.layers or default_hidden_layers(target.model.config, target.num_layers))
     spec = GenerationSpec(layers, args.samples, args.temperature, args.max_new_tokens, args.gen_batch, args.seed)
+    extra = read_prompts(args.train_prompts, args.train_limit) if args.train_prompts else []
+    extra_spec = GenerationSpec(layers, args.train_samples, args.temperature, args.train_max_new_tokens,
+                                args.train_gen_batch, args.seed)
     cfg = TrainConfig(
         steps=args.steps, unroll=args.unroll, batch_size=args.batch_size, max_len=args.max_len, lr=args.lr,
         response_only=args.response_only,
@@ -61,7 +70,7 @@ def run_train(args) -> int:
     )
     final = fit_drafter(
         target, prompts, args.out, spec, cfg, args.draft_vocab, args.heldout_per_task, args.decode_prompts,
-        tracking_uri=args.tracking_uri or "", progress=not args.no_progress,
+        tracking_uri=args.tracking_uri or "", progress=not args.no_progress, extra_prompts=extra, extra_spec=extra_spec,
     )
     shown = {k: round(v, 4) for k, v in final.items() if isinstance(v, float) and not k.startswith(("loss_", "lr"))}
     print(f"EAGLE-3 head saved to {args.out} after {final['step']} steps: {shown}")

@@ -185,14 +185,16 @@ def sequence_rows(target, seq, layers) -> tuple[torch.Tensor, torch.Tensor, torc
     return hidden[:, :-h].cpu(), hidden[:, -h:].cpu(), logits.argmax(-1).cpu()
 
 
-def load_corpus(directory) -> Corpus:
-    """Read every shard of a data directory (features and last states in their stored dtype)."""
+def load_corpus(*directories) -> Corpus:
+    """Read every shard of one or more data directories, in order (features and last states in their stored dtype)."""
     from safetensors import safe_open
 
-    directory = Path(directory)
-    paths = sorted(directory.glob("shard-*.safetensors"))
-    if not paths:
-        raise DataError(f"no shards in {directory}")
+    paths = []
+    for directory in directories:
+        found = sorted(Path(directory).glob("shard-*.safetensors"))
+        if not found:
+            raise DataError(f"no shards in {directory}")
+        paths += found
     parts, docs, base = [], [], 0
     for path in paths:
         with safe_open(str(path), "pt") as f:

@@ -13,7 +13,7 @@ import torch
 
 from specrank.atomic import write_json_atomic
 from specrank.decode.drafters.eagle3 import default_head_dir  # noqa: F401  (re-exported)
-from specrank.drafter_training.data import GenerationSpec, data_dir, generate_corpus, load_corpus
+from specrank.drafter_training.data import GenerationSpec, generate_corpus, load_corpus
 from specrank.drafter_training.head import head_config, new_head, save_head
 from specrank.drafter_training.objective import target_logits
 from specrank.drafter_training.tracking import RunLogger
@@ -46,19 +46,37 @@ def tokens_per_pass(target, drafter, prompts, max_new_tokens: int, budget: int =
     return float(np.mean(accepted)) + 1.0 if accepted else float("nan")
 
 
+def training_only(extra, prompts, held: set[str]) -> list:
+    """The training-only prompts ``extra`` minus any whose text is a held-out prompt's; an id shared
+    with ``prompts`` is an error (the held-out split goes by id)."""
+    clash = {p.prompt_id for p in prompts} & {p.prompt_id for p in extra}
+    if clash:
+        raise ValueError(f"training prompts reuse ids of the prompt set: {sorted(clash)[:3]}")
+    held_text = {p.text for p in prompts if p.prompt_id in held}
+    return [p for p in extra if p.text not in held_text]
+
+
 def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig, draft_vocab: int = 16384,
                 heldout_per_task: int = 1, decode_prompts: int = 2, decode_tokens: int = 64,
-                tracking_uri: str | None = None, data_root=None, progress: bool = False) -> dict:
+                tracking_uri: str | None = None, data_root=None, progress: bool = False,
+                extra_prompts=(), extra_spec: GenerationSpec | None = None) -> dict:
     """Generate (or reuse) the data, train a head into ``out_dir`` (resuming), save it, log to MLflow
-    (``tracking_uri``: None logs nowhere, "" the default ``sqlite:///mlflow.db``)."""
+    (``tracking_uri``: None logs nowhere, "" the default ``sqlite:///mlflow.db``).
+
+    ``prompts`` are split into training and held-out prompts per task; ``extra_prompts`` only add
+    training data, continued under ``extra_spec`` (default ``spec``)."""
     from specrank.decode.drafters.eagle3 import load_eagle3
 
     if draft_vocab < 1 or heldout_per_task < 0 or decode_prompts < 0:
         raise ValueError("draft_vocab >= 1, heldout_per_task >= 0 and decode_prompts >= 0 are required")
     uri = None if tracking_uri is None else check_reachable(resolve_tracking_uri(tracking_uri))  # fail before work
     held = split_prompts(prompts, heldout_per_task, cfg.seed)
+    extra, extra_spec = training_only(extra_prompts, prompts, held), extra_spec or spec
     t0 = time.monotonic()
-    corpus = load_corpus(generate_corpus(target, prompts, spec, data_root, progress))
+    dirs = [generate_corpus(target, prompts, spec, data_root, progress)]
+    if extra:
+        dirs.append(generate_corpus(target, extra, extra_spec, data_root, progress))
+    corpus = load_corpus(*dirs)
     gen_minutes = (time.monotonic() - t0) / 60
     train_slices = corpus.sequences(lambda pid: pid not in held)
     held_slices = corpus.sequences(lambda pid: pid in held)
@@ -71,7 +89,9 @@ def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig
     teacher = functools.partial(target_logits, lm_head=lm_head, ids=vocab.ids.to(target.device))
     params = {
         "target": target.name,
-        "data_dir": str(data_dir(target, prompts, spec, data_root)),
+        "data_dir": ",".join(str(d) for d in dirs),
+        "training_only_prompts": len(extra),
+        **({f"extra_gen_{k}": v for k, v in asdict(extra_spec).items()} if extra else {}),
         "train_tokens": len(train_pos),
         "heldout_prompts": ",".join(sorted(held)),
         "draft_vocab_size": len(vocab.ids),

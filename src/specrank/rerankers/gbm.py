@@ -35,7 +35,8 @@ class GBMReranker(Reranker):
 
     Defaults are the paper's: 400 iterations, learning rate 0.05, at most 63 leaves. LightGBM
     uses the cross-entropy objective for probability labels and the binary one for argmax labels;
-    the ``sklearn`` backend uses a histogram-boosting regressor / classifier. ``features`` is a
+    the ``sklearn`` backend uses a histogram-boosting regressor / classifier. ``reg_lambda`` is the L2
+    penalty on leaf values (0, as in the paper). ``features`` is a
     set name (``base``, ``rows``) or a list; the token prior (pseudo-count ``prior_pseudo_count``)
     is learned from the training rows and stored in ``prior_``. ``monotone_draft`` constrains the
     prediction to be non-decreasing in ``q`` and ``log_q``. ``boost_from_draft`` (LightGBM only)
@@ -45,7 +46,7 @@ class GBMReranker(Reranker):
     """
 
     def __init__(self, features="rows", backend="lightgbm", n_estimators=400, learning_rate=0.05,
-                 num_leaves=63, min_child_samples=20, monotone_draft=False, boost_from_draft=False,
+                 num_leaves=63, min_child_samples=20, reg_lambda=0.0, monotone_draft=False, boost_from_draft=False,
                  prior_pseudo_count=20.0, n_jobs=None, random_state=0):
         self.features = features
         self.backend = backend
@@ -53,6 +54,7 @@ class GBMReranker(Reranker):
         self.learning_rate = learning_rate
         self.num_leaves = num_leaves
         self.min_child_samples = min_child_samples
+        self.reg_lambda = reg_lambda
         self.monotone_draft = monotone_draft
         self.boost_from_draft = boost_from_draft
         self.prior_pseudo_count = prior_pseudo_count
@@ -108,6 +110,7 @@ class GBMReranker(Reranker):
                 "learning_rate": self.learning_rate,
                 "num_leaves": self.num_leaves,
                 "min_data_in_leaf": self.min_child_samples,
+                "lambda_l2": getattr(self, "reg_lambda", 0.0),  # rerankers pickled before it existed load as 0
                 "num_threads": self.n_jobs or 0,
                 "seed": self.random_state,
                 "deterministic": True,
@@ -122,7 +125,7 @@ class GBMReranker(Reranker):
         cls = HistGradientBoostingClassifier if self.label_kind_ == "argmax" else HistGradientBoostingRegressor
         mask = np.isin(np.arange(m.shape[1]), categorical)
         model = cls(max_iter=self.n_estimators, learning_rate=self.learning_rate, max_leaf_nodes=self.num_leaves,
-                    min_samples_leaf=self.min_child_samples, categorical_features=mask if mask.any() else None,
+                    min_samples_leaf=self.min_child_samples, l2_regularization=self.reg_lambda, categorical_features=mask if mask.any() else None,
                     monotonic_cst=monotone if any(monotone) else None, early_stopping=False,
                     random_state=self.random_state)
         if self.label_kind_ == "argmax" and len(np.unique(y)) < 2:

@@ -10,12 +10,14 @@ from specrank.rerankers.online import labels_of
 
 
 def gbm_space(trial) -> dict:
-    """The default search space of ``GBMReranker`` around the paper's settings."""
+    """The default search space of ``GBMReranker``: around the paper's settings, and down to small,
+    strongly regularised models for the few hundred rounds a short recording gives."""
     return {
-        "n_estimators": trial.suggest_int("n_estimators", 100, 800, log=True),
+        "n_estimators": trial.suggest_int("n_estimators", 20, 800, log=True),
         "learning_rate": trial.suggest_float("learning_rate", 0.01, 0.2, log=True),
-        "num_leaves": trial.suggest_int("num_leaves", 7, 127, log=True),
-        "min_child_samples": trial.suggest_int("min_child_samples", 5, 200, log=True),
+        "num_leaves": trial.suggest_int("num_leaves", 3, 127, log=True),
+        "min_child_samples": trial.suggest_int("min_child_samples", 5, 400, log=True),
+        "reg_lambda": trial.suggest_float("reg_lambda", 1e-3, 30.0, log=True),
     }
 
 
