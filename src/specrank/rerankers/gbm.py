@@ -110,7 +110,7 @@ class GBMReranker(Reranker):
                 "learning_rate": self.learning_rate,
                 "num_leaves": self.num_leaves,
                 "min_data_in_leaf": self.min_child_samples,
-                "lambda_l2": getattr(self, "reg_lambda", 0.0),  # rerankers pickled before it existed load as 0
+                "lambda_l2": self.reg_lambda,
                 "num_threads": self.n_jobs or 0,
                 "seed": self.random_state,
                 "deterministic": True,
