@@ -68,8 +68,8 @@ def log_reranker(reranker, name: str, input_example: pd.DataFrame) -> str:
         raise RuntimeError("log_reranker needs an active run (use experiment_run first)")
     wrapper = RerankerModel(reranker)
     example = _model_input(reranker, input_example.head(20).reset_index(drop=True))
-    signature = infer_signature(example, wrapper.predict(None, example))
     with quiet_pyfunc_logging():
+        signature = infer_signature(example, wrapper.predict(None, example))
         info = mlflow.pyfunc.log_model(
             name=name,
             python_model=wrapper,
@@ -89,7 +89,7 @@ def quiet_pyfunc_logging():
     logger.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", module="mlflow")
+            warnings.filterwarnings("ignore", module=r"mlflow(\.|$)")  # mlflow and its submodules
             yield
     finally:
         logger.setLevel(level)
