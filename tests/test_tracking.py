@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 from specrank import tracking  # noqa: E402
 from specrank.featurize.features import META_KEY, feature_meta  # noqa: E402
-from specrank.rerankers import IsotonicFirstFactor  # noqa: E402
+from specrank.rerankers import GBMReranker, IsotonicFirstFactor  # noqa: E402
 from mlflow_store import mlflow_db  # noqa: E402,F401  (fixture)
 
 
@@ -152,3 +152,19 @@ def test_load_reranker_from_a_saved_file(tmp_path):
     np.testing.assert_array_equal(loaded.predict_first_factor(features), reranker.predict_first_factor(features))
     with pytest.raises(FileNotFoundError, match="neither a saved reranker"):
         tracking.load_reranker(tmp_path)
+
+
+def test_logging_a_reranker_with_integer_inputs_shows_no_mlflow_warnings(mlflow_db):
+    """The signature's integer-column hint (and MLflow's other notices) stay out of a run's output."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    q = rng.random(200)
+    features = pd.DataFrame({"q": q, "log_q": np.log(q), "position": rng.integers(0, 50, 200)})
+    features.attrs[META_KEY] = feature_meta("probability", 4, 1.0)
+    reranker = GBMReranker(["q", "position"], n_estimators=5, num_leaves=3).fit(features, np.clip(q, 0, 1))
+    with tracking.experiment_run("specrank-test", run_name="ints", tracking_uri=f"sqlite:///{mlflow_db}"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            tracking.log_reranker(reranker, "gbm", features)
+    assert not [w for w in caught if "nteger" in str(w.message)]

@@ -89,7 +89,7 @@ def quiet_pyfunc_logging():
     logger.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", module=r"mlflow(\.|$)")  # mlflow and its submodules
+            warnings.filterwarnings("ignore", module="mlflow")  # a prefix: mlflow.* included
             yield
     finally:
         logger.setLevel(level)
