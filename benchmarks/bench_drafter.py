@@ -7,6 +7,10 @@ on 2 CPU cores: top-1 first-token agreement >= 0.5, >= 2.0 tokens per target pas
 
     specrank drafter train --out HEAD ...   # first (see README / Makefile `drafter`)
     python benchmarks/bench_drafter.py --head HEAD [--max-new-tokens 128] [--limit N] [--figure curve.png]
+
+It also prints the head's agreement binned by the target's top-1 probability on the held-out
+rows and on the rows of as many training prompts (``--no-diagnostics`` skips this): what the head learnt
+shows on both, what it memorised only on the training rows.
 """
 
 from __future__ import annotations
@@ -104,6 +108,23 @@ def plot_curve(curve, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def print_diagnostics(target, drafter, summary: dict, held: set[str]) -> None:
+    """Agreement by target confidence on the held-out rows and on the sequences of as many training
+    prompts, drawn at random (every sample of each, like the held-out rows)."""
+    from specrank.drafter_training.data import load_corpus
+    from specrank.drafter_training.diagnostics import agreement_by_confidence, first_token_rows, format_table
+
+    corpus = load_corpus(*summary["params"]["data_dir"].split(","))
+    held_slices = corpus.sequences(lambda pid: pid in held)
+    train_ids = sorted({pid for pid, _ in corpus.docs} - held)
+    drawn = {train_ids[i] for i in np.random.default_rng(0).choice(len(train_ids), min(len(held), len(train_ids)), replace=False)}
+    train_slices = corpus.sequences(lambda pid: pid in drawn)
+    lm_head = target.model.get_output_embeddings()
+    for title, slices in (("held-out response rows", held_slices), ("training response rows", train_slices)):
+        rows = first_token_rows(drafter.head, corpus, slices, drafter.draft_to_target, lm_head)
+        print(format_table(f"{title} ({len(slices)} sequences)", agreement_by_confidence(rows)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--head", type=Path, required=True, help="directory written by `specrank drafter train`")
@@ -113,6 +134,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="decode only the first N held-out prompts")
     parser.add_argument("--figure", type=Path, default=None, help="write the agreement curve as an image")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-diagnostics", action="store_true", help="skip the agreement-by-confidence tables")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -131,6 +153,8 @@ def main() -> None:
 
     target = load_target(args.target)
     drafter = load_eagle3(args.head, target)
+    if not args.no_diagnostics:
+        print_diagnostics(target, drafter, summary, held)
     prompts = [p for p in read_prompts(args.prompts or default_prompts_path()) if p.prompt_id in held][: args.limit]
     draft_ms, target_ms = step_costs(target, drafter, encode_prompt(target.tokenizer, prompts[0].text))
     print(f"10-node drafting step {draft_ms:.1f} ms, target decode step {target_ms:.1f} ms "

@@ -15,9 +15,10 @@ from specrank.decode.pool import PoolShape
 from specrank.decode.prompts import Prompt, encode_prompt
 from specrank.drafter_training.batches import collate, windows
 from specrank.drafter_training.data import Corpus, DataError, GenerationSpec, generate_corpus, jobs, load_corpus
+from specrank.drafter_training.diagnostics import agreement_by_confidence, first_token_rows
 from specrank.drafter_training.head import head_config, new_head, save_head
 from specrank.drafter_training.objective import target_logits
-from specrank.drafter_training.train import TrainConfig, TrainError, batch_loss, train
+from specrank.drafter_training.train import TrainConfig, TrainError, batch_loss, evaluate, train
 from specrank.drafter_training.unroll import ttt_mask, unrolled_logits
 from specrank.drafter_training.vocab import most_frequent
 from specrank.testing import save_tiny_llama, tiny_llama, tiny_tokenizer
@@ -225,6 +226,32 @@ def test_training_lowers_the_loss(target, corpus, tmp_path):
     everywhere = batch_loss(head, teacher, batch, vocab.ids, cfg)[2]
     generated = batch_loss(head, teacher, batch, vocab.ids, TrainConfig(**{**cfg.identity(), "response_only": True}))[2]
     assert generated[0][1] == int(batch.valid(0, True).sum()) < everywhere[0][1] == int(batch.valid(0).sum())
+
+
+def test_agreement_by_confidence_bins_the_target_rows_the_head_is_scored_on(target, corpus):
+    head, _, vocab = setup(target, corpus, vocab_size=8)  # small: some target argmaxes have no draft id
+    slices = corpus.sequences(lambda p: True)
+    rows = first_token_rows(head, corpus, slices, vocab.ids, target.model.get_output_embeddings(), max_len=64)
+    assert head.training  # left as it was
+    cfg = TrainConfig(unroll=1, max_len=64)
+    assert rows["agree"].float().mean().item() == pytest.approx(evaluate(head, corpus, windows(slices, 64), vocab.ids, cfg)[0])
+    # Confidence is the target's own top-1 probability at the row, from a plain forward pass.
+    expected = []
+    for s in slices:
+        with torch.no_grad():
+            probs = torch.softmax(target.model(corpus.input_ids[s][None]).logits[0, 1:].float(), -1)  # rows 1..n-1
+        expected.append(probs.amax(-1)[corpus.response[s.start + 1 : s.stop]])
+    assert torch.allclose(rows["confidence"], torch.cat(expected), atol=1e-5)
+    assert 0 < rows["in_vocab"].float().mean() < 1
+    assert not rows["agree"][~rows["in_vocab"]].any()  # a token without a draft id is never proposed
+    table = agreement_by_confidence(rows)
+    bins, total = table[:-1], table[-1]
+    assert sum(b["rows"] for b in bins) == total["rows"] == len(rows["agree"])
+    assert sum(b["share"] for b in bins) == pytest.approx(1.0)
+    assert total["agreement"] == pytest.approx(sum(b["share"] * b["agreement"] for b in bins if b["rows"]))
+    assert total["agreement_in_vocab"] == pytest.approx(total["agreement"] / total["in_vocab"])
+    sure = rows["confidence"] >= 0.9
+    assert bins[-1]["rows"] == int(sure.sum()) and bins[0]["rows"] == int((rows["confidence"] < 0.3).sum())
 
 
 def test_cli_trains_saves_and_logs_to_mlflow(tmp_path, monkeypatch):

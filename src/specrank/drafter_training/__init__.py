@@ -2,7 +2,8 @@
 
 ``data`` generates and caches the target's continuations with its hidden states, ``vocab``
 picks the draft vocabulary, ``unroll`` runs the training-time test, ``train`` the loop with
-checkpoints and resume, ``fit`` the whole pipeline behind ``specrank drafter train``.
+checkpoints and resume, ``fit`` the whole pipeline behind ``specrank drafter train``,
+``diagnostics`` the agreement binned by the target's confidence.
 """
 
 from specrank.drafter_training.data import GenerationSpec, generate_corpus, load_corpus
