@@ -12,6 +12,7 @@ from itertools import pairwise
 import torch
 
 from specrank.drafter_training.batches import collate, windows
+from specrank.drafter_training.objective import agrees
 from specrank.drafter_training.unroll import unrolled_logits
 
 CONFIDENCE_EDGES = (0.0, 0.3, 0.5, 0.7, 0.9, 1.0)
@@ -31,11 +32,9 @@ def first_token_rows(head, corpus, slices, ids, lm_head, max_len: int = 512, bat
         draft = unrolled_logits(head, batch, 1)[0]  # (B, L, Vd)
         valid = batch.valid(0, response_only=True)
         argmax = batch.argmax[:, : draft.shape[1]][valid]
-        logits = batch.last[:, : draft.shape[1]][valid] @ lm_head.weight.T.to(batch.last.dtype)  # (n, V)
-        bias = getattr(lm_head, "bias", None)
-        logits = logits if bias is None else logits + bias
+        logits = lm_head(batch.last[:, : draft.shape[1]][valid])  # (n, V)
         confidence.append(torch.softmax(logits.float(), -1).amax(-1))
-        agree.append(ids[draft[valid].argmax(-1)] == argmax)
+        agree.append(agrees(draft[valid], argmax, ids))
         in_vocab.append(torch.isin(argmax, ids))
     head.train(was_training)
     if not agree:

@@ -24,7 +24,12 @@ def step_loss(draft: torch.Tensor, target: torch.Tensor, valid: torch.Tensor) ->
     return (ce * valid.reshape(-1)).sum() / valid.sum().clamp_min(1)
 
 
+def agrees(draft: torch.Tensor, argmax: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """(...,) bool: the head's top token (a target id) is the target's full-vocabulary argmax."""
+    return ids[draft.argmax(-1)] == argmax
+
+
 def agreement(draft: torch.Tensor, argmax: torch.Tensor, ids: torch.Tensor, valid: torch.Tensor) -> tuple[int, int]:
-    """(hits, count): valid indices where the head's top token (a target id) is the target's full-vocabulary argmax."""
-    hits = (ids[draft.argmax(-1)] == argmax) & valid
+    """(hits, count): valid indices where the head's top token agrees with the target's argmax."""
+    hits = agrees(draft, argmax, ids) & valid
     return int(hits.sum()), int(valid.sum())
