@@ -110,3 +110,12 @@ def test_rerun_with_a_different_manifest_is_refused(setup, capsys, tmp_path):
     capsys.readouterr()
     err = _error(capsys, args + ["--out", str(out), "--limit", "1", "--max-new-tokens", "4", "--temperature", "1"])
     assert "holds a different run (differs in: temperature)" in err
+    # The same prompts from another path (another checkout) resume the run; other prompts do not.
+    prompts = Path(args[args.index("--prompts") + 1])
+    moved, edited = tmp_path / "moved.jsonl", tmp_path / "edited.jsonl"
+    moved.write_bytes(prompts.read_bytes())
+    edited.write_bytes(prompts.read_bytes() + b"\n")  # a blank line: same prompts, other bytes
+    same = [str(moved) if a == str(prompts) else a for a in args]
+    assert main(same + ["--out", str(out), "--limit", "1", "--max-new-tokens", "4"]) == 0
+    other = [str(edited) if a == str(prompts) else a for a in args]
+    assert "differs in: prompts_sha256" in _error(capsys, other + ["--out", str(out), "--limit", "1", "--max-new-tokens", "4"])

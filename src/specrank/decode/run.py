@@ -50,6 +50,9 @@ def build_manifest(target, drafter, config: DecodeConfig, prompts_path, shard_si
     }
 
 
+# Recorded for the reader but not part of a run's identity: the prompts are identified by their
+# hash, so the same file in another checkout (a fresh clone sharing the cache) resumes the run.
+LOCATIONS = ("prompts",)
 
 
 def open_run_dir(out_dir, manifest: dict) -> Path:
@@ -58,7 +61,8 @@ def open_run_dir(out_dir, manifest: dict) -> Path:
     path = out / "manifest.json"
     if path.exists():
         old = json.loads(path.read_text())
-        differ = sorted(k for k in set(old) | set(manifest) if old.get(k) != manifest.get(k))
+        keys = (set(old) | set(manifest)) - set(LOCATIONS)
+        differ = sorted(k for k in keys if old.get(k) != manifest.get(k))
         if differ:
             raise RunDirError(f"{out} holds a different run (differs in: {', '.join(differ)}); use a new --out")
     else:
