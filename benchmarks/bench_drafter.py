@@ -47,8 +47,8 @@ def median_ms(fn, repeats: int) -> float:
 
 def step_costs(target, drafter, prompt_ids, nodes: int = 10, repeats: int = 20) -> tuple[float, float]:
     """Median ms of one drafting step over ``nodes`` tree nodes and of one target decode step."""
-    from specrank.decode.models import crop_cache
-    from specrank.decode.pool import causal_mask
+    from specrank.decode.loading.targets import crop_cache
+    from specrank.decode.engine.pool import causal_mask
 
     ids = torch.as_tensor(prompt_ids)
     n = len(ids) - 1
@@ -74,12 +74,14 @@ def step_costs(target, drafter, prompt_ids, nodes: int = 10, repeats: int = 20) 
 
 def greedy_decode(target, drafter, prompts, max_new_tokens: int, budget: int = 59) -> dict:
     """Tokens per target pass and first-token agreement (drafter top-1 = target root argmax)."""
-    from specrank.decode.loop import DecodeConfig, Timer, decode_prompt
+    from specrank.decode import DecodeConfig
+    from specrank.decode.engine.timer import Timer
     from specrank.decode.prompts import encode_prompt
+    from specrank.decode.runs import record_prompt
 
     config, timer, records = DecodeConfig(budget=budget, max_new_tokens=max_new_tokens), Timer(), []
     for p in prompts:
-        records += decode_prompt(target, drafter, encode_prompt(target.tokenizer, p.text), config, p.prompt_id,
+        records += record_prompt(target, drafter, encode_prompt(target.tokenizer, p.text), config, p.prompt_id,
                                  p.task, timer=timer)[1]
     accepted = np.array([r["accepted"] for r in records])
     agree = np.array([r["token"][0] == r["root_argmax"] for r in records])
@@ -138,8 +140,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from specrank.decode.drafters.eagle3 import load_eagle3
-    from specrank.decode.models import load_target
+    from specrank.decode.loading.eagle3 import load_eagle3
+    from specrank.decode.loading.targets import load_target
     from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
 
     summary = json.loads((args.head / "training.json").read_text())

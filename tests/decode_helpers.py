@@ -6,12 +6,22 @@ import numpy as np
 import torch
 from scipy.stats import chisquare
 
-from specrank.decode.drafters.standalone import CausalLMDrafter
-from specrank.decode.models import Target
+from specrank.decode.loading.standalone import CausalLMDrafter
+from specrank.decode.loading.targets import Target
 from specrank.decode.verify import ExhaustiveVerifier
 from specrank.testing import tiny_llama, tiny_tokenizer
 
 PROMPT = [2, 5, 7, 16, 25, 19, 3, 2, 6]
+
+
+def decode_prompt_online(target, drafter, prompt_ids, config, strategy, prompt_id="0", task="", timer=None,
+                         measure=None):
+    """One online decode whose rounds are measured (records with realized and expected acceptance)."""
+    from specrank.decode.engine.prompt import decode_prompt
+    from specrank.decode.runs.measure import Measure
+
+    return decode_prompt(target, drafter, prompt_ids, config, strategy, observer=measure or Measure(),
+                         prompt_id=prompt_id, task=task, timer=timer)
 EOS = 3
 
 
@@ -66,7 +76,7 @@ def pooled_chisquare(observed, expected):
 class RedrawVerifier(ExhaustiveVerifier):
     """Deliberately wrong: after a rejection the continuation is drawn afresh from the full row."""
 
-    def verify(self, tree, logits, generator):
+    def verify(self, tree, logits, generator, first=None):
         path, row = [], 0
         while True:
             node = tree.child(row, self.draw(logits[row], generator))

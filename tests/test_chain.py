@@ -8,14 +8,14 @@ import torch
 from scipy import stats
 
 from specrank import schema
-from specrank.decode.chain import ChainConfigError, chain_config, decode_chain_prompt
-from specrank.decode.loop import DecodeConfig
-from specrank.decode.lossy_run import lossy_decode_run, read_diagnostics
-from specrank.decode.pool import PoolShape
+from specrank.decode.runs.chain import ChainConfigError, chain_config, decode_chain_prompt
+from specrank.decode.config import DecodeConfig
+from specrank.decode.runs.lossy import lossy_decode_run, read_diagnostics
+from specrank.decode.engine.pool import PoolShape
 from specrank.decode.prompts import Prompt
-from specrank.decode.record import read_rounds
-from specrank.decode.verify.parse import parse_verifier
-from specrank.decode.verify.rules import Lossless
+from specrank.decode.runs.tables import read_rounds
+from specrank.decode.verify.lossy.parse import parse_verifier
+from specrank.decode.verify.lossy.rules import Lossless
 
 from decode_helpers import noisy_drafter, tiny_target
 from verify_helpers import one_thread  # noqa: F401  (autouse fixture: one torch thread)
@@ -50,7 +50,7 @@ def test_greedy_chain_equals_target_greedy(scale, length):
 
 
 def test_greedy_chain_with_an_eagle3_head_equals_target_greedy(tmp_path):
-    from specrank.decode.drafters.eagle3 import load_eagle3
+    from specrank.decode.loading.eagle3 import load_eagle3
     from specrank.testing import save_tiny_eagle3
 
     target = tiny_target()

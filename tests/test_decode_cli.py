@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specrank.cli import main
-from specrank.decode.record import read_rounds
+from specrank.decode.runs.tables import read_rounds
 from specrank.testing import save_tiny_llama
 
 TEXTS = ["the cat is big", "write code for a dog", "what is the sun", "one two three four", "red car on the road",

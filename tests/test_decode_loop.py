@@ -3,9 +3,11 @@ import numpy as np
 import pytest
 import torch
 
-from specrank.decode.loop import DecodeConfig, decode_prompt, final_output
-from specrank.decode.models import load_target
-from specrank.decode.pool import PoolShape
+from specrank.decode.config import DecodeConfig
+from specrank.decode.engine.prompt import final_output
+from specrank.decode.runs.recorder import record_prompt as decode_prompt
+from specrank.decode.loading.targets import load_target
+from specrank.decode.engine.pool import PoolShape
 from specrank.decode.verify import ExhaustiveVerifier
 
 from decode_helpers import RedrawVerifier, noisy_drafter, pooled_chisquare, tiny_target
@@ -107,7 +109,7 @@ def test_config_rejects_budget_over_pool_size():
 
 @pytest.mark.slow
 def test_smollm2_greedy_equals_its_own_greedy_decode():
-    from specrank.decode.drafters import load_drafter
+    from specrank.decode.loading.drafters import load_drafter
     from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
 
     torch.set_num_threads(1)

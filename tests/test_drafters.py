@@ -8,17 +8,17 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specrank.cli import main
-from specrank.decode.drafters import load_drafter
-from specrank.decode.drafters.early_exit import (
+from specrank.decode.loading.drafters import load_drafter
+from specrank.decode.loading.early_exit import (
     ExitHeadError,
     exit_regression_data,
     fit_exit_head,
     save_exit_head,
     solve_exit_head,
 )
-from specrank.decode.drafters.standalone import TokenizerMismatchError
-from specrank.decode.models import ModelLoadError, load_target
-from specrank.decode.pool import PoolShape, causal_mask
+from specrank.decode.loading.standalone import TokenizerMismatchError
+from specrank.decode.loading.targets import ModelLoadError, load_target
+from specrank.decode.engine.pool import PoolShape, causal_mask
 from specrank.testing import WORDS, save_tiny_eagle3, save_tiny_llama
 
 torch.set_num_threads(1)

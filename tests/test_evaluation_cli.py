@@ -82,7 +82,7 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
     uris = dict(line[len("model "):].split(": ") for line in captured.out.splitlines() if line.startswith("model "))
     assert sorted(uris) == ["rows-fold0", "rows-fold1"]
     saved = load_reranker(predictions.parent / "models" / "rows-fold1.pkl")
-    logged = tracking.load_reranker(uris["rows-fold1"], tracking_uri=f"sqlite:///{mlflow_db}")
+    logged = load_reranker(uris["rows-fold1"], tracking_uri=f"sqlite:///{mlflow_db}")
     np.testing.assert_array_equal(logged.predict_first_factor(feats), saved.predict_first_factor(feats))
     figures = {a.path for a in client.list_artifacts(run.info.run_id, "figures")}
     assert figures == {"figures/gain_vs_budget.png", "figures/root_share_by_task.png"}

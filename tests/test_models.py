@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from specrank.decode.models import ModelLoadError, Target, crop_cache, load_target
-from specrank.decode.pool import causal_mask
+from specrank.decode.loading.targets import ModelLoadError, Target, crop_cache, load_target
+from specrank.decode.engine.pool import causal_mask
 from specrank.testing import save_tiny_llama
 
 torch.set_num_threads(1)
@@ -134,8 +134,8 @@ def test_bfloat16_target(target_dir):
 @pytest.mark.slow
 def test_default_smollm2_convert_and_reload():
     """Convert the embedded GGUF once (into the shared cache), reload fast, grow one early-exit pool."""
-    from specrank.decode.drafters import load_drafter
-    from specrank.decode.models import default_gguf, resolve_target
+    from specrank.decode.loading.drafters import load_drafter
+    from specrank.decode.loading.targets import default_gguf, resolve_target
 
     converted = resolve_target("smollm2")  # converts on the first run on a machine (minutes)
     start = time.perf_counter()

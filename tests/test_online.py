@@ -4,10 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from specrank.decode.loop import DecodeConfig, Timer
-from specrank.decode.online import STRATEGIES, DraftSelection, RootDrawSelection, StrategyError, make_strategy
-from specrank.decode.online_loop import Measure, decode_prompt_online
-from specrank.decode.pool import PoolShape
+from specrank.decode.config import DecodeConfig
+from specrank.decode.engine.timer import Timer
+from specrank.decode.strategies import STRATEGIES, DraftSelection, RootDrawSelection, StrategyError, make_strategy
+from specrank.decode.runs.measure import Measure
+from decode_helpers import decode_prompt_online
+from specrank.decode.engine.pool import PoolShape
 from decode_helpers import EOS, PROMPT, first_two_law, greedy_reference, pooled_chisquare, tiny_pair
 
 SHAPE = PoolShape(4, 4, 4)  # 4 + 16 + 16 + 16 = 52 candidates
@@ -43,9 +45,9 @@ def test_root_pass_kv_is_reused_not_recomputed(pair):
     seen = []
     forward = target.forward
 
-    def spy(ids, pos, mask, cache, layers=None):
+    def spy(ids, pos, mask, cache, layers=None, **kwargs):
         seen.append((ids.tolist(), pos.tolist(), cache.get_seq_length()))
-        return forward(ids, pos, mask, cache, layers)
+        return forward(ids, pos, mask, cache, layers, **kwargs)
 
     target.forward = spy
     try:
@@ -104,7 +106,7 @@ def test_sampled_first_tokens_follow_target_law_and_wrong_draw_fails():
 
 
 def test_unknown_rule_and_missing_reranker_are_one_line_errors():
-    with pytest.raises(StrategyError, match="unknown online rule 'best'"):
+    with pytest.raises(StrategyError, match="unknown strategy 'best'"):
         make_strategy("best")
     with pytest.raises(StrategyError, match="needs a reranker"):
         make_strategy("reranked")
@@ -112,8 +114,8 @@ def test_unknown_rule_and_missing_reranker_are_one_line_errors():
 
 @pytest.mark.slow
 def test_smollm2_root_pass_decoders_equal_target_greedy():
-    from specrank.decode.drafters import load_drafter
-    from specrank.decode.models import load_target
+    from specrank.decode.loading.drafters import load_drafter
+    from specrank.decode.loading.targets import load_target
     from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
 
     torch.set_num_threads(2)
@@ -129,7 +131,7 @@ def test_smollm2_root_pass_decoders_equal_target_greedy():
 def test_recording_draft_round_reproduces_the_recorder(pair):
     """With recording on, the online round of draft selection scores and records exactly what the
     recording loop does (same scored set, same columns), so one round function can serve both."""
-    from specrank.decode.loop import decode_prompt
+    from specrank.decode.runs.recorder import record_prompt as decode_prompt
 
     target, drafter = pair
     config = DecodeConfig(SHAPE, budget=6, extra=10, temperature=1.0, max_new_tokens=24, seed=5)

@@ -54,7 +54,7 @@ def test_missing_reranker_fails_before_decoding(setup, tmp_path, capsys):
     d, args = setup
     rc = main(args + ["--rules", "reranked", "--reranker", str(tmp_path / "nope.pkl"), "--out", str(tmp_path / "o"),
                       "--no-tracking"])
-    assert rc == 2 and "no reranker file" in capsys.readouterr().err
+    assert rc == 2 and "no reranker at" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
     rc = main(args + ["--rules", "reranked", "--out", str(tmp_path / "o"), "--no-tracking"])
     assert rc == 2 and "needs --reranker" in capsys.readouterr().err

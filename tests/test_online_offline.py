@@ -4,11 +4,12 @@ reranker's online features and predictions against the offline featurizer's on t
 import numpy as np
 import pytest
 
-from specrank.decode.loop import DecodeConfig
-from specrank.decode.online import RerankedSelection, StrategyError, make_strategy
-from specrank.decode.online_loop import Measure, decode_prompt_online
-from specrank.decode.pool import PoolShape
-from specrank.decode.record import rounds_table
+from specrank.decode.config import DecodeConfig
+from specrank.decode.strategies import RerankedSelection, StrategyError, make_strategy
+from specrank.decode.runs.measure import Measure
+from decode_helpers import decode_prompt_online
+from specrank.decode.engine.pool import PoolShape
+from specrank.decode.runs.tables import rounds_table
 from specrank.featurize import featurize_rounds
 from specrank.rerankers import GBMReranker, IsotonicFirstFactor
 from specrank.selection import PoolBatch, PromptBootstrap, draw_values, fixed_values, rule_score
@@ -78,9 +79,10 @@ def test_online_features_and_predictions_equal_offline_on_recorded_rounds(pair):
     strategy = CapturingReranked(reranker)
     records = _run(target, drafter, strategy, config, PROMPTS[6:9])
     offline = featurize_rounds(rounds_table(records, SHAPE.size, SHAPE.topk), manifest, labels=False)
-    columns = list(strategy.seen[0][0].columns[6:])  # after the key, prompt_index and fold columns
-    online = np.concatenate([f[columns].to_numpy(float) for f, _ in strategy.seen])
+    columns = [c for c in strategy.seen[0][0].columns if c != "task"]  # token and every numeric feature
+    online = np.concatenate([np.column_stack([f[c] for c in columns]) for f, _ in strategy.seen])
     np.testing.assert_array_equal(online, offline[columns].to_numpy(float))
+    assert all((f["task"] == "t").all() for f, _ in strategy.seen)
     online_pred = np.concatenate([p for _, p in strategy.seen])
     np.testing.assert_allclose(online_pred, reranker.predict_first_factor(offline), rtol=0, atol=1e-12)
     assert len(np.unique(online_pred)) > 1  # the reranker is not a constant

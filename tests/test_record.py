@@ -5,7 +5,7 @@ import pytest
 
 from specrank import schema
 from specrank.atomic import write_parquet_atomic
-from specrank.decode.record import read_rounds, rounds_schema, rounds_table
+from specrank.decode.runs.tables import read_rounds, rounds_schema, rounds_table
 
 M, K = 6, 2
 

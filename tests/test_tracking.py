@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 from specrank import tracking  # noqa: E402
 from specrank.featurize.features import META_KEY, feature_meta  # noqa: E402
-from specrank.rerankers import GBMReranker, IsotonicFirstFactor  # noqa: E402
+from specrank.rerankers import GBMReranker, IsotonicFirstFactor, load_reranker  # noqa: E402
 from mlflow_store import mlflow_db  # noqa: E402,F401  (fixture)
 
 
@@ -103,7 +103,7 @@ def check_logged(uri: str, run_id: str, model_uri: str, reranker, features) -> N
     paths = {a.path for a in client.list_artifacts(run_id)}
     assert {"figures", "tables", "report.md"} <= paths
     assert {a.path for a in client.list_artifacts(run_id, "figures")} == {"figures/gain_vs_budget.png"}
-    loaded = tracking.load_reranker(model_uri, tracking_uri=uri)
+    loaded = load_reranker(model_uri, tracking_uri=uri)
     np.testing.assert_array_equal(loaded.predict_first_factor(features), reranker.predict_first_factor(features))
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(uri)
@@ -148,10 +148,10 @@ def test_load_reranker_from_a_saved_file(tmp_path):
 
     reranker, features = small_reranker()
     save_reranker(reranker, tmp_path / "iso.pkl")
-    loaded = tracking.load_reranker(tmp_path / "iso.pkl")
+    loaded = load_reranker(tmp_path / "iso.pkl")
     np.testing.assert_array_equal(loaded.predict_first_factor(features), reranker.predict_first_factor(features))
     with pytest.raises(FileNotFoundError, match="neither a saved reranker"):
-        tracking.load_reranker(tmp_path)
+        load_reranker(tmp_path)
 
 
 def test_logging_a_reranker_with_integer_inputs_shows_no_mlflow_warnings(mlflow_db):

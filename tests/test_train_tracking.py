@@ -108,7 +108,7 @@ def test_train_logs_parent_folds_trials_and_loadable_models(features, mlflow_db,
         if name == "base":  # the fold's tuned parameters are those its model was fitted with
             model = load_reranker(out / "models" / f"{key}.pkl")
             assert int(run.data.params["tuned.num_leaves"]) == model.num_leaves
-        loaded = tracking.load_reranker(printed[key], tracking_uri=uri)
+        loaded = load_reranker(printed[key], tracking_uri=uri)
         pickled = load_reranker(out / "models" / f"{key}.pkl")
         held = feats[feats.fold == int(fold)]
         np.testing.assert_array_equal(loaded.predict_first_factor(held), pickled.predict_first_factor(held))

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from specrank.decode.tree import TreeError, ancestor_matrix, attention_mask, scored_set
+from specrank.decode.engine.tree import TreeError, ancestor_matrix, attention_mask, scored_set
 from specrank.testing import tiny_llama
 
 # pool: 0,1 at depth 1; 2,3 children of 0; 4 child of 1; 5 child of 2; 6 child of 3

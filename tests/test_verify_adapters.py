@@ -7,15 +7,16 @@ import pytest
 import torch
 from verify_helpers import chi_square_pvalue, one_thread  # noqa: F401 (autouse fixture)
 
-from specrank.decode.drafters.standalone import CausalLMDrafter
-from specrank.decode.loop import DecodeConfig, decode_prompt
-from specrank.decode.models import Target
-from specrank.decode.pool import PoolShape
+from specrank.decode.loading.standalone import CausalLMDrafter
+from specrank.decode.config import DecodeConfig
+from specrank.decode.runs.recorder import record_prompt as decode_prompt
+from specrank.decode.loading.targets import Target
+from specrank.decode.engine.pool import PoolShape
 from specrank.decode.verify import VerifyTree
-from specrank.decode.verify.adapters import TreeRuleVerifier, path_rows
-from specrank.decode.verify.parse import parse_verifier
-from specrank.decode.verify.rules import RuleError
-from specrank.decode.verify.tree import sample_tree, tree_form, tree_law
+from specrank.decode.verify.lossy.adapters import TreeRuleVerifier, path_rows
+from specrank.decode.verify.lossy.parse import parse_verifier
+from specrank.decode.verify.lossy.rules import RuleError
+from specrank.decode.verify.lossy.tree import sample_tree, tree_form, tree_law
 from specrank.testing import tiny_llama, tiny_tokenizer
 
 V = 6

@@ -6,8 +6,8 @@ import pytest
 import torch
 from verify_helpers import one_thread, random_rows  # noqa: F401 (autouse fixture)
 
-from specrank.decode.verify.collaborative import FuzzySD, Interpolation, Lenience
-from specrank.decode.verify.diagnostics import (
+from specrank.decode.verify.lossy.collaborative import FuzzySD, Interpolation, Lenience
+from specrank.decode.verify.lossy.diagnostics import (
     diagnose,
     diagnostics_table,
     js_divergence,
@@ -15,8 +15,8 @@ from specrank.decode.verify.diagnostics import (
     total_variation,
     truncation_efficiency,
 )
-from specrank.decode.verify.rules import Lossless
-from specrank.decode.verify.truncation import Eta, MinP, TruncatedLossless, TruncationAcceptance, truncate
+from specrank.decode.verify.lossy.rules import Lossless
+from specrank.decode.verify.lossy.truncation import Eta, MinP, TruncatedLossless, TruncationAcceptance, truncate
 
 ALLOWED = [MinP(0.1), MinP(0.5), MinP(0.9), Eta(0.05), Eta(0.3, 0.8)]
 

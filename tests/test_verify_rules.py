@@ -4,12 +4,12 @@ import pytest
 import torch
 from verify_helpers import chi_square_pvalue, one_thread, random_rows  # noqa: F401 (autouse fixture)
 
-from specrank.decode.verify.chain import verify_chain
-from specrank.decode.verify.collaborative import Diversed, FuzzySD, Interpolation, JudgeRelaxation, Lenience
-from specrank.decode.verify.diagnostics import total_variation
-from specrank.decode.verify.parse import parse_verifier
-from specrank.decode.verify.rules import Lossless, RuleError, TargetSampling, check_rows, positive_residual
-from specrank.decode.verify.truncation import Eta, MinP, TruncatedLossless, TruncationAcceptance, truncate
+from specrank.decode.verify.lossy.chain import verify_chain
+from specrank.decode.verify.lossy.collaborative import Diversed, FuzzySD, Interpolation, JudgeRelaxation, Lenience
+from specrank.decode.verify.lossy.diagnostics import total_variation
+from specrank.decode.verify.lossy.parse import parse_verifier
+from specrank.decode.verify.lossy.rules import Lossless, RuleError, TargetSampling, check_rows, positive_residual
+from specrank.decode.verify.lossy.truncation import Eta, MinP, TruncatedLossless, TruncationAcceptance, truncate
 
 DRAWS = 20_000
 
@@ -229,7 +229,7 @@ def test_invalid_parameters(make, message):
         ("exhaustive", TargetSampling, "exhaustive"),
         ("lenience:l=0.5", Lenience, "lenience:l=0.5"),
         ("cos:lam=0.3", Interpolation, "cos:lam=0.3"),
-        ("diversed:f=specrank.decode.verify.diagnostics:total_variation", Diversed, None),
+        ("diversed:f=specrank.decode.verify.lossy.diagnostics:total_variation", Diversed, None),
         ("fuzzy:T=0.2,div=js", FuzzySD, "fuzzy:T=0.2,div=js"),
         ("judge:score=test_verify_rules:judge_score,threshold=-0.2", JudgeRelaxation, None),
         ("speccascade:p_base=0.1", TruncationAcceptance, "speccascade:p_base=0.1"),

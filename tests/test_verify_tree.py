@@ -5,10 +5,10 @@ import pytest
 import torch
 from verify_helpers import chi_square_pvalue, one_thread, random_rows  # noqa: F401 (autouse fixture)
 
-from specrank.decode.verify.diagnostics import diagnose
-from specrank.decode.verify.parse import parse_verifier
-from specrank.decode.verify.rules import RuleError
-from specrank.decode.verify.tree import (
+from specrank.decode.verify.lossy.diagnostics import diagnose
+from specrank.decode.verify.lossy.parse import parse_verifier
+from specrank.decode.verify.lossy.rules import RuleError
+from specrank.decode.verify.lossy.tree import (
     FirstAllowed,
     SequentialLossless,
     position_divergence,
@@ -16,7 +16,7 @@ from specrank.decode.verify.tree import (
     tree_form,
     tree_law,
 )
-from specrank.decode.verify.truncation import Eta, MinP, TruncationAcceptance, truncate
+from specrank.decode.verify.lossy.truncation import Eta, MinP, TruncationAcceptance, truncate
 
 DRAWS = 20_000
 V = 6

@@ -108,7 +108,7 @@ def save_tiny_eagle3(
 
     from safetensors.torch import save_file
 
-    from specrank.decode.drafters.eagle3 import Eagle3Head, eagle3_config
+    from specrank.decode.loading.eagle3 import Eagle3Head, eagle3_config
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)

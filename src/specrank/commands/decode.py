@@ -40,12 +40,10 @@ def run(args) -> int:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from specrank.decode.drafters import load_drafter
-    from specrank.decode.loop import DecodeConfig
-    from specrank.decode.models import load_target, parse_device
-    from specrank.decode.pool import PoolShape
+    from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
+    from specrank.decode.loading.targets import parse_device
     from specrank.decode.prompts import read_prompts
-    from specrank.decode.run import build_manifest, decode_run
+    from specrank.decode.runs import build_manifest, record_run
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
@@ -58,9 +56,9 @@ def run(args) -> int:
                           args.temperature, args.max_new_tokens, args.seed)
     lossy = args.verifier is not None or args.decoder == "chain"
     if lossy:
-        from specrank.decode.chain import chain_config
-        from specrank.decode.verify.adapters import TreeRuleVerifier
-        from specrank.decode.verify.parse import parse_verifier
+        from specrank.decode.runs.chain import chain_config
+        from specrank.decode.verify.lossy.adapters import TreeRuleVerifier
+        from specrank.decode.verify.lossy.parse import parse_verifier
 
         rule = parse_verifier(args.verifier or "lossless")
         if args.decoder == "chain":
@@ -72,12 +70,12 @@ def run(args) -> int:
     drafter = load_drafter(args.drafter, target)
     manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)
     if lossy:
-        from specrank.decode.lossy_run import lossy_decode_run
+        from specrank.decode.runs import lossy_decode_run
 
         timer = lossy_decode_run(target, drafter, prompts, args.out, config, manifest, rule, args.decoder,
                                  args.shard_size, progress=not args.no_progress)
     else:
-        timer = decode_run(target, drafter, prompts, args.out, config, manifest, args.shard_size,
+        timer = record_run(target, drafter, prompts, args.out, config, manifest, args.shard_size,
                            progress=not args.no_progress)
     if timer.rounds:
         print(f"{timer.rounds} rounds, {timer.tokens / timer.rounds - 1:.2f} accepted/round, "

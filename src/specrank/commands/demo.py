@@ -46,7 +46,7 @@ FALLBACK_SIZE = (24, 14)
 
 def default_drafter() -> str:
     """``eagle3:default`` once `make drafter` has trained the head, else ``early-exit:8`` (said on stdout)."""
-    from specrank.decode.drafters.eagle3 import default_head_dir, has_default_head
+    from specrank.decode.loading.eagle3 import default_head_dir, has_default_head
 
     if has_default_head():
         return "eagle3:default"

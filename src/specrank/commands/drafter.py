@@ -45,13 +45,13 @@ def text_windows(tokenizer, files, window: int, max_tokens: int) -> list[list[in
 
 def run_fit_exit_head(args) -> int:
 
-    from specrank.decode.drafters.early_exit import (
+    from specrank.decode.loading.early_exit import (
         exit_agreement,
         exit_regression_data,
         save_exit_head,
         solve_exit_head,
     )
-    from specrank.decode.models import load_target
+    from specrank.decode.loading.targets import load_target
 
     missing = [str(p) for p in args.text if not p.is_file()]
     if missing:

@@ -44,8 +44,8 @@ def add_arguments(parser) -> None:
 
 def _strategies(args, config) -> dict:
     """{rule: strategy}, the reranker loaded and checked against the run before any decoding."""
-    from specrank.decode.compare import parse_rules
-    from specrank.decode.online import RULE_NAMES, make_strategy
+    from specrank.decode import RULE_NAMES, make_strategy
+    from specrank.decode.runs import parse_rules
 
     rules = parse_rules(args.rules, RULE_NAMES, "--rules")
     if not rules:
@@ -53,20 +53,16 @@ def _strategies(args, config) -> dict:
     wants = "reranked" in rules or "reranked" in parse_rules(args.compare)
     if wants and not args.reranker:
         raise ValueError("rule reranked needs --reranker PATH or MLflow model URI")
+    if wants and "reranked" not in rules:
+        raise ValueError("--compare reranked needs reranked in --rules (its reranker is the one compared)")
     reranker = None
     if args.reranker:
-        import re
+        from specrank.rerankers import load_reranker
 
-        from specrank.tracking import load_reranker
-
-        if not re.match(r"[A-Za-z][A-Za-z0-9+.-]+:/", args.reranker) and not Path(args.reranker).exists():
-            raise FileNotFoundError(f"no reranker file {args.reranker}")
-        reranker = load_reranker(args.reranker)
-    out = {r: make_strategy(r, reranker, args.reranker or "") for r in rules}
+        reranker = load_reranker(args.reranker, tracking_uri=args.tracking_uri)
+    out = {r: make_strategy(r, reranker if r == "reranked" else None, args.reranker or "") for r in rules}
     for s in out.values():
         s.check(config)
-    if wants and "reranked" not in out:
-        raise ValueError("--compare reranked needs reranked in --rules (its reranker is the one compared)")
     return out
 
 
@@ -74,13 +70,11 @@ def run(args) -> int:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from specrank.decode.compare import acceptance_summary, decoder_table, parse_rules, speed_ratios
-    from specrank.decode.drafters import load_drafter
-    from specrank.decode.loop import DecodeConfig
-    from specrank.decode.models import load_target, parse_device
-    from specrank.decode.online_loop import run_protocol
-    from specrank.decode.pool import PoolShape
+    from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
+    from specrank.decode.loading.targets import parse_device
     from specrank.decode.prompts import encode_prompt, read_prompts
+    from specrank.decode.runs import parse_rules, run_protocol
+    from specrank.evaluation.online import acceptance_summary, decoder_table, speed_ratios
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -118,8 +112,8 @@ def run(args) -> int:
 def _write(tables: dict, out_dir) -> None:
     """Each table as Parquet (atomic) and the figure as PNG under ``out_dir``."""
 
-    from specrank.decode.compare import acceptance_figure
     from specrank.atomic import write_parquet_atomic
+    from specrank.evaluation.figures import acceptance_figure
 
     out = Path(out_dir)
     for name, frame in tables.items():
@@ -134,7 +128,7 @@ def _track(args, uri, tables, config, target, drafter, compare) -> None:
     from dataclasses import asdict
 
     from specrank import tracking
-    from specrank.decode.compare import acceptance_figure
+    from specrank.evaluation.figures import acceptance_figure
 
     params = {"stage": "online", "rules": args.rules, "compare": ",".join(compare), "reranker": args.reranker or "",
               "target": target.name, "target_sha256": target.source_hash, "drafter": drafter.spec,

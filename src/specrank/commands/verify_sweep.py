@@ -43,9 +43,9 @@ def add_arguments(parser) -> None:
 
 def grid_cells(grid, decoders) -> tuple[list[dict], list[str]]:
     """(cells {decoder, rule, verifier}, skipped 'decoder rule' notes) for every grid combination."""
-    from specrank.decode.verify.parse import parse_verifier
-    from specrank.decode.verify.rules import RuleError
-    from specrank.decode.verify.tree import tree_form
+    from specrank.decode.verify.lossy.parse import parse_verifier
+    from specrank.decode.verify.lossy.rules import RuleError
+    from specrank.decode.verify.lossy.tree import tree_form
     from specrank.evaluation.sweep import expand_grid
 
     specs = [spec for entry in grid for spec in expand_grid(entry)]
@@ -70,9 +70,8 @@ def cell_dir(out: Path, cell: dict) -> Path:
 
 
 def cell_config(args, decoder: str):
-    from specrank.decode.chain import chain_config
-    from specrank.decode.loop import DecodeConfig
-    from specrank.decode.pool import PoolShape
+    from specrank.decode import DecodeConfig, PoolShape
+    from specrank.decode.runs.chain import chain_config
 
     if decoder == "chain":
         return chain_config(args.chain_length, args.temperature, args.max_new_tokens, args.seed)
@@ -86,11 +85,10 @@ def run(args) -> int:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from specrank.decode.drafters import load_drafter
-    from specrank.decode.lossy_run import lossy_decode_run, read_diagnostics
-    from specrank.decode.models import load_target, parse_device
+    from specrank.decode import load_drafter, load_target
+    from specrank.decode.loading.targets import parse_device
     from specrank.decode.prompts import default_prompts_path, read_prompts
-    from specrank.decode.run import build_manifest
+    from specrank.decode.runs import build_manifest, lossy_decode_run, read_diagnostics
     from specrank.evaluation.sweep import findings, sweep_report, sweep_table, tradeoff_figure
 
     if args.limit is not None and args.limit < 1:

@@ -47,8 +47,8 @@ def add_train_parser(actions) -> None:
 def run_train(args) -> int:
     import torch
 
-    from specrank.decode.drafters.eagle3 import default_hidden_layers
-    from specrank.decode.models import load_target
+    from specrank.decode.loading.eagle3 import default_hidden_layers
+    from specrank.decode.loading.targets import load_target
     from specrank.decode.prompts import default_prompts_path, read_prompts
     from specrank.drafter_training.data import GenerationSpec
     from specrank.drafter_training.fit import fit_drafter

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from specrank.atomic import write_json_atomic
-from specrank.decode.drafters.eagle3 import default_head_dir  # noqa: F401  (re-exported)
+from specrank.decode.loading.eagle3 import default_head_dir  # noqa: F401  (re-exported)
 from specrank.drafter_training.data import GenerationSpec, generate_corpus, load_corpus
 from specrank.drafter_training.head import head_config, new_head, save_head
 from specrank.drafter_training.objective import target_logits
@@ -35,14 +35,12 @@ def split_prompts(prompts, heldout_per_task: int, seed: int = 0) -> set[str]:
 
 def tokens_per_pass(target, drafter, prompts, max_new_tokens: int, budget: int = 59) -> float:
     """Mean tokens emitted per target pass (accepted + 1 per round) in a greedy decode of ``prompts``."""
-    from specrank.decode.loop import DecodeConfig, decode_prompt
-    from specrank.decode.prompts import encode_prompt
+    from specrank.decode import Decoder
 
-    config = DecodeConfig(budget=budget, max_new_tokens=max_new_tokens)
+    decoder = Decoder(target, drafter, "draft", budget=budget)
     accepted = []
     for p in prompts:
-        _, records = decode_prompt(target, drafter, encode_prompt(target.tokenizer, p.text), config, p.prompt_id, p.task)
-        accepted += [r["accepted"] for r in records]
+        accepted += decoder.generate(p.text, max_new_tokens=max_new_tokens, prompt_id=p.prompt_id).stats.accepted
     return float(np.mean(accepted)) + 1.0 if accepted else float("nan")
 
 
@@ -65,7 +63,7 @@ def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig
 
     ``prompts`` are split into training and held-out prompts per task; ``extra_prompts`` only add
     training data, continued under ``extra_spec`` (default ``spec``)."""
-    from specrank.decode.drafters.eagle3 import load_eagle3
+    from specrank.decode.loading.eagle3 import load_eagle3
 
     if draft_vocab < 1 or heldout_per_task < 0 or decode_prompts < 0:
         raise ValueError("draft_vocab >= 1, heldout_per_task >= 0 and decode_prompts >= 0 are required")

@@ -1,4 +1,4 @@
-"""A new EAGLE-3 head for a target (``specrank.decode.drafters.eagle3.Eagle3Head``) and its
+"""A new EAGLE-3 head for a target (``specrank.decode.loading.eagle3.Eagle3Head``) and its
 saving in the published checkpoint format that ``load_eagle3`` reads."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def rope_theta(cfg) -> float:
 def new_head(target, vocab, layers, seed: int = 0, train_lm_head: bool = False):
     """A float32 head: random fc and decoder layer (seeded), the target's frozen embedding, its
     final norm and its lm-head rows of the draft vocabulary (trainable iff ``train_lm_head``)."""
-    from specrank.decode.drafters.eagle3 import Eagle3Head, eagle3_config
+    from specrank.decode.loading.eagle3 import Eagle3Head, eagle3_config
 
     config = head_config(target, len(vocab.ids), layers)
     torch.manual_seed(seed)

@@ -2,7 +2,7 @@
 
 Step 0 reads the target's fused states; step ``j`` reads the head's own step ``j-1`` output at
 the same index, exactly as a depth-``j`` tree node reads its parent's output at inference
-(``specrank.decode.drafters.eagle3``). A step-``j`` query at index ``i`` sees the step-0 keys
+(``specrank.decode.loading.eagle3``). A step-``j`` query at index ``i`` sees the step-0 keys
 at indices ``<= i`` (the committed context and the root) and the step-``1..j`` keys at index
 ``i`` (its own ancestors in the tree), with position id ``i + j``.
 

@@ -1,16 +1,16 @@
-"""Figures of an offline evaluation (matplotlib, Agg): gain vs budget per rule, recovered share by task."""
+"""Figures of an offline evaluation: gain vs budget per rule, recovered share by task, online acceptance.
+
+Figures are built on ``matplotlib.figure.Figure`` without pyplot, so importing or rendering sets
+no backend: a notebook that imports ``specrank.evaluation`` keeps its own.
+"""
 
 from __future__ import annotations
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from specrank.evaluation.names import EXACT, ROW_RULES, label, ordered, rerankers  # noqa: E402
+from specrank.evaluation.names import EXACT, ROW_RULES, label, ordered, rerankers
 
 EAGLE3_TREE = 59  # EAGLE-3's default tree (dotted line)
 FIGURES = ("gain_vs_budget", "root_share_by_task")
@@ -23,6 +23,12 @@ COLORS = {
     "subst_cache": "tab:brown", "subst_same_token": "tab:pink", "subst_preceding": "tab:cyan",
 }
 SPARE = ("gold", "navy", "teal", "salmon", "lime", "indigo")
+
+
+def new_figure(ncols: int, figsize, **kwargs):
+    """(Figure, axes (1, ncols)) without pyplot: no backend is chosen or changed."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(1, ncols, squeeze=False, **kwargs)
 
 
 def _colors(rules) -> dict[str, str]:
@@ -66,7 +72,7 @@ def gain_vs_budget(summary: pd.DataFrame, meta: dict | None = None):
     panels = [(learned, "Exact rows, rerankers, controls")]
     if len(retained) > 1:
         panels.append((retained, "Rows at other addresses"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.4), sharey=True, squeeze=False)
+    fig, axes = new_figure(len(panels), (6.2 * len(panels), 4.4), sharey=True)
     for ax, (group, title) in zip(axes[0], panels):
         _gain_panel(ax, summary, group, colors, title)
     axes[0, 0].set_ylabel("gain over draft (accepted draft tokens / round)")
@@ -84,7 +90,7 @@ def root_share_by_task(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict |
     budgets = sorted(by_task["budget"].unique())
     groups = sorted(by_task["group"].unique()) + ["all"]
     panel_width = max(5.0, 0.3 * len(groups) * max(len(rules), 1) + 2.0)
-    fig, axes = plt.subplots(1, len(budgets), figsize=(panel_width * len(budgets), 4.2), sharey=True, squeeze=False)
+    fig, axes = new_figure(len(budgets), (panel_width * len(budgets), 4.2), sharey=True)
     width = 0.8 / max(len(rules), 1)
     x = np.arange(len(groups))
     for ax, b in zip(axes[0], budgets):
@@ -119,7 +125,7 @@ def _caption(meta: dict | None, text: str) -> str:
 
 
 def render_figures(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict | None = None) -> dict:
-    """Figure name -> matplotlib Figure (close them with ``plt.close``)."""
+    """Figure name -> matplotlib Figure."""
     return {
         "gain_vs_budget": gain_vs_budget(summary, meta),
         "root_share_by_task": root_share_by_task(summary, splits, meta),
@@ -127,6 +133,25 @@ def render_figures(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict | Non
 
 
 def close_figures(figures: dict) -> None:
-    """Release the memory of rendered figures."""
+    """Release the memory of rendered figures (pyplot never holds them: dropping them frees them)."""
     for fig in figures.values():
-        plt.close(fig)
+        fig.clear()
+
+
+def acceptance_figure(summary: pd.DataFrame):
+    """Bar chart: realized mean acceptance by decoder with intervals, own expected value as a marker."""
+    realized = summary[summary["statistic"] == "realized"].reset_index(drop=True)
+    fig, axes = new_figure(1, (1.2 * len(realized) + 2, 3.2))
+    ax = axes[0, 0]
+    x = np.arange(len(realized))
+    err = np.vstack([realized["mean"] - realized["low"], realized["high"] - realized["mean"]])
+    ax.bar(x, realized["mean"], yerr=err, capsize=4, color="tab:blue", label="realized")
+    expected = summary[summary["statistic"] == "expected"].set_index("decoder")["mean"]
+    ax.scatter(x, [expected.get(d, np.nan) for d in realized["decoder"]], color="black", marker="_", s=400,
+               zorder=3, label="expected (same rounds)")
+    ax.set_xticks(x, realized["decoder"])
+    ax.set_ylabel("accepted draft tokens / round")
+    ax.set_title("Realized acceptance by rule (95% prompt-bootstrap intervals)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -6,12 +6,10 @@ from __future__ import annotations
 import itertools
 
 import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from specrank.evaluation.figures import new_figure
 
 # Truncation-based rule -> its matched truncation-sampling baseline (seed 001 §5).
 MATCHED = {"speccascade": "minp", "typical": "eta"}
@@ -161,9 +159,10 @@ def sweep_report(table: pd.DataFrame, meta: dict) -> str:
 def tradeoff_figure(table: pd.DataFrame, meta: dict | None = None):
     """Block efficiency vs exact distortion, one curve per rule family and decoder (tree solid, chain dashed);
     left: TV from the target row, right: TV from the matched truncated target."""
-    fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.4))
+    fig, axes = new_figure(2, (11.5, 4.4))
+    axes = axes[0]
     families = list(dict.fromkeys(table["family"]))
-    colors = {f: plt.cm.tab10(i % 10) for i, f in enumerate(families)}
+    colors = {f: matplotlib.colormaps["tab10"](i % 10) for i, f in enumerate(families)}
     for ax, metric in zip(axes, ("tv", "tv_truncated"), strict=True):
         for (family, decoder), group in table.groupby(["family", "decoder"], sort=False):
             group = group.dropna(subset=[metric]).sort_values(metric)

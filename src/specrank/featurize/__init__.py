@@ -1,7 +1,7 @@
 """Features per first-level candidate (SPEC §5): draft, subtree, context, retained rows, token prior."""
 
 from specrank.featurize.edges import edge_frame
-from specrank.featurize.features import featurize_rounds, features_meta
+from specrank.featurize.features import FeatureArrays, featurize_rounds, features_meta, round_features
 from specrank.featurize.prior import TokenPrior
 from specrank.featurize.sets import BASE, DRAFT, FEATURE_SETS, ROWS, resolve_features
 from specrank.featurize.storage import edges_run, featurize_run, read_features, read_manifest, write_features
@@ -10,6 +10,7 @@ __all__ = [
     "BASE",
     "DRAFT",
     "FEATURE_SETS",
+    "FeatureArrays",
     "ROWS",
     "TokenPrior",
     "edge_frame",
@@ -20,5 +21,6 @@ __all__ = [
     "read_features",
     "read_manifest",
     "resolve_features",
+    "round_features",
     "write_features",
 ]

@@ -45,7 +45,7 @@ def _slice(rounds, start: int, stop: int):
     return rounds.iloc[start:stop]
 
 
-def _pool_features(a: dict, topk: int, kind: str, labels: bool) -> dict[str, np.ndarray]:
+def candidate_features(a: dict, topk: int, kind: str, labels: bool) -> dict[str, np.ndarray]:
     """Every per-candidate array of a chunk of rounds, each (n, topk)."""
     token1 = a["token"][:, :topk]  # (n, K)
     feats = {"token": token1.astype(np.int64)}
@@ -89,7 +89,7 @@ def featurize_rounds(rounds, manifest: dict, *, labels: bool = True, prompt_ids=
         if width is not None and a["parent"].shape[1] != width:
             raise schema.SchemaError(f"rounds: pools of {width} and {a['parent'].shape[1]} candidates (pool shapes mixed)")
         width = a["parent"].shape[1]
-        for k, v in _pool_features(a, topk, kind, labels).items():
+        for k, v in candidate_features(a, topk, kind, labels).items():
             out.setdefault(k, np.empty((n, topk), dtype=v.dtype))[start:stop] = v
 
     ids = np.unique(head["prompt_id"]) if prompt_ids is None else np.asarray(prompt_ids)
@@ -110,6 +110,38 @@ def featurize_rounds(rounds, manifest: dict, *, labels: bool = True, prompt_ids=
     df = pd.DataFrame(cols, copy=False)
     df.attrs[META_KEY] = feature_meta(kind, topk, manifest_value(manifest, "temperature"))
     return df
+
+
+class FeatureArrays(dict):
+    """One round's first-level features as numpy columns (name -> (topk,) array), read like a features
+    DataFrame (``[name]``, ``columns``, ``attrs``, ``len``) by every reranker, without pandas per round."""
+
+    def __init__(self, columns: dict, attrs: dict):
+        super().__init__(columns)
+        self.attrs = attrs
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.values()))) if dict.__len__(self) else 0
+
+
+def round_features(pool: dict, context: dict, rows: dict, *, task: str, topk: int, temperature: float) -> FeatureArrays:
+    """Features of one round's ``topk`` first-level candidates, computed by the offline featurizer's own
+    functions (so they equal ``featurize_rounds`` on the recorded round, bit for bit).
+
+    ``pool``: ``token, parent, depth, q_edge, draft_logp`` (M,); ``context``: ``root_token, prompt_len,
+    position, prev_accepted`` scalars; ``rows``: the retained-row columns of ``specrank.schema``.
+    """
+    kind = "argmax" if temperature == 0 else "probability"
+    a = {k: np.asarray(v)[None] for k, v in pool.items()}
+    a.update({k: np.asarray([v]) for k, v in context.items()})
+    a.update({k: np.asarray(v)[None] for k, v in rows.items()})
+    cols = {k: v.reshape(-1) for k, v in candidate_features(a, topk, kind, labels=False).items()}
+    cols["task"] = np.full(topk, task, dtype=object)
+    return FeatureArrays(cols, {META_KEY: feature_meta(kind, topk, temperature)})
 
 
 def feature_meta(kind: str, topk: int, temperature) -> dict:

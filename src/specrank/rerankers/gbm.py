@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 from threadpoolctl import threadpool_limits
 
 from specrank.featurize.prior import TokenPrior
@@ -17,17 +16,19 @@ MARGIN_CLIP = 1e-6  # q is clipped to [c, 1 - c] before its logit becomes the st
 
 def draft_margin(X) -> np.ndarray:
     """logit(q) (n,): the drafter's own probability as a starting log-odds."""
-    q = np.clip(X["q"].to_numpy(dtype=np.float64), MARGIN_CLIP, 1 - MARGIN_CLIP)
+    q = np.clip(np.asarray(X["q"], dtype=np.float64), MARGIN_CLIP, 1 - MARGIN_CLIP)
     return np.log(q) - np.log1p(-q)
 
 
-def category_codes(values: pd.Series, categories) -> np.ndarray:
-    """Index of each value in ``categories`` as float, NaN (missing) when unseen in training."""
-    values = values.astype("category")
-    known = pd.Index(categories).get_indexer(values.cat.categories.astype(str))  # (n_categories,)
-    codes = values.cat.codes.to_numpy()
-    out = np.where(codes >= 0, known[codes], -1).astype(np.float64)
-    return np.where(out >= 0, out, np.nan)
+def category_codes(values, categories) -> np.ndarray:
+    """Index of each value (a Series or an array) in the sorted ``categories`` as float, NaN (missing) when
+    unseen in training."""
+    cats = np.asarray(categories, dtype=str)
+    values = np.asarray(values).astype(str)
+    if not len(cats):
+        return np.full(len(values), np.nan)
+    pos = np.minimum(np.searchsorted(cats, values), len(cats) - 1)
+    return np.where(cats[pos] == values, pos, np.nan).astype(np.float64)
 
 
 class GBMReranker(Reranker):
@@ -70,7 +71,7 @@ class GBMReranker(Reranker):
             elif f in CATEGORICAL_FEATURES:
                 cols.append(category_codes(X[f], self.task_categories_))
             else:
-                cols.append(X[f].to_numpy(dtype=np.float64))
+                cols.append(np.asarray(X[f], dtype=np.float64))
         return np.column_stack(cols) if cols else np.empty((len(X), 0))
 
     def _fit(self, X, y):
@@ -87,7 +88,7 @@ class GBMReranker(Reranker):
         self.model_ = self._fit_backend(self._matrix(X, prior), y, margin)
 
     def _predict(self, X):
-        prior = self.prior_.transform(X["token"].to_numpy()) if PRIOR_FEATURE in self.features_ else None
+        prior = self.prior_.transform(np.asarray(X["token"])) if PRIOR_FEATURE in self.features_ else None
         m = self._matrix(X, prior)
         if self.backend == "lightgbm" and getattr(self, "boost_from_draft", False):
             raw = self.model_.predict(m, raw_score=True) + draft_margin(X)

@@ -35,7 +35,7 @@ class IsotonicFirstFactor(Reranker):
         self.iso_ = binned_isotonic(X["q"].to_numpy(), y, self.n_bins)
 
     def _predict(self, X):
-        return self.iso_.predict(X["q"].to_numpy(dtype=np.float64))
+        return self.iso_.predict(np.asarray(X["q"], dtype=np.float64))
 
 
 class PerDepthCalibration(Reranker):
@@ -72,4 +72,4 @@ class PerDepthCalibration(Reranker):
         """First-level features (column ``q``) -> the depth-1 map's calibrated probability."""
         self.check_meta(features)
         schema.require_columns(features.columns, ["q"], "features")
-        return np.clip(self._map(np.ones(len(features)), features["q"].to_numpy()), 0.0, 1.0)
+        return np.clip(self._map(np.ones(len(features)), np.asarray(features["q"])), 0.0, 1.0)

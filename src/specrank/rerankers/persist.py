@@ -1,4 +1,5 @@
-"""Saving and loading rerankers: one pickle file with a metadata header, written atomically.
+"""Saving and loading rerankers: one pickle file with a metadata header, written atomically, and the one
+loader of every reranker source (a fitted estimator, a saved file, an MLflow model directory or URI).
 
 Loading unpickles Python objects: only load files you trust (as with any scikit-learn model).
 """
@@ -6,6 +7,7 @@ Loading unpickles Python objects: only load files you trust (as with any scikit-
 from __future__ import annotations
 
 import pickle
+import re
 from pathlib import Path
 
 import specrank
@@ -45,7 +47,7 @@ def read_payload(path) -> dict:
     return payload
 
 
-def load_reranker(path):
+def load_reranker_file(path):
     """Load a reranker saved by ``save_reranker``; its ``meta_`` holds the recorded metadata."""
     payload = read_payload(path)
     est = payload["estimator"]
@@ -53,3 +55,26 @@ def load_reranker(path):
     if payload["meta"]["version"].split(".")[0] != specrank.__version__.split(".")[0]:
         raise ValueError(f"{path}: saved by specrank {payload['meta']['version']}, incompatible with {specrank.__version__}")
     return est
+
+
+URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:/")
+
+
+def load_reranker(source, *, tracking_uri: str | None = None):
+    """A fitted reranker from ``source``: the estimator itself, a file saved by ``save_reranker``, an MLflow
+    model directory, or an MLflow model URI (``models:/NAME/VERSION``, ``runs:/ID/NAME``) resolved against
+    ``tracking_uri`` (default: MLflow's current one). MLflow is imported only for MLflow sources."""
+    if not isinstance(source, (str, Path)):
+        return source
+    path = Path(str(source)).expanduser()
+    if path.is_file():
+        return load_reranker_file(path)
+    if path.is_dir() or not URI.match(str(source)):
+        if not (path / "MLmodel").is_file():
+            raise FileNotFoundError(f"no reranker at {source} (neither a saved reranker nor an MLflow model)")
+        from specrank.tracking.models import load_pyfunc_reranker
+
+        return load_pyfunc_reranker(str(path))
+    from specrank.tracking.models import load_pyfunc_reranker
+
+    return load_pyfunc_reranker(str(source), tracking_uri)

@@ -5,7 +5,7 @@ import os
 # MLflow's usage telemetry would reach for the network on import; this package works offline.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from specrank.tracking.models import RerankerModel, load_reranker, log_reranker  # noqa: E402
+from specrank.tracking.models import RerankerModel, log_reranker  # noqa: E402
 from specrank.tracking.trials import TrialLogger  # noqa: E402
 from specrank.tracking.runs import (  # noqa: E402
     directory_hash,
@@ -32,7 +32,6 @@ __all__ = [
     "experiment_run",
     "file_hash",
     "flatten_params",
-    "load_reranker",
     "log_figure",
     "log_frame",
     "log_metrics",

@@ -6,7 +6,6 @@ import logging
 import warnings
 from contextlib import contextmanager
 from importlib import metadata
-from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -95,28 +94,17 @@ def quiet_pyfunc_logging():
         logger.setLevel(level)
 
 
-def load_reranker(uri_or_path: str | Path, tracking_uri: str | None = None):
-    """The reranker object behind a model URI (``models:/...``, ``runs:/...``) or a local model directory.
-
-    A file saved by ``specrank.rerankers`` is loaded with its own loader. Remote URIs are
-    resolved against ``tracking_uri`` (default: the current MLflow URI), checked reachable first.
-    """
-    path = Path(str(uri_or_path)).expanduser()
-    if path.is_file():
-        from specrank.rerankers import load_reranker as load_saved
-
-        return load_saved(path)
-    if path.is_dir() and not (path / "MLmodel").is_file():
-        raise FileNotFoundError(f"{path} is neither a saved reranker nor an MLflow model directory")
-    if path.is_dir():
-        return _unwrap(mlflow.pyfunc.load_model(str(path)))
+def load_pyfunc_reranker(uri: str, tracking_uri: str | None = None):
+    """The reranker object behind an MLflow model URI or local model directory (see
+    ``specrank.rerankers.load_reranker``, the loader to call); remote URIs resolve against ``tracking_uri``
+    (default: the current MLflow URI), checked reachable first."""
     if tracking_uri is None:
-        return _unwrap(mlflow.pyfunc.load_model(str(uri_or_path)))
-    uri = check_reachable(resolve_tracking_uri(tracking_uri))
+        return _unwrap(mlflow.pyfunc.load_model(uri))
+    resolved = check_reachable(resolve_tracking_uri(tracking_uri))
     previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)
+    mlflow.set_tracking_uri(resolved)
     try:
-        return _unwrap(mlflow.pyfunc.load_model(str(uri_or_path)))
+        return _unwrap(mlflow.pyfunc.load_model(uri))
     finally:
         mlflow.set_tracking_uri(previous)
 

@@ -23,8 +23,10 @@ class VerifyTree:
 
 
 class Verifier(Protocol):
-    def verify(self, tree: VerifyTree, logits: torch.Tensor, generator: torch.Generator) -> tuple[np.ndarray, int]:
-        """Accepted pool indices (path order) and the continuation token."""
+    def verify(self, tree: VerifyTree, logits: torch.Tensor, generator: torch.Generator,
+               first: int | None = None) -> tuple[np.ndarray, int]:
+        """Accepted pool indices (path order) and the continuation token; ``first`` is the root draw when it
+        was already made (from the same row, by a strategy that selects after drawing)."""
         ...
 
 
@@ -38,16 +40,17 @@ class ExhaustiveVerifier:
         self.temperature = temperature
 
     def draw(self, row: torch.Tensor, generator: torch.Generator) -> int:
-        """One token from a (V,) logits row at this verifier's temperature."""
+        """One token from a (V,) logits row at this verifier's temperature (the generator lives on the host)."""
         if self.temperature == 0:
             return int(row.argmax())
         probs = torch.softmax(row.float() / self.temperature, dim=-1)
-        return int(torch.multinomial(probs, 1, generator=generator))
+        return int(torch.multinomial(probs.cpu(), 1, generator=generator))
 
-    def verify(self, tree: VerifyTree, logits: torch.Tensor, generator: torch.Generator) -> tuple[np.ndarray, int]:
+    def verify(self, tree: VerifyTree, logits: torch.Tensor, generator: torch.Generator,
+               first: int | None = None) -> tuple[np.ndarray, int]:
         path, row = [], 0
-        while True:  # at most tree depth + 1 draws
-            token = self.draw(logits[row], generator)
+        while True:  # at most tree depth + 1 draws, each from one row: the path's rows only
+            token = first if row == 0 and first is not None else self.draw(logits[row], generator)
             node = tree.child(row, token)
             if node < 0:
                 return tree.pool_index[path].astype(np.int64), token

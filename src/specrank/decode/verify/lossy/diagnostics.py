@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-from specrank.decode.verify.rules import RuleError
+from specrank.decode.verify.lossy.rules import RuleError
 
 
 def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

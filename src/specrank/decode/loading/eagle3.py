@@ -31,9 +31,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specrank.decode.drafters.standalone import TokenizerMismatchError
-from specrank.decode.models import ModelLoadError, additive_mask, crop_cache, sha256_files
-from specrank.decode.pool import Drafter, RootStep, causal_mask, draft_log_probs
+from specrank.decode.loading.standalone import TokenizerMismatchError
+from specrank.decode.loading.targets import ModelLoadError, additive_mask, crop_cache, sha256_files
+from specrank.decode.engine.pool import Drafter, RootStep, causal_mask, draft_log_probs
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 DEFAULT_HEAD = "smollm2-eagle3"

@@ -7,7 +7,7 @@ bonus row: the target, truncated for truncation rules). Root + accepted tokens a
 
 A chain is recorded as a pool of shape ``PoolShape(topk=1, depth=G, expand=1)`` (node j's parent is
 node j - 1), so its ``rounds`` rows keep the schema; the emission diagnostics of every position go to
-separate rows (``specrank.decode.verify.emission``).
+separate rows (``specrank.decode.verify.lossy.emission``).
 """
 
 from __future__ import annotations
@@ -15,23 +15,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from specrank.decode.loop import (
-    DecodeConfig,
-    PromptState,
-    Timer,
-    commit,
-    eos_token_ids,
-    final_output,
-    is_finished,
-    ranked_tree,
-    retain,
-    round_record,
-    start_prompt,
-)
-from specrank.decode.pool import DraftPool, PoolShape
-from specrank.decode.tree import attention_mask, scored_set
-from specrank.decode.verify.chain import verify_chain
-from specrank.decode.verify.emission import emission_diagnostics, target_probs
+from specrank.decode.config import DecodeConfig
+from specrank.decode.engine.pool import DraftPool, PoolShape
+from specrank.decode.engine.prompt import iter_rounds, run_rounds
+from specrank.decode.engine.round import PromptState, commit_round, ranked_tree, retain
+from specrank.decode.engine.timer import Timer
+from specrank.decode.runs.recorder import round_record
+from specrank.decode.engine.tree import attention_mask, scored_set
+from specrank.decode.verify.lossy.chain import verify_chain
+from specrank.decode.verify.lossy.emission import emission_diagnostics, target_probs
 
 
 def tempered_log_probs(logp: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -43,7 +35,7 @@ def tempered_log_probs(logp: torch.Tensor, temperature: float) -> torch.Tensor:
 
 def draft_chain(drafter, root_token: int, length: int, temperature: float, generator=None):
     """Sample ``length`` tokens below ``root_token``, each from the drafter's row at ``temperature`` (its argmax
-    at 0), through the hooks every :class:`~specrank.decode.pool.Drafter` implements: (tokens (G,) int64,
+    at 0), through the hooks every :class:`~specrank.decode.engine.pool.Drafter` implements: (tokens (G,) int64,
     rows (G, V) float32 over the target vocabulary). The drafter's cache is left at the committed context."""
     step = drafter._draft_root(int(root_token))
     try:
@@ -110,8 +102,8 @@ def chain_diagnostics(rule, p: torch.Tensor, q: torch.Tensor, accepted: int) -> 
             **emission_diagnostics(emission, rows, truncated, getattr(rule, "ell", None))}
 
 
-def chain_round(target, drafter, state: PromptState, config: DecodeConfig, rule, timer: Timer) -> tuple[dict, dict]:
-    """One round: draft a chain, score it, verify it with ``rule``, commit; (rounds record, diagnostics)."""
+def chain_round(target, drafter, state: PromptState, config: DecodeConfig, rule, timer: Timer):
+    """One round: draft a chain, score it, verify it with ``rule``, commit; (tokens, (rounds record, diagnostics))."""
     g = chain_length(config)
     with timer.span("draft"):
         tokens, q_rows = draft_chain(drafter, state.root, g, config.temperature, state.generator)  # (G,), (G, V)
@@ -129,21 +121,21 @@ def chain_round(target, drafter, state: PromptState, config: DecodeConfig, rule,
     count, token = verify_chain(rule, torch.from_numpy(pool.token)[None], rows[None], q[None], state.generator)
     accepted, continuation = order[: int(count)], int(token)
     logp = torch.log_softmax(logits / config.row_temperature, -1)  # (G + 1, V)
-    cached = state.caches.read(len(state.records), state.root, pool.token[:1], logp[0])
+    cached = state.caches.read(state.rounds, state.root, pool.token[:1], logp[0])
     emitted = int(len(accepted)) if len(accepted) < g and pool.token[len(accepted)] == continuation else -1
-    record = round_record(state, pool, logp, s, accepted, continuation, emitted, order, cached)
+    record = round_record(state, pool, lambda rows: logp[torch.from_numpy(rows)], s, accepted, continuation, emitted,
+                          order, cached)
+    record.update(prompt_id=state.prompt_id, task=state.task)
     diagnostics = chain_diagnostics(rule, p, q, len(accepted))
     diagnostics.update(token=np.append(pool.token[accepted], continuation),
                        accepted=np.arange(len(accepted) + 1) < len(accepted))
-    keep = np.arange(len(accepted) + 1)  # pass rows of the root + accepted chain
-    committed = np.concatenate([[state.root], pool.token[accepted]])
-    commit(target, drafter, state, torch.from_numpy(keep), torch.from_numpy(committed), hidden, timer)
-    retain(state, pool, ranked_tree(pool.draft_logp, pool.depth, everything), s, logp, int(keep[-1]), continuation,
-           emitted)
+    rows = np.arange(1, len(accepted) + 1)  # pass rows of the accepted chain
+    commit_round(target, drafter, state, pool.token[accepted], rows, -1, False, True, hidden, timer)
+    retain(state, pool, s, logits, accepted, continuation, emitted, ranked_tree(pool.draft_logp, pool.depth, everything))
     state.output += [int(x) for x in pool.token[accepted]] + [continuation]
     state.root = continuation
-    state.records.append(record)
-    return record, diagnostics
+    state.rounds += 1
+    return len(accepted) + 1, (record, diagnostics)
 
 
 def decode_chain_prompt(target, drafter, prompt_ids, config: DecodeConfig, rule, prompt_id: str = "0",
@@ -151,14 +143,7 @@ def decode_chain_prompt(target, drafter, prompt_ids, config: DecodeConfig, rule,
     """Decode one prompt with chains; (output ids, rounds records, per-round diagnostics)."""
     chain_length(config)
     timer = timer or Timer()
-    eos = eos_token_ids(target)
-    diagnostics = []
-    with timer.span("total"):
-        state = start_prompt(target, drafter, prompt_ids, config, prompt_id, timer)
-        while not is_finished(state, eos, config):
-            record, diag = chain_round(target, drafter, state, config, rule, timer)
-            record.update(prompt_id=prompt_id, task=task)
-            diagnostics.append(diag)
-            timer.rounds += 1
-            timer.tokens += record["accepted"] + 1
-    return final_output(state.output, eos, config.max_new_tokens), state.records, diagnostics
+    rounds = iter_rounds(target, drafter, prompt_ids, config, lambda state: chain_round(
+        target, drafter, state, config, rule, timer), prompt_id=prompt_id, task=task, timer=timer, with_rows=True)
+    output, pairs = run_rounds(rounds)
+    return output, [r for r, _ in pairs], [d for _, d in pairs]

@@ -19,9 +19,9 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from specrank.decode.verify.diagnostics import kl_divergence, total_variation
-from specrank.decode.verify.rules import Lossless, RuleError, TargetSampling, draw, normalize
-from specrank.decode.verify.truncation import AllowedSet, TruncatedLossless, TruncationAcceptance, truncate
+from specrank.decode.verify.lossy.diagnostics import kl_divergence, total_variation
+from specrank.decode.verify.lossy.rules import Lossless, RuleError, TargetSampling, draw, normalize
+from specrank.decode.verify.lossy.truncation import AllowedSet, TruncatedLossless, TruncationAcceptance, truncate
 
 
 class SequentialLossless:

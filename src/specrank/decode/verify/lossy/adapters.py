@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from specrank.decode.verify.emission import emission_diagnostics, target_probs
+from specrank.decode.verify.lossy.emission import emission_diagnostics, target_probs
 from specrank.decode.verify.exhaustive import VerifyTree
-from specrank.decode.verify.rules import RuleError
-from specrank.decode.verify.tree import sample_tree, tree_form, tree_law
+from specrank.decode.verify.lossy.rules import RuleError
+from specrank.decode.verify.lossy.tree import sample_tree, tree_form, tree_law
 
 
 def path_rows(parent: np.ndarray, end: int) -> np.ndarray:
@@ -42,8 +42,12 @@ class TreeRuleVerifier:
         self.rule, self.temperature = rule, temperature
         self.rounds: list[dict] = []
 
-    def verify(self, tree: VerifyTree, logits: torch.Tensor, generator: torch.Generator) -> tuple[np.ndarray, int]:
-        probs = target_probs(logits, self.temperature)  # (t + 1, V)
+    def verify(self, tree: VerifyTree, logits: torch.Tensor, generator: torch.Generator,
+               first: int | None = None) -> tuple[np.ndarray, int]:
+        probs = target_probs(logits.cpu(), self.temperature)  # (t + 1, V)
+        if first is not None:  # the root draw was made before selection: row 0 is its point mass
+            probs[0] = 0.0
+            probs[0, first] = 1.0
         if len(tree.token) == 0:
             end, token = 0, int(torch.multinomial(self.form.target(probs[:1])[0], 1, generator=generator))
         else:

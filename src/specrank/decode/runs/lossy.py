@@ -1,6 +1,6 @@
 """Runs with a verification rule (tree or chain decoder): ``rounds/`` as usual plus, per shard,
 ``diagnostics/shard-FIRST-LAST.parquet`` with one row per emitted token (exact emission diagnostics,
-``specrank.decode.verify.emission``). The diagnostics shard is written before the rounds shard, and
+``specrank.decode.verify.lossy.emission``). The diagnostics shard is written before the rounds shard, and
 a prompt counts as done once its rounds shard exists, so a rerun resumes exactly as ``decode`` does.
 """
 
@@ -11,14 +11,15 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from specrank.decode.chain import chain_length, decode_chain_prompt
-from specrank.decode.loop import DecodeConfig, Timer, decode_prompt
+from specrank.decode.config import DecodeConfig
+from specrank.decode.engine.timer import Timer
 from specrank.decode.prompts import encode_prompt
-from specrank.atomic import write_parquet_atomic
-from specrank.decode.record import read_shards, rounds_table
-from specrank.decode.run import done_prompts, open_run_dir, pending_shards
-from specrank.decode.verify.adapters import TreeRuleVerifier
-from specrank.decode.verify.emission import DIAGNOSTIC_COLUMNS, DIAGNOSTIC_KEYS, DIAGNOSTIC_VALUES
+from specrank.decode.runs.chain import chain_length, decode_chain_prompt
+from specrank.decode.runs.recorder import record_prompt
+from specrank.decode.runs.shards import open_run_dir, record_shards
+from specrank.decode.runs.tables import read_shards, rounds_table
+from specrank.decode.verify.lossy.adapters import TreeRuleVerifier
+from specrank.decode.verify.lossy.emission import DIAGNOSTIC_COLUMNS, DIAGNOSTIC_KEYS, DIAGNOSTIC_VALUES
 
 DECODERS = ("tree", "chain")
 
@@ -72,16 +73,13 @@ def decode_one(target, drafter, ids, config: DecodeConfig, rule, decoder: str, v
         _, records, rounds = decode_chain_prompt(target, drafter, ids, config, rule, prompt.prompt_id, prompt.task,
                                                  timer=timer)
         return records, rounds
-    _, records = decode_prompt(target, drafter, ids, config, prompt.prompt_id, prompt.task, verifier=verifier,
-                               timer=timer)
+    _, records = record_prompt(target, drafter, ids, config, prompt.prompt_id, prompt.task, verifier, timer)
     return records, verifier.take()
 
 
 def lossy_decode_run(target, drafter, prompts, out_dir, config: DecodeConfig, manifest: dict, rule,
                      decoder: str = "tree", shard_size: int = 4, progress: bool = True) -> Timer:
     """Decode ``prompts`` with ``rule`` under ``decoder`` into ``out_dir`` (resumable); return the timer."""
-    from tqdm import tqdm
-
     if decoder not in DECODERS:
         raise LossyRunError(f"unknown decoder {decoder!r} (one of {', '.join(DECODERS)})")
     if shard_size < 1:
@@ -91,23 +89,18 @@ def lossy_decode_run(target, drafter, prompts, out_dir, config: DecodeConfig, ma
     verifier = TreeRuleVerifier(rule, config.temperature) if decoder == "tree" else None  # refuses non-tree rules
     encoded = [encode_prompt(target.tokenizer, p.text) for p in prompts]  # fail before any output
     out = open_run_dir(out_dir, lossy_manifest(manifest, rule, decoder))
-    done = done_prompts(out)
     timer = Timer()
-    bar = tqdm(total=len(prompts), initial=len(done & set(range(len(prompts)))), unit="prompt",
-               disable=not progress, dynamic_ncols=True)
-    for shard in pending_shards(len(prompts), done, shard_size):
-        records, diagnostics = [], []
-        for i in shard:
-            start = time.perf_counter()
-            recs, rounds = decode_one(target, drafter, encoded[i], config, rule, decoder, verifier, prompts[i], timer)
-            seconds = time.perf_counter() - start
-            records += recs
-            diagnostics.append(prompt_diagnostics(rounds, recs, prompts[i].prompt_id, prompts[i].task, seconds))
-            bar.update(1)
-        name = f"shard-{shard[0]:05d}-{shard[-1]:05d}.parquet"
-        write_parquet_atomic(diagnostics_table(diagnostics), out / "diagnostics" / name)
-        write_parquet_atomic(rounds_table(records, config.shape.size, config.shape.topk), out / "rounds" / name)
-    bar.close()
+
+    def decode_shard_prompt(i):
+        start = time.perf_counter()
+        recs, rounds = decode_one(target, drafter, encoded[i], config, rule, decoder, verifier, prompts[i], timer)
+        seconds = time.perf_counter() - start
+        return {"rounds": recs,
+                "diagnostics": prompt_diagnostics(rounds, recs, prompts[i].prompt_id, prompts[i].task, seconds)}
+
+    tables = {"diagnostics": diagnostics_table,
+              "rounds": lambda parts: rounds_table([r for p in parts for r in p], config.shape.size, config.shape.topk)}
+    record_shards(out, len(prompts), shard_size, decode_shard_prompt, tables, progress=progress)
     return timer
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from specrank.decode.verify.rules import RuleError, VerificationRule, check_rows, draw
+from specrank.decode.verify.lossy.rules import RuleError, VerificationRule, check_rows, draw
 
 
 def verify_chain(

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import importlib
 
-from specrank.decode.verify.collaborative import Diversed, FuzzySD, Interpolation, JudgeRelaxation, Lenience
-from specrank.decode.verify.rules import Lossless, RuleError, TargetSampling, VerificationRule
-from specrank.decode.verify.truncation import Eta, MinP, TruncatedLossless, TruncationAcceptance
+from specrank.decode.verify.lossy.collaborative import Diversed, FuzzySD, Interpolation, JudgeRelaxation, Lenience
+from specrank.decode.verify.lossy.rules import Lossless, RuleError, TargetSampling, VerificationRule
+from specrank.decode.verify.lossy.truncation import Eta, MinP, TruncatedLossless, TruncationAcceptance
 
 
 def load_callable(path: str):

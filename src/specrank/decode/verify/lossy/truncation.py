@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from specrank.decode.verify.rules import RuleError, VerificationRule, normalize, positive_residual, ratio_cap
+from specrank.decode.verify.lossy.rules import RuleError, VerificationRule, normalize, positive_residual, ratio_cap
 
 
 def entropy(p: torch.Tensor) -> torch.Tensor:

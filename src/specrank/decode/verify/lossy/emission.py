@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from specrank.decode.verify.diagnostics import kl_divergence, total_variation
+from specrank.decode.verify.lossy.diagnostics import kl_divergence, total_variation
 
 # Columns of ``diagnostics/*.parquet``: one row per emitted token (position of a round).
 DIAGNOSTIC_KEYS = {"prompt_id": "string", "task": "string", "round": "int32", "position": "int32", "step": "int16"}

@@ -11,8 +11,8 @@ import functools
 
 import torch
 
-from specrank.decode.models import ModelLoadError, additive_mask, crop_cache, load_causal_lm, sha256_files, weight_files
-from specrank.decode.pool import Drafter, RootStep, causal_mask, draft_log_probs
+from specrank.decode.loading.targets import ModelLoadError, additive_mask, crop_cache, load_causal_lm, sha256_files, weight_files
+from specrank.decode.engine.pool import Drafter, RootStep, causal_mask, draft_log_probs
 
 
 class TokenizerMismatchError(ModelLoadError):

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from specrank.atomic import atomic_write
-from specrank.decode.drafters.standalone import CausalLMDrafter
-from specrank.decode.models import ModelLoadError, sha256_files
+from specrank.decode.loading.standalone import CausalLMDrafter
+from specrank.decode.loading.targets import ModelLoadError, sha256_files
 
 
 class ExitHeadError(ModelLoadError):

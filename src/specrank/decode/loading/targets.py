@@ -184,14 +184,15 @@ class Target:
         return DynamicCache(config=self.model.config)
 
     @torch.inference_mode()
-    def forward(self, input_ids, position_ids, mask, cache, hidden_layers=None):
+    def forward(self, input_ids, position_ids, mask, cache, hidden_layers=None, all_logits: bool = True):
         """Score ``n`` new tokens after the cached ones; append their KV to ``cache``.
 
         input_ids, position_ids: (n,); mask: (n, past + n) additive (0 attend, -inf not).
         Returns logits (n, V) float32 and, when ``hidden_layers`` is given, the
         concatenated hidden states (n, len(hidden_layers) * H) in float32; layer ``i``
         means the input of decoder layer ``i`` (Hugging Face ``hidden_states[i]``;
-        ``i = num_layers`` is the final, normed state).
+        ``i = num_layers`` is the final, normed state). With ``all_logits=False`` (a prefill whose rows nobody
+        reads) the lm head runs on the last position only and the logits returned are None.
         """
         n, past = input_ids.shape[0], cache.get_seq_length()
         if position_ids.shape != (n,) or mask.shape != (n, past + n):
@@ -210,8 +211,9 @@ class Target:
             cache=cache,
             use_cache=True,
             output_hidden_states=bool(layers),
+            logits_to_keep=0 if all_logits else 1,
         )
-        logits = out.logits[0].float()  # (n, V)
+        logits = out.logits[0].float() if all_logits else None  # (n, V)
         hidden = torch.cat([out.hidden_states[i][0] for i in layers], -1).float() if layers else None
         return logits, hidden
 
@@ -235,15 +237,24 @@ def crop_cache(cache, length: int) -> None:
             layer.keys, layer.values = layer.keys[..., :length, :], layer.values[..., :length, :]
 
 
+@torch.inference_mode()
 def gather_cache(cache, past_len: int, keep) -> None:
-    """Keep positions ``[0, past_len)`` and ``past_len + keep`` of every layer of ``cache``, in place."""
+    """Keep positions ``[0, past_len)`` and ``past_len + keep`` of every layer of ``cache``, in place.
+
+    Only the new positions move (the kept ones to ``past_len, past_len + 1, ...``): the committed context
+    is never copied, so a commit costs what the round added, not what the context holds.
+    """
+    keep = torch.as_tensor(keep, dtype=torch.long).cpu()  # checked on the host: no device sync
+    k, index = len(keep), None
     for layer in cache.layers:
         if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
             continue
-        keep_idx = torch.as_tensor(keep, dtype=torch.long, device=layer.keys.device)
-        n_new = layer.keys.shape[-2] - past_len
-        if n_new < 0 or (keep_idx.numel() and not (0 <= int(keep_idx.min()) and int(keep_idx.max()) < n_new)):
-            raise ValueError(f"commit: keep indices must lie in [0, {n_new}) after past_len {past_len}")
-        index = torch.cat([torch.arange(past_len, device=keep_idx.device), past_len + keep_idx])
-        layer.keys = layer.keys.index_select(-2, index)
-        layer.values = layer.values.index_select(-2, index)
+        if index is None or index.device != layer.keys.device:
+            n_new = layer.keys.shape[-2] - past_len
+            if n_new < 0 or (k and not (0 <= int(keep.min()) and int(keep.max()) < n_new)):
+                raise ValueError(f"commit: keep indices must lie in [0, {n_new}) after past_len {past_len}")
+            index = (past_len + keep).to(layer.keys.device)
+        for name in ("keys", "values"):
+            full = getattr(layer, name)
+            full[..., past_len : past_len + k, :] = full.index_select(-2, index)
+            setattr(layer, name, full[..., : past_len + k, :])

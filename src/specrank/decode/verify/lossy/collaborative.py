@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import torch
 
-from specrank.decode.verify.diagnostics import divergence, total_variation
-from specrank.decode.verify.rules import RuleError, VerificationRule, positive_residual, ratio_cap
+from specrank.decode.verify.lossy.diagnostics import divergence, total_variation
+from specrank.decode.verify.lossy.rules import RuleError, VerificationRule, positive_residual, ratio_cap
 
 Coefficient = Callable[[torch.Tensor, torch.Tensor], "torch.Tensor | float"]
 Judge = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]

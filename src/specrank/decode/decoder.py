@@ -1,0 +1,168 @@
+"""The public decoder: a target, a drafter and a selection strategy, generating text losslessly.
+
+    from specrank.decode import load_target, load_drafter, Decoder
+    target = load_target("smollm2"); drafter = load_drafter("early-exit:8", target)
+    dec = Decoder(target, drafter, strategy="reranked", reranker="runs/greedy/rerankers/models/rows-fold0", budget=8)
+    out = dec.generate("Write a haiku about rain.", max_new_tokens=64, temperature=0)
+    out.text, out.tokens, out.stats
+
+Every strategy verifies by exhaustive target sampling, so the output law is the target's own:
+greedy output equals the target's greedy decoding, sampled output is distributed as the target's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from specrank.decode.config import DecodeConfig
+from specrank.decode.engine.pool import PoolShape
+from specrank.decode.engine.prompt import decode_prompt, iter_rounds
+from specrank.decode.engine.round import decode_round
+from specrank.decode.engine.timer import Timer
+from specrank.decode.strategies import SelectionStrategy, StrategyError, make_strategy
+
+
+@dataclass
+class GenerationStats:
+    """How one generation went: rounds, accepted draft tokens per round, target passes and the time split."""
+
+    rounds: int
+    accepted: list[int]  # accepted draft tokens, round by round
+    passes: int  # target passes after the prefill (root passes included)
+    tokens: int  # tokens emitted
+    seconds: float
+    time_split: dict[str, float] = field(default_factory=dict)  # prefill, draft, root, target, rerank, bookkeeping
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.tokens / self.passes if self.passes else float("nan")
+
+    @property
+    def mean_accepted(self) -> float:
+        return sum(self.accepted) / len(self.accepted) if self.accepted else float("nan")
+
+
+@dataclass
+class GenerationOutput:
+    """The generated token ids (EOS included when emitted), their text and the generation's statistics."""
+
+    tokens: list[int]
+    text: str
+    stats: GenerationStats
+    prompt_tokens: list[int]
+
+
+class AcceptedCounter:
+    """The lightest round observer: accepted draft tokens per round; nothing extra scored or recorded."""
+
+    wants_rows = False
+
+    def __init__(self):
+        self.accepted: list[int] = []
+
+    def scored_nodes(self, *_):
+        return np.zeros(0, np.int64), False
+
+    def observe(self, view) -> None:
+        self.accepted.append(len(view.accepted))
+
+
+class Decoder:
+    """Tree speculative decoding of ``target`` with ``drafter``, selecting each round's tree by ``strategy``.
+
+    ``strategy``: a name (``draft``, ``root``, ``root-draw``, ``pearl``, ``reranked``, ``covering``) or a
+    ``SelectionStrategy``; ``reranked`` takes ``reranker``: a fitted estimator, a saved reranker's path, or
+    an MLflow model URI resolved against ``tracking_uri``. ``budget`` is the verified tree size B (root
+    excluded), ``shape`` the pool's growth. ``temperature`` is the default of ``generate`` (0 = greedy);
+    the reranker is checked against it here, before any model pass.
+    """
+
+    def __init__(self, target, drafter, strategy="draft", *, reranker=None, tracking_uri: str | None = None,
+                 budget: int = 59, shape: PoolShape = PoolShape(), temperature: float = 0.0, verifier=None):
+        self.target, self.drafter, self.verifier = target, drafter, verifier
+        self.strategy = resolve_strategy(strategy, reranker, tracking_uri)
+        self.config = DecodeConfig(shape, budget, extra=0, temperature=temperature)
+        self.strategy.check(self.config)
+
+    def _config(self, max_new_tokens: int, temperature: float | None, seed: int) -> DecodeConfig:
+        t = self.config.temperature if temperature is None else temperature
+        config = replace(self.config, temperature=t, max_new_tokens=max_new_tokens, seed=seed)
+        if t != self.config.temperature:
+            self.strategy.check(config)
+        return config
+
+    def _encode(self, prompt) -> list[int]:
+        from specrank.decode.prompts import PromptError, encode_prompt
+
+        if isinstance(prompt, str):
+            return encode_prompt(self.target.tokenizer, prompt)
+        ids = [int(t) for t in prompt]
+        if len(ids) < 2:
+            raise PromptError(f"a prompt of token ids needs at least 2 ids, got {len(ids)}")
+        return ids
+
+    def generate(self, prompt, *, max_new_tokens: int = 256, temperature: float | None = None, seed: int = 0,
+                 prompt_id: str | None = None):
+        """Generate from ``prompt``: a string (one user turn under the chat template), a list of token ids, or
+        a list of either (then a list of outputs, prompt ``i`` seeded as prompt id ``str(i)``)."""
+        if is_batch(prompt):
+            return [self.generate(p, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+                                  prompt_id=str(i)) for i, p in enumerate(prompt)]
+        config = self._config(max_new_tokens, temperature, seed)
+        ids = self._encode(prompt)
+        timer, counter = Timer(), AcceptedCounter()
+        tokens, _ = decode_prompt(self.target, self.drafter, ids, config, self.strategy, verifier=self.verifier,
+                                  observer=counter, prompt_id=prompt_id or "0", timer=timer)
+        stats = GenerationStats(timer.rounds, counter.accepted, timer.passes, len(tokens), timer.decoding,
+                                timer.split())
+        return GenerationOutput(tokens, self.decode_text(tokens), stats, ids)
+
+    def rounds(self, prompt, *, max_new_tokens: int = 256, temperature: float | None = None, seed: int = 0,
+               prompt_id: str = "0"):
+        """Yield each round's record (pool, target probabilities where scored, acceptance) as it is decoded."""
+        from specrank.decode.runs.measure import Measure
+        from specrank.decode.verify import ExhaustiveVerifier
+
+        config = self._config(max_new_tokens, temperature, seed)
+        ids = self._encode(prompt)
+        verifier = self.verifier or ExhaustiveVerifier(config.temperature)
+        timer, measure = Timer(), Measure()
+
+        def round_fn(state):
+            return decode_round(self.target, self.drafter, state, config, verifier, self.strategy, timer, measure)
+
+        yield from iter_rounds(self.target, self.drafter, ids, config, round_fn, prompt_id=prompt_id, timer=timer,
+                               with_rows=self.strategy.needs_rows)
+
+    def decode_text(self, tokens) -> str:
+        """The text of generated token ids (special tokens left out)."""
+        tokenizer = self.target.tokenizer
+        return tokenizer.decode(tokens, skip_special_tokens=True) if tokenizer is not None else ""
+
+
+def is_batch(prompt) -> bool:
+    """A list of prompts (strings or token-id lists), as opposed to one prompt."""
+    return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and isinstance(prompt[0], (str, list, tuple))
+
+
+def resolve_strategy(strategy, reranker, tracking_uri) -> SelectionStrategy:
+    """A strategy object from a name or an object; ``reranked`` loads its reranker from any source."""
+    if isinstance(strategy, SelectionStrategy):
+        if reranker is not None:
+            raise StrategyError("reranker= goes with strategy='reranked'; a strategy object carries its own")
+        return strategy
+    if not isinstance(strategy, str):
+        raise StrategyError(f"strategy must be a name or a SelectionStrategy, got {type(strategy).__name__}")
+    if strategy != "reranked" or reranker is None:
+        return make_strategy(strategy, reranker)
+    from specrank.rerankers import load_reranker
+
+    source = str(reranker) if isinstance(reranker, (str, Path)) else type(reranker).__name__
+    return make_strategy("reranked", load_reranker(reranker, tracking_uri=tracking_uri), source)

@@ -1,0 +1,109 @@
+"""A run directory and its one resumable shard writer: ``manifest.json`` and ``FOLDER/shard-FIRST-LAST.parquet``.
+
+Shards hold consecutive prompts (by index in the prompt file) and are written atomically, so a
+rerun of the same command skips every prompt already in a ``rounds`` shard file and leaves those
+files untouched. A shard's other folders (``diagnostics/``) are written before its rounds file,
+which marks the shard done. A rerun whose manifest differs is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Callable
+
+from specrank.atomic import write_json_atomic, write_parquet_atomic
+
+SHARD = re.compile(r"shard-(\d+)-(\d+)\.parquet")
+DONE_FOLDER = "rounds"  # a shard counts as done once its rounds file exists
+
+# Recorded for the reader but not part of a run's identity: the prompts are identified by their
+# hash, so the same file in another checkout (a fresh clone sharing the cache) resumes the run.
+LOCATIONS = ("prompts",)
+
+
+class RunDirError(ValueError):
+    """The run directory holds a different run."""
+
+
+def open_run_dir(out_dir, manifest: dict) -> Path:
+    """Create the run directory, or check that an existing one holds the same run."""
+    out = Path(out_dir)
+    path = out / "manifest.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        keys = (set(old) | set(manifest)) - set(LOCATIONS)
+        differ = sorted(k for k in keys if old.get(k) != manifest.get(k))
+        if differ:
+            raise RunDirError(f"{out} holds a different run (differs in: {', '.join(differ)}); use a new --out")
+    else:
+        (out / DONE_FOLDER).mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, manifest)
+    (out / DONE_FOLDER).mkdir(exist_ok=True)
+    for stale in out.glob("*/.*.tmp"):  # left by a killed write; never a finished shard
+        stale.unlink()
+    return out
+
+
+def shard_name(shard: list[int]) -> str:
+    """``shard-FIRST-LAST.parquet`` of consecutive prompt indices."""
+    return f"shard-{shard[0]:05d}-{shard[-1]:05d}.parquet"
+
+
+def done_prompts(out_dir) -> set:
+    """Prompt indices already recorded in finished shard files."""
+    done = set()
+    for f in Path(out_dir, DONE_FOLDER).glob("shard-*.parquet"):
+        m = SHARD.fullmatch(f.name)
+        if m:
+            done.update(range(int(m[1]), int(m[2]) + 1))
+    return done
+
+
+def pending_shards(n_prompts: int, done: set, shard_size: int) -> list[list[int]]:
+    """Consecutive runs of unfinished prompt indices, cut into shards of at most ``shard_size``."""
+    shards, current = [], []
+    for i in range(n_prompts):
+        if i in done or len(current) == shard_size or (current and current[-1] != i - 1):
+            if current:
+                shards.append(current)
+            current = []
+        if i not in done:
+            current.append(i)
+    return shards + ([current] if current else [])
+
+
+def write_shard(out: Path, shard: list[int], tables: dict) -> None:
+    """Write one shard's table per folder atomically, the rounds file (the done marker) last."""
+    name = shard_name(shard)
+    for folder in sorted(tables, key=lambda f: f == DONE_FOLDER):
+        write_parquet_atomic(tables[folder], out / folder / name)
+
+
+def record_shards(out: Path, n_prompts: int, shard_size: int, decode_one: Callable[[int], dict], tables: dict,
+                  progress: bool = True, postfix: Callable[[], dict] | None = None) -> None:
+    """Decode every unfinished prompt, shard by shard, and write each shard once its prompts are decoded.
+
+    ``decode_one(i) -> {folder: part}`` decodes prompt ``i``; ``tables[folder](parts) -> Arrow table``
+    assembles a shard's parts of that folder.
+    """
+    from tqdm import tqdm
+
+    if shard_size < 1:
+        raise ValueError(f"shard size must be >= 1, got {shard_size}")
+    done = done_prompts(out)
+    bar = tqdm(total=n_prompts, initial=len(done & set(range(n_prompts))), unit="prompt", disable=not progress,
+               dynamic_ncols=True)
+    try:
+        for shard in pending_shards(n_prompts, done, shard_size):
+            parts = {folder: [] for folder in tables}
+            for i in shard:
+                for folder, part in decode_one(i).items():
+                    parts[folder].append(part)
+                bar.update(1)
+                if postfix is not None:
+                    bar.set_postfix(postfix())
+            write_shard(out, shard, {folder: build(parts[folder]) for folder, build in tables.items()})
+    finally:
+        bar.close()

@@ -1,0 +1,63 @@
+"""Reranked selection: r(x1) prod_{i>=2} q_i, with r a reranker's prediction from features known before
+verification (seed 000 App. D.8)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specrank.decode.strategies.base import SelectionStrategy, StrategyError, round_batch, top_tree
+from specrank.selection import rule_score
+
+PREDICTOR = ("features_", "label_kind_", "topk_", "predict_first_factor")
+
+
+class RerankedSelection(SelectionStrategy):
+    """Top-B under the first draft factor replaced by ``reranker.predict_first_factor(features)``."""
+
+    name = "reranked"
+    reranks = True
+
+    def __init__(self, reranker, source: str = ""):
+        check_predictor(reranker, source)
+        self.reranker, self.source = reranker, source
+        from specrank.featurize.rows import ROW_FEATURES
+
+        self.needs_rows = any(f in ROW_FEATURES for f in reranker.features_)
+
+    def check(self, config) -> None:
+        check_reranker(self.reranker, config, self.source)
+
+    def first_factor(self, pool, ctx) -> np.ndarray:
+        """(topk,) predicted first factors of this round's first-level candidates."""
+        return np.asarray(self.reranker.predict_first_factor(ctx.features()), dtype=np.float64)
+
+    def select(self, pool, ctx):
+        factor = self.first_factor(pool, ctx)[None]
+        score = rule_score(round_batch(pool, None, 1.0), "reranked", ctx.law, first_factor=factor)[0]
+        return top_tree(score, pool.depth, ctx.budget), score
+
+
+def check_predictor(reranker, source: str = "") -> None:
+    """One-line StrategyError unless ``reranker`` is a fitted specrank reranker."""
+    missing = [a for a in PREDICTOR if not hasattr(reranker, a)]
+    if missing:
+        where = f"reranker {source}".strip()
+        raise StrategyError(f"{where}: not a fitted specrank reranker (no {missing[0]})")
+
+
+def check_reranker(reranker, config, source: str = "") -> None:
+    """One-line StrategyError unless the reranker fits this run's label kind, pool topk and features."""
+    from specrank.featurize.sets import resolve_features
+
+    check_predictor(reranker, source)
+    where = f"reranker {source}".strip()
+    if reranker.label_kind_ != config.label_kind:
+        raise StrategyError(f"{where}: trained on {reranker.label_kind_} labels, this run needs {config.label_kind}"
+                            f" (temperature {config.temperature})")
+    if int(reranker.topk_) != config.shape.topk:
+        raise StrategyError(f"{where}: trained for pools with topk={reranker.topk_}, this run has topk="
+                            f"{config.shape.topk}")
+    try:
+        resolve_features(list(reranker.features_))
+    except ValueError as exc:
+        raise StrategyError(f"{where}: feature schema mismatch: {exc}") from None

@@ -1,0 +1,89 @@
+"""Statistics of online decoding runs: realized vs expected acceptance, the time split, speed ratios and
+realized gains, with paired prompt-bootstrap intervals (torch-free: the tables ``specrank online`` writes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from specrank.selection import PromptBootstrap
+
+
+class OnlineStatsError(ValueError):
+    """Online tables that cannot give the asked statistic (a base decoder that did not run)."""
+
+
+def acceptance_summary(rounds: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Per decoder: mean ``realized``, ``expected`` (its own tree's value given the round's draw) and each
+    ``expected_<rule>`` with prompt-bootstrap intervals, and realized minus expected on the same rounds.
+
+    ``rounds``: one row per round with ``decoder``, ``prompt_id``, ``realized`` and ``expected*`` columns.
+    """
+    rows = []
+    for decoder, part in rounds.groupby("decoder", sort=False):
+        boot = PromptBootstrap(part["prompt_id"].to_numpy(), n_boot, seed)
+        cols = {c: part[c].to_numpy(float) for c in part.columns if c == "realized" or c.startswith("expected")}
+        usable = {k: v for k, v in cols.items() if not np.isnan(v).any()}
+        tot = boot.totals(usable)
+        stats = {col: tot.mean(col) for col in usable}
+        if "expected" in usable:
+            stats["realized_minus_expected"] = tot.gain("realized", "expected")
+        for name, iv in stats.items():
+            rows.append({"decoder": decoder, "statistic": name, "mean": iv.point, "low": iv.low, "high": iv.high,
+                         "rounds": len(part), "prompts": len(boot.prompts)})
+    return pd.DataFrame(rows)
+
+
+def decoder_table(decodes: pd.DataFrame) -> pd.DataFrame:
+    """Per decoder: tokens, target passes, tokens per pass, tokens/s and the summed wall-time split."""
+    seconds = [c for c in decodes.columns if c.endswith("_s")]
+    t = decodes.groupby("decoder", sort=False)[["tokens", "rounds", "passes", "seconds"] + seconds].sum()
+    t["tokens_per_pass"] = t["tokens"] / t["passes"]
+    t["tokens_per_s"] = t["tokens"] / t["seconds"]
+    for c in seconds:
+        t[c.replace("_s", "_share")] = t[c] / t["seconds"]
+    return t.reset_index()
+
+
+def speed_ratios(decodes: pd.DataFrame, base: str, n_boot: int = 2000, seed: int = 0,
+                 level: float = 0.95) -> pd.DataFrame:
+    """Speed of each decoder over ``base`` (summed tokens / summed seconds), paired prompt bootstrap.
+
+    ``decodes``: one row per (prompt, decoder) with ``prompt_id``, ``decoder``, ``tokens``, ``seconds``.
+    """
+    tokens = decodes.pivot(index="prompt_id", columns="decoder", values="tokens")
+    seconds = decodes.pivot(index="prompt_id", columns="decoder", values="seconds")
+    if base not in tokens.columns:
+        raise OnlineStatsError(f"speed base {base!r} was not run")
+    if tokens.isna().any().any():
+        raise OnlineStatsError("speed ratios need every decoder on every prompt")
+    w = PromptBootstrap(tokens.index.to_numpy(), n_boot, seed, level).weights  # (R, P), prompts sorted
+    tail = 100 * (1 - level) / 2
+    speed = lambda wt, d: (wt @ tokens[d].to_numpy(float)) / (wt @ seconds[d].to_numpy(float))  # noqa: E731
+    ones = np.ones(len(tokens))
+    rows = []
+    for d in tokens.columns:
+        ratio = speed(w, d) / speed(w, base)
+        low, high = np.percentile(ratio, [tail, 100 - tail])
+        rows.append({"decoder": d, "base": base, "tokens_per_s": float(speed(ones, d)),
+                     "ratio": float(speed(ones, d) / speed(ones, base)), "low": float(low), "high": float(high)})
+    return pd.DataFrame(rows)
+
+
+def realized_gain(rounds: pd.DataFrame, decoder: str, base: str, n_boot: int = 2000, seed: int = 0):
+    """Mean realized acceptance of ``decoder`` minus ``base`` at their own contexts; prompts resampled
+    jointly for both (App. D.3). Returns an ``Interval``."""
+    from specrank.selection.stats import _interval
+
+    parts = {d: rounds[rounds["decoder"] == d] for d in (decoder, base)}
+    if any(p.empty for p in parts.values()):
+        raise OnlineStatsError(f"realized gain needs rounds of both {decoder!r} and {base!r}")
+    boot = PromptBootstrap(rounds["prompt_id"].to_numpy(), n_boot, seed)
+    means = []
+    for part in parts.values():
+        idx = np.searchsorted(boot.prompts, part["prompt_id"].to_numpy())
+        sums = np.bincount(idx, weights=part["realized"].to_numpy(float), minlength=len(boot.prompts))
+        counts = np.bincount(idx, minlength=len(boot.prompts)).astype(float)
+        means.append(((sums.sum() / counts.sum()), (boot.weights @ sums) / (boot.weights @ counts)))
+    point = means[0][0] - means[1][0]
+    return _interval(point, means[0][1] - means[1][1], boot.level)

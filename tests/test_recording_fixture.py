@@ -1,0 +1,35 @@
+"""Recording is unchanged by the decoding refactors: the rounds of 2 bundled prompts (SmolLM2-135M,
+early-exit:8, the default 710-candidate pool, B = 59, M = 160, seed 3), greedy and at T = 1, equal bit for
+bit the rounds recorded before them (``tests/fixtures/recorded/*.parquet``), written by
+
+    specrank decode --drafter early-exit:8 --limit 2 --max-new-tokens 10 --temperature T --seed 3 \\
+        --shard-size 2 --threads 2 --out OUT        # at commit d6e12a4, before decode/ was reorganised
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from specrank.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures" / "recorded"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature,name", [(0, "greedy"), (1, "t1")])
+def test_recording_equals_the_rounds_recorded_before_the_refactor(tmp_path, temperature, name):
+    out = tmp_path / name
+    argv = ["decode", "--drafter", "early-exit:8", "--limit", "2", "--max-new-tokens", "10", "--temperature",
+            str(temperature), "--seed", "3", "--shard-size", "2", "--threads", "2", "--no-progress", "--out", str(out)]
+    assert main(argv) == 0
+    got = pq.read_table(out / "rounds" / "shard-00000-00001.parquet")
+    want = pq.read_table(FIXTURES / f"{name}.parquet")
+    assert got.schema == want.schema
+    assert got.num_rows == want.num_rows > 0
+    for column in want.column_names:
+        a, b = got.column(column).to_pylist(), want.column(column).to_pylist()
+        if a != b:  # NaN != NaN in lists: compare as arrays, NaN positions included
+            np.testing.assert_array_equal(np.asarray(a, dtype=object).astype(float), np.asarray(b, dtype=object).astype(float),
+                                          err_msg=column)
