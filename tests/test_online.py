@@ -112,22 +112,6 @@ def test_unknown_rule_and_missing_reranker_are_one_line_errors():
         make_strategy("reranked")
 
 
-@pytest.mark.slow
-def test_smollm2_root_pass_decoders_equal_target_greedy():
-    from specrank.decode.loading.drafters import load_drafter
-    from specrank.decode.loading.targets import load_target
-    from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
-
-    torch.set_num_threads(2)
-    target = load_target("smollm2")
-    drafter = load_drafter("early-exit:8", target)
-    ids = encode_prompt(target.tokenizer, next(p for p in read_prompts(default_prompts_path()) if p.prompt_id == "summarization-00").text)
-    config = DecodeConfig(budget=8, extra=0, max_new_tokens=24)
-    for rule in ("root-draw", "covering"):
-        out, _ = decode_prompt_online(target, drafter, ids, config, make_strategy(rule))
-        assert out == greedy_reference(target, ids, 24), rule
-
-
 def test_recording_draft_round_reproduces_the_recorder(pair):
     """With recording on, the online round of draft selection scores and records exactly what the
     recording loop does (same scored set, same columns), so one round function can serve both."""

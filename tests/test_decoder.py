@@ -1,0 +1,176 @@
+"""The public Decoder: lossless for every strategy, greedy and seeded sampling, token ids and prompt lists,
+round records, and one-line errors at construction before any model pass."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from specrank.decode import Decoder, PoolShape, RULE_NAMES, StrategyError
+from specrank.decode.config import DecodeConfig
+from specrank.decode.runs import record_prompt, rounds_table
+from specrank.featurize import featurize_rounds
+from specrank.rerankers import GBMReranker, IsotonicFirstFactor
+from decode_helpers import PROMPT, greedy_reference, tiny_pair
+
+SHAPE = PoolShape(4, 3, 4)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair(scale=0.05, seed=4)
+
+
+def fitted(pair, temperature=0.0, topk=4, cls=GBMReranker):
+    target, drafter = pair
+    config = DecodeConfig(PoolShape(topk, 3, 4), budget=4, extra=20, temperature=temperature, max_new_tokens=30)
+    records = []
+    for i in range(4):
+        records += record_prompt(target, drafter, PROMPT[:-1] + [6 + i, 30 + i], config, f"p{i}", "t")[1]
+    frame = featurize_rounds(rounds_table(records, config.shape.size, topk), {"temperature": temperature, "topk": topk})
+    if cls is GBMReranker:
+        return GBMReranker(features="rows", n_estimators=20, num_leaves=7, min_child_samples=5, n_jobs=1).fit(frame)
+    return cls(n_bins=8).fit(frame)
+
+
+@pytest.mark.parametrize("strategy", RULE_NAMES)
+def test_every_strategy_generates_the_target_greedy_text(pair, strategy):
+    target, drafter = pair
+    reranker = fitted(pair) if strategy == "reranked" else None
+    dec = Decoder(target, drafter, strategy, reranker=reranker, budget=5, shape=SHAPE)
+    out = dec.generate(PROMPT, max_new_tokens=24)
+    assert out.tokens == greedy_reference(target, PROMPT, 24)
+    assert out.text == target.tokenizer.decode(out.tokens, skip_special_tokens=True)
+    s = out.stats
+    assert s.tokens == len(out.tokens) and s.rounds == len(s.accepted) and sum(s.accepted) + s.rounds >= s.tokens  # EOS cuts the last round
+    root_pass = strategy in ("root", "root-draw", "pearl")  # a root pass, and a tree pass unless it is skipped
+    assert s.rounds <= s.passes <= 2 * s.rounds if root_pass else s.passes <= s.rounds
+    assert s.tokens_per_s > 0 and set(s.time_split) >= {"prefill", "draft", "target", "rerank", "bookkeeping"}
+
+
+def test_token_ids_text_and_lists_of_prompts(pair):
+    target, drafter = pair
+    dec = Decoder(target, drafter, "root-draw", budget=5, shape=SHAPE)
+    text = "the cat and the dog"
+    one = dec.generate(text, max_new_tokens=8)
+    assert one.prompt_tokens == dec._encode(text) and one.tokens == greedy_reference(target, one.prompt_tokens, 8)
+    many = dec.generate([text, PROMPT], max_new_tokens=8)
+    assert [m.tokens for m in many] == [one.tokens, greedy_reference(target, PROMPT, 8)]
+
+
+def test_sampling_is_seeded_and_rounds_yield_records(pair):
+    target, drafter = pair
+    dec = Decoder(target, drafter, "draft", budget=5, shape=SHAPE, temperature=1.0)
+    a, b = (dec.generate(PROMPT, max_new_tokens=16, seed=3).tokens for _ in range(2))
+    c = dec.generate(PROMPT, max_new_tokens=16, seed=4).tokens
+    assert a == b and a != c
+    records = list(dec.rounds(PROMPT, max_new_tokens=16, seed=3))
+    assert sum(r["accepted"] + 1 for r in records) >= 16 and [r["round"] for r in records] == list(range(len(records)))
+    assert all(r["decoder"] == "draft" and len(r["token"]) == SHAPE.size for r in records)
+
+
+def test_construction_errors_are_one_line_before_any_model_pass(pair, tmp_path):
+    target, drafter = pair
+    greedy = fitted(pair, cls=IsotonicFirstFactor)
+    calls = []
+    forward = target.forward
+    target.forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
+    try:
+        cases = [
+            (dict(strategy="reranked", reranker=tmp_path / "nope"), "no reranker at"),
+            (dict(strategy="best"), "unknown strategy 'best'"),
+            (dict(strategy="reranked"), "needs a reranker"),
+            (dict(strategy="draft", reranker=greedy), "takes no reranker"),
+            (dict(strategy="reranked", reranker=greedy, temperature=1.0), "trained on argmax labels"),
+            (dict(strategy="reranked", reranker=greedy, shape=PoolShape(3, 3, 3)), "topk=4, this run has topk=3"),
+            (dict(strategy="reranked", reranker=object()), "not a fitted specrank reranker"),
+            (dict(strategy="draft", budget=0), "budget 0 must be in"),
+        ]
+        for kwargs, message in cases:
+            kwargs = {"shape": SHAPE, "budget": 4, **kwargs}
+            with pytest.raises((StrategyError, ValueError, FileNotFoundError), match=re.escape(message)) as err:
+                Decoder(target, drafter, **kwargs)
+            assert "\n" not in str(err.value), kwargs
+        dec = Decoder(target, drafter, "reranked", reranker=greedy, shape=SHAPE, budget=4)
+        with pytest.raises(StrategyError, match="this run needs probability"):
+            dec.generate(PROMPT, max_new_tokens=4, temperature=0.7)  # checked again when generate changes the law
+        with pytest.raises(ValueError, match="temperature must be a finite number"):
+            dec.generate(PROMPT, max_new_tokens=4, temperature=float("nan"))
+        assert not calls
+    finally:
+        target.forward = forward
+
+
+def test_importing_evaluation_leaves_the_matplotlib_backend_alone():
+    code = ("import matplotlib; matplotlib.use('svg'); import specrank.evaluation, specrank.evaluation.sweep; "
+            "from specrank.evaluation.figures import acceptance_figure; import pandas as pd; "
+            "acceptance_figure(pd.DataFrame({'decoder': ['a'], 'statistic': ['realized'], 'mean': [1.0], "
+            "'low': [0.5], 'high': [1.5]})).savefig('/dev/null', format='png'); print(matplotlib.get_backend())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "svg"
+
+
+def test_gpu_benchmark_runs_at_a_tiny_shape_on_cpu():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--shape", "tiny", "--rounds", "3",
+                          "--prompt-len", "24", "--budget", "8", "--threads", "1"],
+                         capture_output=True, text=True, check=True, timeout=300)
+    result = json.loads(out.stdout)
+    for name in ("draft", "reranked"):
+        split = result["budgets"]["8"][name]["split"]
+        assert split["rounds"] == 3 and split["draft"] > 0 and split["target"] > 0 and split["bookkeeping"] >= 0
+    assert result["budgets"]["8"]["reranked"]["split"]["rerank"] > 0
+
+
+def readme_example() -> str:
+    """The README's decoding example, as written (the Python block after its marker comment)."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("<!-- decoding-example -->", 1)[1]
+    return block.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from specrank.decode import load_drafter, load_target
+
+    torch.set_num_threads(2)
+    target = load_target("smollm2")
+    return target, load_drafter("early-exit:8", target)
+
+
+@pytest.mark.slow
+def test_readme_example_runs_as_written_and_equals_target_greedy(smollm2, tmp_path, monkeypatch):
+    """The README block, run as written in a directory holding ``runs/greedy`` made by the README's commands."""
+    from specrank.cli import main
+    from specrank.decode.prompts import encode_prompt
+
+    monkeypatch.chdir(tmp_path)
+    for argv in (["decode", "--drafter", "early-exit:8", "--out", "runs/greedy", "--limit", "2", "--max-new-tokens",
+                  "12", "--budget", "8", "--extra", "0", "--no-progress"],
+                 ["featurize", "runs/greedy"],
+                 ["train", "runs/greedy/features.parquet", "--rerankers", "rows", "--n-estimators", "50"]):
+        assert main(argv) == 0
+    target = smollm2[0]
+    scope = {}
+    exec(readme_example(), scope)
+    out = scope["out"]
+    ids = encode_prompt(target.tokenizer, "Write a haiku about rain.")
+    assert out.tokens == greedy_reference(target, ids, 64)
+    assert out.text == target.tokenizer.decode(out.tokens, skip_special_tokens=True)
+    assert out.stats.rounds == len(out.stats.accepted) and out.stats.passes == out.stats.rounds
+
+
+@pytest.mark.slow
+def test_smollm2_every_lossless_strategy_equals_target_greedy(smollm2):
+    from specrank.decode.prompts import default_prompts_path, read_prompts
+
+    target, drafter = smollm2
+    text = next(p for p in read_prompts(default_prompts_path()) if p.prompt_id == "summarization-00").text
+    for strategy in ("draft", "root", "root-draw", "pearl", "covering"):
+        out = Decoder(target, drafter, strategy, budget=8).generate(text, max_new_tokens=12)
+        assert out.tokens == greedy_reference(target, out.prompt_tokens, 12), strategy
