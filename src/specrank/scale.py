@@ -100,13 +100,19 @@ def check_reachable(address: str) -> None:
         raise ScaleError(f"--ray-address {address}: cannot reach a Ray cluster there ({exc.strerror or exc})") from None
 
 
+def preflight(workers: Workers):
+    """Ray imported and the cluster's address answering, or a one-line error: call before any model loads."""
+    ray = import_ray(local=workers.address is None)
+    if workers.address is not None:
+        check_reachable(workers.address)
+    return ray
+
+
 @contextmanager
 def ray_session(workers: Workers, num_cpus: int | None = None):
     """Ray for the duration of a run: joined at ``workers.address``, a fresh local one (temporary files and logs
     in a temporary directory, removed afterwards), or the caller's own if Ray is already initialized."""
-    if workers.address is not None:
-        check_reachable(workers.address)
-    ray = import_ray(local=workers.address is None)
+    ray = preflight(workers)
     if ray.is_initialized():  # a notebook's or a test's Ray: theirs to shut down
         yield ray
         return
@@ -149,11 +155,13 @@ class ShardWorker:
     (what the driver checks is the same on every worker, e.g. the models' hashes)."""
 
     def __init__(self, factory: Callable[[], object], threads: int | None):
+        import torch
+        from transformers.utils import logging as hf_logging
+
         start = time.perf_counter()
         if threads:
-            import torch
-
             torch.set_num_threads(threads)
+        hf_logging.disable_progress_bar()  # no weight-loading bars: the driver's is the one bar
         self.work = factory()
         self.load_seconds = time.perf_counter() - start
 
@@ -208,6 +216,7 @@ class Outcome:
     wall: float
     lost: list[tuple[Shard, str]] = field(default_factory=list)
     not_started: list[Shard] = field(default_factory=list)
+    done: list[dict] = field(default_factory=list)  # per finished shard: shard, worker, seconds, round_trip, stats
 
     def totals(self) -> dict:
         """Every worker's stats summed."""
@@ -227,7 +236,7 @@ class Outcome:
             print(f"not started (no worker left): {shard.label}", file=sys.stderr)
         names = "; ".join(s.label for s, _ in self.lost) or "none"
         more = f" and {len(self.not_started)} not started" if self.not_started else ""
-        raise ScaleError(f"{len(self.lost)} shard(s) lost when workers died ({names}){more}; "
+        raise ScaleError(f"{len(self.lost)} shard(s) lost when workers died{more}: {names}; "
                          f"rerun the same command to finish them")
 
 
@@ -268,6 +277,10 @@ class Pool:
         self.timings = [WorkerTiming(i, d["pid"], d["ip"], d["load_seconds"]) for i, d in enumerate(infos)]
         self.infos = [d["work"] for d in infos]
         self.here = ray.util.get_node_ip_address()
+        started = ", ".join(f"pid {t.pid} on {t.ip}" for t in self.timings)
+        print(f"{workers.n} workers ({threads} CPU{'s' if threads > 1 else ''}{' and 1 GPU' if workers.gpu else ''} "
+              f"each): {started}",
+              file=sys.stderr, flush=True)
 
     def same_info(self) -> dict:
         """The workers' common ``info()``; a one-line error naming what differs between two of them."""
@@ -281,12 +294,14 @@ class Pool:
         return first
 
     def run(self, shards: list[Shard], total: int, done: int = 0, progress: bool = True,
-            postfix: Callable[[dict], dict] | None = None, tidy: Callable[[], None] | None = None) -> Outcome:
-        """Run ``shards`` (one in flight per worker) with a bar over ``total`` units (``done`` already done);
-        ``tidy()`` runs once no worker can write any more. A shard that raises stops the run with its error."""
+            postfix: Callable[[dict], dict] | None = None, tidy: Callable[[list], None] | None = None,
+            unit: str = "prompt") -> Outcome:
+        """Run ``shards`` (one in flight per worker) with a bar over ``total`` units (``done`` already done).
+        ``tidy(unfinished shards)`` runs once no worker can write any more (their killed writes' temporary
+        files are the caller's to remove). A shard that raises stops the run with its error."""
         from tqdm import tqdm
 
-        bar = tqdm(total=total, initial=done, unit="prompt", disable=not progress, dynamic_ncols=True)
+        bar = tqdm(total=total, initial=done, unit=unit, disable=not progress, dynamic_ncols=True)
         queue, inflight, idle = deque(shards), {}, list(range(len(self.actors)))[::-1]
         outcome, start, error = Outcome(self.timings, 0.0), time.perf_counter(), None
         try:
@@ -307,7 +322,10 @@ class Pool:
                     error = error or exc
                     idle.append(w)
                     continue
-                self._account(timing, result, submitted, time.perf_counter() - t0)
+                round_trip = time.perf_counter() - t0
+                self._account(timing, result, submitted, round_trip)
+                outcome.done.append({"shard": shard, "worker": w, "seconds": result["seconds"],
+                                     "round_trip": round_trip, "stats": result["stats"]})
                 idle.append(w)
                 bar.update(shard.units)
                 if postfix is not None:
@@ -321,7 +339,7 @@ class Pool:
             bar.close()
             outcome.wall = time.perf_counter() - start
             if tidy is not None:
-                tidy()
+                tidy([s for s, _ in outcome.lost] + [s for _, s, _, _ in inflight.values()])
         if error is not None:
             raise remote_cause(error)
         return outcome

@@ -19,7 +19,7 @@ from specrank.decode.engine.timer import Timer
 from specrank.decode.runs.lossy import DECODERS, lossy_manifest, lossy_work
 from specrank.decode.runs.manifest import model_identity, run_manifest
 from specrank.decode.runs.recorder import recorder_work
-from specrank.decode.runs.shards import TEMPS, decode_shard, done_prompts, open_run_dir, pending_shards, shard_name, write_shard
+from specrank.decode.runs.shards import decode_shard, done_prompts, open_run_dir, pending_shards, shard_name, write_shard
 from specrank.scale import Outcome, ScaleError, Shard, Workers, worker_pool
 
 RECORD = "record"  # the recorder's runs: rounds only, draft selection, exhaustive verification
@@ -35,11 +35,8 @@ class Models:
     dtype: str = "float32"
 
     def load(self):
-        from transformers.utils import logging as hf_logging
-
         from specrank.decode.loading import load_drafter, load_target
 
-        hf_logging.disable_progress_bar()  # one bar, the driver's
         target = load_target(self.target, self.device, self.dtype)
         return target, load_drafter(self.drafter, target)
 
@@ -94,10 +91,11 @@ class DecodeWork:
         """Decode and write one shard ``(run index, prompt indices)``; its counts."""
         r, shard = payload
         timer = self.timers[r]
-        rounds, tokens = timer.rounds, timer.tokens
+        rounds, tokens, split = timer.rounds, timer.tokens, timer.split()
         decode_one, tables = self.works[r]
         write_shard(Path(self.runs[r].out), shard, decode_shard(shard, decode_one, tables))
-        return {"prompts": len(shard), "rounds": timer.rounds - rounds, "tokens": timer.tokens - tokens}
+        spans = {f"{k}_s": v - split[k] for k, v in timer.split().items()}  # where the shard's time went
+        return {"prompts": len(shard), "rounds": timer.rounds - rounds, "tokens": timer.tokens - tokens, **spans}
 
 
 def run_work(target, drafter, prompts, run: RunSpec, timer: Timer):
@@ -122,7 +120,7 @@ def decode_on_workers(workers: Workers, models: Models, prompts, prompts_path, r
                   for shard in pending_shards(len(prompts), done_prompts(out), shard_size)]
         total = len(prompts) * len(runs)
         outcome = pool.run(shards, total, total - sum(s.units for s in shards), progress, rounds_postfix,
-                           tidy=functools.partial(remove_run_temps, outs))
+                           tidy=functools.partial(remove_shard_temps, outs))
     for timing in outcome.timings:
         print(timing.line())
     outcome.check()
@@ -137,11 +135,13 @@ def rounds_postfix(totals: dict) -> dict:
     return {"rounds": totals.get("rounds", 0)}
 
 
-def remove_run_temps(outs) -> None:
+def remove_shard_temps(outs, unfinished: list[Shard]) -> None:
+    """Delete the temporary files that the ``unfinished`` shards' killed writes left (and nothing else's)."""
     from specrank.atomic import remove_temps
 
-    for out in outs:
-        remove_temps(out, TEMPS)
+    for s in unfinished:
+        r, shard = s.payload
+        remove_temps(outs[r], f"*/.{shard_name(shard)}.*.tmp")
 
 
 def summary(outcome: Outcome, out) -> str:
