@@ -23,6 +23,7 @@ from specrank.decode.engine.pool import PoolShape
 from specrank.decode.prompts import Prompt, read_prompts
 from specrank.scale import ScaleError, Workers, ray_session
 from specrank.testing import save_tiny_llama
+from decode_helpers import saved_tiny_inputs
 
 if importlib.util.find_spec("ray") is None:  # importing it here would settle its address before `cluster` does
     pytest.skip("Ray is not installed (pip install 'specrank[ray]')", allow_module_level=True)
@@ -42,11 +43,7 @@ def cluster():
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("scale")
-    tgt = save_tiny_llama(d / "tgt", seed=0, vocab_size=128)
-    drf = save_tiny_llama(d / "drf", seed=0, vocab_size=128, num_layers=2)
-    prompts = d / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [t]}) + "\n"
-                               for i, t in enumerate(TEXTS)))
+    tgt, drf, prompts = saved_tiny_inputs(d, TEXTS)
     args = ["decode", "--target", str(tgt), "--drafter", f"standalone:{drf}", "--prompts", str(prompts), *POOL,
             "--max-new-tokens", "24", "--shard-size", "1", "--threads", "1", "--no-progress"]
     return d, args

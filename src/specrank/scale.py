@@ -268,7 +268,7 @@ class Pool:
         self.actors = [remote.options(**options).remote(factory, threads) for _ in range(workers.n)]
         try:
             infos = ray.get([a.info.remote() for a in self.actors])
-        except ray.exceptions.RayActorError as exc:
+        except ray.exceptions.RayError as exc:  # its model load raised, it died, or Ray could not place it
             self.kill()
             raise ScaleError(f"a worker {death_cause(exc)}") from None
         except BaseException:
@@ -277,10 +277,9 @@ class Pool:
         self.timings = [WorkerTiming(i, d["pid"], d["ip"], d["load_seconds"]) for i, d in enumerate(infos)]
         self.infos = [d["work"] for d in infos]
         self.here = ray.util.get_node_ip_address()
+        each = f"{threads} CPU{'s' if threads > 1 else ''}" + (" and 1 GPU" if workers.gpu else "")
         started = ", ".join(f"pid {t.pid} on {t.ip}" for t in self.timings)
-        print(f"{workers.n} workers ({threads} CPU{'s' if threads > 1 else ''}{' and 1 GPU' if workers.gpu else ''} "
-              f"each): {started}",
-              file=sys.stderr, flush=True)
+        print(f"{workers.n} workers ({each} each): {started}", file=sys.stderr, flush=True)
 
     def same_info(self) -> dict:
         """The workers' common ``info()``; a one-line error naming what differs between two of them."""
@@ -314,13 +313,14 @@ class Pool:
                 timing = self.timings[w]
                 try:
                     result = self.ray.get(ready[0])
-                except self.ray.exceptions.RayActorError as exc:
-                    timing.died = death_cause(exc)
-                    outcome.lost.append((shard, f"worker {w} (pid {timing.pid} on {timing.ip}) {timing.died}"))
-                    continue
-                except self.ray.exceptions.RayTaskError as exc:
+                except self.ray.exceptions.RayTaskError as exc:  # the shard's own code raised
                     error = error or exc
                     idle.append(w)
+                    continue
+                except self.ray.exceptions.RayError as exc:  # the worker died, its node, or Ray killed it for memory
+                    timing.died = death_cause(exc)
+                    outcome.lost.append((shard, f"worker {w} (pid {timing.pid} on {timing.ip}) {timing.died}"))
+                    self._kill(self.actors[w])  # never handed another shard
                     continue
                 round_trip = time.perf_counter() - t0
                 self._account(timing, result, submitted, round_trip)
@@ -357,10 +357,13 @@ class Pool:
     def kill(self) -> None:
         """Kill every worker at once (SIGKILL: a shard being written leaves only its temporary file)."""
         for actor in self.actors:
-            try:
-                self.ray.kill(actor, no_restart=True)
-            except Exception:  # already dead
-                pass
+            self._kill(actor)
+
+    def _kill(self, actor) -> None:
+        try:
+            self.ray.kill(actor, no_restart=True)
+        except Exception:  # already dead, or its node gone
+            pass
 
     def _wait_gone(self, refs) -> None:
         """Wait until the killed workers' shards have failed and their local processes have exited."""
