@@ -45,7 +45,7 @@ def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("scale")
     tgt, drf, prompts = saved_tiny_inputs(d, TEXTS)
     args = ["decode", "--target", str(tgt), "--drafter", f"standalone:{drf}", "--prompts", str(prompts), *POOL,
-            "--max-new-tokens", "24", "--shard-size", "1", "--threads", "1", "--no-progress"]
+            "--max-new-tokens", "16", "--shard-size", "1", "--threads", "1", "--no-progress"]
     return d, args
 
 
@@ -76,7 +76,7 @@ def test_workers_record_the_rounds_and_manifest_of_one_process(cluster, models, 
     from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers
 
     d, args = models
-    cfg = dict(shape=PoolShape(3, 3, 3), budget=6, extra=6, max_new_tokens=24)
+    cfg = dict(shape=PoolShape(3, 3, 3), budget=6, extra=6, max_new_tokens=16)
     runs = [RunSpec(str(tmp_path / f"t{t}"), DecodeConfig(temperature=float(t), **cfg)) for t in (0, 1)]
     argv = dict(zip(args[1::2], args[2::2]))
     outcome = decode_on_workers(Workers(2, threads=1), Models(argv["--target"], argv["--drafter"]),
