@@ -54,7 +54,7 @@ class Workers:
 def add_worker_arguments(parser) -> None:
     """``--workers`` and ``--ray-address`` (``--threads``, each command's own, is then per worker)."""
     parser.add_argument("--workers", type=int, default=None,
-                        help=f"decode shards on N Ray workers: one GPU each with --device cuda, else --threads CPU "
+                        help=f"run the shards on N Ray workers: one GPU each with --device cuda, else --threads CPU "
                              f"threads each (default: the CPUs split between them); needs {EXTRA}")
     parser.add_argument("--ray-address", default=None,
                         help="with --workers: join this Ray cluster (HOST:PORT, ray://HOST:PORT or auto) instead of "
@@ -124,6 +124,8 @@ def ray_session(workers: Workers, num_cpus: int | None = None):
             temp = tempfile.mkdtemp(prefix="specrank-ray-")
             ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=temp, configure_logging=False)
     except (ConnectionError, RuntimeError, TimeoutError) as exc:
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
         raise ScaleError(f"cannot start Ray: {first_line(exc)}") from None
     try:
         yield ray
