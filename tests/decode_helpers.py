@@ -1,6 +1,7 @@
 """Tiny targets, noisy-copy drafters and the first-two-tokens law test shared by the decoder tests."""
 
 import copy
+import json
 
 import numpy as np
 import torch
@@ -9,7 +10,7 @@ from scipy.stats import chisquare
 from specrank.decode.loading.standalone import CausalLMDrafter
 from specrank.decode.loading.targets import Target
 from specrank.decode.verify import ExhaustiveVerifier
-from specrank.testing import tiny_llama, tiny_tokenizer
+from specrank.testing import save_tiny_llama, tiny_llama, tiny_tokenizer
 
 PROMPT = [2, 5, 7, 16, 25, 19, 3, 2, 6]
 
@@ -23,6 +24,16 @@ def decode_prompt_online(target, drafter, prompt_ids, config, strategy, prompt_i
     return decode_prompt(target, drafter, prompt_ids, config, strategy, observer=measure or Measure(),
                          prompt_id=prompt_id, task=task, timer=timer)
 EOS = 3
+
+
+def saved_tiny_inputs(d, texts):
+    """(target dir, drafter dir, prompt file) on disk for CLI runs: a tiny target, a 2-layer drafter, ``texts``."""
+    tgt = save_tiny_llama(d / "tgt", seed=0, vocab_size=128)
+    drf = save_tiny_llama(d / "drf", seed=0, vocab_size=128, num_layers=2)
+    prompts = d / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [t]}) + "\n"
+                               for i, t in enumerate(texts)))
+    return tgt, drf, prompts
 
 
 def tiny_target(vocab=128, **cfg):

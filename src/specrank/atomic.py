@@ -41,3 +41,10 @@ def write_parquet_atomic(table, path) -> Path:
     if not isinstance(table, pa.Table):
         table = pa.Table.from_pandas(table, preserve_index=False)
     return atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+
+
+def remove_temps(directory, pattern: str = ".*.tmp") -> None:
+    """Delete the temporary files that killed writes left in ``directory`` (``pattern`` relative to it); never a
+    finished file. Call only while nothing writes there."""
+    for stale in Path(directory).glob(pattern):
+        stale.unlink(missing_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from specrank.decode.prompts import default_prompts_path
+from specrank.scale import add_worker_arguments
 
 HELP = "decode prompts with a target and a drafter, recording each round's pool and target rows"
 
@@ -25,7 +26,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--limit", type=int, default=None, help="decode only the first N prompts")
     parser.add_argument("--shard-size", type=int, default=4, help="prompts per parquet shard (default 4)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (per worker with --workers)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--verifier", default=None,
                         help="verification rule NAME[:KEY=VALUE,...] (e.g. lenience:l=0.5, speccascade:p_base=0.3);"
@@ -34,6 +35,7 @@ def add_arguments(parser) -> None:
                         help="tree (default) or chain speculative decoding (chain: lossless unless --verifier)")
     parser.add_argument("--chain-length", type=int, default=4,
                         help="chain decoder: drafted tokens per round (default 4)")
+    add_worker_arguments(parser)
 
 
 def run(args) -> int:
@@ -44,10 +46,12 @@ def run(args) -> int:
     from specrank.decode.loading.targets import parse_device
     from specrank.decode.prompts import read_prompts
     from specrank.decode.runs import build_manifest, record_run
+    from specrank.scale import workers_from_args
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
-    if args.threads:
+    workers = workers_from_args(args)
+    if args.threads and workers is None:
         torch.set_num_threads(args.threads)
     hf_logging.disable_progress_bar()  # weight-loading bars would bury errors and the decode bar
     prompts_path = args.prompts or default_prompts_path()
@@ -65,6 +69,14 @@ def run(args) -> int:
             config = chain_config(args.chain_length, args.temperature, args.max_new_tokens, args.seed)
         else:
             TreeRuleVerifier(rule, args.temperature)  # refuses rules without a tree form before any model loads
+    if workers is not None:  # the workers load the models; the driver loads none
+        from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers, summary
+
+        run = RunSpec(args.out, config, args.decoder if lossy else "record", args.verifier)
+        outcome = decode_on_workers(workers, Models(args.target, args.drafter, args.device, args.dtype), prompts,
+                                    prompts_path, [run], args.shard_size, progress=not args.no_progress)
+        print(summary(outcome, args.out))
+        return 0
     parse_device(args.device)
     target = load_target(args.target, args.device, args.dtype)
     drafter = load_drafter(args.drafter, target)

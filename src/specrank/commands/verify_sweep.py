@@ -39,6 +39,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--experiment", default="specrank", help="MLflow experiment (default specrank)")
     parser.add_argument("--run-name", default=None, help="MLflow run name (default verify-sweep-<out name>)")
     parser.add_argument("--no-tracking", action="store_true", help="write local outputs only")
+    from specrank.scale import add_worker_arguments
+
+    add_worker_arguments(parser)  # the cells' shards, all in one queue
 
 
 def grid_cells(grid, decoders) -> tuple[list[dict], list[str]]:
@@ -93,6 +96,9 @@ def run(args) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    from specrank.scale import workers_from_args
+
+    workers = workers_from_args(args)
     cells, skipped = grid_cells(args.grid, args.decoders)
     configs = {decoder: cell_config(args, decoder) for decoder in args.decoders}  # refused before any model loads
     uri = None
@@ -100,20 +106,27 @@ def run(args) -> int:
         from specrank.tracking import check_reachable, resolve_tracking_uri
 
         uri = check_reachable(resolve_tracking_uri(args.tracking_uri))  # before any work: no partial output
-    if args.threads:
+    if args.threads and workers is None:
         torch.set_num_threads(args.threads)
     hf_logging.disable_progress_bar()
     prompts_path = args.prompts or default_prompts_path()
     prompts = read_prompts(prompts_path, limit=args.limit)
-    parse_device(args.device)
-    target = load_target(args.target, args.device, args.dtype)
-    drafter = load_drafter(args.drafter, target)
     out = Path(args.out)
-    for cell in cells:
-        config = configs[cell["decoder"]]
-        manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)
-        lossy_decode_run(target, drafter, prompts, cell_dir(out, cell), config, manifest, cell["verifier"],
-                         cell["decoder"], args.shard_size, progress=not args.no_progress)
+    if workers is not None:
+        from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers
+
+        runs = [RunSpec(str(cell_dir(out, c)), configs[c["decoder"]], c["decoder"], c["rule"]) for c in cells]
+        decode_on_workers(workers, Models(args.target, args.drafter, args.device, args.dtype), prompts, prompts_path,
+                          runs, args.shard_size, progress=not args.no_progress)
+    else:
+        parse_device(args.device)
+        target = load_target(args.target, args.device, args.dtype)
+        drafter = load_drafter(args.drafter, target)
+        for cell in cells:
+            config = configs[cell["decoder"]]
+            manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)
+            lossy_decode_run(target, drafter, prompts, cell_dir(out, cell), config, manifest, cell["verifier"],
+                             cell["decoder"], args.shard_size, progress=not args.no_progress)
     table = sweep_table(cells, [read_diagnostics(cell_dir(out, c)) for c in cells])
     meta = {"target": args.target, "drafter": args.drafter, "prompts": len(prompts), "temperature": args.temperature,
             "max_new_tokens": args.max_new_tokens, "chain_length": args.chain_length, "budget": args.budget}

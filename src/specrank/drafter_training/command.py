@@ -38,9 +38,12 @@ def add_train_parser(actions) -> None:
     p.add_argument("--decode-prompts", type=int, default=2, help="held-out prompts decoded at the end (0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (per worker with --workers)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
     p.add_argument("--no-progress", action="store_true")
+    from specrank.scale import add_worker_arguments
+
+    add_worker_arguments(p)  # the self-distillation data's shards; training stays in this process
     p.set_defaults(_action=run_train)
 
 
@@ -53,7 +56,11 @@ def run_train(args) -> int:
     from specrank.drafter_training.data import GenerationSpec
     from specrank.drafter_training.fit import fit_drafter
     from specrank.drafter_training.train import TrainConfig
+    from specrank.scale import preflight, workers_from_args
 
+    workers = workers_from_args(args)
+    if workers is not None:
+        preflight(workers)  # before the target loads here
     if args.threads:
         torch.set_num_threads(args.threads)
     prompts = read_prompts(args.prompts or default_prompts_path())
@@ -71,6 +78,7 @@ def run_train(args) -> int:
     final = fit_drafter(
         target, prompts, args.out, spec, cfg, args.draft_vocab, args.heldout_per_task, args.decode_prompts,
         tracking_uri=args.tracking_uri or "", progress=not args.no_progress, extra_prompts=extra, extra_spec=extra_spec,
+        workers=workers,
     )
     shown = {k: round(v, 4) for k, v in final.items() if isinstance(v, float) and not k.startswith(("loss_", "lr"))}
     print(f"EAGLE-3 head saved to {args.out} after {final['step']} steps: {shown}")

@@ -9,10 +9,13 @@ state (so the target row restricted to any draft vocabulary is recomputed exactl
 Shards are safetensors files written atomically under
 ``$SPECRANK_CACHE/drafter-data/<target-hash>/<spec-hash>/`` (default root
 ``~/.cache/specrank``); an interrupted generation resumes at the first missing shard.
+With ``workers`` the missing shards are generated on Ray workers (``specrank.scale``), each
+seeded by its index as in one process.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -22,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specrank.atomic import atomic_write, write_json_atomic
+from specrank.atomic import atomic_write, remove_temps, write_json_atomic
 
 FP16_MAX = 65000.0  # above this a shard keeps float32 features
 FORMAT = 2  # shard layout version, part of the cache key
@@ -104,8 +107,10 @@ def jobs(prompts, spec: GenerationSpec) -> list[list[tuple[int, int]]]:
     return [part[k : k + step] for part in (greedy, sampled) for k in range(0, len(part), step)]
 
 
-def generate_corpus(target, prompts, spec: GenerationSpec, root=None, progress=False) -> Path:
-    """Generate (or finish generating) the shards for ``prompts``; return their directory."""
+def generate_corpus(target, prompts, spec: GenerationSpec, root=None, progress=False, workers=None) -> Path:
+    """Generate (or finish generating) the shards for ``prompts``; return their directory. ``workers``
+    (``specrank.scale.Workers``): generate the missing shards on Ray workers that load the target as
+    ``load_target(target.name)`` on ``target``'s device type and dtype."""
     from specrank.decode.prompts import encode_prompt
 
     if not prompts:
@@ -118,14 +123,61 @@ def generate_corpus(target, prompts, spec: GenerationSpec, root=None, progress=F
     write_json_atomic(out / "meta.json", meta)
     encoded = [encode_prompt(target.tokenizer, p.text) for p in prompts]
     shards = jobs(prompts, spec)
+    todo = [k for k in range(len(shards)) if not shard_path(out, k).exists()]
+    if workers is not None and todo:
+        generate_on_workers(workers, target, prompts, spec, out, todo, progress)
+        return out
     bar = _progress(len(shards), progress, "generating")
-    for k, shard in enumerate(shards):
-        path = out / f"shard-{k:05d}.safetensors"
-        if not path.exists():
-            _write_shard(path, target, [encoded[i] for i, _ in shard], shard, prompts, spec, k)
+    bar.update(len(shards) - len(todo))
+    for k in todo:
+        _write_shard(shard_path(out, k), target, [encoded[i] for i, _ in shards[k]], shards[k], prompts, spec, k)
         bar.update(1)
     bar.close()
     return out
+
+
+def shard_path(out: Path, k: int) -> Path:
+    return out / f"shard-{k:05d}.safetensors"
+
+
+class CorpusWork:
+    """A Ray worker's state (``specrank.scale``): the target, loaded once, writing shards by index."""
+
+    def __init__(self, load, prompts, spec: GenerationSpec, out: str):
+        from specrank.decode.prompts import encode_prompt
+
+        self.target, self.prompts, self.spec, self.out = load(), prompts, spec, Path(out)
+        self.encoded = [encode_prompt(self.target.tokenizer, p.text) for p in prompts]
+        self.shards = jobs(prompts, spec)
+
+    def info(self) -> dict:
+        return {"target": target_fingerprint(self.target)}
+
+    def run(self, k: int) -> dict:
+        shard = self.shards[k]
+        _write_shard(shard_path(self.out, k), self.target, [self.encoded[i] for i, _ in shard], shard, self.prompts,
+                     self.spec, k)
+        return {"sequences": len(shard)}
+
+
+def generate_on_workers(workers, target, prompts, spec: GenerationSpec, out: Path, todo: list[int], progress) -> None:
+    """Write the shards ``todo`` on ``workers``; a ScaleError names the shards lost to dead workers."""
+    from specrank.decode.loading.targets import load_target
+    from specrank.scale import Shard, worker_pool
+
+    dtype = str(target.dtype).removeprefix("torch.")
+    load = functools.partial(load_target, target.name, target.device.type, dtype)
+    shards = jobs(prompts, spec)
+    with worker_pool(workers, functools.partial(CorpusWork, load, list(prompts), spec, str(out))) as pool:
+        if pool.same_info()["target"] != target_fingerprint(target):
+            raise DataError(f"the workers' target {target.name} differs from this process's (another model there?)")
+        items = [Shard(k, f"data shard {k} ({shard_path(out, k)})") for k in todo]
+        outcome = pool.run(items, len(shards), len(shards) - len(todo), progress, unit="shard",
+                           tidy=lambda unfinished: [remove_temps(out, f".{shard_path(out, s.payload).name}.*.tmp")
+                                                    for s in unfinished])
+    for timing in outcome.timings:
+        print(timing.line())
+    outcome.check()
 
 
 def _write_shard(path, target, prompt_ids, shard, prompts, spec, k) -> None:

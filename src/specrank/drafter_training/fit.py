@@ -57,12 +57,13 @@ def training_only(extra, prompts, held: set[str]) -> list:
 def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig, draft_vocab: int = 16384,
                 heldout_per_task: int = 1, decode_prompts: int = 2, decode_tokens: int = 64,
                 tracking_uri: str | None = None, data_root=None, progress: bool = False,
-                extra_prompts=(), extra_spec: GenerationSpec | None = None) -> dict:
+                extra_prompts=(), extra_spec: GenerationSpec | None = None, workers=None) -> dict:
     """Generate (or reuse) the data, train a head into ``out_dir`` (resuming), save it, log to MLflow
     (``tracking_uri``: None logs nowhere, "" the default ``sqlite:///mlflow.db``).
 
     ``prompts`` are split into training and held-out prompts per task; ``extra_prompts`` only add
-    training data, continued under ``extra_spec`` (default ``spec``)."""
+    training data, continued under ``extra_spec`` (default ``spec``). ``workers`` (``specrank.scale.Workers``)
+    generate the data on Ray workers."""
     from specrank.decode.loading.eagle3 import load_eagle3
 
     if draft_vocab < 1 or heldout_per_task < 0 or decode_prompts < 0:
@@ -71,9 +72,9 @@ def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig
     held = split_prompts(prompts, heldout_per_task, cfg.seed)
     extra, extra_spec = training_only(extra_prompts, prompts, held), extra_spec or spec
     t0 = time.monotonic()
-    dirs = [generate_corpus(target, prompts, spec, data_root, progress)]
+    dirs = [generate_corpus(target, prompts, spec, data_root, progress, workers)]
     if extra:
-        dirs.append(generate_corpus(target, extra, extra_spec, data_root, progress))
+        dirs.append(generate_corpus(target, extra, extra_spec, data_root, progress, workers))
     corpus = load_corpus(*dirs)
     gen_minutes = (time.monotonic() - t0) / 60
     train_slices = corpus.sequences(lambda pid: pid not in held)

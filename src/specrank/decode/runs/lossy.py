@@ -77,19 +77,16 @@ def decode_one(target, drafter, ids, config: DecodeConfig, rule, decoder: str, v
     return records, verifier.take()
 
 
-def lossy_decode_run(target, drafter, prompts, out_dir, config: DecodeConfig, manifest: dict, rule,
-                     decoder: str = "tree", shard_size: int = 4, progress: bool = True) -> Timer:
-    """Decode ``prompts`` with ``rule`` under ``decoder`` into ``out_dir`` (resumable); return the timer."""
+def lossy_work(target, drafter, prompts, config: DecodeConfig, rule, decoder: str = "tree",
+               timer: Timer | None = None):
+    """``(decode_one, tables)`` of the shard writer (``runs.shards.record_shards``) decoding ``prompts`` with
+    ``rule`` under ``decoder``; refuses a bad decoder, rule or prompt before any output."""
     if decoder not in DECODERS:
         raise LossyRunError(f"unknown decoder {decoder!r} (one of {', '.join(DECODERS)})")
-    if shard_size < 1:
-        raise LossyRunError(f"shard size must be >= 1, got {shard_size}")
     if decoder == "chain":
         chain_length(config)
     verifier = TreeRuleVerifier(rule, config.temperature) if decoder == "tree" else None  # refuses non-tree rules
-    encoded = [encode_prompt(target.tokenizer, p.text) for p in prompts]  # fail before any output
-    out = open_run_dir(out_dir, lossy_manifest(manifest, rule, decoder))
-    timer = Timer()
+    encoded = [encode_prompt(target.tokenizer, p.text) for p in prompts]
 
     def decode_shard_prompt(i):
         start = time.perf_counter()
@@ -100,6 +97,17 @@ def lossy_decode_run(target, drafter, prompts, out_dir, config: DecodeConfig, ma
 
     tables = {"diagnostics": diagnostics_table,
               "rounds": lambda parts: rounds_table([r for p in parts for r in p], config.shape.size, config.shape.topk)}
+    return decode_shard_prompt, tables
+
+
+def lossy_decode_run(target, drafter, prompts, out_dir, config: DecodeConfig, manifest: dict, rule,
+                     decoder: str = "tree", shard_size: int = 4, progress: bool = True) -> Timer:
+    """Decode ``prompts`` with ``rule`` under ``decoder`` into ``out_dir`` (resumable); return the timer."""
+    if shard_size < 1:
+        raise LossyRunError(f"shard size must be >= 1, got {shard_size}")
+    timer = Timer()
+    decode_shard_prompt, tables = lossy_work(target, drafter, prompts, config, rule, decoder, timer)
+    out = open_run_dir(out_dir, lossy_manifest(manifest, rule, decoder))
     record_shards(out, len(prompts), shard_size, decode_shard_prompt, tables, progress=progress)
     return timer
 

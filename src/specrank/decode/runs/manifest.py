@@ -13,6 +13,12 @@ VERSIONED = ("specrank", "torch", "transformers", "numpy", "pyarrow")
 
 def build_manifest(target, drafter, config: DecodeConfig, prompts_path, shard_size: int) -> dict:
     """Target and drafter with their hashes, tokenizer, dtype, pool, budget, law, seed, prompts, versions."""
+    return run_manifest(model_identity(target, drafter), config, prompts_path, shard_size)
+
+
+def model_identity(target, drafter) -> dict:
+    """The manifest's fields known where the models are loaded (a Ray worker's, on a cluster): target and
+    drafter with their hashes, tokenizer, dtype, library versions."""
     return {
         "target": target.name,
         "target_sha256": getattr(target, "source_hash", ""),
@@ -20,6 +26,15 @@ def build_manifest(target, drafter, config: DecodeConfig, prompts_path, shard_si
         "drafter_sha256": getattr(drafter, "source_hash", ""),
         "tokenizer": getattr(target.tokenizer, "name_or_path", ""),
         "dtype": str(target.dtype).removeprefix("torch."),
+        "versions": {name: metadata.version(name) for name in VERSIONED},
+    }
+
+
+def run_manifest(identity: dict, config: DecodeConfig, prompts_path, shard_size: int) -> dict:
+    """The manifest of ``model_identity`` fields decoding the prompt file under ``config``."""
+    models = {k: v for k, v in identity.items() if k != "versions"}
+    return {
+        **models,
         "pool_shape": asdict(config.shape),
         "pool_size": config.shape.size,
         "budget": config.budget,
@@ -30,5 +45,5 @@ def build_manifest(target, drafter, config: DecodeConfig, prompts_path, shard_si
         "prompts": str(prompts_path),
         "prompts_sha256": sha256_files([prompts_path]),
         "shard_size": shard_size,
-        "versions": {name: metadata.version(name) for name in VERSIONED},
+        "versions": identity["versions"],
     }

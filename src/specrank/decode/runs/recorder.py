@@ -72,22 +72,30 @@ def record_prompt(target, drafter, prompt_ids, config: DecodeConfig, prompt_id: 
                          observer=Measure(record=True), prompt_id=prompt_id, task=task, timer=timer)
 
 
-def record_run(target, drafter, prompts, out_dir, config: DecodeConfig, manifest: dict, shard_size: int = 4,
-               verifier=None, progress: bool = True) -> Timer:
-    """Record ``prompts`` into ``out_dir`` shard by shard, skipping finished ones; return the timer."""
-    encoded = [encode_prompt(target.tokenizer, p.text) for p in prompts]  # fail before any output
-    out = open_run_dir(out_dir, manifest)
-    timer = Timer()
+def recorder_work(target, drafter, prompts, config: DecodeConfig, verifier=None, timer: Timer | None = None):
+    """``(decode_one, tables)`` of the shard writer (``runs.shards.record_shards``) recording ``prompts``;
+    every prompt is encoded first, so a bad one fails before any output."""
+    encoded = [encode_prompt(target.tokenizer, p.text) for p in prompts]
 
     def decode_one(i):
         _, records = record_prompt(target, drafter, encoded[i], config, prompts[i].prompt_id, prompts[i].task,
                                    verifier, timer)
         return {"rounds": records}
 
+    tables = {"rounds": lambda parts: rounds_table([r for p in parts for r in p], config.shape.size, config.shape.topk)}
+    return decode_one, tables
+
+
+def record_run(target, drafter, prompts, out_dir, config: DecodeConfig, manifest: dict, shard_size: int = 4,
+               verifier=None, progress: bool = True) -> Timer:
+    """Record ``prompts`` into ``out_dir`` shard by shard, skipping finished ones; return the timer."""
+    timer = Timer()
+    decode_one, tables = recorder_work(target, drafter, prompts, config, verifier, timer)
+    out = open_run_dir(out_dir, manifest)
+
     def postfix():
         return {"rounds": timer.rounds, "accepted": f"{(timer.tokens / max(timer.rounds, 1)) - 1:.2f}",
                 "tok_s": f"{timer.tokens / max(timer.total, 1e-9):.1f}"}
 
-    tables = {"rounds": lambda parts: rounds_table([r for p in parts for r in p], config.shape.size, config.shape.topk)}
     record_shards(out, len(prompts), shard_size, decode_one, tables, progress=progress, postfix=postfix)
     return timer

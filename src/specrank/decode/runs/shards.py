@@ -13,14 +13,16 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from specrank.atomic import write_json_atomic, write_parquet_atomic
+from specrank.atomic import remove_temps, write_json_atomic, write_parquet_atomic
 
 SHARD = re.compile(r"shard-(\d+)-(\d+)\.parquet")
 DONE_FOLDER = "rounds"  # a shard counts as done once its rounds file exists
+TEMPS = "*/.*.tmp"  # the temporary files of shard writes (specrank.atomic)
 
 # Recorded for the reader but not part of a run's identity: the prompts are identified by their
 # hash, so the same file in another checkout (a fresh clone sharing the cache) resumes the run.
 LOCATIONS = ("prompts",)
+RECORDED_ONLY = LOCATIONS + ("workers",)  # how many Ray workers wrote it: the same run either way
 
 
 class RunDirError(ValueError):
@@ -33,7 +35,7 @@ def open_run_dir(out_dir, manifest: dict) -> Path:
     path = out / "manifest.json"
     if path.exists():
         old = json.loads(path.read_text())
-        keys = (set(old) | set(manifest)) - set(LOCATIONS)
+        keys = (set(old) | set(manifest)) - set(RECORDED_ONLY)
         differ = sorted(k for k in keys if old.get(k) != manifest.get(k))
         if differ:
             raise RunDirError(f"{out} holds a different run (differs in: {', '.join(differ)}); use a new --out")
@@ -41,8 +43,7 @@ def open_run_dir(out_dir, manifest: dict) -> Path:
         (out / DONE_FOLDER).mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, manifest)
     (out / DONE_FOLDER).mkdir(exist_ok=True)
-    for stale in out.glob("*/.*.tmp"):  # left by a killed write; never a finished shard
-        stale.unlink()
+    remove_temps(out, TEMPS)  # left by a killed write; never a finished shard
     return out
 
 
@@ -96,14 +97,25 @@ def record_shards(out: Path, n_prompts: int, shard_size: int, decode_one: Callab
     bar = tqdm(total=n_prompts, initial=len(done & set(range(n_prompts))), unit="prompt", disable=not progress,
                dynamic_ncols=True)
     try:
+        def advance():
+            bar.update(1)
+            if postfix is not None:
+                bar.set_postfix(postfix())
+
         for shard in pending_shards(n_prompts, done, shard_size):
-            parts = {folder: [] for folder in tables}
-            for i in shard:
-                for folder, part in decode_one(i).items():
-                    parts[folder].append(part)
-                bar.update(1)
-                if postfix is not None:
-                    bar.set_postfix(postfix())
-            write_shard(out, shard, {folder: build(parts[folder]) for folder, build in tables.items()})
+            write_shard(out, shard, decode_shard(shard, decode_one, tables, advance))
     finally:
         bar.close()
+
+
+def decode_shard(shard: list[int], decode_one: Callable[[int], dict], tables: dict,
+                 on_prompt: Callable[[], None] | None = None) -> dict:
+    """``{folder: Arrow table}`` of one shard: ``decode_one`` on each of its prompts, then ``tables`` (see
+    ``record_shards``); ``on_prompt()`` after each prompt."""
+    parts = {folder: [] for folder in tables}
+    for i in shard:
+        for folder, part in decode_one(i).items():
+            parts[folder].append(part)
+        if on_prompt is not None:
+            on_prompt()
+    return {folder: build(parts[folder]) for folder, build in tables.items()}
