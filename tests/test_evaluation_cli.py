@@ -31,8 +31,8 @@ def run_and_predictions(tmp_path_factory):
     for name in ("base", "rows"):
         fit = cross_fit(GBMReranker(name, n_estimators=20, num_leaves=7, n_jobs=1), feats)
         pred[name] = fit.predictions
-    for fold, model in fit.models.items():  # `specrank train`'s models/NAME-foldF.pkl layout
-        model.save(root / "models" / f"rows-fold{fold}.pkl")
+    for fold, model in fit.models.items():  # `specrank train`'s models/NAME-foldF layout
+        model.save(root / "models" / f"rows-fold{fold}")
     path = root / "predictions.parquet"
     pred.to_parquet(path, index=False)
     return run_dir, path, feats
@@ -81,7 +81,7 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
     assert all("root.B8.gain" in r.data.metrics for r in folds)
     uris = dict(line[len("model "):].split(": ") for line in captured.out.splitlines() if line.startswith("model "))
     assert sorted(uris) == ["rows-fold0", "rows-fold1"]
-    saved = load_reranker(predictions.parent / "models" / "rows-fold1.pkl")
+    saved = load_reranker(predictions.parent / "models" / "rows-fold1")
     logged = load_reranker(uris["rows-fold1"], tracking_uri=f"sqlite:///{mlflow_db}")
     np.testing.assert_array_equal(logged.predict_first_factor(feats), saved.predict_first_factor(feats))
     figures = {a.path for a in client.list_artifacts(run.info.run_id, "figures")}

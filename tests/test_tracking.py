@@ -147,8 +147,8 @@ def test_load_reranker_from_a_saved_file(tmp_path):
     from specrank.rerankers import save_reranker
 
     reranker, features = small_reranker()
-    save_reranker(reranker, tmp_path / "iso.pkl")
-    loaded = load_reranker(tmp_path / "iso.pkl")
+    save_reranker(reranker, tmp_path / "iso")
+    loaded = load_reranker(tmp_path / "iso")
     np.testing.assert_array_equal(loaded.predict_first_factor(features), reranker.predict_first_factor(features))
     with pytest.raises(FileNotFoundError, match="neither a saved reranker"):
         load_reranker(tmp_path)

@@ -10,7 +10,7 @@ from specrank.decode.config import DecodeConfig
 from specrank.decode.engine.pool import DraftPool
 from specrank.decode.engine.prompt import decode_prompt
 from specrank.decode.engine.timer import Timer
-from specrank.decode.prompts import encode_prompt
+from specrank.decode.prompts import encode_prompts
 from specrank.decode.runs.shards import open_run_dir, record_shards
 from specrank.decode.runs.tables import rounds_table
 from specrank.selection.select import rank_positions
@@ -75,7 +75,7 @@ def record_prompt(target, drafter, prompt_ids, config: DecodeConfig, prompt_id: 
 def record_run(target, drafter, prompts, out_dir, config: DecodeConfig, manifest: dict, shard_size: int = 4,
                verifier=None, progress: bool = True) -> Timer:
     """Record ``prompts`` into ``out_dir`` shard by shard, skipping finished ones; return the timer."""
-    encoded = [encode_prompt(target.tokenizer, p.text) for p in prompts]  # fail before any output
+    encoded = encode_prompts(target, prompts, config)  # fail before any output
     out = open_run_dir(out_dir, manifest)
     timer = Timer()
 

@@ -3,17 +3,20 @@
 Shards hold consecutive prompts (by index in the prompt file) and are written atomically, so a
 rerun of the same command skips every prompt already in a ``rounds`` shard file and leaves those
 files untouched. A shard's other folders (``diagnostics/``) are written before its rounds file,
-which marks the shard done. A rerun whose manifest differs is refused.
+which marks the shard done. A rerun whose manifest differs is refused. A shard damaged on disk
+(truncated, or a page whose checksum fails) is not done: it is removed and its prompts are redone.
+A run that fails before its first shard leaves nothing behind (no manifest without a shard).
 """
 
 from __future__ import annotations
 
-import json
 import re
+import sys
 from pathlib import Path
 from typing import Callable
 
 from specrank.atomic import write_json_atomic, write_parquet_atomic
+from specrank.files import parquet_damage, read_json
 
 SHARD = re.compile(r"shard-(\d+)-(\d+)\.parquet")
 DONE_FOLDER = "rounds"  # a shard counts as done once its rounds file exists
@@ -32,7 +35,9 @@ def open_run_dir(out_dir, manifest: dict) -> Path:
     out = Path(out_dir)
     path = out / "manifest.json"
     if path.exists():
-        old = json.loads(path.read_text())
+        old = read_json(path, "run manifest")
+        if not isinstance(old, dict):
+            raise RunDirError(f"{path}: not a run manifest (a JSON object)")
         keys = (set(old) | set(manifest)) - set(LOCATIONS)
         differ = sorted(k for k in keys if old.get(k) != manifest.get(k))
         if differ:
@@ -51,14 +56,47 @@ def shard_name(shard: list[int]) -> str:
     return f"shard-{shard[0]:05d}-{shard[-1]:05d}.parquet"
 
 
+def shard_damage(out: Path, name: str) -> str | None:
+    """Why shard ``name`` of the run in ``out`` cannot be trusted (one of its folders' files is truncated or
+    corrupted), or None when every folder's file reads whole with verified page checksums."""
+    for folder in sorted(p for p in out.iterdir() if p.is_dir()):
+        if (folder / name).is_file():
+            reason = parquet_damage(folder / name)
+            if reason:
+                return f"{folder.name}/{name}: {reason}"
+    return None
+
+
 def done_prompts(out_dir) -> set:
-    """Prompt indices already recorded in finished shard files."""
-    done = set()
-    for f in Path(out_dir, DONE_FOLDER).glob("shard-*.parquet"):
+    """Prompt indices recorded in finished, intact shard files; a damaged shard's rounds file (the done
+    marker) is removed, with a notice, so that its prompts are redone."""
+    out, done = Path(out_dir), set()
+    for f in sorted(Path(out, DONE_FOLDER).glob("shard-*.parquet")):
         m = SHARD.fullmatch(f.name)
-        if m:
-            done.update(range(int(m[1]), int(m[2]) + 1))
+        if not m:
+            continue
+        damage = shard_damage(out, f.name)
+        if damage:
+            print(f"specrank: damaged shard {damage}; redoing its prompts", file=sys.stderr)
+            f.unlink()
+            continue
+        done.update(range(int(m[1]), int(m[2]) + 1))
     return done
+
+
+def discard_unstarted(out: Path) -> None:
+    """Remove what ``open_run_dir`` made for a run that finished no shard: the manifest, its empty folders,
+    and ``out`` itself when nothing else is left in it."""
+    if any(Path(out, DONE_FOLDER).glob("shard-*.parquet")):
+        return
+    Path(out, "manifest.json").unlink(missing_ok=True)
+    for folder in (p for p in out.iterdir() if p.is_dir()):
+        for stale in folder.glob(".*.tmp"):
+            stale.unlink()
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    if not any(out.iterdir()):
+        out.rmdir()
 
 
 def pending_shards(n_prompts: int, done: set, shard_size: int) -> list[list[int]]:
@@ -105,5 +143,8 @@ def record_shards(out: Path, n_prompts: int, shard_size: int, decode_one: Callab
                 if postfix is not None:
                     bar.set_postfix(postfix())
             write_shard(out, shard, {folder: build(parts[folder]) for folder, build in tables.items()})
+    except BaseException:
+        discard_unstarted(Path(out))
+        raise
     finally:
         bar.close()
