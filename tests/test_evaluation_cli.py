@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 
 import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from mlflow_store import mlflow_db  # noqa: F401  (fixture)
+from mlflow_store import free_port, mlflow_db  # noqa: F401  (fixture)
 from specrank import tracking
 from specrank.cli import main
 from specrank.featurize import featurize_run
@@ -36,12 +35,6 @@ def run_and_predictions(tmp_path_factory):
     path = root / "predictions.parquet"
     pred.to_parquet(path, index=False)
     return run_dir, path, feats
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_predictions, mlflow_db, tmp_path, monkeypatch,

@@ -44,7 +44,7 @@ def load_pickle(path, trust_pickle: bool = False):
             payload = pickle.load(fh)
         except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
             raise RerankerFileError(f"{path}: not a specrank reranker ({type(exc).__name__})") from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT or not {"estimator", "meta"} <= set(payload):
         raise RerankerFileError(f"{path}: not a specrank reranker file (expected format {FORMAT})")
     est, meta = payload["estimator"], payload["meta"]
     check_version(path, meta["version"])

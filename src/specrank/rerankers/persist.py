@@ -121,7 +121,7 @@ def _members(path: Path) -> dict[str, bytes]:
 
 def load_format2(path) -> object:
     """A reranker saved in format 2 (a directory or zip); ``meta_`` holds its metadata."""
-    from specrank.rerankers.state import ARRAYS, StateError, decode, npz_arrays
+    from specrank.rerankers.state import ARRAYS, CLASSES, StateError, decode, npz_arrays
 
     path = Path(path)
     try:
@@ -140,6 +140,8 @@ def load_format2(path) -> object:
     missing = [k for k in META_KEYS if k not in meta]
     if missing:
         raise RerankerFileError(f"{path}/{META}: missing {', '.join(missing)}")
+    if meta["class"] not in CLASSES:
+        raise RerankerFileError(f"{path}: unknown reranker class {meta['class']!r} (format 2 knows {', '.join(CLASSES)})")
     for name, digest in meta["files"].items():
         if name not in files:
             raise RerankerFileError(f"{path}: {name} is missing")

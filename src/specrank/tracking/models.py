@@ -22,7 +22,7 @@ import pandas as pd
 from mlflow.models import infer_signature
 
 from specrank.featurize.features import META_KEY
-from specrank.tracking.uri import TrackingError, check_reachable, resolve_tracking_uri
+from specrank.tracking.uri import TrackingError, check_reachable, resolve_tracking_uri, tracking_store
 
 # Pinned so that MLflow does not infer requirements by importing the model in a subprocess.
 _REQUIREMENTS = ("numpy", "pandas", "scikit-learn", "lightgbm", "skops", "mlflow")
@@ -126,19 +126,6 @@ def quiet_pyfunc_logging():
             os.environ.pop(PROGRESS_BAR, None)
         else:
             os.environ[PROGRESS_BAR] = bar
-
-
-@contextmanager
-def tracking_store(uri: str):
-    """MLflow's tracking and registry URIs set to ``uri`` for the block, restored after."""
-    previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(previous[0])
-        mlflow.set_registry_uri(previous[1])
 
 
 def load_pyfunc_reranker(uri: str, tracking_uri: str | None = None, *, trust_pickle: bool = False):

@@ -10,6 +10,7 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 DEFAULT_DB = "mlflow.db"
@@ -41,6 +42,33 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     path = Path(uri).expanduser().resolve()
     # A bare path names a SQLite file when it looks like one, else a file store directory.
     return f"{SQLITE}{path}" if path.suffix in (".db", ".sqlite") else path.as_uri()
+
+
+@contextmanager
+def tracking_store(uri: str):
+    """MLflow's tracking and registry URIs set to ``uri`` for the block, then restored exactly.
+
+    ``mlflow.set_tracking_uri`` also writes ``$MLFLOW_TRACKING_URI`` (for subprocesses), so putting back
+    "the previous URI" would pin MLflow's default of that moment (``<cwd>/mlflow.db``) for the rest of the
+    process; when nothing was set before, nothing is set after.
+    """
+    import mlflow
+
+    env = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
+    previous = mlflow.get_tracking_uri() if env["MLFLOW_TRACKING_URI"] else None
+    registry = mlflow.get_registry_uri() if env["MLFLOW_REGISTRY_URI"] else None
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    try:
+        yield uri
+    finally:
+        mlflow.set_tracking_uri(previous)
+        mlflow.set_registry_uri(registry)
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def check_reachable(uri: str, timeout: float = 5.0, *, write: bool = True) -> str:

@@ -3,8 +3,10 @@
 Shards hold consecutive prompts (by index in the prompt file) and are written atomically, so a
 rerun of the same command skips every prompt already in a ``rounds`` shard file and leaves those
 files untouched. A shard's other folders (``diagnostics/``) are written before its rounds file,
-which marks the shard done. A rerun whose manifest differs is refused. A shard damaged on disk
-(truncated, or a page whose checksum fails) is not done: it is removed and its prompts are redone.
+which marks the shard done. A rerun whose manifest differs is refused. Each shard file gets a
+``.sha256`` file beside it; a shard damaged on disk (its bytes no longer match, or, for a shard
+without one, it does not read whole with verified page checksums) is not done: it is removed and its
+prompts are redone.
 A run that fails before its first shard leaves nothing behind (no manifest without a shard).
 """
 
@@ -15,10 +17,12 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from specrank.atomic import write_json_atomic, write_parquet_atomic
+from specrank.atomic import atomic_write, write_json_atomic, write_parquet_atomic
+from specrank.decode.loading.targets import sha256_files
 from specrank.files import parquet_damage, read_json
 
 SHARD = re.compile(r"shard-(\d+)-(\d+)\.parquet")
+CHECKSUM = ".sha256"  # shard-FIRST-LAST.parquet.sha256: the sha256 of the shard file's bytes
 DONE_FOLDER = "rounds"  # a shard counts as done once its rounds file exists
 
 # Recorded for the reader but not part of a run's identity: the prompts are identified by their
@@ -56,12 +60,27 @@ def shard_name(shard: list[int]) -> str:
     return f"shard-{shard[0]:05d}-{shard[-1]:05d}.parquet"
 
 
+def checksum_path(path: Path) -> Path:
+    return path.with_name(path.name + CHECKSUM)
+
+
+def file_damage(path: Path) -> str | None:
+    """Why the shard file ``path`` cannot be trusted, or None: its sha256 against the one written beside it,
+    else (a shard written before checksums) a whole read with verified page checksums."""
+    expected = checksum_path(path)
+    if expected.is_file():
+        if sha256_files([path]) != expected.read_text().strip():
+            return f"its sha256 differs from {expected.name}"
+        return None
+    return parquet_damage(path)
+
+
 def shard_damage(out: Path, name: str) -> str | None:
     """Why shard ``name`` of the run in ``out`` cannot be trusted (one of its folders' files is truncated or
-    corrupted), or None when every folder's file reads whole with verified page checksums."""
+    corrupted), or None when every folder's file is intact."""
     for folder in sorted(p for p in out.iterdir() if p.is_dir()):
         if (folder / name).is_file():
-            reason = parquet_damage(folder / name)
+            reason = file_damage(folder / name)
             if reason:
                 return f"{folder.name}/{name}: {reason}"
     return None
@@ -79,6 +98,7 @@ def done_prompts(out_dir) -> set:
         if damage:
             print(f"specrank: damaged shard {damage}; redoing its prompts", file=sys.stderr)
             f.unlink()
+            checksum_path(f).unlink(missing_ok=True)
             continue
         done.update(range(int(m[1]), int(m[2]) + 1))
     return done
@@ -91,7 +111,7 @@ def discard_unstarted(out: Path) -> None:
         return
     Path(out, "manifest.json").unlink(missing_ok=True)
     for folder in (p for p in out.iterdir() if p.is_dir()):
-        for stale in folder.glob(".*.tmp"):
+        for stale in [*folder.glob(".*.tmp"), *folder.glob("shard-*")]:  # the unfinished shard's other folders
             stale.unlink()
         if not any(folder.iterdir()):
             folder.rmdir()
@@ -113,10 +133,12 @@ def pending_shards(n_prompts: int, done: set, shard_size: int) -> list[list[int]
 
 
 def write_shard(out: Path, shard: list[int], tables: dict) -> None:
-    """Write one shard's table per folder atomically, the rounds file (the done marker) last."""
+    """Write one shard's table per folder atomically, each with its sha256 beside it, the rounds file (the done
+    marker) last."""
     name = shard_name(shard)
     for folder in sorted(tables, key=lambda f: f == DONE_FOLDER):
-        write_parquet_atomic(tables[folder], out / folder / name)
+        path = write_parquet_atomic(tables[folder], out / folder / name)
+        atomic_write(checksum_path(path), lambda tmp, p=path: Path(tmp).write_text(sha256_files([p]) + "\n"))
 
 
 def record_shards(out: Path, n_prompts: int, shard_size: int, decode_one: Callable[[int], dict], tables: dict,
