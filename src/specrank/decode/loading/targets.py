@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 
@@ -101,7 +102,7 @@ def convert_gguf(gguf) -> Path:
     try:
         try:
             model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-        except (ValueError, IndexError, KeyError) as exc:  # the GGUF reader's errors on a damaged file
+        except (ValueError, IndexError, KeyError, struct.error) as exc:  # the GGUF reader's errors on a damaged file
             raise ModelLoadError(f"{gguf}: not a readable GGUF model (truncated?): {first_line(exc)}") from None
         model.hf_quantizer = None  # weights are dequantized to float32 on load: save them as plain ones
         if hasattr(model.config, "quantization_config"):
