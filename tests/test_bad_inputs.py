@@ -518,6 +518,7 @@ CASES = [
     ("demo-temperatures-nan", lambda w, o: demo(w, o, "--temperatures", "nan"), "--temperatures"),
     ("demo-temperatures-empty", lambda w, o: demo(w, o, "--temperatures", ","), "--temperatures"),
     ("demo-limit-0", lambda w, o: demo(w, o, "--limit", "0"), "--limit"),
+    ("demo-limit-too-few-to-tune", lambda w, o: demo(w, o, "--limit", "2"), "--limit"),
     ("demo-out-file", lambda w, o: demo(w, w.file), "--out"),
     ("demo-drafter-spec", lambda w, o: demo(w, o, "--drafter", "nope"), "drafter spec"),
     ("demo-tracking-garbage", lambda w, o: with_arg(demo(w, o), "--tracking-uri", "foo://x"), "tracking URI"),

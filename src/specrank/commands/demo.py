@@ -14,6 +14,7 @@ from pathlib import Path
 
 from specrank.commands.args import at_least
 
+MIN_PROMPTS = 4  # two cross-fitting halves, each split again in two for the hyper-parameter search
 HELP = "run the whole pipeline (decode, featurize, train, evaluate, MLflow) on the embedded default"
 
 
@@ -28,8 +29,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--drafter", default=None,
                         help="drafter spec (default: eagle3:default, the head `make drafter` trains, when it exists; "
                              "else early-exit:8, the target's first 8 layers)")
-    parser.add_argument("--limit", type=at_least(1), default=None,
-                        help="prompts of the bundled set to decode (default 40 with the EAGLE-3 head, 24 without)")
+    parser.add_argument("--limit", type=at_least(MIN_PROMPTS), default=None,
+                        help="prompts of the bundled set to decode (default 40 with the EAGLE-3 head, 24 without;"
+                             f" at least {MIN_PROMPTS}: tuning inside each cross-fitting half needs two prompts)")
     parser.add_argument("--max-new-tokens", type=at_least(1), default=None,
                         help="tokens per prompt (default 20 with the EAGLE-3 head, 14 without)")
     parser.add_argument("--temperatures", default="1,0", help="comma-separated temperatures (default 1,0)")

@@ -59,7 +59,7 @@ def run_fit_exit_head(args) -> int:
 
     missing = [str(p) for p in args.text if not p.is_file()]
     if missing:
-        raise FileNotFoundError(f"--text: file not found: {missing[0]}")
+        raise FileNotFoundError(f"--text: text file not found: {missing[0]}")
     check_output_file(args.out)
     parse_device(args.device)
     parse_dtype(args.dtype)
