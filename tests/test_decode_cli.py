@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,10 +46,17 @@ def _assert_same_rounds(a, b):
             np.testing.assert_array_equal(x, y, err_msg=col)
 
 
-def test_sigkill_then_rerun_equals_uninterrupted_run(setup):
+@pytest.fixture(scope="module")
+def reference(setup):
+    """An uninterrupted run of the 8 prompts."""
     d, args, _ = setup
-    ref, run = d / "ref", d / "run"
-    assert main(args + ["--out", str(ref)]) == 0
+    assert main(args + ["--out", str(d / "ref")]) == 0
+    return d / "ref"
+
+
+def test_sigkill_then_rerun_equals_uninterrupted_run(setup, reference):
+    d, args, _ = setup
+    ref, run = reference, d / "run"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
     proc = subprocess.Popen([sys.executable, "-m", "specrank.cli", *args, "--out", str(run)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -62,7 +70,7 @@ def test_sigkill_then_rerun_equals_uninterrupted_run(setup):
     assert main(args + ["--out", str(run)]) == 0
     after = {f.name: f.stat().st_mtime_ns for f in (run / "rounds").glob("shard-*.parquet")}
     assert all(after[k] == v for k, v in before.items())  # finished shards untouched
-    assert not [f for f in (run / "rounds").iterdir() if f.suffix != ".parquet"]  # no stale temp files
+    assert not [f for f in (run / "rounds").iterdir() if f.suffix not in (".parquet", ".sha256")]  # no temp files
     a, b = read_rounds(ref), read_rounds(run)
     assert list(dict.fromkeys(b["prompt_id"])) == [str(i) for i in range(len(TEXTS))]  # none lost or duplicated
     assert b.groupby("prompt_id")["round"].apply(lambda r: list(r) == list(range(len(r)))).all()
@@ -119,3 +127,46 @@ def test_rerun_with_a_different_manifest_is_refused(setup, capsys, tmp_path):
     assert main(same + ["--out", str(out), "--limit", "1", "--max-new-tokens", "4"]) == 0
     other = [str(edited) if a == str(prompts) else a for a in args]
     assert "differs in: prompts_sha256" in _error(capsys, other + ["--out", str(out), "--limit", "1", "--max-new-tokens", "4"])
+
+
+def _silently_wrong_flip(path):
+    """Bytes of ``path`` with one byte flipped where pyarrow alone (no checksums) still decodes a table, but a
+    different one: the corruption a resume must not trust."""
+    import pyarrow.parquet as pq
+
+    data, original = path.read_bytes(), pq.read_table(path)
+    probe = path.with_name("probe.parquet")
+    for pos in range(len(data) // 4, len(data) - 8, 97):
+        flipped = bytearray(data)
+        flipped[pos] ^= 0xFF
+        probe.write_bytes(flipped)
+        try:
+            if not pq.read_table(probe).equals(original):
+                probe.unlink()
+                return bytes(flipped)
+        except Exception:  # noqa: BLE001 - this position is one pyarrow notices by itself
+            continue
+    pytest.fail("no silently wrong position found")
+
+
+def test_truncated_or_corrupted_shards_are_detected_and_redone(setup, reference, tmp_path, capsys):
+    from specrank.decode.runs.shards import checksum_path, done_prompts, file_damage
+
+    d, args, _ = setup
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    shards = sorted((run / "rounds").glob("shard-*.parquet"))
+    truncated, corrupted, legacy = shards[1], shards[4], shards[6]
+    truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
+    corrupted.write_bytes(_silently_wrong_flip(corrupted))
+    checksum_path(legacy).unlink()  # written before checksums: read whole, page checksums verified
+    assert file_damage(legacy) is None
+    legacy.write_bytes(legacy.read_bytes()[:-100])
+    assert all(file_damage(f) for f in (truncated, corrupted, legacy))
+    untouched = {f.name: f.stat().st_mtime_ns for f in shards if f not in (truncated, corrupted, legacy)}
+    assert main(args + ["--out", str(run)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("damaged shard rounds/") == 3, err
+    assert {f.name: f.stat().st_mtime_ns for f in shards if f.name in untouched} == untouched
+    assert not any(file_damage(f) for f in shards) and done_prompts(run) == set(range(len(TEXTS)))
+    _assert_same_rounds(read_rounds(reference), read_rounds(run))

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 
 import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from mlflow_store import mlflow_db  # noqa: F401  (fixture)
+from mlflow_store import free_port, mlflow_db  # noqa: F401  (fixture)
 from specrank import tracking
 from specrank.cli import main
 from specrank.featurize import featurize_run
@@ -31,17 +30,11 @@ def run_and_predictions(tmp_path_factory):
     for name in ("base", "rows"):
         fit = cross_fit(GBMReranker(name, n_estimators=20, num_leaves=7, n_jobs=1), feats)
         pred[name] = fit.predictions
-    for fold, model in fit.models.items():  # `specrank train`'s models/NAME-foldF.pkl layout
-        model.save(root / "models" / f"rows-fold{fold}.pkl")
+    for fold, model in fit.models.items():  # `specrank train`'s models/NAME-foldF layout
+        model.save(root / "models" / f"rows-fold{fold}")
     path = root / "predictions.parquet"
     pred.to_parquet(path, index=False)
     return run_dir, path, feats
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_predictions, mlflow_db, tmp_path, monkeypatch,
@@ -81,7 +74,7 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
     assert all("root.B8.gain" in r.data.metrics for r in folds)
     uris = dict(line[len("model "):].split(": ") for line in captured.out.splitlines() if line.startswith("model "))
     assert sorted(uris) == ["rows-fold0", "rows-fold1"]
-    saved = load_reranker(predictions.parent / "models" / "rows-fold1.pkl")
+    saved = load_reranker(predictions.parent / "models" / "rows-fold1")
     logged = load_reranker(uris["rows-fold1"], tracking_uri=f"sqlite:///{mlflow_db}")
     np.testing.assert_array_equal(logged.predict_first_factor(feats), saved.predict_first_factor(feats))
     figures = {a.path for a in client.list_artifacts(run.info.run_id, "figures")}

@@ -118,7 +118,7 @@ def test_cuda_without_gpu_and_bad_dtype(target_dir):
 def test_missing_and_invalid_specs(tmp_path):
     with pytest.raises(FileNotFoundError, match="target not found"):
         load_target(tmp_path / "nope")
-    with pytest.raises(ModelLoadError, match="neither"):
+    with pytest.raises(ModelLoadError, match="no config.json"):
         load_target(tmp_path)
 
 

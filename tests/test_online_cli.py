@@ -52,7 +52,7 @@ def test_online_protocol_runs_every_rule_on_every_prompt_and_logs_to_mlflow(setu
 
 def test_missing_reranker_fails_before_decoding(setup, tmp_path, capsys):
     d, args = setup
-    rc = main(args + ["--rules", "reranked", "--reranker", str(tmp_path / "nope.pkl"), "--out", str(tmp_path / "o"),
+    rc = main(args + ["--rules", "reranked", "--reranker", str(tmp_path / "nope"), "--out", str(tmp_path / "o"),
                       "--no-tracking"])
     assert rc == 2 and "no reranker at" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()

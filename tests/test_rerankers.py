@@ -104,8 +104,8 @@ def test_gbm_monotone_in_draft_probability(sampling):
 
 def test_save_load_roundtrip_and_metadata(tmp_path, sampling):
     est = GBMReranker("rows", **SMALL).fit(sampling)
-    est.save(tmp_path / "m.pkl")
-    back = load_reranker(tmp_path / "m.pkl")
+    est.save(tmp_path / "m")
+    back = load_reranker(tmp_path / "m")
     np.testing.assert_array_equal(back.predict(sampling), est.predict(sampling))
     assert back.meta_["features"] == est.features_ and back.meta_["label_kind"] == "probability"
     assert back.meta_["topk"] == 6 and back.meta_["version"] == est.version_

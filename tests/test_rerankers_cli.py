@@ -24,9 +24,9 @@ def test_featurize_then_train(tmp_path, capsys):
     values = preds[["isotonic", "base", "rows", "per_depth"]].to_numpy()
     assert np.all((values >= 0) & (values <= 1))
     models = sorted(p.name for p in (tmp_path / "out" / "models").iterdir())
-    assert models == sorted(f"{n}-fold{f}.pkl" for n in ("isotonic", "base", "rows", "per_depth") for f in (0, 1))
-    # rows-fold0.pkl (trained on fold 1) made the fold-0 predictions
-    model = load_reranker(tmp_path / "out" / "models" / "rows-fold0.pkl")
+    assert models == sorted(f"{n}-fold{f}" for n in ("isotonic", "base", "rows", "per_depth") for f in (0, 1))
+    # rows-fold0 (trained on fold 1) made the fold-0 predictions
+    model = load_reranker(tmp_path / "out" / "models" / "rows-fold0")
     feats = read_features(run / "features.parquet")
     held = (feats.fold == 0).to_numpy()
     np.testing.assert_allclose(model.predict(feats[held]), preds.rows[held])

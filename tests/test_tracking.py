@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import matplotlib
@@ -19,13 +18,8 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from specrank import tracking  # noqa: E402
 from specrank.featurize.features import META_KEY, feature_meta  # noqa: E402
 from specrank.rerankers import GBMReranker, IsotonicFirstFactor, load_reranker  # noqa: E402
-from mlflow_store import mlflow_db  # noqa: E402,F401  (fixture)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from specrank.tracking.uri import tracking_store  # noqa: E402
+from mlflow_store import free_port, mlflow_db  # noqa: E402,F401  (fixture)
 
 
 def small_reranker():
@@ -105,12 +99,8 @@ def check_logged(uri: str, run_id: str, model_uri: str, reranker, features) -> N
     assert {a.path for a in client.list_artifacts(run_id, "figures")} == {"figures/gain_vs_budget.png"}
     loaded = load_reranker(model_uri, tracking_uri=uri)
     np.testing.assert_array_equal(loaded.predict_first_factor(features), reranker.predict_first_factor(features))
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)
-    try:
+    with tracking_store(uri):
         pyfunc = mlflow.pyfunc.load_model(model_uri)
-    finally:
-        mlflow.set_tracking_uri(previous)
     assert pyfunc.metadata.get_input_schema() is not None
     np.testing.assert_array_equal(pyfunc.predict(features.head(50)), reranker.predict_first_factor(features.head(50)))
 
@@ -147,8 +137,8 @@ def test_load_reranker_from_a_saved_file(tmp_path):
     from specrank.rerankers import save_reranker
 
     reranker, features = small_reranker()
-    save_reranker(reranker, tmp_path / "iso.pkl")
-    loaded = load_reranker(tmp_path / "iso.pkl")
+    save_reranker(reranker, tmp_path / "iso")
+    loaded = load_reranker(tmp_path / "iso")
     np.testing.assert_array_equal(loaded.predict_first_factor(features), reranker.predict_first_factor(features))
     with pytest.raises(FileNotFoundError, match="neither a saved reranker"):
         load_reranker(tmp_path)

@@ -106,10 +106,10 @@ def test_train_logs_parent_folds_trials_and_loadable_models(features, mlflow_db,
         assert len(trials) == (2 if name == "base" else 0)
         assert all("inner_mse" in t.data.metrics and "trial.num_leaves" in t.data.params for t in trials)
         if name == "base":  # the fold's tuned parameters are those its model was fitted with
-            model = load_reranker(out / "models" / f"{key}.pkl")
+            model = load_reranker(out / "models" / key)
             assert int(run.data.params["tuned.num_leaves"]) == model.num_leaves
         loaded = load_reranker(printed[key], tracking_uri=uri)
-        pickled = load_reranker(out / "models" / f"{key}.pkl")
+        pickled = load_reranker(out / "models" / key)
         held = feats[feats.fold == int(fold)]
         np.testing.assert_array_equal(loaded.predict_first_factor(held), pickled.predict_first_factor(held))
         np.testing.assert_array_equal(pickled.predict_first_factor(held), preds.loc[held.index, name])

@@ -4,13 +4,21 @@ Each subcommand lives in ``specrank.commands.<name>`` and exposes
 ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``.
 Modules are imported lazily so that ``specrank --help`` stays fast and a
 stage that needs torch does not slow down one that does not.
+
+This is the one error boundary: an expected failure (``specrank.errors.user_message``) is printed as
+one line ``specrank COMMAND: error: ...`` with exit status 2; ``--debug`` or ``SPECRANK_DEBUG=1``
+prints the traceback first. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
+
+from specrank.errors import user_message
 
 COMMANDS = {
     "decode": "specrank.commands.decode",
@@ -23,10 +31,26 @@ COMMANDS = {
     "verify-sweep": "specrank.commands.verify_sweep",
     "demo": "specrank.commands.demo",
 }
+DEBUG_ENV = "SPECRANK_DEBUG"
 
 
-class CommandError(Exception):
+class CommandError(ValueError):
     """A user-facing error: printed as one line, exit status 2."""
+
+
+class UsageError(Exception):
+    """A command line argparse refuses; ``prog`` is the (sub)command it was given to."""
+
+    def __init__(self, prog: str, message: str):
+        super().__init__(message)
+        self.prog = prog
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the usage block stays in ``--help``)."""
+
+    def error(self, message):
+        raise UsageError(self.prog, f"{message} (see {self.prog} --help)")
 
 
 def _available():
@@ -38,27 +62,52 @@ def _available():
                 raise
 
 
+def _add_debug(parser: argparse.ArgumentParser, default=argparse.SUPPRESS) -> None:
+    """``--debug`` on ``parser`` and every subcommand below it (set on any level, it reaches the namespace)."""
+    parser.add_argument("--debug", action="store_true", default=default,
+                        help=f"show the full traceback of an error (also {DEBUG_ENV}=1)")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _add_debug(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specrank", description=__doc__.splitlines()[0])
+    parser = Parser(prog="specrank", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module in _available():
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)
+    _add_debug(parser, default=False)
     return parser
 
 
+def _error(prog: str, message: str) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        return _error(exc.prog, str(exc))
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    debug = args.debug or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
     try:
         return int(args._run(args) or 0)
-    except (CommandError, ValueError, FileNotFoundError, KeyError) as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"specrank {args.command}: error: {message}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"specrank {args.command}: interrupted (finished shards are kept)", file=sys.stderr)
         return 130
+    except Exception as exc:
+        message = user_message(exc)
+        if message is None:
+            raise
+        if debug:
+            traceback.print_exc()
+        return _error(f"specrank {args.command}", message)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from specrank.commands.args import at_least
 from specrank.decode.prompts import default_prompts_path
 from specrank.scale import add_worker_arguments
 
@@ -24,9 +25,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="run seed; generators are seeded per (prompt, seed)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--limit", type=int, default=None, help="decode only the first N prompts")
-    parser.add_argument("--shard-size", type=int, default=4, help="prompts per parquet shard (default 4)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (per worker with --workers)")
+    parser.add_argument("--limit", type=at_least(1), default=None, help="decode only the first N prompts")
+    parser.add_argument("--shard-size", type=at_least(1), default=4, help="prompts per parquet shard (default 4)")
+    parser.add_argument("--threads", type=at_least(1), default=None,
+                        help="torch CPU threads (per worker with --workers)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--verifier", default=None,
                         help="verification rule NAME[:KEY=VALUE,...] (e.g. lenience:l=0.5, speccascade:p_base=0.3);"
@@ -43,13 +45,14 @@ def run(args) -> int:
     from transformers.utils import logging as hf_logging
 
     from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
-    from specrank.decode.loading.targets import parse_device
+    from specrank.decode.loading.drafters import parse_drafter_spec
+    from specrank.decode.loading.targets import check_target_spec, parse_device
     from specrank.decode.prompts import read_prompts
     from specrank.decode.runs import build_manifest, record_run
+    from specrank.outputs import check_output_dir, removing_new_dirs
     from specrank.scale import workers_from_args
 
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    check_output_dir(args.out)
     workers = workers_from_args(args)
     if args.threads and workers is None:
         torch.set_num_threads(args.threads)
@@ -69,6 +72,8 @@ def run(args) -> int:
             config = chain_config(args.chain_length, args.temperature, args.max_new_tokens, args.seed)
         else:
             TreeRuleVerifier(rule, args.temperature)  # refuses rules without a tree form before any model loads
+    parse_device(args.device)
+    parse_drafter_spec(args.drafter)  # every argument is checked before a model loads, here or on a worker
     if workers is not None:  # the workers load the models; the driver loads none
         from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers, summary
 
@@ -77,18 +82,19 @@ def run(args) -> int:
                                     prompts_path, [run], args.shard_size, progress=not args.no_progress)
         print(summary(outcome, args.out))
         return 0
-    parse_device(args.device)
+    check_target_spec(args.target)
     target = load_target(args.target, args.device, args.dtype)
     drafter = load_drafter(args.drafter, target)
     manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)
-    if lossy:
-        from specrank.decode.runs import lossy_decode_run
+    with removing_new_dirs(args.out):
+        if lossy:
+            from specrank.decode.runs import lossy_decode_run
 
-        timer = lossy_decode_run(target, drafter, prompts, args.out, config, manifest, rule, args.decoder,
-                                 args.shard_size, progress=not args.no_progress)
-    else:
-        timer = record_run(target, drafter, prompts, args.out, config, manifest, args.shard_size,
-                           progress=not args.no_progress)
+            timer = lossy_decode_run(target, drafter, prompts, args.out, config, manifest, rule, args.decoder,
+                                     args.shard_size, progress=not args.no_progress)
+        else:
+            timer = record_run(target, drafter, prompts, args.out, config, manifest, args.shard_size,
+                               progress=not args.no_progress)
     if timer.rounds:
         print(f"{timer.rounds} rounds, {timer.tokens / timer.rounds - 1:.2f} accepted/round, "
               f"{timer.tokens / timer.total:.1f} tokens/s -> {args.out}")

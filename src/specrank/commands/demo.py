@@ -12,6 +12,9 @@ import os
 import time
 from pathlib import Path
 
+from specrank.commands.args import at_least
+
+MIN_PROMPTS = 4  # two cross-fitting halves, each split again in two for the hyper-parameter search
 HELP = "run the whole pipeline (decode, featurize, train, evaluate, MLflow) on the embedded default"
 
 
@@ -26,12 +29,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--drafter", default=None,
                         help="drafter spec (default: eagle3:default, the head `make drafter` trains, when it exists; "
                              "else early-exit:8, the target's first 8 layers)")
-    parser.add_argument("--limit", type=int, default=None,
-                        help="prompts of the bundled set to decode (default 40 with the EAGLE-3 head, 24 without)")
-    parser.add_argument("--max-new-tokens", type=int, default=None,
+    parser.add_argument("--limit", type=at_least(MIN_PROMPTS), default=None,
+                        help="prompts of the bundled set to decode (default 40 with the EAGLE-3 head, 24 without;"
+                             f" at least {MIN_PROMPTS}: tuning inside each cross-fitting half needs two prompts)")
+    parser.add_argument("--max-new-tokens", type=at_least(1), default=None,
                         help="tokens per prompt (default 20 with the EAGLE-3 head, 14 without)")
     parser.add_argument("--temperatures", default="1,0", help="comma-separated temperatures (default 1,0)")
-    parser.add_argument("--bootstrap", type=int, default=2000)
+    parser.add_argument("--bootstrap", type=at_least(1), default=2000)
     parser.add_argument("--tracking-uri", default=None, help="MLflow URI (default sqlite:///mlflow.db here)")
     parser.add_argument("--experiment", default="specrank-demo")
     parser.add_argument("--device", default="cpu")
@@ -65,19 +69,39 @@ def _stage(argv: list[str]) -> None:
     print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
 
 
-def run(args) -> int:
+def parse_temperatures(text: str) -> list[float]:
+    """``"1,0"`` -> [1.0, 0.0], each a valid decoding temperature."""
+    from specrank.decode.config import ConfigError, check_temperature
 
+    try:
+        temperatures = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ConfigError(f"--temperatures {text!r}: expected comma-separated numbers") from None
+    if not temperatures:
+        raise ConfigError("--temperatures names no temperature")
+    return [check_temperature(t, "--temperatures") for t in temperatures]
+
+
+def run(args) -> int:
+    from specrank.decode.loading.drafters import parse_drafter_spec
+    from specrank.decode.loading.targets import check_target_spec, parse_device
     from specrank.evaluation import load_evaluation
     from specrank.evaluation.report import headline_table
+    from specrank.outputs import check_output_dir
     from specrank.tracking import check_reachable, resolve_tracking_uri
 
+    temperatures = parse_temperatures(args.temperatures)
+    check_output_dir(args.out or default_out())
+    parse_device(args.device)
+    check_target_spec(args.target)
+    if args.drafter:
+        parse_drafter_spec(args.drafter)
     uri = check_reachable(resolve_tracking_uri(args.tracking_uri))
     drafter = args.drafter or default_drafter()
     limit, max_new_tokens = DEMO_SIZE.get(drafter, FALLBACK_SIZE)
     limit, max_new_tokens = args.limit or limit, args.max_new_tokens or max_new_tokens
     # One folder per drafter, so switching drafters never meets another drafter's resumable runs.
     out = (args.out or default_out()).resolve() / drafter.replace(":", "-").replace("/", "_")
-    temperatures = [float(t) for t in args.temperatures.split(",")]
     tables = {}
     for temp in temperatures:
         name = "greedy" if temp == 0 else f"t{temp:g}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specrank.commands.args import at_least, finite_float
+
 HELP = "Drafter tools: fit-exit-head fits a linear exit head for an early-exit drafter; train trains an EAGLE-3 head."
 
 
@@ -12,13 +14,14 @@ def add_arguments(parser) -> None:
     actions = parser.add_subparsers(dest="drafter_action", metavar="ACTION", required=True)
     fit = actions.add_parser("fit-exit-head", help="fit a linear exit head on text (ridge regression)")
     fit.add_argument("--target", default="smollm2", help="HF directory, .gguf file or 'smollm2' (default)")
-    fit.add_argument("--layers", type=int, required=True, help="K, the number of target layers the drafter runs")
+    fit.add_argument("--layers", type=at_least(1), required=True, help="K, the number of target layers the drafter runs")
     fit.add_argument("--text", nargs="+", required=True, type=Path, help="plain-text files to fit on")
     fit.add_argument("--out", required=True, type=Path, help="output .safetensors file")
-    fit.add_argument("--window", type=int, default=256, help="tokens per forward window (default 256)")
-    fit.add_argument("--max-tokens", type=int, default=20_000, help="tokens of text used (default 20000)")
-    fit.add_argument("--holdout", type=float, default=0.1, help="share of windows held out for agreement")
-    fit.add_argument("--ridge", type=float, default=1e-3, help="ridge penalty per row (default 1e-3)")
+    fit.add_argument("--window", type=at_least(2), default=256, help="tokens per forward window (default 256)")
+    fit.add_argument("--max-tokens", type=at_least(2), default=20_000, help="tokens of text used (default 20000)")
+    fit.add_argument("--holdout", type=finite_float(0.0, 0.9), default=0.1,
+                     help="share of windows held out for agreement")
+    fit.add_argument("--ridge", type=finite_float(0.0), default=1e-3, help="ridge penalty per row (default 1e-3)")
     fit.add_argument("--device", default="cpu")
     fit.add_argument("--dtype", default="float32")
     fit.set_defaults(_action=run_fit_exit_head)
@@ -51,11 +54,16 @@ def run_fit_exit_head(args) -> int:
         save_exit_head,
         solve_exit_head,
     )
-    from specrank.decode.loading.targets import load_target
+    from specrank.decode.loading.targets import check_target_spec, load_target, parse_device, parse_dtype
+    from specrank.outputs import check_output_file
 
     missing = [str(p) for p in args.text if not p.is_file()]
     if missing:
-        raise FileNotFoundError(f"text file not found: {missing[0]}")
+        raise FileNotFoundError(f"--text: text file not found: {missing[0]}")
+    check_output_file(args.out)
+    parse_device(args.device)
+    parse_dtype(args.dtype)
+    check_target_spec(args.target)
     target = load_target(args.target, args.device, args.dtype)
     if not 1 <= args.layers < target.num_layers:
         raise ValueError(f"--layers must be in 1..{target.num_layers - 1}, got {args.layers}")

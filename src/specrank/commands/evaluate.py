@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specrank.commands.args import at_least
+
 HELP = "Evaluate every selection rule offline on a run's recorded rounds, with paired prompt-bootstrap intervals."
 
 
@@ -13,9 +15,10 @@ def add_arguments(parser) -> None:
                         help="cross-fitted predictions (Parquet or CSV): prompt_id, task, round, cand"
                              " + one column per reranker")
     parser.add_argument("--out", required=True, help="output directory for tables, report.md and figures/")
-    parser.add_argument("--budgets", type=int, nargs="+", default=None,
+    parser.add_argument("--budgets", type=at_least(1), nargs="+", default=None,
                         help="budgets B to evaluate (default: the SPEC sweep 2..200 up to the pool size)")
-    parser.add_argument("--bootstrap", type=int, default=2000, help="paired prompt-bootstrap resamples (default 2000)")
+    parser.add_argument("--bootstrap", type=at_least(1), default=2000,
+                        help="paired prompt-bootstrap resamples (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI (default sqlite:///mlflow.db in the working directory)")
@@ -23,19 +26,21 @@ def add_arguments(parser) -> None:
     parser.add_argument("--run-name", default=None, help="MLflow parent run name (default evaluate-<run dir name>)")
     parser.add_argument("--no-tracking", action="store_true", help="write local outputs only, log nothing to MLflow")
     parser.add_argument("--models", default=None,
-                        help="models/ directory of 'specrank train' (NAME-foldF.pkl): log each as an MLflow model"
+                        help="models/ directory of 'specrank train' (NAME-foldF): log each as an MLflow model"
                              " in its fold's nested run")
 
 
 def run(args) -> int:
     from specrank.evaluation import evaluate_run, save_evaluation, write_report
     from specrank.evaluation.figures import FIGURES
+    from specrank.outputs import check_output_dir, staged
 
     run_dir, predictions = Path(args.run_dir), Path(args.predictions)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist")
     if not predictions.is_file():
         raise FileNotFoundError(f"predictions file {predictions} does not exist")
+    out = check_output_dir(args.out)
     models = _read_models(args.models) if args.models else {}
     uri = None
     if not args.no_tracking:
@@ -43,12 +48,13 @@ def run(args) -> int:
 
         uri = check_reachable(resolve_tracking_uri(args.tracking_uri))  # before any work: no partial output
     evaluation = evaluate_run(run_dir, predictions, budgets=args.budgets, n_boot=args.bootstrap, seed=args.seed)
-    save_evaluation(evaluation, args.out)
-    report = write_report(evaluation, args.out)
-    if uri is not None:
-        figures = {name: Path(args.out, "figures", f"{name}.png") for name in FIGURES}  # the files just written
-        for key, model_uri in _track(args, uri, evaluation, figures, report, run_dir, predictions, models).items():
-            print(f"model {key}: {model_uri}")
+    with staged(out) as stage:  # the local outputs appear only once MLflow has them too
+        save_evaluation(evaluation, stage)
+        report = write_report(evaluation, stage)
+        if uri is not None:
+            figures = {name: stage / "figures" / f"{name}.png" for name in FIGURES}  # the files just written
+            for key, model_uri in _track(args, uri, evaluation, figures, report, run_dir, predictions, models).items():
+                print(f"model {key}: {model_uri}")
     s = evaluation.summary
     for b in evaluation.meta["headline_budgets"]:
         root = s[(s["rule"] == "root") & (s["budget"] == b)].iloc[0]
@@ -60,31 +66,32 @@ def run(args) -> int:
 
 
 def _read_models(models_dir) -> dict[str, dict]:
-    """{fold: {name: reranker}} from ``NAME-foldF.pkl`` files (``specrank train``'s models/)."""
+    """{fold: {name: reranker}} from the ``NAME-foldF`` rerankers of ``specrank train``'s models/ (format 2)."""
     from specrank.rerankers import load_reranker
 
-    files = sorted(Path(models_dir).glob("*-fold*.pkl"))
-    if not files:
-        raise FileNotFoundError(f"no NAME-foldF.pkl models in {models_dir}")
+    if not Path(models_dir).is_dir():
+        raise FileNotFoundError(f"--models {models_dir}: no such directory")
+    entries = sorted(p for p in Path(models_dir).glob("*-fold*") if not p.name.startswith("."))
+    if not entries:
+        raise FileNotFoundError(f"--models {models_dir}: no NAME-foldF models")
     models: dict[str, dict] = {}
-    for f in files:
-        name, fold = f.stem.rsplit("-fold", 1)
-        models.setdefault(fold, {})[name] = load_reranker(f)
+    for entry in entries:
+        name, fold = entry.name.split(".")[0].rsplit("-fold", 1)
+        models.setdefault(fold, {})[name] = load_reranker(entry)
     return models
 
 
 def _example(run_dir: Path):
     """Features of a few rounds of the first shard: the input example and signature of logged rerankers."""
-    import pyarrow.parquet as pq
-
     from specrank.featurize import featurize_rounds, read_manifest
     from specrank.featurize.arrays import label_kind
     from specrank.featurize.features import required_columns
+    from specrank.files import read_schema, read_table
 
     manifest = read_manifest(run_dir)
     shard = sorted(Path(run_dir, "rounds").glob("*.parquet"))[0]
-    columns = required_columns(pq.read_schema(shard).names, label_kind(manifest), False)
-    return featurize_rounds(pq.read_table(shard, columns=columns).slice(0, 4), manifest, labels=False)
+    columns = required_columns(read_schema(shard).names, label_kind(manifest), False)
+    return featurize_rounds(read_table(shard, columns=columns).slice(0, 4), manifest, labels=False)
 
 
 def _track(args, uri, evaluation, figures, report, run_dir: Path, predictions: Path, models: dict) -> dict:

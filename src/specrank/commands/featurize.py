@@ -15,16 +15,18 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from specrank.featurize import edges_run, featurize_run, write_features
+    from specrank.outputs import check_output_file
 
     if not Path(args.run_dir).is_dir():
         raise FileNotFoundError(f"no run directory {args.run_dir}")
-    out = Path(args.out or Path(args.run_dir, "features.parquet"))
+    out = check_output_file(args.out or Path(args.run_dir, "features.parquet"))
+    edges_out = check_output_file(args.edges_out, "--edges-out") if args.edges_out else None
     df = featurize_run(args.run_dir)
+    edges = edges_run(args.run_dir) if edges_out else None  # both computed before either is written
     write_features(df, out)
     meta = df.attrs["specrank"]
     print(f"{out}: {len(df)} candidate rows, {df.prompt_id.nunique()} prompts, {meta['label_kind']} labels")
-    if args.edges_out:
-        edges = edges_run(args.run_dir)
-        write_features(edges, args.edges_out)
-        print(f"{args.edges_out}: {len(edges)} pool edges")
+    if edges_out:
+        write_features(edges, edges_out)
+        print(f"{edges_out}: {len(edges)} pool edges")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specrank.commands.args import at_least
 from specrank.decode.prompts import default_prompts_path
 
 HELP = "decode online with selection rules in the loop; realized vs expected acceptance and speed ratios"
@@ -16,14 +17,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rules", default="draft",
                         help="comma list of draft, reranked, root, root-draw, pearl, covering (default draft);"
                              " each runs on every prompt, order rotated per prompt; speeds are relative to the first")
-    parser.add_argument("--reranker", default=None, help="reranker for 'reranked': a saved .pkl, or an MLflow model"
-                                                         " URI (models:/NAME/VERSION, runs:/ID/NAME)")
+    parser.add_argument("--reranker", default=None, help="reranker for 'reranked': a saved reranker (format 2), or an"
+                                                         " MLflow model URI (models:/NAME/VERSION, runs:/ID/NAME)")
+    parser.add_argument("--trust-pickle", action="store_true",
+                        help="also load a pickled (format 1) reranker: this runs code from the file, trust it first")
     parser.add_argument("--compare", default=None,
                         help="comma list of rules (draft, root, root-draw, pearl, reranked) whose trees the tree"
                              " pass also scores, for measurement only: their expected acceptance at each context")
     parser.add_argument("--prompts", default=None, help="JSONL prompts; default: the bundled set")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N prompts")
-    parser.add_argument("--warmup", type=int, default=1, help="prompts decoded once by every rule first, untimed")
+    parser.add_argument("--limit", type=at_least(1), default=None, help="only the first N prompts")
+    parser.add_argument("--warmup", type=at_least(0), default=1, help="prompts decoded once by every rule first, untimed")
     parser.add_argument("--out", required=True, help="output directory (rounds, decodes, summary tables, figure)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--budget", type=int, default=59, help="verified tree size B, root excluded (default 59)")
@@ -34,8 +37,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="run seed; generators are seeded per (prompt, seed)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--bootstrap", type=int, default=2000, help="paired prompt-bootstrap resamples")
+    parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
+    parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
     parser.add_argument("--experiment", default="specrank", help="MLflow experiment name (default specrank)")
     parser.add_argument("--run-name", default=None, help="MLflow run name (default online-<rules>)")
@@ -59,7 +62,7 @@ def _strategies(args, config) -> dict:
     if args.reranker:
         from specrank.rerankers import load_reranker
 
-        reranker = load_reranker(args.reranker, tracking_uri=args.tracking_uri)
+        reranker = load_reranker(args.reranker, tracking_uri=args.tracking_uri, trust_pickle=args.trust_pickle)
     out = {r: make_strategy(r, reranker if r == "reranked" else None, args.reranker or "") for r in rules}
     for s in out.values():
         s.check(config)
@@ -71,11 +74,14 @@ def run(args) -> int:
     from transformers.utils import logging as hf_logging
 
     from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
-    from specrank.decode.loading.targets import parse_device
-    from specrank.decode.prompts import encode_prompt, read_prompts
+    from specrank.decode.loading.drafters import parse_drafter_spec
+    from specrank.decode.loading.targets import check_target_spec, parse_device
+    from specrank.decode.prompts import encode_prompts, read_prompts
     from specrank.decode.runs import parse_rules, run_protocol
     from specrank.evaluation.online import acceptance_summary, decoder_table, speed_ratios
+    from specrank.outputs import check_output_dir, staged
 
+    check_output_dir(args.out)
     if args.threads:
         torch.set_num_threads(args.threads)
     hf_logging.disable_progress_bar()
@@ -91,9 +97,11 @@ def run(args) -> int:
     prompts_path = args.prompts or default_prompts_path()
     prompts = read_prompts(prompts_path, limit=args.limit)
     parse_device(args.device)
+    check_target_spec(args.target)
+    parse_drafter_spec(args.drafter)
     target = load_target(args.target, args.device, args.dtype)
     drafter = load_drafter(args.drafter, target)
-    encoded = [(p.prompt_id, p.task, encode_prompt(target.tokenizer, p.text)) for p in prompts]
+    encoded = [(p.prompt_id, p.task, ids) for p, ids in zip(prompts, encode_prompts(target, prompts, config))]
     rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, compare, args.warmup)
     tables = {
         "online_rounds": rounds,
@@ -102,26 +110,24 @@ def run(args) -> int:
         "online_decoders": decoder_table(decodes),
         "online_speed": speed_ratios(decodes, next(iter(strategies)), args.bootstrap, args.seed),
     }
-    _write(tables, args.out)
-    if uri is not None:
-        _track(args, uri, tables, config, target, drafter, compare)
+    with staged(args.out) as stage:  # the local outputs appear only once MLflow has them too
+        _write(tables, stage)
+        if uri is not None:
+            _track(args, uri, tables, config, target, drafter, compare)
     _print(tables)
     return 0
 
 
 def _write(tables: dict, out_dir) -> None:
-    """Each table as Parquet (atomic) and the figure as PNG under ``out_dir``."""
-
-    from specrank.atomic import write_parquet_atomic
+    """Each table as Parquet and the figure as PNG under ``out_dir`` (each atomic)."""
+    from specrank.atomic import atomic_write, write_parquet_atomic
     from specrank.evaluation.figures import acceptance_figure
 
     out = Path(out_dir)
     for name, frame in tables.items():
         write_parquet_atomic(frame, out / f"{name}.parquet")
     fig = acceptance_figure(tables["online_acceptance"])
-    tmp = out / ".realized_acceptance.png.tmp"
-    fig.savefig(tmp, format="png", dpi=120)
-    tmp.replace(out / "realized_acceptance.png")
+    atomic_write(out / "realized_acceptance.png", lambda tmp: fig.savefig(tmp, format="png", dpi=120))
 
 
 def _track(args, uri, tables, config, target, drafter, compare) -> None:

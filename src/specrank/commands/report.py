@@ -12,9 +12,11 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from specrank.evaluation import load_evaluation, write_report
+    from specrank.outputs import check_output_dir, staged
 
     evaluation = load_evaluation(args.eval_dir)
-    out = args.out or args.eval_dir
-    write_report(evaluation, out)
+    out = check_output_dir(args.out or args.eval_dir)
+    with staged(out) as stage:
+        write_report(evaluation, stage)
     print(f"report -> {out}/report.md")
     return 0

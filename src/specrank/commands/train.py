@@ -1,6 +1,7 @@
 """``specrank train FEATURES``: cross-fit named rerankers, write predictions.parquet and the models.
 
-``OUT_DIR/models/NAME-foldF.pkl`` is the model that predicted fold F (it was trained on the other folds).
+``OUT_DIR/models/NAME-foldF`` (a format-2 reranker directory) is the model that predicted fold F (it was
+trained on the other folds). Every reranker is fitted before anything is written: a failure leaves no output.
 With ``--tracking-uri`` the run is logged to MLflow (``specrank.tracking.training``): parameters,
 per-fold metrics and models, Optuna trials, and predictions.parquet.
 """
@@ -8,6 +9,8 @@ per-fold metrics and models, Optuna trials, and predictions.parquet.
 from __future__ import annotations
 
 from pathlib import Path
+
+from specrank.commands.args import at_least
 
 HELP = "Cross-fit rerankers on a features table; write predictions.parquet (keys + one column per reranker) and models."
 NAMES = ("isotonic", "base", "rows", "per_depth")
@@ -40,7 +43,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--monotone-draft", action="store_true", help="predictions non-decreasing in q")
     parser.add_argument("--boost-from-draft", action="store_true",
                         help="LightGBM starts from logit(q) and learns a correction (robust on small runs)")
-    parser.add_argument("--tune-trials", type=int, default=0, help="Optuna trials inside each training half (0: none)")
+    parser.add_argument("--tune-trials", type=at_least(0), default=0,
+                        help="Optuna trials inside each training half (0: none)")
     parser.add_argument("--n-jobs", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tracking-uri", default=None,
@@ -58,16 +62,34 @@ def _names(text: str) -> list[str]:
     return names
 
 
-def _fit_and_save(name, table, args, models_dir, tracker):
-    """Cross-fit the reranker ``name`` on ``table``, saving each fold's model (its trials tracked when tuned)."""
+def _fit(name, table, args, tracker):
+    """Cross-fit the reranker ``name`` on ``table`` (its trials tracked when tuned)."""
     from specrank.rerankers import cross_fit
 
     trials = args.tune_trials if name in ("base", "rows") else 0
     hook = tracker.tune_callbacks(name) if tracker and trials else None
-    out = cross_fit(make_reranker(name, args), table, tune_trials=trials, tune_seed=args.seed, tune_callbacks=hook)
-    for fold, model in out.models.items():
-        model.save(models_dir / f"{name}-fold{fold}.pkl")
-    return out
+    return cross_fit(make_reranker(name, args), table, tune_trials=trials, tune_seed=args.seed, tune_callbacks=hook)
+
+
+def save_models(fits: dict, models_dir: Path) -> None:
+    """Each fold's model as ``models_dir/NAME-foldF`` (format 2)."""
+    for name, fit in fits.items():
+        for fold, model in fit.models.items():
+            model.save(models_dir / f"{name}-fold{fold}")
+
+
+def check_inputs(names, feats, edges) -> None:
+    """Refuse a features (or edges) table that lacks a column some reranker or the predictions table reads."""
+    from specrank.featurize.sets import resolve_features
+    from specrank.rerankers.online import input_columns
+    from specrank.schema import FEATURE_KEYS, require_columns
+
+    needed = FEATURE_KEYS + ["prompt_index", "fold", "q"]
+    for name in (n for n in names if n in ("base", "rows")):
+        needed += input_columns(resolve_features(name))
+    require_columns(feats.columns, list(dict.fromkeys(needed)), "features")
+    if edges is not None:
+        require_columns(edges.columns, ["prompt_id", "round", "node", "depth", "fold", "q_edge"], "edges")
 
 
 def _tracker(args):
@@ -79,29 +101,28 @@ def _tracker(args):
     return TrainingTracker(training_uri(args.tracking_uri), args.experiment, args.run_name)
 
 
-def _cross_fit_all(names, feats, edges, args, out_dir, tracker):
-    """{name: CrossFit} and the predictions table (keys, label, draft, one column per name)."""
+def _cross_fit_all(names, feats, edges, args, tracker):
+    """{name: CrossFit}, the predictions table (keys, label, draft, one column per name) and the edge
+    predictions table (None without per_depth)."""
     import pandas as pd
 
-    from specrank.atomic import write_parquet_atomic
     from specrank.schema import FEATURE_KEYS
 
     keys = FEATURE_KEYS + ["prompt_index", "fold"] + (["label"] if "label" in feats else [])
     preds = feats[keys].assign(draft=feats["q"].to_numpy())
-    fits = {}
+    fits, edge_preds = {}, None
     for name in (n for n in names if n != "per_depth"):
-        fits[name] = _fit_and_save(name, feats, args, out_dir / "models", tracker)
+        fits[name] = _fit(name, feats, args, tracker)
         preds[name] = fits[name].predictions
         print(f"{name}: cross-fitted on {len(feats)} rows")
     if edges is not None:
-        fits["per_depth"] = _fit_and_save("per_depth", edges, args, out_dir / "models", tracker)
+        fits["per_depth"] = _fit("per_depth", edges, args, tracker)
         edge_preds = edges[["prompt_id", "round", "node", "depth", "fold"]].copy()
         edge_preds["per_depth"] = fits["per_depth"].predictions
         first = edge_preds[edge_preds.depth == 1].set_index(["prompt_id", "round", "node"])["per_depth"]
         at = pd.MultiIndex.from_arrays([preds.prompt_id, preds["round"], preds.cand])
         preds["per_depth"] = first.reindex(at).to_numpy()
-        write_parquet_atomic(edge_preds, out_dir / "edge_predictions.parquet")
-    return fits, preds
+    return fits, preds, edge_preds
 
 
 def run(args) -> int:
@@ -109,21 +130,28 @@ def run(args) -> int:
 
     from specrank.atomic import write_parquet_atomic
     from specrank.featurize import read_features
+    from specrank.outputs import check_output_dir, staged
 
     names = _names(args.rerankers)
     if "per_depth" in names and not args.edges:
         raise ValueError("per_depth needs --edges (write it with `specrank featurize --edges-out`)")
+    for name in names:
+        make_reranker(name, args).check_params()  # hyper-parameters refused before any work
+    out_dir = check_output_dir(args.out_dir or Path(args.features).parent / "rerankers", "--out-dir")
     tracker = _tracker(args)  # an unreachable store fails here, before any output
     feats = read_features(args.features)
     edges = read_features(args.edges) if "per_depth" in names else None
-    out_dir = Path(args.out_dir or Path(args.features).parent / "rerankers")
-    with tracker.run(_params(args, feats, names)) if tracker else nullcontext():
-        fits, preds = _cross_fit_all(names, feats, edges, args, out_dir, tracker)
-        write_parquet_atomic(preds, out_dir / "predictions.parquet")
-        print(f"{out_dir / 'predictions.parquet'}: {len(preds)} rows, columns {', '.join(['draft'] + names)}")
+    check_inputs(names, feats, edges)
+    with tracker.run(_params(args, feats, names)) if tracker else nullcontext(), staged(out_dir, "--out-dir") as stage:
+        fits, preds, edge_preds = _cross_fit_all(names, feats, edges, args, tracker)
+        save_models(fits, stage / "models")
+        write_parquet_atomic(preds, stage / "predictions.parquet")
+        if edge_preds is not None:
+            write_parquet_atomic(edge_preds, stage / "edge_predictions.parquet")
         if tracker:
-            for key, uri in tracker.log_training(fits, preds, feats, out_dir / "predictions.parquet").items():
+            for key, uri in tracker.log_training(fits, preds, feats, stage / "predictions.parquet").items():
                 print(f"model {key}: {uri}")
+    print(f"{out_dir / 'predictions.parquet'}: {len(preds)} rows, columns {', '.join(['draft'] + names)}")
     return 0
 
 

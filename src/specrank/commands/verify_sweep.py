@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from specrank.commands.args import at_least
+
 HELP = "sweep verification rules (tree and chain decoders): block efficiency vs exact distortion, logged to MLflow"
 
 
@@ -16,7 +18,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--target", default="smollm2", help="local HF directory, .gguf file, or 'smollm2' (default)")
     parser.add_argument("--drafter", required=True, help="standalone:PATH, early-exit:K[:HEAD], or eagle3:DIR")
     parser.add_argument("--prompts", default=None, help="JSONL prompts; default: bundled set")
-    parser.add_argument("--limit", type=int, default=None, help="decode only the first N prompts")
+    parser.add_argument("--limit", type=at_least(1), default=None, help="decode only the first N prompts")
     parser.add_argument("--out", required=True, help="output directory (one resumable run per cell under runs/)")
     parser.add_argument("--grid", nargs="+", default=list(DEFAULT_GRID),
                         help="rules as NAME[:KEY=V1/V2,...] (default: %(default)s)")
@@ -32,8 +34,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--shard-size", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--shard-size", type=at_least(1), default=4)
+    parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
     parser.add_argument("--experiment", default="specrank", help="MLflow experiment (default specrank)")
@@ -89,15 +91,15 @@ def run(args) -> int:
     from transformers.utils import logging as hf_logging
 
     from specrank.decode import load_drafter, load_target
-    from specrank.decode.loading.targets import parse_device
+    from specrank.decode.loading.drafters import parse_drafter_spec
+    from specrank.decode.loading.targets import check_target_spec, parse_device
     from specrank.decode.prompts import default_prompts_path, read_prompts
     from specrank.decode.runs import build_manifest, lossy_decode_run, read_diagnostics
     from specrank.evaluation.sweep import findings, sweep_report, sweep_table, tradeoff_figure
-
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    from specrank.outputs import check_output_dir, removing_new_dirs, staged
     from specrank.scale import workers_from_args
 
+    out = check_output_dir(args.out)
     workers = workers_from_args(args)
     cells, skipped = grid_cells(args.grid, args.decoders)
     configs = {decoder: cell_config(args, decoder) for decoder in args.decoders}  # refused before any model loads
@@ -111,30 +113,33 @@ def run(args) -> int:
     hf_logging.disable_progress_bar()
     prompts_path = args.prompts or default_prompts_path()
     prompts = read_prompts(prompts_path, limit=args.limit)
-    out = Path(args.out)
-    if workers is not None:
-        from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers
+    parse_device(args.device)
+    parse_drafter_spec(args.drafter)
+    with removing_new_dirs(out):
+        if workers is not None:
+            from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers
 
-        runs = [RunSpec(str(cell_dir(out, c)), configs[c["decoder"]], c["decoder"], c["rule"]) for c in cells]
-        decode_on_workers(workers, Models(args.target, args.drafter, args.device, args.dtype), prompts, prompts_path,
-                          runs, args.shard_size, progress=not args.no_progress)
-    else:
-        parse_device(args.device)
-        target = load_target(args.target, args.device, args.dtype)
-        drafter = load_drafter(args.drafter, target)
-        for cell in cells:
-            config = configs[cell["decoder"]]
-            manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)
-            lossy_decode_run(target, drafter, prompts, cell_dir(out, cell), config, manifest, cell["verifier"],
-                             cell["decoder"], args.shard_size, progress=not args.no_progress)
+            runs = [RunSpec(str(cell_dir(out, c)), configs[c["decoder"]], c["decoder"], c["rule"]) for c in cells]
+            decode_on_workers(workers, Models(args.target, args.drafter, args.device, args.dtype), prompts,
+                              prompts_path, runs, args.shard_size, progress=not args.no_progress)
+        else:
+            check_target_spec(args.target)
+            target = load_target(args.target, args.device, args.dtype)
+            drafter = load_drafter(args.drafter, target)
+            for cell in cells:
+                config = configs[cell["decoder"]]
+                manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)
+                lossy_decode_run(target, drafter, prompts, cell_dir(out, cell), config, manifest, cell["verifier"],
+                                 cell["decoder"], args.shard_size, progress=not args.no_progress)
     table = sweep_table(cells, [read_diagnostics(cell_dir(out, c)) for c in cells])
     meta = {"target": args.target, "drafter": args.drafter, "prompts": len(prompts), "temperature": args.temperature,
             "max_new_tokens": args.max_new_tokens, "chain_length": args.chain_length, "budget": args.budget}
     report = sweep_report(table, meta)
     figure = tradeoff_figure(table, meta)
-    save_outputs(out, table, report, figure)
-    if uri is not None:
-        track(args, uri, table, report, figure, meta, skipped)
+    with staged(out) as stage:  # the local outputs appear only once MLflow has them too
+        save_outputs(stage, table, report, figure)
+        if uri is not None:
+            track(args, uri, table, report, figure, meta, skipped)
     for note in skipped:
         print(f"skipped (no tree form): {note}")
     for line in findings(table):

@@ -15,6 +15,13 @@ class ConfigError(ValueError):
     """A decoding parameter is out of range."""
 
 
+def check_temperature(t, what: str = "temperature") -> float:
+    """``t`` if it is a finite number in [0, MAX_TEMPERATURE] (0 = greedy), else a ConfigError naming ``what``."""
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or not 0 <= t <= MAX_TEMPERATURE:
+        raise ConfigError(f"{what} must be a finite number in [0, {MAX_TEMPERATURE:g}] (0 = greedy), got {t}")
+    return t
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """Pool shape, verified tree size, scoring, temperature (0 = greedy), output length and run seed."""
@@ -31,9 +38,7 @@ class DecodeConfig:
             raise ConfigError(f"budget {self.budget} must be in 1..{self.shape.size} (the pool size)")
         if not isinstance(self.extra, int) or self.extra < 0:
             raise ConfigError(f"extra scored candidates must be an integer >= 0, got {self.extra}")
-        t = self.temperature
-        if not isinstance(t, (int, float)) or not math.isfinite(t) or not 0 <= t <= MAX_TEMPERATURE:
-            raise ConfigError(f"temperature must be a finite number in [0, {MAX_TEMPERATURE:g}] (0 = greedy), got {t}")
+        check_temperature(self.temperature)
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens}")
         if not isinstance(self.seed, int):

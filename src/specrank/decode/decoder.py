@@ -79,15 +79,17 @@ class Decoder:
 
     ``strategy``: a name (``draft``, ``root``, ``root-draw``, ``pearl``, ``reranked``, ``covering``) or a
     ``SelectionStrategy``; ``reranked`` takes ``reranker``: a fitted estimator, a saved reranker's path, or
-    an MLflow model URI resolved against ``tracking_uri``. ``budget`` is the verified tree size B (root
+    an MLflow model URI resolved against ``tracking_uri`` (``trust_pickle=True`` also loads a format-1
+    pickle, which runs code from the file). ``budget`` is the verified tree size B (root
     excluded), ``shape`` the pool's growth. ``temperature`` is the default of ``generate`` (0 = greedy);
     the reranker is checked against it here, before any model pass.
     """
 
     def __init__(self, target, drafter, strategy="draft", *, reranker=None, tracking_uri: str | None = None,
-                 budget: int = 59, shape: PoolShape = PoolShape(), temperature: float = 0.0, verifier=None):
+                 budget: int = 59, shape: PoolShape = PoolShape(), temperature: float = 0.0, verifier=None,
+                 trust_pickle: bool = False):
         self.target, self.drafter, self.verifier = target, drafter, verifier
-        self.strategy = resolve_strategy(strategy, reranker, tracking_uri)
+        self.strategy = resolve_strategy(strategy, reranker, tracking_uri, trust_pickle=trust_pickle)
         self.config = DecodeConfig(shape, budget, extra=0, temperature=temperature)
         self.strategy.check(self.config)
 
@@ -98,14 +100,19 @@ class Decoder:
             self.strategy.check(config)
         return config
 
-    def _encode(self, prompt) -> list[int]:
-        from specrank.decode.prompts import PromptError, encode_prompt
+    def _encode(self, prompt, config: DecodeConfig, prompt_id: str) -> list[int]:
+        from specrank.decode.prompts import PromptError, check_context, encode_prompt
 
         if isinstance(prompt, str):
-            return encode_prompt(self.target.tokenizer, prompt)
-        ids = [int(t) for t in prompt]
+            if not prompt.strip():
+                raise PromptError(f"prompt {prompt_id!r} is empty")
+            ids = encode_prompt(self.target.tokenizer, prompt)
+        else:
+            ids = [int(t) for t in prompt]
         if len(ids) < 2:
             raise PromptError(f"a prompt of token ids needs at least 2 ids, got {len(ids)}")
+        check_context(ids, prompt_id, getattr(self.target, "context_length", None), config.max_new_tokens,
+                      config.shape.depth)
         return ids
 
     def generate(self, prompt, *, max_new_tokens: int = 256, temperature: float | None = None, seed: int = 0,
@@ -116,7 +123,7 @@ class Decoder:
             return [self.generate(p, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                                   prompt_id=str(i)) for i, p in enumerate(prompt)]
         config = self._config(max_new_tokens, temperature, seed)
-        ids = self._encode(prompt)
+        ids = self._encode(prompt, config, prompt_id or "0")
         timer, counter = Timer(), AcceptedCounter()
         tokens, _ = decode_prompt(self.target, self.drafter, ids, config, self.strategy, verifier=self.verifier,
                                   observer=counter, prompt_id=prompt_id or "0", timer=timer)
@@ -131,7 +138,7 @@ class Decoder:
         from specrank.decode.verify import ExhaustiveVerifier
 
         config = self._config(max_new_tokens, temperature, seed)
-        ids = self._encode(prompt)
+        ids = self._encode(prompt, config, prompt_id)
         verifier = self.verifier or ExhaustiveVerifier(config.temperature)
         timer, measure = Timer(), Measure()
 
@@ -152,7 +159,7 @@ def is_batch(prompt) -> bool:
     return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and isinstance(prompt[0], (str, list, tuple))
 
 
-def resolve_strategy(strategy, reranker, tracking_uri) -> SelectionStrategy:
+def resolve_strategy(strategy, reranker, tracking_uri, *, trust_pickle: bool = False) -> SelectionStrategy:
     """A strategy object from a name or an object; ``reranked`` loads its reranker from any source."""
     if isinstance(strategy, SelectionStrategy):
         if reranker is not None:
@@ -165,4 +172,5 @@ def resolve_strategy(strategy, reranker, tracking_uri) -> SelectionStrategy:
     from specrank.rerankers import load_reranker
 
     source = str(reranker) if isinstance(reranker, (str, Path)) else type(reranker).__name__
-    return make_strategy("reranked", load_reranker(reranker, tracking_uri=tracking_uri), source)
+    loaded = load_reranker(reranker, tracking_uri=tracking_uri, trust_pickle=trust_pickle)
+    return make_strategy("reranked", loaded, source)

@@ -25,6 +25,13 @@ def default_prompts_path() -> Path:
 
 
 def _parse(obj, where: str) -> Prompt:
+    prompt = _parse_form(obj, where)
+    if not prompt.text.strip():
+        raise PromptError(f"{where}: prompt {prompt.prompt_id!r} is empty")
+    return prompt
+
+
+def _parse_form(obj, where: str) -> Prompt:
     if not isinstance(obj, dict):
         raise PromptError(f"{where}: expected a JSON object")
     if "turns" in obj:  # Spec-Bench: the first turn is the prompt
@@ -43,19 +50,21 @@ def _parse(obj, where: str) -> Prompt:
 
 def read_prompts(path, limit: int | None = None) -> list[Prompt]:
     """Read a JSONL prompt file; errors name the file and line number."""
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise PromptError(f"limit must be an integer >= 1, got {limit!r}")
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"prompt file not found: {path}")
     prompts = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with path.open(encoding="utf-8", errors="strict") as f:
+        for lineno, line in enumerate(_lines(f, path), start=1):
             if not line.strip():
                 continue
             where = f"{path.name} line {lineno}"
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise PromptError(f"{where}: malformed JSON ({exc.msg})") from None
+                raise PromptError(f"{where}: malformed JSON at column {exc.colno} ({exc.msg})") from None
             prompts.append(_parse(obj, where))
     if not prompts:
         raise PromptError(f"{path.name}: no prompts in file")
@@ -64,6 +73,33 @@ def read_prompts(path, limit: int | None = None) -> list[Prompt]:
         dup = next(i for i in ids if ids.count(i) > 1)
         raise PromptError(f"{path.name}: duplicate prompt id {dup!r}")
     return prompts[:limit] if limit is not None else prompts
+
+
+def _lines(f, path):
+    try:
+        yield from f
+    except UnicodeDecodeError:
+        raise PromptError(f"{path.name}: not a UTF-8 text file") from None
+
+
+def check_context(ids: list[int], prompt_id: str, context_length: int | None, max_new_tokens: int,
+                  depth: int) -> None:
+    """Refuse a prompt that leaves no room in the target's context for ``max_new_tokens`` and a pool of
+    ``depth`` (positions past the context are ones the model never saw)."""
+    need = len(ids) + max_new_tokens + depth
+    if context_length is not None and need > context_length:
+        raise PromptError(f"prompt {prompt_id!r}: {len(ids)} tokens + max_new_tokens {max_new_tokens} + pool depth"
+                          f" {depth} = {need} positions exceed the target's context of {context_length}")
+
+
+def encode_prompts(target, prompts, config) -> list[list[int]]:
+    """Token ids of every prompt under the chat template, each checked to fit ``target``'s context with
+    ``config``'s ``max_new_tokens`` and pool depth (all refused up front, before any decoding)."""
+    encoded = [encode_prompt(target.tokenizer, p.text) for p in prompts]
+    context = getattr(target, "context_length", None)
+    for p, ids in zip(prompts, encoded, strict=True):
+        check_context(ids, p.prompt_id, context, config.max_new_tokens, config.shape.depth)
+    return encoded
 
 
 def encode_prompt(tokenizer, text: str) -> list[int]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specrank.commands.args import at_least
+
 HELP = "train an EAGLE-3-format head by self-distillation from the target (resumes in --out)"
 
 
@@ -14,10 +16,10 @@ def add_train_parser(actions) -> None:
     p.add_argument("--prompts", type=Path, default=None, help="JSONL prompt file (default: the bundled set)")
     p.add_argument("--out", required=True, type=Path, help="head directory (EAGLE-3 format) and checkpoints")
     p.add_argument("--layers", type=int, nargs=3, default=None, help="target hidden-state indices (default 2, L//2, L-3)")
-    p.add_argument("--samples", type=int, default=3, help="sampled continuations per prompt besides the greedy one")
+    p.add_argument("--samples", type=at_least(0), default=3, help="sampled continuations per prompt besides the greedy one")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the generated data")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="tokens generated per continuation")
-    p.add_argument("--gen-batch", type=int, default=8, help="continuations generated together (one shard)")
+    p.add_argument("--max-new-tokens", type=at_least(1), default=256, help="tokens generated per continuation")
+    p.add_argument("--gen-batch", type=at_least(1), default=8, help="continuations generated together (one shard)")
     p.add_argument("--train-prompts", type=Path, default=None,
                    help="extra JSONL prompts used only for training (e.g. the bundled data/drafter_prompts.jsonl)")
     p.add_argument("--train-limit", type=int, default=None, help="use the first N training-only prompts")
@@ -50,31 +52,39 @@ def add_train_parser(actions) -> None:
 def run_train(args) -> int:
     import torch
 
+    from specrank.decode.config import check_temperature
     from specrank.decode.loading.eagle3 import default_hidden_layers
-    from specrank.decode.loading.targets import load_target
+    from specrank.decode.loading.targets import check_target_spec, load_target, parse_device
     from specrank.decode.prompts import default_prompts_path, read_prompts
     from specrank.drafter_training.data import GenerationSpec
     from specrank.drafter_training.fit import fit_drafter
     from specrank.drafter_training.train import TrainConfig
+    from specrank.outputs import check_output_dir
     from specrank.scale import preflight, workers_from_args
+    from specrank.tracking import check_reachable, resolve_tracking_uri
 
+    check_output_dir(args.out)
+    check_temperature(args.temperature, "--temperature")
+    check_reachable(resolve_tracking_uri(args.tracking_uri))  # every argument is checked before the model loads
     workers = workers_from_args(args)
     if workers is not None:
         preflight(workers)  # before the target loads here
     if args.threads:
         torch.set_num_threads(args.threads)
+    cfg = TrainConfig(
+        steps=args.steps, unroll=args.unroll, batch_size=args.batch_size, max_len=args.max_len, lr=args.lr,
+        response_only=args.response_only,
+        eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed, max_minutes=args.max_minutes,
+    )
     prompts = read_prompts(args.prompts or default_prompts_path())
+    parse_device(args.device)
+    check_target_spec(args.target)
     target = load_target(args.target, args.device, "float32")
     layers = tuple(args.layers or default_hidden_layers(target.model.config, target.num_layers))
     spec = GenerationSpec(layers, args.samples, args.temperature, args.max_new_tokens, args.gen_batch, args.seed)
     extra = read_prompts(args.train_prompts, args.train_limit) if args.train_prompts else []
     extra_spec = GenerationSpec(layers, args.train_samples, args.temperature, args.train_max_new_tokens,
                                 args.train_gen_batch, args.seed)
-    cfg = TrainConfig(
-        steps=args.steps, unroll=args.unroll, batch_size=args.batch_size, max_len=args.max_len, lr=args.lr,
-        response_only=args.response_only,
-        eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed, max_minutes=args.max_minutes,
-    )
     final = fit_drafter(
         target, prompts, args.out, spec, cfg, args.draft_vocab, args.heldout_per_task, args.decode_prompts,
         tracking_uri=args.tracking_uri or "", progress=not args.no_progress, extra_prompts=extra, extra_spec=extra_spec,

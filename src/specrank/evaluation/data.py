@@ -13,6 +13,7 @@ from specrank.featurize.arrays import check_pool, label_kind, manifest_value, ro
 from specrank.featurize.context import prompt_index
 from specrank.featurize.rows import ROW_SOURCES
 from specrank.featurize.storage import read_manifest, read_rounds_table
+from specrank.files import read_csv, read_table
 from specrank.selection import PoolBatch
 
 COLUMNS = (
@@ -88,7 +89,7 @@ def read_predictions(path) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"predictions file {path} does not exist")
-    frame = pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+    frame = read_csv(path) if path.suffix == ".csv" else read_table(path).to_pandas()
     schema.require_columns(frame.columns, schema.FEATURE_KEYS, f"predictions ({path.name})")
     return frame
 

@@ -18,6 +18,7 @@ import pandas as pd
 
 from specrank.evaluation.data import Rounds, align_predictions, load_rounds, read_predictions
 from specrank.atomic import atomic_write
+from specrank.files import DataFileError, read_json, read_table
 from specrank.evaluation.values import (
     BUDGET_SWEEP,
     HEADLINE_BUDGETS,
@@ -202,5 +203,8 @@ def load_evaluation(out_dir) -> Evaluation:
     missing = [f"{n}.parquet" for n in TABLES if not (out / f"{n}.parquet").is_file()]
     if missing or not (out / "meta.json").is_file():
         raise FileNotFoundError(f"{out}: not an evaluation directory (missing {', '.join(missing) or 'meta.json'})")
-    tables = {n: pd.read_parquet(out / f"{n}.parquet") for n in TABLES}
-    return Evaluation(**tables, meta=json.loads((out / "meta.json").read_text()))
+    tables = {n: read_table(out / f"{n}.parquet").to_pandas() for n in TABLES}
+    meta = read_json(out / "meta.json", "evaluation metadata")
+    if not isinstance(meta, dict):
+        raise DataFileError(f"{out / 'meta.json'}: not evaluation metadata (a JSON object)")
+    return Evaluation(**tables, meta=meta)

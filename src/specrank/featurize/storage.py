@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from specrank import schema
 from specrank.atomic import write_parquet_atomic
+from specrank.files import read_json, read_schema, read_table
 from specrank.featurize.arrays import label_kind
 from specrank.featurize.edges import edge_frame
 from specrank.featurize.features import LABEL_SOURCE, META_KEY, features_meta, featurize_rounds, required_columns
@@ -21,7 +21,10 @@ def read_manifest(run_dir) -> dict:
     path = Path(run_dir, "manifest.json")
     if not path.is_file():
         raise FileNotFoundError(f"no manifest.json in {run_dir}")
-    return json.loads(path.read_text())
+    manifest = read_json(path, "run manifest")
+    if not isinstance(manifest, dict):
+        raise schema.SchemaError(f"{path}: not a run manifest (a JSON object)")
+    return manifest
 
 
 def read_rounds_table(run_dir, columns=None) -> pa.Table:
@@ -31,9 +34,9 @@ def read_rounds_table(run_dir, columns=None) -> pa.Table:
         raise FileNotFoundError(f"no rounds/*.parquet in {run_dir}")
     tables = []
     for f in files:
-        names = pq.read_schema(f).names
+        names = read_schema(f).names
         schema.require_columns(names, columns or [], f"rounds ({f.name})")
-        tables.append(pq.read_table(f, columns=columns))
+        tables.append(read_table(f, columns=columns))
     try:
         return pa.concat_tables(tables)
     except pa.ArrowInvalid as exc:  # e.g. fixed-size lists of two lengths
@@ -47,7 +50,7 @@ def featurize_run(run_dir, *, labels: bool = True) -> pd.DataFrame:
     files = sorted(Path(run_dir, "rounds").glob("*.parquet"))
     if not files:
         raise FileNotFoundError(f"no rounds/*.parquet in {run_dir}")
-    columns = required_columns(pq.read_schema(files[0]).names, label_kind(manifest), labels)
+    columns = required_columns(read_schema(files[0]).names, label_kind(manifest), labels)
     return featurize_rounds(read_rounds_table(run_dir, columns), manifest, labels=labels)
 
 
@@ -72,7 +75,7 @@ def read_features(path) -> pd.DataFrame:
     """Read a features table written by ``write_features`` (metadata restored into ``attrs``)."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"no features file {path}")
-    table = pq.read_table(path)
+    table = read_table(path)
     raw = (table.schema.metadata or {}).get(META_KEY.encode())
     if raw is None:
         raise schema.SchemaError(f"{path}: not a specrank features table (no specrank metadata)")

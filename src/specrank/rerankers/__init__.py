@@ -4,7 +4,7 @@ from specrank.rerankers.crossfit import CrossFit, FoldError, cross_fit, even_odd
 from specrank.rerankers.gbm import GBMReranker
 from specrank.rerankers.isotonic import IsotonicFirstFactor, PerDepthCalibration
 from specrank.rerankers.online import Reranker, RerankerError
-from specrank.rerankers.persist import load_reranker, save_reranker
+from specrank.rerankers.persist import RerankerFileError, load_reranker, save_reranker
 from specrank.rerankers.tune import tune
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "PerDepthCalibration",
     "Reranker",
     "RerankerError",
+    "RerankerFileError",
     "cross_fit",
     "even_odd",
     "fold_labels",

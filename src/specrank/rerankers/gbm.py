@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from specrank import schema
 from specrank.featurize.prior import TokenPrior
 from specrank.featurize.sets import CATEGORICAL_FEATURES, PRIOR_FEATURE, resolve_features
-from specrank.rerankers.online import Reranker
+from specrank.rerankers.online import Reranker, input_columns, integer, real
 
 BACKENDS = ("lightgbm", "sklearn")
 MONOTONE_FEATURES = ("q", "log_q")  # the draft probability of the candidate
@@ -46,6 +47,18 @@ class GBMReranker(Reranker):
     instead of fitting noise.
     """
 
+    _constraints = {
+        "backend": (f"one of {', '.join(BACKENDS)}", lambda v: v in BACKENDS),
+        "n_estimators": integer(1),
+        "learning_rate": real(0.0, open_low=True),
+        "num_leaves": integer(2),
+        "min_child_samples": integer(1),
+        "reg_lambda": real(0.0),
+        "prior_pseudo_count": real(0.0),
+        "n_jobs": integer(1, optional=True),
+        "random_state": integer(0),
+    }
+
     def __init__(self, features="rows", backend="lightgbm", n_estimators=400, learning_rate=0.05,
                  num_leaves=63, min_child_samples=20, reg_lambda=0.0, monotone_draft=False, boost_from_draft=False,
                  prior_pseudo_count=20.0, n_jobs=None, random_state=0):
@@ -74,12 +87,16 @@ class GBMReranker(Reranker):
                 cols.append(np.asarray(X[f], dtype=np.float64))
         return np.column_stack(cols) if cols else np.empty((len(X), 0))
 
-    def _fit(self, X, y):
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown backend {self.backend!r} (choose from {', '.join(BACKENDS)})")
+    def check_params(self) -> None:
+        """The ranges of ``_constraints``, a known feature set, and ``boost_from_draft`` only with LightGBM."""
+        super().check_params()
+        resolve_features(self.features)
         if self.boost_from_draft and self.backend != "lightgbm":
             raise ValueError("boost_from_draft needs the lightgbm backend (sklearn's boosting takes no initial margin)")
+
+    def _fit(self, X, y):
         self.features_ = resolve_features(self.features)
+        schema.require_columns(X.columns, input_columns(self.features_), "features")
         used = [c for c in CATEGORICAL_FEATURES if c in self.features_]
         self.task_categories_ = sorted({t for c in used for t in X[c].astype(str).unique()})
         self.prior_ = TokenPrior(self.prior_pseudo_count)

@@ -6,7 +6,7 @@ import numpy as np
 from sklearn.isotonic import IsotonicRegression
 
 from specrank import schema
-from specrank.rerankers.online import Reranker
+from specrank.rerankers.online import Reranker, integer
 
 
 def binned_isotonic(q, y, n_bins: int) -> IsotonicRegression:
@@ -25,6 +25,8 @@ def binned_isotonic(q, y, n_bins: int) -> IsotonicRegression:
 
 class IsotonicFirstFactor(Reranker):
     """Replaces q1 by an isotonic estimate of the target probability (200 equal-count bins)."""
+
+    _constraints = {"n_bins": integer(1)}
 
     def __init__(self, n_bins: int = 200):
         self.n_bins = n_bins
@@ -45,6 +47,8 @@ class PerDepthCalibration(Reranker):
     ``predict`` maps edges, ``predict_first_factor`` maps first-level features (``q``) with the
     depth-1 map. Depths unseen in training use the deepest fitted map.
     """
+
+    _constraints = {"n_bins": integer(1)}
 
     def __init__(self, n_bins: int = 200):
         self.n_bins = n_bins

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
@@ -14,6 +17,23 @@ from specrank.featurize.sets import PRIOR_FEATURE
 
 class RerankerError(ValueError):
     """Features that do not match what a reranker was trained on."""
+
+
+def integer(low: int, optional: bool = False):
+    """A hyper-parameter constraint: an integer >= ``low`` (or None when ``optional``)."""
+    def ok(v):
+        return (optional and v is None) or (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= low)
+
+    return (f"an integer >= {low}" + (" or None" if optional else ""), ok)
+
+
+def real(low: float, open_low: bool = False):
+    """A hyper-parameter constraint: a finite number >= ``low`` (> ``low`` when ``open_low``)."""
+    def ok(v):
+        return (isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+                and (v > low if open_low else v >= low))
+
+    return (f"a finite number {'>' if open_low else '>='} {low:g}", ok)
 
 
 def input_columns(features) -> list[str]:
@@ -41,11 +61,22 @@ def labels_of(X, y, kind: str) -> np.ndarray:
 class Reranker(BaseEstimator):
     """Base of the first-factor rerankers: metadata learned at ``fit`` and checked at ``predict``.
 
-    Subclasses set ``features_`` and implement ``_fit(X, y)`` and ``_predict(X) -> (n,)``.
+    Subclasses set ``features_`` and implement ``_fit(X, y)`` and ``_predict(X) -> (n,)``; their
+    ``_constraints`` ({parameter: (description, predicate)}) are checked first thing in ``fit``.
     """
+
+    _constraints: dict = {}
+
+    def check_params(self) -> None:
+        """Raise ValueError naming the first hyper-parameter outside its range (``fit`` calls this first)."""
+        for name, (expected, ok) in self._constraints.items():
+            value = getattr(self, name)
+            if not ok(value):
+                raise ValueError(f"The {name!r} parameter of {type(self).__name__} must be {expected}; got {value!r}")
 
     def fit(self, X, y=None):
         """Fit on a features table (``specrank.featurize``); labels from ``y`` or ``X["label"]``."""
+        self.check_params()
         meta = features_meta(X)
         self.label_kind_, self.topk_ = meta["label_kind"], int(meta["topk"])
         self.version_ = specrank.__version__
@@ -78,8 +109,8 @@ class Reranker(BaseEstimator):
         if int(meta["topk"]) != self.topk_:
             raise RerankerError(f"reranker trained on pools with topk={self.topk_} got topk={meta['topk']}")
 
-    def save(self, path) -> None:
-        """Save to one file (see ``specrank.rerankers.persist``)."""
+    def save(self, path):
+        """Save in format 2: a directory at ``path``, or a zip if it ends in ``.zip`` (``specrank.rerankers.persist``)."""
         from specrank.rerankers.persist import save_reranker
 
-        save_reranker(self, path)
+        return save_reranker(self, path)

@@ -124,6 +124,7 @@ def _matched_gain(draw: np.ndarray, values: np.ndarray, sizes: np.ndarray, pct: 
 
 def _interval(point: float, boot: np.ndarray, level: float) -> Interval:
     tail = 100 * (1 - level) / 2
+    boot = np.where(np.isfinite(boot), boot, np.nan)  # a resample whose denominator is 0 has no ratio
     if np.isnan(boot).all():
         return Interval(float(point), np.nan, np.nan)
     low, high = np.nanpercentile(boot, [tail, 100 - tail])

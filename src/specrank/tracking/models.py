@@ -1,11 +1,20 @@
-"""Rerankers as MLflow pyfunc models: logged with a signature, loaded back by URI for online decoding."""
+"""Rerankers as MLflow pyfunc models: logged from our own code with the format-2 files as their artifact,
+loaded back by URI for online decoding.
+
+The pyfunc is ``RerankerModel`` (models from code: ``reranker_model.py`` is the logged script), so the
+model holds code from this package and data, nothing cloudpickled. ``load_pyfunc_reranker`` downloads a
+model and reads its artifact with the format-2 loader, without running the model's script.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import warnings
 from contextlib import contextmanager
 from importlib import metadata
+from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -13,21 +22,37 @@ import pandas as pd
 from mlflow.models import infer_signature
 
 from specrank.featurize.features import META_KEY
-from specrank.tracking.uri import check_reachable, resolve_tracking_uri
+from specrank.tracking.uri import TrackingError, check_reachable, resolve_tracking_uri, tracking_store
 
 # Pinned so that MLflow does not infer requirements by importing the model in a subprocess.
-_REQUIREMENTS = ("numpy", "pandas", "scikit-learn", "lightgbm", "mlflow")
+_REQUIREMENTS = ("numpy", "pandas", "scikit-learn", "lightgbm", "skops", "mlflow")
+ARTIFACT = "reranker"  # the artifact key of the format-2 files
+MODEL_CODE = Path(__file__).with_name("reranker_model.py")
+PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 class RerankerModel(mlflow.pyfunc.PythonModel):
-    """pyfunc wrapper: a DataFrame of first-level candidates' features -> first-factor predictions."""
+    """pyfunc: a DataFrame of first-level candidates' features -> first-factor predictions.
 
-    def __init__(self, reranker):
+    The reranker is read from the ``reranker`` artifact in ``load_context``, or given directly.
+    """
+
+    def __init__(self, reranker=None):
+        self.reranker = None
+        if reranker is not None:
+            self._set(reranker)
+
+    def _set(self, reranker) -> None:
         if not callable(getattr(reranker, "predict_first_factor", None)):
             raise TypeError(f"{type(reranker).__name__} has no predict_first_factor(features) method")
         self.reranker = reranker
         # MLflow's schema enforcement drops DataFrame.attrs, where features carry their label kind and topk.
         self.meta = {"label_kind": getattr(reranker, "label_kind_", None), "topk": getattr(reranker, "topk_", None)}
+
+    def load_context(self, context) -> None:
+        from specrank.rerankers.persist import load_format2
+
+        self._set(load_format2(context.artifacts[ARTIFACT]))
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> np.ndarray:
         features = model_input
@@ -63,15 +88,19 @@ def _requirements() -> list[str]:
 
 def log_reranker(reranker, name: str, input_example: pd.DataFrame) -> str:
     """Log ``reranker`` to the active run as a pyfunc model with an inferred signature; return its model URI."""
+    from specrank.rerankers.persist import save_reranker
+
     if mlflow.active_run() is None:
         raise RuntimeError("log_reranker needs an active run (use experiment_run first)")
     wrapper = RerankerModel(reranker)
     example = _model_input(reranker, input_example.head(20).reset_index(drop=True))
-    with quiet_pyfunc_logging():
+    with tempfile.TemporaryDirectory() as tmp, quiet_pyfunc_logging():
+        files = save_reranker(reranker, Path(tmp) / ARTIFACT)
         signature = infer_signature(example, wrapper.predict(None, example))
         info = mlflow.pyfunc.log_model(
             name=name,
-            python_model=wrapper,
+            python_model=str(MODEL_CODE),
+            artifacts={ARTIFACT: str(files)},
             signature=signature,
             input_example=example,
             pip_requirements=_requirements(),
@@ -81,36 +110,53 @@ def log_reranker(reranker, name: str, input_example: pd.DataFrame) -> str:
 
 @contextmanager
 def quiet_pyfunc_logging():
-    """Silence MLflow's per-model notices while logging: it warns about every Python-object model
-    (ours pickle on purpose) and about integer schema columns, drowning a run's own output."""
+    """Silence MLflow's per-model notices and artifact progress bars while a model is logged or
+    downloaded (a few small files), which would drown a run's own output."""
     logger = logging.getLogger("mlflow.pyfunc")
-    level = logger.level
+    level, bar = logger.level, os.environ.get(PROGRESS_BAR)
     logger.setLevel(logging.ERROR)
+    os.environ[PROGRESS_BAR] = "false"
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", module="mlflow")  # a prefix: mlflow.* included
             yield
     finally:
         logger.setLevel(level)
+        if bar is None:
+            os.environ.pop(PROGRESS_BAR, None)
+        else:
+            os.environ[PROGRESS_BAR] = bar
 
 
-def load_pyfunc_reranker(uri: str, tracking_uri: str | None = None):
-    """The reranker object behind an MLflow model URI or local model directory (see
-    ``specrank.rerankers.load_reranker``, the loader to call); remote URIs resolve against ``tracking_uri``
-    (default: the current MLflow URI), checked reachable first."""
-    if tracking_uri is None:
-        return _unwrap(mlflow.pyfunc.load_model(uri))
-    resolved = check_reachable(resolve_tracking_uri(tracking_uri))
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(resolved)
-    try:
-        return _unwrap(mlflow.pyfunc.load_model(uri))
-    finally:
-        mlflow.set_tracking_uri(previous)
+def load_pyfunc_reranker(uri: str, tracking_uri: str | None = None, *, trust_pickle: bool = False):
+    """The reranker behind an MLflow model URI or local model directory (``specrank.rerankers.load_reranker``
+    is the loader to call). Remote URIs resolve against ``tracking_uri`` (default ``$MLFLOW_TRACKING_URI``,
+    else ``./mlflow.db``), which must exist; the model is downloaded and its artifact read as data."""
+    if Path(uri).is_dir():
+        return _from_model_dir(Path(uri), uri, trust_pickle)
+    store = check_reachable(resolve_tracking_uri(tracking_uri), write=False)
+    with tempfile.TemporaryDirectory() as tmp, tracking_store(store), quiet_pyfunc_logging():
+        try:
+            local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp)
+        except mlflow.exceptions.MlflowException as exc:
+            raise TrackingError(f"--reranker {uri}: no such model in {store} ({exc.message.splitlines()[0]})") from None
+        return _from_model_dir(Path(local), uri, trust_pickle)
 
 
-def _unwrap(model):
-    inner = model.unwrap_python_model()
-    if not isinstance(inner, RerankerModel):
-        raise ValueError(f"MLflow model {model.metadata.model_uuid} is not a specrank reranker")
-    return inner.reranker
+def _from_model_dir(model_dir: Path, uri: str, trust_pickle: bool):
+    from specrank.rerankers.persist import RerankerFileError, load_format2
+
+    if not (model_dir / "MLmodel").is_file():
+        raise RerankerFileError(f"{uri}: not an MLflow model (no MLmodel)")
+    conf = mlflow.models.Model.load(str(model_dir / "MLmodel")).flavors.get("python_function", {})
+    artifacts = conf.get("artifacts") or {}
+    if ARTIFACT in artifacts and MODEL_CODE.name in str(conf.get("model_code_path", "")):
+        return load_format2(model_dir / artifacts[ARTIFACT]["path"])
+    if conf.get("python_model") and not conf.get("model_code_path"):  # cloudpickled (specrank < format 2)
+        from specrank.rerankers.legacy import require_trust
+
+        require_trust(uri, "a cloudpickled MLflow model (logged before format 2)", trust_pickle)
+        inner = mlflow.pyfunc.load_model(str(model_dir)).unwrap_python_model()
+        if hasattr(inner, "reranker"):
+            return inner.reranker
+    raise RerankerFileError(f"{uri}: not a specrank reranker model")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import mlflow
 
-from specrank.tracking.uri import check_reachable, resolve_tracking_uri
+from specrank.tracking.uri import check_reachable, resolve_tracking_uri, tracking_store
 
 _PARAM_VALUE_MAX = 6000  # MLflow's limit on one parameter value
 _BATCH = 100  # MLflow's limit on parameters per batch call
@@ -28,16 +28,12 @@ def experiment_run(
 ) -> Iterator[mlflow.ActiveRun]:
     """Parent run of ``experiment`` at ``tracking_uri`` (checked reachable first), restoring the previous URI."""
     uri = check_reachable(resolve_tracking_uri(tracking_uri))
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)
-    try:
+    with tracking_store(uri):
         if mlflow.get_experiment_by_name(experiment) is None:
             mlflow.create_experiment(experiment, artifact_location=local_artifact_root(uri))
         mlflow.set_experiment(experiment)
         with mlflow.start_run(run_name=run_name, tags=dict(tags or {})) as run:
             yield run
-    finally:
-        mlflow.set_tracking_uri(previous)
 
 
 def local_artifact_root(uri: str) -> str | None:

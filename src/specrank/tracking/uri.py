@@ -1,4 +1,8 @@
-"""Tracking URIs: the default store, and a reachability check that fails before any work."""
+"""Tracking URIs: the default store, and a check that the store can be used, before any work.
+
+Reading (loading a logged model) needs a store that exists, and creates nothing; writing needs one
+that can be written. Either way an unusable URI is a one-line ``TrackingError`` naming it.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,14 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 DEFAULT_DB = "mlflow.db"
+SQLITE = "sqlite:///"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+# Schemes MLflow's tracking store registry knows; the database ones are not probed here.
+SCHEMES = ("http", "https", "sqlite", "file", "postgresql", "mysql", "mssql", "databricks", "databricks-uc", "uc")
 
 
 class TrackingError(ValueError):
@@ -16,32 +25,65 @@ class TrackingError(ValueError):
 
 
 def resolve_tracking_uri(uri: str | None = None) -> str:
-    """The tracking URI to use; a local path is made absolute.
+    """The tracking URI to use; a local path, or a SQLite file given relative to here, is made absolute.
 
     None means ``$MLFLOW_TRACKING_URI`` when set (MLflow's convention), else ``sqlite:///<cwd>/mlflow.db``.
     """
     if uri is None or not str(uri).strip():
         uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
         if not uri:
-            return f"sqlite:///{Path.cwd().resolve() / DEFAULT_DB}"
+            return f"{SQLITE}{Path.cwd().resolve() / DEFAULT_DB}"
     uri = str(uri).strip()
     scheme = urllib.parse.urlparse(uri).scheme
+    if scheme == "sqlite" and uri.startswith(SQLITE) and uri != SQLITE:
+        return f"{SQLITE}{Path(uri[len(SQLITE):]).expanduser().resolve()}"  # sqlite:///x.db is relative to here
     if len(scheme) > 1:  # one letter is a Windows drive, not a scheme
         return uri
     path = Path(uri).expanduser().resolve()
     # A bare path names a SQLite file when it looks like one, else a file store directory.
-    return f"sqlite:///{path}" if path.suffix in (".db", ".sqlite") else path.as_uri()
+    return f"{SQLITE}{path}" if path.suffix in (".db", ".sqlite") else path.as_uri()
 
 
-def check_reachable(uri: str, timeout: float = 5.0) -> str:
-    """Return ``uri`` if its store can be reached, else raise a one-line TrackingError naming it."""
+@contextmanager
+def tracking_store(uri: str):
+    """MLflow's tracking and registry URIs set to ``uri`` for the block, then restored exactly.
+
+    ``mlflow.set_tracking_uri`` also writes ``$MLFLOW_TRACKING_URI`` (for subprocesses), so putting back
+    "the previous URI" would pin MLflow's default of that moment (``<cwd>/mlflow.db``) for the rest of the
+    process; when nothing was set before, nothing is set after.
+    """
+    import mlflow
+
+    env = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
+    previous = mlflow.get_tracking_uri() if env["MLFLOW_TRACKING_URI"] else None
+    registry = mlflow.get_registry_uri() if env["MLFLOW_REGISTRY_URI"] else None
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    try:
+        yield uri
+    finally:
+        mlflow.set_tracking_uri(previous)
+        mlflow.set_registry_uri(registry)
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def check_reachable(uri: str, timeout: float = 5.0, *, write: bool = True) -> str:
+    """Return ``uri`` if its store can be used (``write``: written to; else read, and it must exist),
+    else raise a one-line TrackingError naming it."""
     parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme not in SCHEMES:
+        raise TrackingError(f"tracking URI {uri}: unknown scheme {parsed.scheme!r}"
+                            " (use http(s)://HOST:PORT, sqlite:///FILE.db, file:///DIR or a local path)")
     if parsed.scheme in ("http", "https"):
         _check_server(uri, timeout)
     elif parsed.scheme == "sqlite":
-        _check_parent(Path(uri[len("sqlite:///") :]), uri)
+        _check_sqlite(Path(uri[len(SQLITE):]), uri, write)
     elif parsed.scheme == "file":
-        _check_parent(Path(urllib.request.url2pathname(parsed.path)), uri)
+        _check_file_store(Path(urllib.request.url2pathname(parsed.path)), uri, write)
     return uri
 
 
@@ -53,11 +95,47 @@ def _check_server(uri: str, timeout: float) -> None:
             pass
     except urllib.error.HTTPError:
         return  # the server answered, even if not with 200
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise TrackingError(f"MLflow tracking server {uri} is unreachable ({reason})") from None
 
 
-def _check_parent(path: Path, uri: str) -> None:
+def _check_writable(directory: Path, uri: str) -> None:
+    from specrank.outputs import OutputError, check_output_dir
+
+    try:
+        check_output_dir(directory, what=f"tracking URI {uri}:")
+    except OutputError as exc:
+        raise TrackingError(str(exc)) from None
+
+
+def _check_sqlite(path: Path, uri: str, write: bool) -> None:
     if not path.parent.is_dir():
         raise TrackingError(f"tracking URI {uri}: directory {path.parent} does not exist")
+    if not path.exists():
+        if not write:
+            raise TrackingError(f"tracking URI {uri}: no MLflow database at {path}")
+        _check_writable(path.parent, uri)
+        return
+    if not path.is_file():
+        raise TrackingError(f"tracking URI {uri}: {path} is not a file")
+    try:
+        with open(path, "r+b" if write else "rb") as fh:  # r+b: opened for writing, nothing written
+            head = fh.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise TrackingError(f"tracking URI {uri}: cannot {'write' if write else 'read'} {path} ({exc.strerror})") from None
+    if head and head != SQLITE_MAGIC:
+        raise TrackingError(f"tracking URI {uri}: {path} is not a SQLite database")
+    if write:
+        _check_writable(path.parent, uri)  # SQLite writes its journal beside the database
+
+
+def _check_file_store(path: Path, uri: str, write: bool) -> None:
+    if path.exists() and not path.is_dir():
+        raise TrackingError(f"tracking URI {uri}: {path} is not a directory")
+    if not write and not path.is_dir():
+        raise TrackingError(f"tracking URI {uri}: no MLflow file store at {path}")
+    if not path.parent.is_dir():
+        raise TrackingError(f"tracking URI {uri}: directory {path.parent} does not exist")
+    if write:
+        _check_writable(path, uri)

@@ -8,27 +8,59 @@ fitted linear exit head), ``eagle3:DIR`` (an EAGLE-3 head in its published forma
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from specrank.decode.loading.targets import ModelLoadError
 
 SPEC_FORMS = "standalone:PATH, early-exit:K, early-exit:K:HEAD_PATH, eagle3:DIR or eagle3:default"
 
 
-def load_drafter(spec: str, target):
-    """Build the drafter described by ``spec`` for ``target`` (same device and dtype)."""
+def parse_drafter_spec(spec) -> tuple[str, str]:
+    """(kind, rest) of a drafter spec, refusing a malformed spec or a missing or unreadable file before any
+    model loads (what depends on the target, such as K against its layers, is checked at load)."""
     kind, _, rest = str(spec).partition(":")
     if kind == "standalone" and rest:
+        from specrank.decode.loading.targets import check_model_dir
+
+        if not Path(rest).is_dir():
+            raise FileNotFoundError(f"standalone drafter: no Hugging Face model directory at {rest}")
+        check_model_dir(Path(rest), "standalone drafter")
+    elif kind == "early-exit" and rest:
+        layers, _, head = rest.partition(":")
+        if not layers.isdigit() or int(layers) < 1:
+            raise ModelLoadError(f"drafter spec {spec!r}: K must be a positive number of layers")
+        if head:
+            from specrank.decode.loading.early_exit import check_exit_head_file
+
+            check_exit_head_file(head)
+    elif kind == "eagle3" and rest:
+        from specrank.decode.loading.eagle3 import default_head_dir, has_default_head
+
+        if rest == "default" and not has_default_head():
+            raise FileNotFoundError(f"no trained default EAGLE-3 head in {default_head_dir()}: run `make drafter` first")
+        if rest != "default":
+            from specrank.files import read_json
+
+            if not Path(rest, "config.json").is_file():
+                raise FileNotFoundError(f"EAGLE-3 checkpoint not found: no config.json in {rest}")
+            read_json(Path(rest, "config.json"), "EAGLE-3 config")
+    else:
+        raise ModelLoadError(f"unknown drafter spec {spec!r} (use {SPEC_FORMS})")
+    return kind, rest
+
+
+def load_drafter(spec: str, target):
+    """Build the drafter described by ``spec`` for ``target`` (same device and dtype)."""
+    kind, rest = parse_drafter_spec(spec)
+    if kind == "standalone":
         from specrank.decode.loading.standalone import load_standalone
 
         return load_standalone(rest, target, spec)
-    if kind == "early-exit" and rest:
+    if kind == "early-exit":
         from specrank.decode.loading.early_exit import load_early_exit
 
         layers, _, head = rest.partition(":")
-        if not layers.isdigit():
-            raise ModelLoadError(f"drafter spec {spec!r}: K must be a number of layers")
         return load_early_exit(target, int(layers), head or None, spec)
-    if kind == "eagle3" and rest:
-        from specrank.decode.loading.eagle3 import load_eagle3
+    from specrank.decode.loading.eagle3 import load_eagle3
 
-        return load_eagle3(rest, target, spec)
-    raise ModelLoadError(f"unknown drafter spec {spec!r} (use {SPEC_FORMS})")
+    return load_eagle3(rest, target, spec)

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from specrank.atomic import atomic_write
+from specrank.errors import first_line
 from specrank.decode.loading.standalone import CausalLMDrafter
 from specrank.decode.loading.targets import ModelLoadError, sha256_files
 
@@ -65,15 +66,31 @@ def save_exit_head(path, head: nn.Linear, layers: int, target) -> Path:
     return atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
 
 
-def load_exit_head(path, target, layers: int) -> nn.Linear:
-    """Read an exit head for ``target`` at ``layers`` layers (refused if made for other ones)."""
-    from safetensors import safe_open
+def check_exit_head_file(path) -> dict:
+    """The metadata of the exit head file ``path``, refused unless it is a safetensors file with
+    ``weight`` and ``bias`` (only its header is read)."""
+    from safetensors import SafetensorError, safe_open
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"exit head not found: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta, keys = f.metadata() or {}, set(f.keys())
+    except (SafetensorError, OSError) as exc:
+        raise ExitHeadError(f"exit head {path}: not a safetensors file ({first_line(exc)})") from None
+    if not {"weight", "bias"} <= keys:
+        raise ExitHeadError(f"exit head {path}: holds {sorted(keys)[:4]}, expected weight and bias")
+    return meta
+
+
+def load_exit_head(path, target, layers: int) -> nn.Linear:
+    """Read an exit head for ``target`` at ``layers`` layers (refused if made for other ones)."""
+    from safetensors import safe_open
+
+    meta = check_exit_head_file(path)
+    path = Path(path)
     with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata() or {}
         weight, bias = f.get_tensor("weight"), f.get_tensor("bias")
     if meta.get("layers") != str(layers):
         raise ExitHeadError(f"exit head {path.name} was fitted at {meta.get('layers')} layers, not {layers}")

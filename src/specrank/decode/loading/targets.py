@@ -14,14 +14,18 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 
 import torch
 
+from specrank.errors import first_line
+
 DEFAULT_TARGET = "smollm2"
 SOURCE_FILE = "specrank_source.json"  # written last: marks a finished conversion
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+GGUF_MAGIC = b"GGUF"
 
 
 class ModelLoadError(ValueError):
@@ -96,7 +100,10 @@ def convert_gguf(gguf) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is shared like any model cache
     try:
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        except (ValueError, IndexError, KeyError, struct.error) as exc:  # the GGUF reader's errors on a damaged file
+            raise ModelLoadError(f"{gguf}: not a readable GGUF model (truncated?): {first_line(exc)}") from None
         model.hf_quantizer = None  # weights are dequantized to float32 on load: save them as plain ones
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
@@ -114,26 +121,57 @@ def convert_gguf(gguf) -> Path:
     return out
 
 
-def resolve_target(spec) -> Path:
-    """A Hugging Face directory for ``spec`` (directory, ``.gguf`` file or ``smollm2``)."""
+def check_model_dir(path: Path, what: str) -> None:
+    """Refuse a directory whose ``config.json`` is missing, malformed or not a Hugging Face model config."""
+    from specrank.files import read_json
+
+    config = path / "config.json"
+    if not config.is_file():
+        raise ModelLoadError(f"{what} {path}: no config.json (not a Hugging Face model directory)")
+    cfg = read_json(config, f"{what} config")
+    if not isinstance(cfg, dict) or "model_type" not in cfg:
+        raise ModelLoadError(f"{what} config {config}: no 'model_type' (not a Hugging Face model config)")
+
+
+def check_target_spec(spec) -> Path | None:
+    """Refuse, before anything loads, a target that is missing or cannot be a model: the path of a local
+    directory or ``.gguf`` file, None for the embedded default."""
     if str(spec) == DEFAULT_TARGET:
-        return convert_gguf(default_gguf())
+        default_gguf()
+        return None
     path = Path(spec)
     if not path.exists():
         raise FileNotFoundError(f"target not found: {spec}")
-    if path.is_file() and path.suffix == ".gguf":
-        return convert_gguf(path)
-    if not (path / "config.json").is_file():
-        raise ModelLoadError(f"{spec} is neither a .gguf file nor a Hugging Face model directory")
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ModelLoadError(f"target {spec} is neither a .gguf file nor a Hugging Face model directory")
+        with open(path, "rb") as fh:
+            if fh.read(len(GGUF_MAGIC)) != GGUF_MAGIC:
+                raise ModelLoadError(f"target {spec}: not a GGUF file (no GGUF header)")
+    else:
+        check_model_dir(path, "target")
     return path
+
+
+def resolve_target(spec) -> Path:
+    """A Hugging Face directory for ``spec`` (directory, ``.gguf`` file or ``smollm2``)."""
+    path = check_target_spec(spec)
+    if path is None:
+        return convert_gguf(default_gguf())
+    return convert_gguf(path) if path.is_file() else path
 
 
 def load_causal_lm(path: Path, device, dtype):
     """A Hugging Face causal LM and its tokenizer from a local directory, in eval mode, sdpa attention."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
-    return model.to(device).eval().requires_grad_(False), AutoTokenizer.from_pretrained(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, SafetensorError) as exc:  # damaged weights, tokenizer or config files
+        raise ModelLoadError(f"{path}: cannot load the model: {first_line(exc)}") from None
+    return model.to(device).eval().requires_grad_(False), tokenizer
 
 
 def load_target(spec=DEFAULT_TARGET, device="cpu", dtype="float32") -> Target:
@@ -162,6 +200,12 @@ class Target:
     @property
     def device(self) -> torch.device:
         return self.model.device
+
+    @property
+    def context_length(self) -> int | None:
+        """The most positions the model was trained on (``max_position_embeddings``), None if unknown."""
+        value = getattr(self.model.config, "max_position_embeddings", None)
+        return int(value) if value else None
 
     @property
     def dtype(self) -> torch.dtype:

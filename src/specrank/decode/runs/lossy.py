@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from specrank.decode.config import DecodeConfig
 from specrank.decode.engine.timer import Timer
-from specrank.decode.prompts import encode_prompt
+from specrank.decode.prompts import encode_prompts
 from specrank.decode.runs.chain import chain_length, decode_chain_prompt
 from specrank.decode.runs.recorder import record_prompt
 from specrank.decode.runs.shards import open_run_dir, record_shards
@@ -86,7 +86,7 @@ def lossy_work(target, drafter, prompts, config: DecodeConfig, rule, decoder: st
     if decoder == "chain":
         chain_length(config)
     verifier = TreeRuleVerifier(rule, config.temperature) if decoder == "tree" else None  # refuses non-tree rules
-    encoded = [encode_prompt(target.tokenizer, p.text) for p in prompts]
+    encoded = encode_prompts(target, prompts, config)  # fail before any output
 
     def decode_shard_prompt(i):
         start = time.perf_counter()

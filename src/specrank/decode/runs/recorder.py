@@ -10,7 +10,7 @@ from specrank.decode.config import DecodeConfig
 from specrank.decode.engine.pool import DraftPool
 from specrank.decode.engine.prompt import decode_prompt
 from specrank.decode.engine.timer import Timer
-from specrank.decode.prompts import encode_prompt
+from specrank.decode.prompts import encode_prompts
 from specrank.decode.runs.shards import open_run_dir, record_shards
 from specrank.decode.runs.tables import rounds_table
 from specrank.selection.select import rank_positions
@@ -74,8 +74,8 @@ def record_prompt(target, drafter, prompt_ids, config: DecodeConfig, prompt_id: 
 
 def recorder_work(target, drafter, prompts, config: DecodeConfig, verifier=None, timer: Timer | None = None):
     """``(decode_one, tables)`` of the shard writer (``runs.shards.record_shards``) recording ``prompts``;
-    every prompt is encoded first, so a bad one fails before any output."""
-    encoded = [encode_prompt(target.tokenizer, p.text) for p in prompts]
+    every prompt is encoded (and checked against the context) first, so a bad one fails before any output."""
+    encoded = encode_prompts(target, prompts, config)
 
     def decode_one(i):
         _, records = record_prompt(target, drafter, encoded[i], config, prompts[i].prompt_id, prompts[i].task,

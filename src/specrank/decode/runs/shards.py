@@ -3,19 +3,26 @@
 Shards hold consecutive prompts (by index in the prompt file) and are written atomically, so a
 rerun of the same command skips every prompt already in a ``rounds`` shard file and leaves those
 files untouched. A shard's other folders (``diagnostics/``) are written before its rounds file,
-which marks the shard done. A rerun whose manifest differs is refused.
+which marks the shard done. A rerun whose manifest differs is refused. Each shard file gets a
+``.sha256`` file beside it; a shard damaged on disk (its bytes no longer match, or, for a shard
+without one, it does not read whole with verified page checksums) is not done: it is removed and its
+prompts are redone.
+A run that fails before its first shard leaves nothing behind (no manifest without a shard).
 """
 
 from __future__ import annotations
 
-import json
 import re
+import sys
 from pathlib import Path
 from typing import Callable
 
-from specrank.atomic import remove_temps, write_json_atomic, write_parquet_atomic
+from specrank.atomic import atomic_write, remove_temps, write_json_atomic, write_parquet_atomic
+from specrank.decode.loading.targets import sha256_files
+from specrank.files import parquet_damage, read_json
 
 SHARD = re.compile(r"shard-(\d+)-(\d+)\.parquet")
+CHECKSUM = ".sha256"  # shard-FIRST-LAST.parquet.sha256: the sha256 of the shard file's bytes
 DONE_FOLDER = "rounds"  # a shard counts as done once its rounds file exists
 TEMPS = "*/.*.tmp"  # the temporary files of shard writes (specrank.atomic)
 
@@ -34,7 +41,9 @@ def open_run_dir(out_dir, manifest: dict) -> Path:
     out = Path(out_dir)
     path = out / "manifest.json"
     if path.exists():
-        old = json.loads(path.read_text())
+        old = read_json(path, "run manifest")
+        if not isinstance(old, dict):
+            raise RunDirError(f"{path}: not a run manifest (a JSON object)")
         keys = (set(old) | set(manifest)) - set(RECORDED_ONLY)
         differ = sorted(k for k in keys if old.get(k) != manifest.get(k))
         if differ:
@@ -52,14 +61,63 @@ def shard_name(shard: list[int]) -> str:
     return f"shard-{shard[0]:05d}-{shard[-1]:05d}.parquet"
 
 
+def checksum_path(path: Path) -> Path:
+    return path.with_name(path.name + CHECKSUM)
+
+
+def file_damage(path: Path) -> str | None:
+    """Why the shard file ``path`` cannot be trusted, or None: its sha256 against the one written beside it,
+    else (a shard written before checksums) a whole read with verified page checksums."""
+    expected = checksum_path(path)
+    if expected.is_file():
+        if sha256_files([path]) != expected.read_text().strip():
+            return f"its sha256 differs from {expected.name}"
+        return None
+    return parquet_damage(path)
+
+
+def shard_damage(out: Path, name: str) -> str | None:
+    """Why shard ``name`` of the run in ``out`` cannot be trusted (one of its folders' files is truncated or
+    corrupted), or None when every folder's file is intact."""
+    for folder in sorted(p for p in out.iterdir() if p.is_dir()):
+        if (folder / name).is_file():
+            reason = file_damage(folder / name)
+            if reason:
+                return f"{folder.name}/{name}: {reason}"
+    return None
+
+
 def done_prompts(out_dir) -> set:
-    """Prompt indices already recorded in finished shard files."""
-    done = set()
-    for f in Path(out_dir, DONE_FOLDER).glob("shard-*.parquet"):
+    """Prompt indices recorded in finished, intact shard files; a damaged shard's rounds file (the done
+    marker) is removed, with a notice, so that its prompts are redone."""
+    out, done = Path(out_dir), set()
+    for f in sorted(Path(out, DONE_FOLDER).glob("shard-*.parquet")):
         m = SHARD.fullmatch(f.name)
-        if m:
-            done.update(range(int(m[1]), int(m[2]) + 1))
+        if not m:
+            continue
+        damage = shard_damage(out, f.name)
+        if damage:
+            print(f"specrank: damaged shard {damage}; redoing its prompts", file=sys.stderr)
+            f.unlink()
+            checksum_path(f).unlink(missing_ok=True)
+            continue
+        done.update(range(int(m[1]), int(m[2]) + 1))
     return done
+
+
+def discard_unstarted(out: Path) -> None:
+    """Remove what ``open_run_dir`` made for a run that finished no shard: the manifest, its empty folders,
+    and ``out`` itself when nothing else is left in it."""
+    if any(Path(out, DONE_FOLDER).glob("shard-*.parquet")):
+        return
+    Path(out, "manifest.json").unlink(missing_ok=True)
+    for folder in (p for p in out.iterdir() if p.is_dir()):
+        for stale in [*folder.glob(".*.tmp"), *folder.glob("shard-*")]:  # the unfinished shard's other folders
+            stale.unlink()
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    if not any(out.iterdir()):
+        out.rmdir()
 
 
 def pending_shards(n_prompts: int, done: set, shard_size: int) -> list[list[int]]:
@@ -76,10 +134,12 @@ def pending_shards(n_prompts: int, done: set, shard_size: int) -> list[list[int]
 
 
 def write_shard(out: Path, shard: list[int], tables: dict) -> None:
-    """Write one shard's table per folder atomically, the rounds file (the done marker) last."""
+    """Write one shard's table per folder atomically, each with its sha256 beside it, the rounds file (the done
+    marker) last."""
     name = shard_name(shard)
     for folder in sorted(tables, key=lambda f: f == DONE_FOLDER):
-        write_parquet_atomic(tables[folder], out / folder / name)
+        path = write_parquet_atomic(tables[folder], out / folder / name)
+        atomic_write(checksum_path(path), lambda tmp, p=path: Path(tmp).write_text(sha256_files([p]) + "\n"))
 
 
 def record_shards(out: Path, n_prompts: int, shard_size: int, decode_one: Callable[[int], dict], tables: dict,
@@ -104,6 +164,9 @@ def record_shards(out: Path, n_prompts: int, shard_size: int, decode_one: Callab
 
         for shard in pending_shards(n_prompts, done, shard_size):
             write_shard(out, shard, decode_shard(shard, decode_one, tables, advance))
+    except BaseException:
+        discard_unstarted(Path(out))
+        raise
     finally:
         bar.close()
 

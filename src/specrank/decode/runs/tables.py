@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-import pyarrow.parquet as pq
 
 from specrank import schema
+from specrank.files import read_table
 
 _ARROW = {
     "int8": pa.int8(),
@@ -79,7 +79,7 @@ def read_shards(run_dir, folder: str):
     files = sorted(Path(run_dir, folder).glob("*.parquet"))
     if not files:
         raise FileNotFoundError(f"no {folder}/*.parquet in {run_dir}")
-    return pa.concat_tables([pq.read_table(f) for f in files]).to_pandas()
+    return pa.concat_tables([read_table(f) for f in files]).to_pandas()
 
 
 def read_rounds(run_dir):

@@ -87,7 +87,10 @@ def parse_verifier(text: str) -> VerificationRule:
         if not sep or not key.strip():
             raise RuleError(f"verifier parameter {item!r} is not KEY=VALUE")
         params[key.strip()] = value.strip()
-    rule = BUILDERS[name](params)
+    try:
+        rule = BUILDERS[name](params)
+    except RuleError as exc:  # a builder's message names the parameter; this names the whole spec
+        raise RuleError(f"verifier {text.strip()!r}: {exc}") from None
     if params:
         raise RuleError(f"verifier {name!r} takes no parameter {', '.join(params)}")
     return rule

@@ -1,0 +1,40 @@
+"""Argument types shared by the commands: argparse refuses an out-of-range value in one line, before any work."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def at_least(low: int):
+    """An ``int`` argument type refusing values below ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def finite_float(low: float = -math.inf, high: float = math.inf, *, low_open: bool = False):
+    """A ``float`` argument type refusing NaN, infinities and values outside [low, high] ((low, high] when
+    ``low_open``)."""
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number in {interval}, got {text!r}") from None
+        if not math.isfinite(value) or value < low or value > high or (low_open and value == low):
+            raise argparse.ArgumentTypeError(f"must be a finite number in {interval}, got {text}")
+        return value
+
+    parse.__name__ = f"number in {interval}"
+    return parse

@@ -1,0 +1,74 @@
+"""Reading the files stages hand each other (JSON, Parquet), with errors that name the file.
+
+A truncated, corrupted or foreign file is an input error: it becomes a ``DataFileError`` naming the
+path (and the line and column of malformed JSON) instead of the decoder's own message. Parquet is read
+with page checksums verified (``specrank.atomic.write_parquet_atomic`` writes them), so flipped bytes
+in a page are caught, not decoded into wrong values.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specrank.errors import first_line
+
+
+class DataFileError(ValueError):
+    """A file that exists but cannot be read as what it should be."""
+
+
+def read_json(path, what: str = "JSON file"):
+    """The JSON value in ``path``; a malformed file names its line and column."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataFileError(f"{what} {path}: malformed JSON at line {exc.lineno} column {exc.colno} ({exc.msg})") from None
+    except UnicodeDecodeError:
+        raise DataFileError(f"{what} {path}: not a UTF-8 text file") from None
+
+
+def read_csv(path):
+    """The CSV file ``path`` as a pandas DataFrame."""
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise DataFileError(f"{path}: not a readable CSV file: {first_line(exc)}") from None
+
+
+def _parquet_error(path, exc) -> DataFileError:
+    return DataFileError(f"{path}: not a readable Parquet file (truncated or corrupted?): {first_line(exc)}")
+
+
+def read_schema(path):
+    """The Arrow schema of the Parquet file ``path``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_schema(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise _parquet_error(path, exc) from None
+
+
+def read_table(path, columns=None):
+    """The Parquet file ``path`` (only ``columns`` when given) as an Arrow table, page checksums verified."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path, columns=columns, page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as exc:
+        raise _parquet_error(path, exc) from None
+
+
+def parquet_damage(path) -> str | None:
+    """Why the Parquet file ``path`` cannot be read whole (truncated, corrupted), or None if it can."""
+    try:
+        read_table(path)
+    except DataFileError as exc:
+        return str(exc).split(": ", 1)[1]
+    return None
