@@ -13,9 +13,12 @@ from specrank.decode.loading.targets import ModelLoadError
 SPEC_FORMS = "standalone:PATH, early-exit:K, early-exit:K:HEAD_PATH, eagle3:DIR or eagle3:default"
 
 
-def load_drafter(spec: str, target):
-    """Build the drafter described by ``spec`` for ``target`` (same device and dtype)."""
+def load_drafter(spec: str, target, eagle3_layers=None):
+    """Build the drafter described by ``spec`` for ``target`` (same device and dtype);
+    ``eagle3_layers`` (three ``hidden_states`` indices) chooses an ``eagle3:`` head's target layers."""
     kind, _, rest = str(spec).partition(":")
+    if eagle3_layers is not None and kind != "eagle3":
+        raise ModelLoadError(f"--eagle3-layers applies to eagle3: drafters, not {spec!r}")
     if kind == "standalone" and rest:
         from specrank.decode.loading.standalone import load_standalone
 
@@ -30,5 +33,5 @@ def load_drafter(spec: str, target):
     if kind == "eagle3" and rest:
         from specrank.decode.loading.eagle3 import load_eagle3
 
-        return load_eagle3(rest, target, spec)
+        return load_eagle3(rest, target, spec, eagle3_layers)
     raise ModelLoadError(f"unknown drafter spec {spec!r} (use {SPEC_FORMS})")
