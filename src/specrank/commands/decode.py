@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode.prompts import default_prompts_path
 
 HELP = "decode prompts with a target and a drafter, recording each round's pool and target rows"
@@ -11,6 +12,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--target", default="smollm2", help="local HF directory, .gguf file, or 'smollm2' (default)")
     parser.add_argument("--drafter", required=True,
                         help="standalone:PATH, early-exit:K[:HEAD], or eagle3:DIR")
+    add_eagle3_layers(parser)
     parser.add_argument("--prompts", default=None, help="JSONL prompts (Spec-Bench or HumanEval form); default: bundled set")
     parser.add_argument("--out", required=True, help="run directory (rerun the same command to resume)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -67,7 +69,7 @@ def run(args) -> int:
             TreeRuleVerifier(rule, args.temperature)  # refuses rules without a tree form before any model loads
     parse_device(args.device)
     target = load_target(args.target, args.device, args.dtype)
-    drafter = load_drafter(args.drafter, target)
+    drafter = load_drafter(args.drafter, target, args.eagle3_layers)
     manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)
     if lossy:
         from specrank.decode.runs import lossy_decode_run

@@ -12,6 +12,8 @@ import os
 import time
 from pathlib import Path
 
+from specrank.commands.drafter import add_eagle3_layers
+
 HELP = "run the whole pipeline (decode, featurize, train, evaluate, MLflow) on the embedded default"
 
 
@@ -26,6 +28,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--drafter", default=None,
                         help="drafter spec (default: eagle3:default, the head `make drafter` trains, when it exists; "
                              "else early-exit:8, the target's first 8 layers)")
+    add_eagle3_layers(parser)
     parser.add_argument("--limit", type=int, default=None,
                         help="prompts of the bundled set to decode (default 40 with the EAGLE-3 head, 24 without)")
     parser.add_argument("--max-new-tokens", type=int, default=None,
@@ -78,13 +81,14 @@ def run(args) -> int:
     # One folder per drafter, so switching drafters never meets another drafter's resumable runs.
     out = (args.out or default_out()).resolve() / drafter.replace(":", "-").replace("/", "_")
     temperatures = [float(t) for t in args.temperatures.split(",")]
+    layers = ["--eagle3-layers", ",".join(map(str, args.eagle3_layers))] if args.eagle3_layers else []
     tables = {}
     for temp in temperatures:
         name = "greedy" if temp == 0 else f"t{temp:g}"
         run_dir = out / name
         _stage(["decode", "--target", args.target, "--drafter", drafter, "--out", str(run_dir),
                 "--temperature", f"{temp:g}", "--limit", str(limit),
-                "--max-new-tokens", str(max_new_tokens), "--device", args.device])
+                "--max-new-tokens", str(max_new_tokens), "--device", args.device] + layers)
         _stage(["featurize", str(run_dir)])
         _stage(["train", str(run_dir / "features.parquet"), "--rerankers", "isotonic,base,rows", "--tune-trials", "12",
                 "--out-dir", str(run_dir / "rerankers"), "--tracking-uri", uri, "--experiment", args.experiment,

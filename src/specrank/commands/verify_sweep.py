@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from specrank.commands.drafter import add_eagle3_layers
+
 HELP = "sweep verification rules (tree and chain decoders): block efficiency vs exact distortion, logged to MLflow"
 
 
@@ -15,6 +17,7 @@ def add_arguments(parser) -> None:
 
     parser.add_argument("--target", default="smollm2", help="local HF directory, .gguf file, or 'smollm2' (default)")
     parser.add_argument("--drafter", required=True, help="standalone:PATH, early-exit:K[:HEAD], or eagle3:DIR")
+    add_eagle3_layers(parser)
     parser.add_argument("--prompts", default=None, help="JSONL prompts; default: bundled set")
     parser.add_argument("--limit", type=int, default=None, help="decode only the first N prompts")
     parser.add_argument("--out", required=True, help="output directory (one resumable run per cell under runs/)")
@@ -107,7 +110,7 @@ def run(args) -> int:
     prompts = read_prompts(prompts_path, limit=args.limit)
     parse_device(args.device)
     target = load_target(args.target, args.device, args.dtype)
-    drafter = load_drafter(args.drafter, target)
+    drafter = load_drafter(args.drafter, target, args.eagle3_layers)
     out = Path(args.out)
     for cell in cells:
         config = configs[cell["decoder"]]

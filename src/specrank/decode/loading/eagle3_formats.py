@@ -100,7 +100,7 @@ def _check_known(cfg: dict, allowed, where: str) -> None:
                             "flags and metadata fields only)")
 
 
-def _llama_part(cfg: dict, notes: list) -> dict:
+def _llama_part(cfg: dict) -> dict:
     """The shape fields, after refusing values that change the head beyond one full-attention layer."""
     if int(cfg.get("num_hidden_layers", 1)) != 1:
         _refuse("num_hidden_layers", f"{cfg['num_hidden_layers']} draft layers; specrank drafts with one "
@@ -133,7 +133,7 @@ def _eagle(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | None]:
     _check_known(cfg, SHAPE + INERT + ("bias",), "EAGLE")
     if cfg.get("tie_word_embeddings"):
         notes.append("tie_word_embeddings ignored, as EAGLE's cnets.py loads its own lm_head")
-    out = _llama_part(cfg, notes)
+    out = _llama_part(cfg)
     _lm_head(out, state)
     return out, None
 
@@ -148,7 +148,7 @@ def _sglang(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | None]:
     if _flag(cfg, "norm_before_residual"):  # read by vLLM, not by SGLang llama_eagle3.py nor SpecForge
         _refuse("norm_before_residual", "SGLang and SpecForge ignore it and vLLM applies it: "
                                         "convert the head to the speculators layout to say which")
-    out = _llama_part(cfg, notes)
+    out = _llama_part(cfg)
     # SGLang llama_eagle3.py: fc bias = config.bias, lm_head = embed_tokens when tied; SpecForge
     # llama3_eagle.py: fc_norm (one norm per state), norm_output (default true: norm before lm_head).
     out.update(fc_bias=_flag(cfg, "bias"), fc_norm=_flag(cfg, "fc_norm"), norm_before_fc=_flag(cfg, "norm_before_fc"),
@@ -165,14 +165,15 @@ def _speculators(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | Non
     flags = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output", "draft_vocab_size",
              "target_hidden_size", "eagle_aux_hidden_state_layer_ids")
     _check_known(cfg, INERT + SPECULATORS_INERT + flags, "speculators")
-    algorithm = (cfg.get("speculators_config") or {}).get("algorithm", cfg.get("speculators_model_type"))
-    if algorithm != "eagle3":
-        _refuse("speculators_model_type", f"{algorithm!r} is not eagle3")
+    for name, value in (("speculators_model_type", cfg.get("speculators_model_type")),
+                        ("speculators_config", (cfg.get("speculators_config") or {}).get("algorithm"))):
+        if value != "eagle3":
+            _refuse(name, f"algorithm {value!r} is not eagle3")
     layer_cfg = dict(cfg.get("transformer_layer_config") or {})
     _check_known(layer_cfg, SHAPE + INERT, "speculators transformer_layer_config of the")
     if layer_cfg.get("tie_word_embeddings"):
         _refuse("tie_word_embeddings", "vLLM's Eagle3LlamaForCausalLM has its own lm_head")
-    out = _llama_part(layer_cfg, notes)
+    out = _llama_part(layer_cfg)
     out.update({k: cfg[k] for k in ("draft_vocab_size", "target_hidden_size") if cfg.get(k) is not None})
     # vllm transformers_utils/configs/speculators/algos.py update_eagle3: norm_before_residual defaults
     # to true when absent; norm_output (EAGLE 3.1) feeds the normed output to the next step.
@@ -224,8 +225,8 @@ def read_head(directory, read_state) -> HeadCheckpoint:
     dialect = detect_dialect(cfg)
     state, notes = canonical_state(dialect, read_state(directory)), []
     config, ids = {"eagle": _eagle, "sglang": _sglang, "speculators": _speculators}[dialect](cfg, state, notes)
-    if ids is not None and len(ids) != 3:
-        raise ModelLoadError(f"EAGLE-3 config names {len(ids)} layer ids {list(ids)}; EAGLE-3 fuses three")
+    if ids is not None and (len(ids) != 3 or not all(isinstance(i, int) and i >= 0 for i in ids)):
+        _refuse("eagle_aux_hidden_state_layer_ids", f"{list(ids)}: EAGLE-3 fuses three layers")
     layers = None
     if dialect == "speculators":
         layers = ids
