@@ -120,11 +120,11 @@ def test_heads_specrank_saved_before_keep_their_layers(target, tmp):
     write_specforge_head(directory, target.model.config, ids=[1, 3, 6])
     for trained, dialect, layers in (([1, 3, 6], "specrank-legacy", (1, 3, 6)), ([2, 4, 7], "sglang", (2, 4, 7))):
         (directory / "training.json").write_text(json.dumps({"params": {"gen_layers": trained}}))
-        head = read_head(directory, read_state)
+        head = read_head(directory)
         assert (head.dialect, head.layers) == (dialect, layers)
     (directory / "training.json").write_text(json.dumps({"params": {"gen_layers": [5, 5, 5]}}))
     with pytest.raises(ModelLoadError, match="disagree"):
-        read_head(directory, read_state)
+        read_head(directory)
 
 
 def _edit(field, value):
@@ -189,7 +189,7 @@ def test_export_then_reload_is_identity(target, tmp, fmt, dtype, capsys):
     if not src.exists():
         write_specforge_head(src, target.model.config, ids=[1, 3, 4])
     out, _ = export_head(src, tmp / f"export-{fmt}-{dtype}", fmt, dtype)
-    before, after = read_head(src, read_state), read_head(out, read_state)
+    before, after = read_head(src), read_head(out)
     assert after.dialect == {"sglang": "sglang", "vllm": "speculators", "eagle": "eagle"}[fmt]
     assert choose_layers(after, LAYERS)[0] == choose_layers(before, LAYERS)[0] == (2, 4, 5)
     assert set(after.state) == set(before.state)
@@ -208,15 +208,15 @@ def test_flags_and_layer_ids_round_trip_where_the_engine_has_them(target, tmp):
     write_speculators_head(speculators, target.model.config, ids=[1, 3, 6])
     for src, flags in ((specforge, ("fc_norm",)), (speculators, ("norm_before_residual", "norm_before_fc",
                                                                  "feedback_post_norm"))):
-        before = read_head(src, read_state)
-        after = read_head(export_head(src, tmp / f"{src.name}-vllm", "vllm")[0], read_state)
+        before = read_head(src)
+        after = read_head(export_head(src, tmp / f"{src.name}-vllm", "vllm")[0])
         assert after.layers == before.layers and all(after.config[f] for f in flags)
         with pytest.raises(ExportError, match="cannot export to eagle"):
             export_head(src, tmp / f"{src.name}-eagle", "eagle")
     plain = tmp / "rt-plain"
     write_specforge_head(plain, target.model.config, ids=[2, 3, 4])
     out, notes = export_head(plain, tmp / "rt-plain-sglang", "sglang")
-    assert read_head(out, read_state).layers == (3, 4, 5) and "PR #25454" in notes[0]
+    assert read_head(out).layers == (3, 4, 5) and "PR #25454" in notes[0]
 
 
 @pytest.fixture(scope="module")

@@ -49,7 +49,8 @@ def add_arguments(parser) -> None:
 
     add_train_parser(actions)
     export = actions.add_parser("export", help=EXPORT_HELP, description=EXPORT_HELP)
-    export.add_argument("head", type=Path, help="EAGLE-3 head directory (EAGLE, SpecForge/SGLang, speculators or specrank)")
+    export.add_argument("head", type=Path, help="EAGLE-3 head directory (EAGLE, SpecForge/SGLang, speculators or specrank), "
+                                                 "or 'default' (the head `make drafter` trains)")
     export.add_argument("--format", required=True, choices=["sglang", "vllm", "eagle"], help="the engine to load it")
     export.add_argument("--out", required=True, type=Path, help="new output directory")
     export.add_argument("--dtype", default="fp32", choices=["bf16", "fp16", "fp32"], help="weight dtype (default fp32)")
@@ -63,11 +64,13 @@ def run(args) -> int:
 
 
 def run_export(args) -> int:
+    from specrank.decode.loading.eagle3 import default_head_dir
     from specrank.decode.loading.eagle3_export import export_head
 
-    out, notes = export_head(args.head, args.out, args.format, args.dtype, args.verifier)
+    head = default_head_dir() if str(args.head) == "default" else args.head
+    out, notes = export_head(head, args.out, args.format, args.dtype, args.verifier)
     size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
-    print(f"exported {args.head} as {args.format} ({args.dtype}, {size:.1f} MiB) to {out}")
+    print(f"exported {head} as {args.format} ({args.dtype}, {size:.1f} MiB) to {out}")
     for note in notes:
         print(f"note: {note}")
     return 0

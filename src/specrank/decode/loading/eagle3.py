@@ -33,12 +33,19 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specrank.decode.loading.eagle3_formats import DIALECT_NAMES, choose_layers, read_head
+from specrank.decode.loading.eagle3_formats import (  # noqa: F401  (read_state, draft_vocab_map: re-exported)
+    DIALECT_NAMES,
+    WEIGHT_FILES,
+    choose_layers,
+    default_layers,
+    draft_vocab_map,
+    read_head,
+    read_state,
+)
 from specrank.decode.loading.standalone import TokenizerMismatchError
 from specrank.decode.loading.targets import ModelLoadError, additive_mask, crop_cache, sha256_files
 from specrank.decode.engine.pool import Drafter, RootStep, causal_mask, draft_log_probs
 
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 DEFAULT_HEAD = "smollm2-eagle3"
 
 
@@ -151,35 +158,6 @@ class Eagle3Head(nn.Module):
         return logits[0], fed[0]
 
 
-def read_state(directory: Path) -> dict:
-    """The checkpoint's tensors (safetensors preferred)."""
-    for name in WEIGHT_FILES:
-        path = directory / name
-        if path.is_file():
-            if name.endswith(".safetensors"):
-                from safetensors.torch import load_file
-
-                return load_file(str(path))
-            return torch.load(path, map_location="cpu", weights_only=True)
-    raise ModelLoadError(f"EAGLE-3 checkpoint {directory} has no {' or '.join(WEIGHT_FILES)}")
-
-
-def draft_vocab_map(state: dict, config) -> torch.Tensor:
-    """(Vd,) target id of every draft id from ``d2t``, checked against ``t2d``."""
-    vd, v = config.draft_vocab_size, config.vocab_size
-    if "d2t" not in state:
-        if vd != v:
-            raise ModelLoadError("EAGLE-3 checkpoint has a draft vocabulary but no d2t map")
-        return torch.arange(v)
-    ids = torch.arange(vd) + state["d2t"].long()
-    if ids.min() < 0 or ids.max() >= v:
-        raise ModelLoadError("EAGLE-3 d2t maps draft ids outside the target vocabulary")
-    t2d = state.get("t2d")
-    if t2d is not None and (t2d.numel() != v or int(t2d.sum()) != vd or not t2d.bool()[ids].all()):
-        raise ModelLoadError("EAGLE-3 d2t and t2d disagree")
-    return ids
-
-
 class Eagle3Drafter(Drafter):
     """An EAGLE-3 head drafting from the target's fused hidden states (see the module docstring)."""
 
@@ -247,8 +225,6 @@ class Eagle3Drafter(Drafter):
 
 def default_hidden_layers(config, num_layers: int) -> tuple[int, ...]:
     """EAGLE-3's default target states for a target of ``num_layers`` layers: ``hidden_states`` (2, L//2, L-3)."""
-    from specrank.decode.loading.eagle3_formats import default_layers
-
     return default_layers(num_layers)
 
 
@@ -281,7 +257,7 @@ def load_eagle3(directory, target, spec: str = "", eagle3_layers=None, quiet: bo
         if not has_default_head():
             raise FileNotFoundError(f"no trained default EAGLE-3 head in {directory}: run `make drafter` first")
     directory = Path(directory)
-    ckpt = read_head(directory, read_state)
+    ckpt = read_head(directory)
     config = eagle3_config(ckpt.config)
     if config.vocab_size != target.vocab_size:
         raise TokenizerMismatchError(

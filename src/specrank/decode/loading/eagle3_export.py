@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from specrank.atomic import atomic_write, write_json_atomic
-from specrank.decode.loading.eagle3 import FLAGS, build_head, eagle3_config, read_state
+from specrank.decode.loading.eagle3 import FLAGS, build_head, eagle3_config
 from specrank.decode.loading.eagle3_formats import (
     EAGLE3_ARCH,
     SPECULATOR_ARCH,
@@ -84,6 +84,9 @@ def _check(ckpt: HeadCheckpoint, fmt: str) -> None:
 def sglang_files(ckpt: HeadCheckpoint, dtype) -> tuple[dict, dict, list[str]]:
     """``config.json`` and tensors of the SpecForge/SGLang layout, and notes on how engines read them."""
     c, notes = ckpt.config, []
+    if "embed_tokens.weight" in ckpt.state:  # sglang models/llama.py set_embed: the target's replaces it
+        raise ExportError("cannot export to sglang: the head has its own embed_tokens, which SGLang replaces "
+                          "with the target's")
     cfg = {"architectures": [EAGLE3_ARCH], "model_type": "llama", **llama_fields(c), "num_hidden_layers": 1,
            "draft_vocab_size": int(c.get("draft_vocab_size") or c["vocab_size"]),
            "tie_word_embeddings": bool(c.get("tie_word_embeddings")), "torch_dtype": DTYPE_NAMES[dtype]}
@@ -182,7 +185,7 @@ def export_head(source, out, fmt: str, dtype: str = "fp32", verifier=None) -> tu
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out} exists and is not empty; export writes a new directory")
-    ckpt = read_head(source, read_state)
+    ckpt = read_head(source)
     with torch.device("meta"):  # the tensors must make a complete head before anything is written
         build_head(ckpt, torch.nn.Embedding(int(ckpt.config["vocab_size"]), int(ckpt.config["hidden_size"])))
     config, state, notes = export_files(ckpt, fmt, dtype, verifier)

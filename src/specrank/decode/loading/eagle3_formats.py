@@ -26,7 +26,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from specrank.decode.loading.targets import ModelLoadError
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 EAGLE3_ARCH = "LlamaForCausalLMEagle3"  # SGLang models/llama_eagle3.py EntryClass; SpecForge's draft class
 SPECULATOR_ARCH = "Eagle3Speculator"  # speculators convert/eagle/eagle3_legacy_model.py
@@ -212,8 +216,37 @@ def _legacy_layers(directory: Path, ids) -> bool:
     raise ModelLoadError(f"EAGLE-3 config layer ids {list(ids)} disagree with training.json gen_layers {list(trained)}")
 
 
-def read_head(directory, read_state) -> HeadCheckpoint:
-    """Read ``directory`` (``config.json`` + weights, via ``read_state``) into the canonical form."""
+def read_state(directory: Path) -> dict:
+    """The checkpoint's tensors (safetensors preferred)."""
+    for name in WEIGHT_FILES:
+        path = directory / name
+        if path.is_file():
+            if name.endswith(".safetensors"):
+                from safetensors.torch import load_file
+
+                return load_file(str(path))
+            return torch.load(path, map_location="cpu", weights_only=True)
+    raise ModelLoadError(f"EAGLE-3 checkpoint {directory} has no {' or '.join(WEIGHT_FILES)}")
+
+
+def draft_vocab_map(state: dict, config) -> torch.Tensor:
+    """(Vd,) target id of every draft id from ``d2t``, checked against ``t2d``."""
+    vd, v = config.draft_vocab_size, config.vocab_size
+    if "d2t" not in state:
+        if vd != v:
+            raise ModelLoadError("EAGLE-3 checkpoint has a draft vocabulary but no d2t map")
+        return torch.arange(v)
+    ids = torch.arange(vd) + state["d2t"].long()
+    if ids.min() < 0 or ids.max() >= v:
+        raise ModelLoadError("EAGLE-3 d2t maps draft ids outside the target vocabulary")
+    t2d = state.get("t2d")
+    if t2d is not None and (t2d.numel() != v or int(t2d.sum()) != vd or not t2d.bool()[ids].all()):
+        raise ModelLoadError("EAGLE-3 d2t and t2d disagree")
+    return ids
+
+
+def read_head(directory) -> HeadCheckpoint:
+    """Read ``directory`` (``config.json`` + weights) into the canonical form."""
     directory = Path(directory)
     path = directory / "config.json"
     if not path.is_file():
