@@ -216,7 +216,7 @@ def test_flags_and_layer_ids_round_trip_where_the_engine_has_them(target, tmp):
     plain = tmp / "rt-plain"
     write_specforge_head(plain, target.model.config, ids=[2, 3, 4])
     out, notes = export_head(plain, tmp / "rt-plain-sglang", "sglang")
-    assert read_head(out).layers == (3, 4, 5) and "PR #25454" in notes[0]
+    assert read_head(out).layers == (3, 4, 5) and "PR #25454" in notes[0] and "--format vllm" in notes[1]
 
 
 @pytest.fixture(scope="module")

@@ -99,6 +99,7 @@ def sglang_files(ckpt: HeadCheckpoint, dtype) -> tuple[dict, dict, list[str]]:
         cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids}
         if ids[0] != 1:  # sglang PR #25454 adds the +1 only when the first id is 1
             notes.append(f"SGLang after PR #25454 reads ids {ids} as hidden_states {ids} (first id is not 1)")
+        notes.append("vLLM (since PR #42764) reads these nested ids as hidden_states indices: use --format vllm there")
     return cfg, cast(ckpt.state, dtype), notes
 
 
