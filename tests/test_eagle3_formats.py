@@ -274,3 +274,17 @@ def test_a_trained_head_exported_has_exactly_what_the_engine_reads(trained_head,
         assert set(cfg) == EAGLE_FIELDS and "target_hidden_size" not in cfg  # else cnets.py skips the embedding
         assert missing == ["embed_tokens.weight"] and not unexpected and eagle_capture(LAYERS) == (2, 4, 5)
         assert state["fc.weight"].shape == (cfg["hidden_size"], 3 * cfg["hidden_size"])
+
+
+def test_decode_takes_eagle3_layers_as_part_of_the_run(target, tmp, capsys):
+    head = tmp / "eagle-cli"
+    write_eagle_head(head, target.model.config)
+    prompts = tmp / "prompts.jsonl"
+    prompts.write_text(json.dumps({"question_id": 0, "category": "qa", "turns": ["the cat is big"]}) + "\n")
+    args = ["decode", "--target", str(tmp / "target"), "--drafter", f"eagle3:{head}", "--prompts", str(prompts),
+            "--topk", "3", "--depth", "2", "--expand", "2", "--budget", "4", "--extra", "2", "--max-new-tokens", "4",
+            "--threads", "1", "--no-progress", "--out", str(tmp / "cli-run")]
+    assert main(args + ["--eagle3-layers", "1,2,3"]) == 0
+    manifest = json.loads((tmp / "cli-run" / "manifest.json").read_text())
+    assert manifest["drafter"].endswith("--eagle3-layers 1,2,3")
+    assert main(args + ["--eagle3-layers", "1,2,4"]) == 2 and "different run" in capsys.readouterr().err
