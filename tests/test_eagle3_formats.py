@@ -150,6 +150,7 @@ REFUSED = [  # writer, edit, the field the error names
     (write_specforge_head, _edit("norm_output", "yes"), "norm_output"),
     (write_specforge_head, _edit("use_sliding_window", True), "use_sliding_window"),
     (write_specforge_head, _edit("tie_word_embeddings", True), "tie_word_embeddings"),
+    (write_specforge_head, _edit("attention_bias", True), "attention_bias"),
     (write_eagle_head, _edit("some_new_field", 1), "some_new_field"),
     (write_eagle_head, _edit("draft_vocab_size", None), "draft_vocab_size"),
     (write_speculators_head, _edit("fc_norm", True), "fc_norm"),

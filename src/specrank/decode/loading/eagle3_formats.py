@@ -122,6 +122,13 @@ def _flag(cfg: dict, name: str, default: bool = False) -> bool:
     return value
 
 
+def _no_layer_bias(cfg: dict, where: str) -> None:
+    """EAGLE's cnets.py and SGLang's llama_eagle3.py build q/k/v (and the MLP) without bias."""
+    for name in ("attention_bias", "mlp_bias"):
+        if _flag(cfg, name):
+            _refuse(name, f"{where} builds the draft layer without biases")
+
+
 def _lm_head(config: dict, state: dict) -> None:
     """A tied lm head is the full-vocabulary embedding; an untied one needs its weights and Vd."""
     tied, vd, v = config.get("tie_word_embeddings"), config.get("draft_vocab_size"), config.get("vocab_size")
@@ -137,6 +144,7 @@ def _eagle(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | None]:
     _check_known(cfg, SHAPE + INERT + ("bias",), "EAGLE")
     if cfg.get("tie_word_embeddings"):
         notes.append("tie_word_embeddings ignored, as EAGLE's cnets.py loads its own lm_head")
+    _no_layer_bias(cfg, "EAGLE's cnets.py")
     out = _llama_part(cfg)
     _lm_head(out, state)
     return out, None
@@ -152,6 +160,7 @@ def _sglang(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | None]:
     if _flag(cfg, "norm_before_residual"):  # read by vLLM, not by SGLang llama_eagle3.py nor SpecForge
         _refuse("norm_before_residual", "SGLang and SpecForge ignore it and vLLM applies it: "
                                         "convert the head to the speculators layout to say which")
+    _no_layer_bias(cfg, "SGLang's llama_eagle3.py")
     out = _llama_part(cfg)
     # SGLang llama_eagle3.py: fc bias = config.bias, lm_head = embed_tokens when tied; SpecForge
     # llama3_eagle.py: fc_norm (one norm per state), norm_output (default true: norm before lm_head).
