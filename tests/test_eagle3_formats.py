@@ -289,3 +289,27 @@ def test_decode_takes_eagle3_layers_as_part_of_the_run(target, tmp, capsys):
     manifest = json.loads((tmp / "cli-run" / "manifest.json").read_text())
     assert manifest["drafter"].endswith("--eagle3-layers 1,2,3")
     assert main(args + ["--eagle3-layers", "1,2,4"]) == 2 and "different run" in capsys.readouterr().err
+
+
+def test_fc_bias_and_a_tied_lm_head_load_and_export_as_sglang_reads_them(target, tmp, capsys):
+    from safetensors.torch import save_file
+
+    directory = tmp / "sglang-bias-tied"
+    write_specforge_head(directory, target.model.config, draft_vocab=target.vocab_size, ids=[1, 3, 4])
+    state = load_file(str(directory / "model.safetensors"))
+    state.pop("lm_head.weight")
+    state["fc.bias"] = torch.randn(target.hidden_size).bfloat16()
+    save_file(state, str(directory / "model.safetensors"))
+    cfg = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**cfg, "bias": True, "tie_word_embeddings": True}))
+    drafter = load_drafter(f"eagle3:{directory}", target)
+    assert drafter.head.lm_head.weight is target.model.get_input_embeddings().weight
+    torch.testing.assert_close(drafter.head.fc.bias, state["fc.bias"].float())
+    out, _ = export_head(directory, tmp / "sglang-bias-tied-out", "sglang")
+    written = json.loads((out / "config.json").read_text())
+    assert written["bias"] is True and written["tie_word_embeddings"] is True
+    assert "lm_head.weight" not in load_file(str(out / "model.safetensors"))
+    loaded, skipped, _ = sglang_load(written, load_file(str(out / "model.safetensors")))
+    assert not skipped and loaded == sglang_params(written) - {"model.embed_tokens.weight"}
+    with pytest.raises(ExportError, match="fc_bias"):
+        export_head(directory, tmp / "sglang-bias-tied-vllm", "vllm")

@@ -248,7 +248,7 @@ def build_head(ckpt, embedding) -> tuple[Eagle3Head, bool]:
     return head, shared
 
 
-def load_eagle3(directory, target, spec: str = "", eagle3_layers=None, quiet: bool = False) -> Eagle3Drafter:
+def load_eagle3(directory, target, spec: str = "", eagle3_layers=None) -> Eagle3Drafter:
     """Load an EAGLE-3 head for ``target`` from a local checkpoint directory in any dialect of
     ``eagle3_formats``; ``eagle3_layers`` (``hidden_states`` indices) overrides the config's choice.
     Says once, on stderr, which dialect and which target layers were chosen."""
@@ -276,10 +276,9 @@ def load_eagle3(directory, target, spec: str = "", eagle3_layers=None, quiet: bo
         head.embed_tokens = embedding  # share, never copy
         if config.tie_word_embeddings:
             head.lm_head.weight = embedding.weight
-    if not quiet:
-        notes = "".join(f"; {n}" for n in ckpt.notes)
-        print(f"EAGLE-3 head {directory}: {DIALECT_NAMES[ckpt.dialect]} layout, target hidden_states "
-              f"{list(layers)} from {how}{notes}", file=sys.stderr)
+    notes = "".join(f"; {n}" for n in ckpt.notes)
+    print(f"EAGLE-3 head {directory}: {DIALECT_NAMES[ckpt.dialect]} layout, target hidden_states "
+          f"{list(layers)} from {how}{notes}", file=sys.stderr)
     if not spec:
         spec = f"eagle3:{directory}"
     if eagle3_layers is not None:
