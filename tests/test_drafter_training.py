@@ -16,7 +16,7 @@ from specrank.decode.prompts import Prompt, encode_prompt
 from specrank.drafter_training.batches import collate, windows
 from specrank.drafter_training.data import Corpus, DataError, GenerationSpec, generate_corpus, jobs, load_corpus
 from specrank.drafter_training.diagnostics import agreement_by_confidence, first_token_rows
-from specrank.drafter_training.head import head_config, new_head, save_head
+from specrank.drafter_training.head import new_head, save_head
 from specrank.drafter_training.objective import target_logits
 from specrank.drafter_training.train import TrainConfig, TrainError, batch_loss, evaluate, train
 from specrank.drafter_training.unroll import ttt_mask, unrolled_logits
@@ -51,7 +51,7 @@ def corpus(data):
 
 def setup(target, corpus, vocab_size=40, seed=0):
     vocab = most_frequent(corpus.argmax, target.vocab_size, vocab_size)
-    head = new_head(target, vocab, LAYERS, seed)
+    head = new_head(target, vocab, seed)
     teacher = functools.partial(target_logits, lm_head=target.model.get_output_embeddings(), ids=vocab.ids)
     return head, teacher, vocab
 
@@ -154,7 +154,7 @@ def test_ttt_mask_sees_the_context_and_the_own_ancestors():
 def test_unrolled_steps_equal_drafting_with_the_adapter(target, corpus, tmp_path):
     """Unrolled step j at index i = the drafter's depth-j node below root x[i+1] (control: step 0 differs)."""
     head, _, vocab = setup(target, corpus)
-    save_head(tmp_path, head, vocab, head_config(target, len(vocab.ids), LAYERS))
+    save_head(tmp_path, head, vocab, LAYERS)
     drafter = load_eagle3(tmp_path, target)
     seq = corpus.sequences(lambda pid: pid == "p3")[0]
     batch = collate(corpus, [seq], steps=3)
@@ -177,7 +177,7 @@ def test_unrolled_steps_equal_drafting_with_the_adapter(target, corpus, tmp_path
 def test_trained_head_saves_reloads_and_drafts_pools(target, corpus, tmp_path):
     head, vocab, result = run(target, corpus, tmp_path, CFG)
     assert result["step"] == CFG.steps and "heldout_top1_step1" in result
-    save_head(tmp_path, head, vocab, head_config(target, len(vocab.ids), LAYERS))
+    save_head(tmp_path, head, vocab, LAYERS)
     drafter = load_eagle3(tmp_path, target)
     assert drafter.hidden_layers == LAYERS
     assert torch.equal(drafter.draft_to_target.cpu(), vocab.ids)  # d2t sends every draft id to its target id

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from specrank.commands.args import at_least
+from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode.prompts import default_prompts_path
 from specrank.scale import add_worker_arguments
 
@@ -13,6 +14,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--target", default="smollm2", help="local HF directory, .gguf file, or 'smollm2' (default)")
     parser.add_argument("--drafter", required=True,
                         help="standalone:PATH, early-exit:K[:HEAD], or eagle3:DIR")
+    add_eagle3_layers(parser)
     parser.add_argument("--prompts", default=None, help="JSONL prompts (Spec-Bench or HumanEval form); default: bundled set")
     parser.add_argument("--out", required=True, help="run directory (rerun the same command to resume)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -73,18 +75,19 @@ def run(args) -> int:
         else:
             TreeRuleVerifier(rule, args.temperature)  # refuses rules without a tree form before any model loads
     parse_device(args.device)
-    parse_drafter_spec(args.drafter)  # every argument is checked before a model loads, here or on a worker
+    parse_drafter_spec(args.drafter, args.eagle3_layers)  # every argument is checked before a model loads, here or on a worker
     if workers is not None:  # the workers load the models; the driver loads none
         from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers, summary
 
         run = RunSpec(args.out, config, args.decoder if lossy else "record", args.verifier)
-        outcome = decode_on_workers(workers, Models(args.target, args.drafter, args.device, args.dtype), prompts,
-                                    prompts_path, [run], args.shard_size, progress=not args.no_progress)
+        models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers)
+        outcome = decode_on_workers(workers, models, prompts, prompts_path, [run], args.shard_size,
+                                    progress=not args.no_progress)
         print(summary(outcome, args.out))
         return 0
     check_target_spec(args.target)
     target = load_target(args.target, args.device, args.dtype)
-    drafter = load_drafter(args.drafter, target)
+    drafter = load_drafter(args.drafter, target, args.eagle3_layers)
     manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)
     with removing_new_dirs(args.out):
         if lossy:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from specrank.commands.args import at_least
+from specrank.commands.drafter import add_eagle3_layers
 
 MIN_PROMPTS = 4  # two cross-fitting halves, each split again in two for the hyper-parameter search
 HELP = "run the whole pipeline (decode, featurize, train, evaluate, MLflow) on the embedded default"
@@ -29,6 +30,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--drafter", default=None,
                         help="drafter spec (default: eagle3:default, the head `make drafter` trains, when it exists; "
                              "else early-exit:8, the target's first 8 layers)")
+    add_eagle3_layers(parser)
     parser.add_argument("--limit", type=at_least(MIN_PROMPTS), default=None,
                         help="prompts of the bundled set to decode (default 40 with the EAGLE-3 head, 24 without;"
                              f" at least {MIN_PROMPTS}: tuning inside each cross-fitting half needs two prompts)")
@@ -95,20 +97,21 @@ def run(args) -> int:
     parse_device(args.device)
     check_target_spec(args.target)
     if args.drafter:
-        parse_drafter_spec(args.drafter)
+        parse_drafter_spec(args.drafter, args.eagle3_layers)
     uri = check_reachable(resolve_tracking_uri(args.tracking_uri))
     drafter = args.drafter or default_drafter()
     limit, max_new_tokens = DEMO_SIZE.get(drafter, FALLBACK_SIZE)
     limit, max_new_tokens = args.limit or limit, args.max_new_tokens or max_new_tokens
     # One folder per drafter, so switching drafters never meets another drafter's resumable runs.
     out = (args.out or default_out()).resolve() / drafter.replace(":", "-").replace("/", "_")
+    layers = ["--eagle3-layers", ",".join(map(str, args.eagle3_layers))] if args.eagle3_layers else []
     tables = {}
     for temp in temperatures:
         name = "greedy" if temp == 0 else f"t{temp:g}"
         run_dir = out / name
         _stage(["decode", "--target", args.target, "--drafter", drafter, "--out", str(run_dir),
                 "--temperature", f"{temp:g}", "--limit", str(limit),
-                "--max-new-tokens", str(max_new_tokens), "--device", args.device])
+                "--max-new-tokens", str(max_new_tokens), "--device", args.device] + layers)
         _stage(["featurize", str(run_dir)])
         _stage(["train", str(run_dir / "features.parquet"), "--rerankers", "isotonic,base,rows", "--tune-trials", "12",
                 "--out-dir", str(run_dir / "rerankers"), "--tracking-uri", uri, "--experiment", args.experiment,

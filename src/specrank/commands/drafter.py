@@ -1,13 +1,36 @@
 """``specrank drafter``: drafter tools (``fit-exit-head`` fits an early-exit drafter's linear head;
-``train``, from ``specrank.drafter_training.command``, trains an EAGLE-3-format head)."""
+``train``, from ``specrank.drafter_training.command``, trains an EAGLE-3-format head; ``export`` writes
+an EAGLE-3 head for SGLang, vLLM or EAGLE). ``add_eagle3_layers`` is the ``--eagle3-layers`` option of
+every command that takes ``--drafter``."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from specrank.commands.args import at_least, finite_float
 
-HELP = "Drafter tools: fit-exit-head fits a linear exit head for an early-exit drafter; train trains an EAGLE-3 head."
+HELP = ("Drafter tools: fit-exit-head fits a linear exit head for an early-exit drafter; train trains an EAGLE-3 "
+        "head; export writes an EAGLE-3 head for SGLang, vLLM or EAGLE.")
+EXPORT_HELP = "write an EAGLE-3 head (any dialect) in the layout SGLang, vLLM or EAGLE loads, in bf16, fp16 or fp32"
+
+
+def eagle3_layers(text: str) -> tuple[int, int, int]:
+    """``"2,15,27"`` -> (2, 15, 27)."""
+    try:
+        layers = tuple(int(i) for i in text.split(","))
+    except ValueError:
+        layers = ()
+    if len(layers) != 3 or min(layers) < 0:
+        raise argparse.ArgumentTypeError(f"expected three non-negative integers like 2,15,27, got {text!r}")
+    return layers
+
+
+def add_eagle3_layers(parser) -> None:
+    """The ``--eagle3-layers`` option (passed to ``load_drafter(..., eagle3_layers=...)``)."""
+    parser.add_argument("--eagle3-layers", type=eagle3_layers, default=None, metavar="L,M,H",
+                        help="eagle3 heads: target hidden_states indices to draft from (0 = embeddings, i = output "
+                             "of layer i-1), for heads whose config names none (default: the config's, else 2,L/2,L-3)")
 
 
 def add_arguments(parser) -> None:
@@ -28,10 +51,32 @@ def add_arguments(parser) -> None:
     from specrank.drafter_training.command import add_train_parser
 
     add_train_parser(actions)
+    export = actions.add_parser("export", help=EXPORT_HELP, description=EXPORT_HELP)
+    export.add_argument("head", type=Path, help="EAGLE-3 head directory (EAGLE, SpecForge/SGLang, speculators or specrank), "
+                                                 "or 'default' (the head `make drafter` trains)")
+    export.add_argument("--format", required=True, choices=["sglang", "vllm", "eagle"], help="the engine to load it")
+    export.add_argument("--out", required=True, type=Path, help="new output directory")
+    export.add_argument("--dtype", default="fp32", choices=["bf16", "fp16", "fp32"], help="weight dtype (default fp32)")
+    export.add_argument("--verifier", default=None, help="vllm: the target's name or path recorded for vLLM "
+                                                         "(default: the head's own, if it names one)")
+    export.set_defaults(_action=run_export)
 
 
 def run(args) -> int:
     return args._action(args)
+
+
+def run_export(args) -> int:
+    from specrank.decode.loading.eagle3 import default_head_dir
+    from specrank.decode.loading.eagle3_export import export_head
+
+    head = default_head_dir() if str(args.head) == "default" else args.head
+    out, notes = export_head(head, args.out, args.format, args.dtype, args.verifier)
+    size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
+    print(f"exported {head} as {args.format} ({args.dtype}, {size:.1f} MiB) to {out}")
+    for note in notes:
+        print(f"note: {note}")
+    return 0
 
 
 def text_windows(tokenizer, files, window: int, max_tokens: int) -> list[list[int]]:

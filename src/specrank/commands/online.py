@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specrank.commands.args import at_least
+from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode.prompts import default_prompts_path
 
 HELP = "decode online with selection rules in the loop; realized vs expected acceptance and speed ratios"
@@ -14,6 +15,7 @@ HELP = "decode online with selection rules in the loop; realized vs expected acc
 def add_arguments(parser) -> None:
     parser.add_argument("--target", default="smollm2", help="local HF directory, .gguf file, or 'smollm2' (default)")
     parser.add_argument("--drafter", required=True, help="standalone:PATH, early-exit:K[:HEAD], or eagle3:DIR")
+    add_eagle3_layers(parser)
     parser.add_argument("--rules", default="draft",
                         help="comma list of draft, reranked, root, root-draw, pearl, covering (default draft);"
                              " each runs on every prompt, order rotated per prompt; speeds are relative to the first")
@@ -98,9 +100,9 @@ def run(args) -> int:
     prompts = read_prompts(prompts_path, limit=args.limit)
     parse_device(args.device)
     check_target_spec(args.target)
-    parse_drafter_spec(args.drafter)
+    parse_drafter_spec(args.drafter, args.eagle3_layers)
     target = load_target(args.target, args.device, args.dtype)
-    drafter = load_drafter(args.drafter, target)
+    drafter = load_drafter(args.drafter, target, args.eagle3_layers)
     encoded = [(p.prompt_id, p.task, ids) for p, ids in zip(prompts, encode_prompts(target, prompts, config))]
     rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, compare, args.warmup)
     tables = {

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from specrank.commands.args import at_least
+from specrank.commands.drafter import add_eagle3_layers
 
 HELP = "sweep verification rules (tree and chain decoders): block efficiency vs exact distortion, logged to MLflow"
 
@@ -17,6 +18,7 @@ def add_arguments(parser) -> None:
 
     parser.add_argument("--target", default="smollm2", help="local HF directory, .gguf file, or 'smollm2' (default)")
     parser.add_argument("--drafter", required=True, help="standalone:PATH, early-exit:K[:HEAD], or eagle3:DIR")
+    add_eagle3_layers(parser)
     parser.add_argument("--prompts", default=None, help="JSONL prompts; default: bundled set")
     parser.add_argument("--limit", type=at_least(1), default=None, help="decode only the first N prompts")
     parser.add_argument("--out", required=True, help="output directory (one resumable run per cell under runs/)")
@@ -114,18 +116,19 @@ def run(args) -> int:
     prompts_path = args.prompts or default_prompts_path()
     prompts = read_prompts(prompts_path, limit=args.limit)
     parse_device(args.device)
-    parse_drafter_spec(args.drafter)
+    parse_drafter_spec(args.drafter, args.eagle3_layers)
     with removing_new_dirs(out):
         if workers is not None:
             from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers
 
             runs = [RunSpec(str(cell_dir(out, c)), configs[c["decoder"]], c["decoder"], c["rule"]) for c in cells]
-            decode_on_workers(workers, Models(args.target, args.drafter, args.device, args.dtype), prompts,
-                              prompts_path, runs, args.shard_size, progress=not args.no_progress)
+            models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers)
+            decode_on_workers(workers, models, prompts, prompts_path, runs, args.shard_size,
+                              progress=not args.no_progress)
         else:
             check_target_spec(args.target)
             target = load_target(args.target, args.device, args.dtype)
-            drafter = load_drafter(args.drafter, target)
+            drafter = load_drafter(args.drafter, target, args.eagle3_layers)
             for cell in cells:
                 config = configs[cell["decoder"]]
                 manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)

@@ -14,8 +14,11 @@ def add_train_parser(actions) -> None:
     p = actions.add_parser("train", help=HELP, description=HELP)
     p.add_argument("--target", default="smollm2", help="HF directory, .gguf file or 'smollm2' (default)")
     p.add_argument("--prompts", type=Path, default=None, help="JSONL prompt file (default: the bundled set)")
-    p.add_argument("--out", required=True, type=Path, help="head directory (EAGLE-3 format) and checkpoints")
-    p.add_argument("--layers", type=int, nargs=3, default=None, help="target hidden-state indices (default 2, L//2, L-3)")
+    p.add_argument("--out", required=True, type=Path,
+                   help="head directory (the SpecForge/SGLang layout; `specrank drafter export` writes the others)"
+                        " and checkpoints")
+    p.add_argument("--layers", type=int, nargs=3, default=None,
+                   help="target hidden_states indices (0 = embeddings; default 2, L//2, L-3)")
     p.add_argument("--samples", type=at_least(0), default=3, help="sampled continuations per prompt besides the greedy one")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of the generated data")
     p.add_argument("--max-new-tokens", type=at_least(1), default=256, help="tokens generated per continuation")

@@ -14,7 +14,7 @@ import torch
 from specrank.atomic import write_json_atomic
 from specrank.decode.loading.eagle3 import default_head_dir  # noqa: F401  (re-exported)
 from specrank.drafter_training.data import GenerationSpec, generate_corpus, load_corpus
-from specrank.drafter_training.head import head_config, new_head, save_head
+from specrank.drafter_training.head import new_head, save_head
 from specrank.drafter_training.objective import target_logits
 from specrank.drafter_training.tracking import RunLogger
 from specrank.drafter_training.train import TrainConfig, train
@@ -83,7 +83,7 @@ def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig
     vocab = most_frequent(corpus.argmax[train_pos], target.vocab_size, draft_vocab)
     held_pos = torch.cat([torch.arange(s.start, s.stop) for s in held_slices]) if held_slices else train_pos[:0]
     held_pos = held_pos[corpus.response[held_pos]]  # rows that predict generated tokens
-    head = new_head(target, vocab, spec.layers, cfg.seed)
+    head = new_head(target, vocab, cfg.seed)
     lm_head = target.model.get_output_embeddings()
     teacher = functools.partial(target_logits, lm_head=lm_head, ids=vocab.ids.to(target.device))
     params = {
@@ -101,7 +101,7 @@ def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig
     try:
         ids = vocab.ids.to(target.device)
         result = train(head, teacher, ids, corpus, train_slices, held_slices, out_dir, cfg, logger.log, progress)
-        save_head(out_dir, head, vocab, head_config(target, len(vocab.ids), spec.layers))
+        save_head(out_dir, head, vocab, spec.layers)
         final = {
             "heldout_vocab_coverage": vocab.coverage(corpus.argmax[held_pos]),
             "generation_minutes": gen_minutes,

@@ -1,5 +1,5 @@
 """A new EAGLE-3 head for a target (``specrank.decode.loading.eagle3.Eagle3Head``) and its
-saving in the published checkpoint format that ``load_eagle3`` reads."""
+saving in the SpecForge/SGLang layout (``eagle3_export``), which ``load_eagle3`` and SGLang read."""
 
 from __future__ import annotations
 
@@ -7,35 +7,24 @@ from pathlib import Path
 
 import torch
 
-from specrank.atomic import atomic_write, write_json_atomic
 
-WEIGHTS = "model.safetensors"
-
-
-def head_config(target, draft_vocab_size: int, layers) -> dict:
-    """The ``config.json`` of a head for ``target``: its Llama shape, one layer, the draft vocabulary
-    and the target layers it reads (``eagle_config.eagle_aux_hidden_state_layer_ids``)."""
+def head_config(target, draft_vocab_size: int) -> dict:
+    """The canonical config of a head for ``target`` (``eagle3_config`` reads it): the target's Llama
+    shape, one layer, the draft vocabulary; every flag plain EAGLE-3."""
     cfg = target.model.config
     heads = int(cfg.num_attention_heads)
     return {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "model_type": "llama",
         "hidden_size": int(cfg.hidden_size),
-        "target_hidden_size": int(cfg.hidden_size),
         "intermediate_size": int(cfg.intermediate_size),
         "num_attention_heads": heads,
         "num_key_value_heads": int(getattr(cfg, "num_key_value_heads", None) or heads),
         "head_dim": int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads),
-        "num_hidden_layers": 1,
         "rms_norm_eps": float(cfg.rms_norm_eps),
         "rope_theta": rope_theta(cfg),
         "max_position_embeddings": int(cfg.max_position_embeddings),
         "vocab_size": int(target.vocab_size),
         "draft_vocab_size": int(draft_vocab_size),
         "hidden_act": "silu",
-        "tie_word_embeddings": False,
-        "torch_dtype": "float32",
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [int(i) for i in layers]},
     }
 
 
@@ -45,12 +34,12 @@ def rope_theta(cfg) -> float:
     return float(params.get("rope_theta") or getattr(cfg, "rope_theta", None) or 10000.0)
 
 
-def new_head(target, vocab, layers, seed: int = 0, train_lm_head: bool = False):
+def new_head(target, vocab, seed: int = 0, train_lm_head: bool = False):
     """A float32 head: random fc and decoder layer (seeded), the target's frozen embedding, its
     final norm and its lm-head rows of the draft vocabulary (trainable iff ``train_lm_head``)."""
     from specrank.decode.loading.eagle3 import Eagle3Head, eagle3_config
 
-    config = head_config(target, len(vocab.ids), layers)
+    config = head_config(target, len(vocab.ids))
     torch.manual_seed(seed)
     head = Eagle3Head(eagle3_config(config))
     embedding = target.model.get_input_embeddings()
@@ -67,20 +56,16 @@ def new_head(target, vocab, layers, seed: int = 0, train_lm_head: bool = False):
     return head.to(target.device)
 
 
-def save_head(directory, head, vocab, config: dict) -> Path:
-    """Write ``config.json`` and ``model.safetensors`` (``fc``, ``midlayer.*``, ``norm``, ``lm_head``,
-    ``d2t``, ``t2d``; the embedding stays the target's) and ``config`` (from ``head_config``),
-    each atomically."""
-    from safetensors.torch import save_file
+def save_head(directory, head, vocab, layers, dtype: str = "fp32") -> Path:
+    """Write ``config.json`` and ``model.safetensors`` in the SpecForge/SGLang layout (``fc``,
+    ``midlayer.*``, ``norm``, ``lm_head``, ``d2t``, ``t2d``; the embedding stays the target's; the
+    ``hidden_states`` indices ``layers`` as SGLang ids), each file atomically."""
+    from specrank.decode.loading.eagle3_export import WEIGHTS, export_files, write_head
+    from specrank.decode.loading.eagle3_formats import HeadCheckpoint
 
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    state = {
-        k: v.detach().float().cpu().contiguous()
-        for k, v in head.state_dict().items()
-        if not k.startswith(("embed_tokens", "rotary_emb"))
-    }
+    state = {k: v for k, v in head.state_dict().items() if not k.startswith(("embed_tokens", "rotary_emb"))}
     state["d2t"], state["t2d"] = vocab.d2t, vocab.t2d
-    atomic_write(directory / WEIGHTS, lambda tmp: save_file(state, tmp))
-    write_json_atomic(directory / "config.json", config)
-    return directory
+    ckpt = HeadCheckpoint("specrank", head.config.to_dict(), state, tuple(int(i) for i in layers))
+    cfg, tensors, _ = export_files(ckpt, "sglang", dtype)
+    return write_head(Path(directory), cfg, tensors, WEIGHTS["sglang"])
+

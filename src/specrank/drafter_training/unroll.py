@@ -29,13 +29,13 @@ def unrolled_logits(head, batch, steps: int) -> list[torch.Tensor]:
 
     width = batch.features.shape[1]
     cache = DynamicCache(config=head.config)
-    hidden = head.fc(batch.features)  # (B, L, H)
+    hidden = head.project(batch.features)  # (B, L, H)
     index = torch.arange(width, device=hidden.device)
     outs = []
     for j in range(steps):
         embeds = head.embed_tokens(batch.tokens[:, j : j + width]).to(hidden.dtype)  # (B, L, H)
         rope = head.rotary_emb(hidden, (index + j)[None])
         mask = ttt_mask(width, j).to(hidden.device, hidden.dtype)[None, None]
-        hidden = head.midlayer(embeds, hidden, rope, mask, cache)  # (B, L, H)
-        outs.append(head.lm_head(head.norm(hidden)))
+        logits, hidden = head.read_out(head.midlayer(embeds, hidden, rope, mask, cache))  # (B, L, Vd), (B, L, H)
+        outs.append(logits)
     return outs

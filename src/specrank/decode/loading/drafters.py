@@ -15,10 +15,13 @@ from specrank.decode.loading.targets import ModelLoadError
 SPEC_FORMS = "standalone:PATH, early-exit:K, early-exit:K:HEAD_PATH, eagle3:DIR or eagle3:default"
 
 
-def parse_drafter_spec(spec) -> tuple[str, str]:
-    """(kind, rest) of a drafter spec, refusing a malformed spec or a missing or unreadable file before any
-    model loads (what depends on the target, such as K against its layers, is checked at load)."""
+def parse_drafter_spec(spec, eagle3_layers=None) -> tuple[str, str]:
+    """(kind, rest) of a drafter spec, refusing a malformed spec, a missing or unreadable file, or
+    ``eagle3_layers`` for a drafter that is not an EAGLE-3 head, before any model loads (what depends on the
+    target, such as K against its layers, is checked at load)."""
     kind, _, rest = str(spec).partition(":")
+    if eagle3_layers is not None and kind != "eagle3":
+        raise ModelLoadError(f"--eagle3-layers applies to eagle3: drafters, not {spec!r}")
     if kind == "standalone" and rest:
         from specrank.decode.loading.targets import check_model_dir
 
@@ -49,9 +52,10 @@ def parse_drafter_spec(spec) -> tuple[str, str]:
     return kind, rest
 
 
-def load_drafter(spec: str, target):
-    """Build the drafter described by ``spec`` for ``target`` (same device and dtype)."""
-    kind, rest = parse_drafter_spec(spec)
+def load_drafter(spec: str, target, eagle3_layers=None):
+    """Build the drafter described by ``spec`` for ``target`` (same device and dtype);
+    ``eagle3_layers`` (three ``hidden_states`` indices) chooses an ``eagle3:`` head's target layers."""
+    kind, rest = parse_drafter_spec(spec, eagle3_layers)
     if kind == "standalone":
         from specrank.decode.loading.standalone import load_standalone
 
@@ -63,4 +67,4 @@ def load_drafter(spec: str, target):
         return load_early_exit(target, int(layers), head or None, spec)
     from specrank.decode.loading.eagle3 import load_eagle3
 
-    return load_eagle3(rest, target, spec)
+    return load_eagle3(rest, target, spec, eagle3_layers)

@@ -1,11 +1,13 @@
-"""EAGLE-3 heads in their published checkpoint format, loaded from a local directory.
+"""EAGLE-3 heads in their published checkpoint formats, loaded from a local directory.
 
 Format: ``config.json`` (Llama-style: ``hidden_size``, heads, ``intermediate_size``,
 ``vocab_size`` = the target's, ``draft_vocab_size``) and ``model.safetensors`` or
 ``pytorch_model.bin`` holding ``fc.weight`` (H, 3 H_target), ``midlayer.*`` (one decoder
 layer whose q/k/v read 2H inputs), ``norm.weight``, ``lm_head.weight`` (draft_vocab, H),
 ``d2t`` (draft id -> target id offset), ``t2d`` (bool target-vocabulary mask) and,
-optionally, ``embed_tokens.weight`` (else the target's embedding is shared).
+optionally, ``embed_tokens.weight`` (else the target's embedding is shared). The layouts of
+EAGLE, SpecForge/SGLang and vLLM speculators, their flags and their layer-id conventions are
+read by ``eagle3_formats``; ``eagle3_export`` writes them.
 
 Pairing of hidden states and tokens. The drafter's input at position t is
 ``(h_t, e(x_{t+1}))``: the fused low/mid/high target hidden state *at* position t (what
@@ -24,18 +26,26 @@ The head's position ids are those of the hidden state (t), as in EAGLE-3.
 from __future__ import annotations
 
 import functools
-import json
 import os
+import sys
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from specrank.decode.loading.eagle3_formats import (  # noqa: F401  (read_state, draft_vocab_map: re-exported)
+    DIALECT_NAMES,
+    WEIGHT_FILES,
+    choose_layers,
+    default_layers,
+    draft_vocab_map,
+    read_head,
+    read_state,
+)
 from specrank.decode.loading.standalone import TokenizerMismatchError
 from specrank.decode.loading.targets import ModelLoadError, additive_mask, crop_cache, sha256_files
 from specrank.decode.engine.pool import Drafter, RootStep, causal_mask, draft_log_probs
 
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 DEFAULT_HEAD = "smollm2-eagle3"
 
 
@@ -50,14 +60,29 @@ def has_default_head() -> bool:
     return (default_head_dir() / "config.json").is_file()
 
 
+# The head's behaviour flags, in specrank's own names (each dialect's spelling is translated in
+# ``eagle3_formats``); their defaults are plain EAGLE-3.
+FLAGS = {
+    "fc_bias": False,  # fc has a bias
+    "fc_norm": False,  # one RMSNorm per fused target state before fc
+    "norm_before_fc": False,  # one RMSNorm over the whole fused vector before fc
+    "norm_before_residual": False,  # the residual branch carries hidden_norm(h), not h
+    "feedback_post_norm": False,  # a child reads its parent's normed output (EAGLE 3.1)
+    "logits_from_norm": True,  # the lm head reads norm(output), not the raw output
+    "tie_word_embeddings": False,  # the lm head is the (target's) embedding
+}
+
+
 def eagle3_config(cfg: dict):
-    """A one-layer ``LlamaConfig`` from an EAGLE-3 ``config.json`` dict (sdpa attention)."""
+    """A one-layer ``LlamaConfig`` from a canonical EAGLE-3 config dict (sdpa attention)."""
     from transformers import LlamaConfig
 
     known = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type", "torch_dtype", "dtype")}
     config = LlamaConfig(**known)
-    config.draft_vocab_size = int(cfg.get("draft_vocab_size", config.vocab_size))
-    config.target_hidden_size = int(cfg.get("target_hidden_size", config.hidden_size))
+    config.draft_vocab_size = int(cfg.get("draft_vocab_size") or config.vocab_size)
+    config.target_hidden_size = int(cfg.get("target_hidden_size") or config.hidden_size)
+    for name, default in FLAGS.items():
+        setattr(config, name, bool(cfg.get(name, default)))
     config._attn_implementation = "sdpa"
     return config
 
@@ -77,65 +102,60 @@ class Eagle3Layer(nn.Module):
         self.mlp = LlamaMLP(config)
         self.input_layernorm, self.hidden_norm = LlamaRMSNorm(h, eps=eps), LlamaRMSNorm(h, eps=eps)
         self.post_attention_layernorm = LlamaRMSNorm(h, eps=eps)
+        self.norm_before_residual = config.norm_before_residual
 
     def forward(self, embeds, hidden, position_embeddings, mask, cache):
-        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], -1)  # (1, n, 2H)
-        hidden = hidden + self.self_attn(x, position_embeddings, mask, cache=cache)[0]
+        normed = self.hidden_norm(hidden)
+        residual = normed if self.norm_before_residual else hidden  # vllm llama_eagle3.py _norm_before_residual
+        x = torch.cat([self.input_layernorm(embeds), normed], -1)  # (1, n, 2H)
+        hidden = residual + self.self_attn(x, position_embeddings, mask, cache=cache)[0]
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
 class Eagle3Head(nn.Module):
-    """fc (3 H_target -> H), one Eagle3Layer, norm and a draft-vocabulary lm head."""
+    """fc (3 H_target -> H, optionally normed first), one Eagle3Layer, norm and a draft-vocabulary lm head."""
 
     def __init__(self, config):
         from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
 
         super().__init__()
         self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.fc = nn.Linear(3 * config.target_hidden_size, config.hidden_size, bias=False)
+        h, ht, eps = config.hidden_size, config.target_hidden_size, config.rms_norm_eps
+        self.embed_tokens = nn.Embedding(config.vocab_size, h)
+        self.fc = nn.Linear(3 * ht, h, bias=config.fc_bias)
+        if config.norm_before_fc:  # speculators eagle3/core.py ``input_norm``
+            self.input_norm = LlamaRMSNorm(3 * ht, eps=eps)
+        if config.fc_norm:  # SpecForge llama3_eagle.py ``fc_norm``: one norm per fused state
+            self.fc_norm = nn.ModuleList(LlamaRMSNorm(ht, eps=eps) for _ in range(3))
         self.midlayer = Eagle3Layer(config)
-        self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.lm_head = nn.Linear(config.hidden_size, config.draft_vocab_size, bias=False)
+        self.norm = LlamaRMSNorm(h, eps=eps)
+        self.lm_head = nn.Linear(h, config.draft_vocab_size, bias=False)
         self.rotary_emb = LlamaRotaryEmbedding(config)
+
+    def project(self, target_hidden):
+        """(..., 3 H_target) fused target states -> (..., H)."""
+        if hasattr(self, "input_norm"):
+            target_hidden = self.input_norm(target_hidden)
+        if hasattr(self, "fc_norm"):
+            chunks = target_hidden.chunk(3, dim=-1)
+            target_hidden = torch.cat([norm(c) for norm, c in zip(self.fc_norm, chunks)], -1)
+        return self.fc(target_hidden)
+
+    def read_out(self, out):
+        """Layer output (..., H) -> (draft logits (..., Vd), the state a child reads (..., H))."""
+        normed = self.norm(out)
+        logits = self.lm_head(normed if self.config.logits_from_norm else out)
+        return logits, normed if self.config.feedback_post_norm else out
 
     def forward(self, input_ids, hidden, positions, mask, cache, fused: bool):
         """input_ids, positions (n,); hidden (n, 3 H_target) if ``fused`` else the head's own (n, H);
         mask (n, past + n) additive -> (logits (n, Vd), output hidden (n, H))."""
-        hidden = (self.fc(hidden) if fused else hidden)[None]  # (1, n, H)
+        hidden = (self.project(hidden) if fused else hidden)[None]  # (1, n, H)
         embeds = self.embed_tokens(input_ids)[None].to(hidden.dtype)
         position_embeddings = self.rotary_emb(hidden, positions[None])
         out = self.midlayer(embeds, hidden, position_embeddings, mask[None, None], cache)
-        return self.lm_head(self.norm(out))[0], out[0]
-
-
-def read_state(directory: Path) -> dict:
-    """The checkpoint's tensors (safetensors preferred)."""
-    for name in WEIGHT_FILES:
-        path = directory / name
-        if path.is_file():
-            if name.endswith(".safetensors"):
-                from safetensors.torch import load_file
-
-                return load_file(str(path))
-            return torch.load(path, map_location="cpu", weights_only=True)
-    raise ModelLoadError(f"EAGLE-3 checkpoint {directory} has no {' or '.join(WEIGHT_FILES)}")
-
-
-def draft_vocab_map(state: dict, config) -> torch.Tensor:
-    """(Vd,) target id of every draft id from ``d2t``, checked against ``t2d``."""
-    vd, v = config.draft_vocab_size, config.vocab_size
-    if "d2t" not in state:
-        if vd != v:
-            raise ModelLoadError("EAGLE-3 checkpoint has a draft vocabulary but no d2t map")
-        return torch.arange(v)
-    ids = torch.arange(vd) + state["d2t"].long()
-    if ids.min() < 0 or ids.max() >= v:
-        raise ModelLoadError("EAGLE-3 d2t maps draft ids outside the target vocabulary")
-    t2d = state.get("t2d")
-    if t2d is not None and (t2d.numel() != v or int(t2d.sum()) != vd or not t2d.bool()[ids].all()):
-        raise ModelLoadError("EAGLE-3 d2t and t2d disagree")
-    return ids
+        logits, fed = self.read_out(out)
+        return logits[0], fed[0]
 
 
 class Eagle3Drafter(Drafter):
@@ -204,21 +224,41 @@ class Eagle3Drafter(Drafter):
 
 
 def default_hidden_layers(config, num_layers: int) -> tuple[int, ...]:
-    """The checkpoint's auxiliary layers if it names them, else EAGLE-3's (2, L // 2, L - 3)."""
-    named = (getattr(config, "eagle_config", None) or {}).get("eagle_aux_hidden_state_layer_ids")
-    return tuple(named) if named else (2, num_layers // 2, num_layers - 3)
+    """EAGLE-3's default target states for a target of ``num_layers`` layers: ``hidden_states`` (2, L//2, L-3)."""
+    return default_layers(num_layers)
 
 
-def load_eagle3(directory, target, spec: str = "") -> Eagle3Drafter:
-    """Load an EAGLE-3 head for ``target`` from a local checkpoint directory."""
+def build_head(ckpt, embedding) -> tuple[Eagle3Head, bool]:
+    """An ``Eagle3Head`` holding ``ckpt``'s tensors (no copy) and whether it uses ``embedding`` (the
+    target's) rather than its own."""
+    config = eagle3_config(ckpt.config)
+    with torch.device("meta"):
+        head = Eagle3Head(config)
+    weights = {k: v for k, v in ckpt.state.items() if k not in ("d2t", "t2d")}
+    shared = "embed_tokens.weight" not in weights
+    if shared:
+        weights["embed_tokens.weight"] = embedding.weight
+    if config.tie_word_embeddings:
+        weights["lm_head.weight"] = weights["embed_tokens.weight"]
+    missing, unexpected = head.load_state_dict(weights, strict=False, assign=True)
+    missing = [k for k in missing if "rotary_emb" not in k]
+    if missing or unexpected:
+        raise ModelLoadError(f"EAGLE-3 checkpoint: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    head.rotary_emb = type(head.rotary_emb)(config)  # buffers are computed, not stored
+    return head, shared
+
+
+def load_eagle3(directory, target, spec: str = "", eagle3_layers=None) -> Eagle3Drafter:
+    """Load an EAGLE-3 head for ``target`` from a local checkpoint directory in any dialect of
+    ``eagle3_formats``; ``eagle3_layers`` (``hidden_states`` indices) overrides the config's choice.
+    Says once, on stderr, which dialect and which target layers were chosen."""
     if str(directory) == "default":
         directory = default_head_dir()
         if not has_default_head():
             raise FileNotFoundError(f"no trained default EAGLE-3 head in {directory}: run `make drafter` first")
     directory = Path(directory)
-    if not (directory / "config.json").is_file():
-        raise FileNotFoundError(f"EAGLE-3 checkpoint not found: no config.json in {directory}")
-    config = eagle3_config(json.loads((directory / "config.json").read_text()))
+    ckpt = read_head(directory)
+    config = eagle3_config(ckpt.config)
     if config.vocab_size != target.vocab_size:
         raise TokenizerMismatchError(
             f"EAGLE-3 head vocabulary ({config.vocab_size}) differs from the target's ({target.vocab_size})"
@@ -227,21 +267,20 @@ def load_eagle3(directory, target, spec: str = "") -> Eagle3Drafter:
         raise ModelLoadError(
             f"EAGLE-3 head expects target hidden size {config.target_hidden_size}, not {target.hidden_size}"
         )
-    state = read_state(directory)
-    d2t = draft_vocab_map(state, config)
-    with torch.device("meta"):
-        head = Eagle3Head(config)
-    weights = {k: v for k, v in state.items() if k not in ("d2t", "t2d")}
-    shared_embedding = "embed_tokens.weight" not in weights
-    if shared_embedding:
-        weights["embed_tokens.weight"] = target.model.get_input_embeddings().weight
-    missing, unexpected = head.load_state_dict(weights, strict=False, assign=True)
-    missing = [k for k in missing if "rotary_emb" not in k]
-    if missing or unexpected:
-        raise ModelLoadError(f"EAGLE-3 checkpoint {directory.name}: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    head.rotary_emb = type(head.rotary_emb)(config)  # buffers are computed, not stored
+    layers, how = choose_layers(ckpt, target.num_layers, eagle3_layers)
+    d2t = draft_vocab_map(ckpt.state, config)
+    embedding = target.model.get_input_embeddings()
+    head, shared = build_head(ckpt, embedding)
     head = head.to(target.device, target.dtype).eval().requires_grad_(False)
-    if shared_embedding:
-        head.embed_tokens = target.model.get_input_embeddings()  # share, never copy
-    layers = default_hidden_layers(config, target.num_layers)
-    return Eagle3Drafter(head, target.vocab_size, d2t, layers, directory, spec or f"eagle3:{directory}")
+    if shared:
+        head.embed_tokens = embedding  # share, never copy
+        if config.tie_word_embeddings:
+            head.lm_head.weight = embedding.weight
+    notes = "".join(f"; {n}" for n in ckpt.notes)
+    print(f"EAGLE-3 head {directory}: {DIALECT_NAMES[ckpt.dialect]} layout, target hidden_states "
+          f"{list(layers)} from {how}{notes}", file=sys.stderr)
+    if not spec:
+        spec = f"eagle3:{directory}"
+    if eagle3_layers is not None:
+        spec += f" --eagle3-layers {','.join(map(str, layers))}"  # part of a run's identity
+    return Eagle3Drafter(head, target.vocab_size, d2t, layers, directory, spec)

@@ -33,12 +33,13 @@ class Models:
     drafter: str
     device: str = "cpu"
     dtype: str = "float32"
+    eagle3_layers: tuple[int, int, int] | None = None
 
     def load(self):
         from specrank.decode.loading import load_drafter, load_target
 
         target = load_target(self.target, self.device, self.dtype)
-        return target, load_drafter(self.drafter, target)
+        return target, load_drafter(self.drafter, target, self.eagle3_layers)
 
 
 @dataclass(frozen=True)

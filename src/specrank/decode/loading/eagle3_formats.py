@@ -1,0 +1,296 @@
+"""EAGLE-3 heads as other projects write them: which layout a directory holds, what its config fields
+mean, and which target hidden states its three layer ids name.
+
+Every layer id is translated to a Hugging Face ``hidden_states`` index (0 = the embeddings,
+i = the output of layer i - 1), the convention of ``Target.forward``. Four layouts load:
+
+- ``eagle`` (SafeAILab/EAGLE): no EAGLE-3 architecture in ``config.json`` (``traineagle3/config.json``
+  says ``LlamaForCausalLM``); the ids are not read: ``eagle/model/modeling_llama_kv.py`` captures the
+  input of layers 2, L//2, L-3, i.e. ``hidden_states`` (2, L//2, L-3).
+- ``sglang`` (SpecForge / SGLang): ``LlamaForCausalLMEagle3`` or an ``eagle_config``; id k is the output
+  of layer k, ``hidden_states[k + 1]`` (SGLang ``models/llama.py`` ``set_eagle3_layers_to_capture``
+  adds 1; SpecForge ``modeling/target/eagle3_target_model.py`` reads ``hidden_states[k + 1]``).
+- ``speculators`` (vLLM speculators): ``Eagle3Speculator`` / ``speculators_model_type``; id k is
+  ``hidden_states[k]`` (vLLM ``models/llama.py`` captures ``hidden_states + residual`` before layer k).
+- ``specrank-legacy``: heads specrank saved before it wrote the SGLang layout: an ``eagle_config``
+  whose ids equal the ``gen_layers`` of the ``training.json`` beside it (HF indices).
+
+No ids in the config means every engine's default, ``hidden_states`` (2, L//2, L-3) (``layers`` is None).
+A config field that changes the head is implemented as that project's code implements it, or refused
+with a one-line ``ModelLoadError`` naming it; fields that do not change drafting are listed as inert.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from specrank.decode.loading.targets import ModelLoadError
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+EAGLE3_ARCH = "LlamaForCausalLMEagle3"  # SGLang models/llama_eagle3.py EntryClass; SpecForge's draft class
+SPECULATOR_ARCH = "Eagle3Speculator"  # speculators convert/eagle/eagle3_legacy_model.py
+DIALECTS = ("eagle", "sglang", "speculators", "specrank-legacy")
+DIALECT_NAMES = {"eagle": "SafeAILab EAGLE", "sglang": "SpecForge/SGLang", "speculators": "vLLM speculators",
+                 "specrank-legacy": "specrank (before the SGLang layout)"}
+
+# The Llama shape of the head (read into ``eagle3_config``).
+SHAPE = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+         "rms_norm_eps", "max_position_embeddings", "vocab_size", "hidden_act", "rope_theta", "rope_scaling",
+         "rope_parameters", "attention_bias", "mlp_bias", "draft_vocab_size", "target_hidden_size")
+# Written by transformers or the trainers, read by nobody when drafting.
+INERT = ("architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "bos_token_id",
+         "eos_token_id", "pad_token_id", "initializer_range", "use_cache", "attention_dropout", "pretraining_tp",
+         "_name_or_path", "max_window_layers", "num_hidden_layers", "use_sliding_window", "sliding_window",
+         "layer_types", "tie_word_embeddings")
+SPECULATORS_INERT = ("speculators_model_type", "speculators_version", "speculators_config", "embed_requires_grad",
+                     "has_no_defaults_at_init", "transformer_layer_config")
+
+
+@dataclass
+class HeadCheckpoint:
+    """A head in specrank's canonical form: ``config`` for ``eagle3_config`` (flags in specrank's names),
+    ``state`` keyed as ``Eagle3Head`` names its tensors, ``layers`` as ``hidden_states`` indices."""
+
+    dialect: str
+    config: dict
+    state: dict
+    layers: tuple[int, ...] | None
+    written_ids: tuple[int, ...] | None = None  # the ids as the config writes them
+    verifier: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def default_layers(num_layers: int) -> tuple[int, int, int]:
+    """EAGLE-3's low/mid/high states, ``hidden_states`` (2, L//2, L-3) (EAGLE, SGLang and vLLM alike)."""
+    return (2, num_layers // 2, num_layers - 3)
+
+
+def sglang_ids_to_layers(ids) -> tuple[int, ...]:
+    """SpecForge/SGLang ids (output of layer k) -> ``hidden_states`` indices (k + 1)."""
+    return tuple(int(k) + 1 for k in ids)
+
+
+def layers_to_sglang_ids(layers) -> list[int]:
+    """``hidden_states`` indices -> SpecForge/SGLang ids (output of layer i - 1)."""
+    return [int(i) - 1 for i in layers]
+
+
+def detect_dialect(cfg: dict) -> str:
+    """The layout a ``config.json`` dict is in (``specrank-legacy`` is told apart later, by ``training.json``)."""
+    arch = cfg.get("architectures") or []
+    if "speculators_model_type" in cfg or SPECULATOR_ARCH in arch:
+        return "speculators"
+    if EAGLE3_ARCH in arch or "eagle_config" in cfg:
+        return "sglang"
+    if not arch or arch == ["LlamaForCausalLM"]:
+        return "eagle"
+    raise ModelLoadError(f"unknown EAGLE-3 layout: architectures {arch} (expected {EAGLE3_ARCH}, "
+                         f"{SPECULATOR_ARCH} or EAGLE's LlamaForCausalLM)")
+
+
+def _refuse(name: str, why: str):
+    raise ModelLoadError(f"EAGLE-3 config field {name!r}: {why}")
+
+
+def _check_known(cfg: dict, allowed, where: str) -> None:
+    unknown = sorted(set(cfg) - set(allowed))
+    if unknown:
+        _refuse(unknown[0], f"not understood by specrank in the {where} layout (known: shape, "
+                            "flags and metadata fields only)")
+
+
+def _llama_part(cfg: dict) -> dict:
+    """The shape fields, after refusing values that change the head beyond one full-attention layer."""
+    if int(cfg.get("num_hidden_layers", 1)) != 1:
+        _refuse("num_hidden_layers", f"{cfg['num_hidden_layers']} draft layers; specrank drafts with one "
+                                     "(SGLang and vLLM stack extra layers differently)")
+    if cfg.get("use_sliding_window") or any(t != "full_attention" for t in cfg.get("layer_types") or []):
+        _refuse("use_sliding_window" if cfg.get("use_sliding_window") else "layer_types",
+                "sliding-window draft attention is not supported")
+    return {k: cfg[k] for k in SHAPE if cfg.get(k) is not None}
+
+
+def _flag(cfg: dict, name: str, default: bool = False) -> bool:
+    value = cfg.get(name, default)
+    if not isinstance(value, bool):
+        _refuse(name, f"expected true or false, got {value!r}")
+    return value
+
+
+def _no_layer_bias(cfg: dict, where: str) -> None:
+    """EAGLE's cnets.py and SGLang's llama_eagle3.py build q/k/v (and the MLP) without bias."""
+    for name in ("attention_bias", "mlp_bias"):
+        if _flag(cfg, name):
+            _refuse(name, f"{where} builds the draft layer without biases")
+
+
+def _lm_head(config: dict, state: dict) -> None:
+    """A tied lm head is the full-vocabulary embedding; an untied one needs its weights and Vd."""
+    tied, vd, v = config.get("tie_word_embeddings"), config.get("draft_vocab_size"), config.get("vocab_size")
+    if tied and ("lm_head.weight" in state or vd not in (None, v)):
+        _refuse("tie_word_embeddings", "true with a draft vocabulary or its own lm_head.weight")
+    if not tied and vd is None:
+        _refuse("draft_vocab_size", "missing (SGLang would take the target's lm head, EAGLE fails)")
+
+
+def _eagle(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | None]:
+    # eagle/model/cnets.py Model: fc has no bias whatever ``bias`` says, and its own nn.Linear lm head
+    # is loaded (strict=False), so tie_word_embeddings has no effect.
+    _check_known(cfg, SHAPE + INERT + ("bias",), "EAGLE")
+    if cfg.get("tie_word_embeddings"):
+        notes.append("tie_word_embeddings ignored, as EAGLE's cnets.py loads its own lm_head")
+    _no_layer_bias(cfg, "EAGLE's cnets.py")
+    out = _llama_part(cfg)
+    _lm_head(out, state)
+    return out, None
+
+
+def _sglang(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | None]:
+    flags = ("eagle_config", "bias", "fc_norm", "norm_output", "norm_before_fc", "norm_before_residual")
+    _check_known(cfg, SHAPE + INERT + flags, "SpecForge/SGLang")
+    eagle = cfg.get("eagle_config") or {}
+    _check_known(eagle, ("eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state"), "eagle_config of the SGLang")
+    if eagle.get("use_aux_hidden_state") is False:
+        _refuse("use_aux_hidden_state", "false: heads without fused target states are not EAGLE-3")
+    if _flag(cfg, "norm_before_residual"):  # read by vLLM, not by SGLang llama_eagle3.py nor SpecForge
+        _refuse("norm_before_residual", "SGLang and SpecForge ignore it and vLLM applies it: "
+                                        "convert the head to the speculators layout to say which")
+    _no_layer_bias(cfg, "SGLang's llama_eagle3.py")
+    out = _llama_part(cfg)
+    # SGLang llama_eagle3.py: fc bias = config.bias, lm_head = embed_tokens when tied; SpecForge
+    # llama3_eagle.py: fc_norm (one norm per state), norm_output (default true: norm before lm_head).
+    out.update(fc_bias=_flag(cfg, "bias"), fc_norm=_flag(cfg, "fc_norm"), norm_before_fc=_flag(cfg, "norm_before_fc"),
+               logits_from_norm=_flag(cfg, "norm_output", True), tie_word_embeddings=_flag(cfg, "tie_word_embeddings"))
+    if out["fc_bias"] != ("fc.bias" in state):
+        _refuse("bias", f"{out['fc_bias']} but the weights {'have' if 'fc.bias' in state else 'lack'} fc.bias "
+                        "(SGLang would drop or miss it)")
+    _lm_head(out, state)
+    ids = eagle.get("eagle_aux_hidden_state_layer_ids")
+    return out, tuple(ids) if ids else None
+
+
+def _speculators(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | None]:
+    flags = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output", "draft_vocab_size",
+             "target_hidden_size", "eagle_aux_hidden_state_layer_ids")
+    _check_known(cfg, INERT + SPECULATORS_INERT + flags, "speculators")
+    for name, value in (("speculators_model_type", cfg.get("speculators_model_type")),
+                        ("speculators_config", (cfg.get("speculators_config") or {}).get("algorithm"))):
+        if value != "eagle3":
+            _refuse(name, f"algorithm {value!r} is not eagle3")
+    layer_cfg = dict(cfg.get("transformer_layer_config") or {})
+    _check_known(layer_cfg, SHAPE + INERT, "speculators transformer_layer_config of the")
+    if layer_cfg.get("tie_word_embeddings"):
+        _refuse("tie_word_embeddings", "vLLM's Eagle3LlamaForCausalLM has its own lm_head")
+    out = _llama_part(layer_cfg)
+    out.update({k: cfg[k] for k in ("draft_vocab_size", "target_hidden_size") if cfg.get(k) is not None})
+    # vllm transformers_utils/configs/speculators/algos.py update_eagle3: norm_before_residual defaults
+    # to true when absent; norm_output (EAGLE 3.1) feeds the normed output to the next step.
+    out.update(norm_before_residual=_flag(cfg, "norm_before_residual", True), norm_before_fc=_flag(cfg, "norm_before_fc"),
+               fc_norm=_flag(cfg, "fc_norm"), feedback_post_norm=_flag(cfg, "norm_output"))
+    if out["norm_before_fc"] and out["fc_norm"]:
+        _refuse("fc_norm", "and norm_before_fc are exclusive (speculators eagle3/config.py)")
+    _lm_head(out, state)
+    ids = cfg.get("eagle_aux_hidden_state_layer_ids")
+    return out, tuple(ids) if ids else None
+
+
+def canonical_state(dialect: str, state: dict) -> dict:
+    """Tensors renamed to ``Eagle3Head``'s names (speculators' ``layers.0.`` is ``midlayer.``)."""
+    if dialect != "speculators":
+        return dict(state)
+    deeper = [k for k in state if k.startswith("layers.") and not k.startswith("layers.0.")]
+    if deeper:
+        raise ModelLoadError(f"EAGLE-3 checkpoint has more than one draft layer ({deeper[0]})")
+    return {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in state.items()}
+
+
+def _legacy_layers(directory: Path, ids) -> bool:
+    """Whether ``training.json`` beside the config says the ids are the trained ``hidden_states`` indices."""
+    path = directory / "training.json"
+    if ids is None or not path.is_file():
+        return False
+    trained = json.loads(path.read_text()).get("params", {}).get("gen_layers")
+    if trained is None:
+        return False
+    trained = tuple(int(i) for i in trained)
+    if trained == sglang_ids_to_layers(ids):
+        return False
+    if trained == tuple(ids):
+        return True
+    raise ModelLoadError(f"EAGLE-3 config layer ids {list(ids)} disagree with training.json gen_layers {list(trained)}")
+
+
+def read_state(directory: Path) -> dict:
+    """The checkpoint's tensors (safetensors preferred)."""
+    for name in WEIGHT_FILES:
+        path = directory / name
+        if path.is_file():
+            if name.endswith(".safetensors"):
+                from safetensors.torch import load_file
+
+                return load_file(str(path))
+            return torch.load(path, map_location="cpu", weights_only=True)
+    raise ModelLoadError(f"EAGLE-3 checkpoint {directory} has no {' or '.join(WEIGHT_FILES)}")
+
+
+def draft_vocab_map(state: dict, config) -> torch.Tensor:
+    """(Vd,) target id of every draft id from ``d2t``, checked against ``t2d``."""
+    vd, v = config.draft_vocab_size, config.vocab_size
+    if "d2t" not in state:
+        if vd != v:
+            raise ModelLoadError("EAGLE-3 checkpoint has a draft vocabulary but no d2t map")
+        return torch.arange(v)
+    ids = torch.arange(vd) + state["d2t"].long()
+    if ids.min() < 0 or ids.max() >= v:
+        raise ModelLoadError("EAGLE-3 d2t maps draft ids outside the target vocabulary")
+    t2d = state.get("t2d")
+    if t2d is not None and (t2d.numel() != v or int(t2d.sum()) != vd or not t2d.bool()[ids].all()):
+        raise ModelLoadError("EAGLE-3 d2t and t2d disagree")
+    return ids
+
+
+def read_head(directory) -> HeadCheckpoint:
+    """Read ``directory`` (``config.json`` + weights) into the canonical form."""
+    directory = Path(directory)
+    path = directory / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"EAGLE-3 checkpoint not found: no config.json in {directory}")
+    try:
+        cfg = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"EAGLE-3 config {path} is not JSON: {exc}") from None
+    dialect = detect_dialect(cfg)
+    state, notes = canonical_state(dialect, read_state(directory)), []
+    config, ids = {"eagle": _eagle, "sglang": _sglang, "speculators": _speculators}[dialect](cfg, state, notes)
+    if ids is not None and (len(ids) != 3 or not all(isinstance(i, int) and i >= 0 for i in ids)):
+        _refuse("eagle_aux_hidden_state_layer_ids", f"{list(ids)}: EAGLE-3 fuses three layers")
+    layers = None
+    if dialect == "speculators":
+        layers = ids
+    elif dialect == "sglang" and _legacy_layers(directory, ids):
+        dialect, layers = "specrank-legacy", ids
+    elif ids is not None:
+        layers = sglang_ids_to_layers(ids)
+    verifier = ((cfg.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
+    return HeadCheckpoint(dialect, config, state, layers, ids, verifier, notes)
+
+
+def choose_layers(head: HeadCheckpoint, num_layers: int, override=None) -> tuple[tuple[int, ...], str]:
+    """The ``hidden_states`` indices to draft from and how they were chosen (for the load message)."""
+    if override is not None:
+        layers, how = tuple(int(i) for i in override), "--eagle3-layers"
+        if head.layers is not None and head.layers != layers:
+            how += f" (overriding the config's {head.layers})"
+    elif head.layers is not None:
+        layers = head.layers
+        how = f"config ids {list(head.written_ids)}" + (" (outputs of those layers)" if head.dialect == "sglang" else "")
+    else:
+        layers, how = default_layers(num_layers), "EAGLE-3 default (2, L//2, L-3)"
+    if len(layers) != 3 or not all(0 <= i <= num_layers for i in layers):
+        raise ModelLoadError(f"EAGLE-3 layers {list(layers)} must be three hidden_states indices in 0..{num_layers}")
+    return layers, how

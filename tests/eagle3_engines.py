@@ -1,0 +1,186 @@
+"""What each engine does with an EAGLE-3 head directory, re-implemented as small pure functions from its
+own loader (no engine is installed here), and a from-scratch EAGLE-3 forward used as the reference.
+
+- SGLang ``python/sglang/srt/models/llama_eagle3.py`` ``LlamaForCausalLMEagle3.load_weights`` and
+  ``models/llama.py`` ``set_eagle3_layers_to_capture`` (before and after PR #25454).
+- vLLM ``vllm/model_executor/models/llama_eagle3.py`` ``Eagle3LlamaForCausalLM.load_weights``,
+  ``vllm/transformers_utils/configs/speculators/algos.py`` ``update_eagle3`` and
+  ``vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py`` with ``models/llama.py``'s capture.
+- SafeAILab EAGLE ``eagle/model/cnets.py`` ``Model`` (``load_state_dict(strict=False)``),
+  ``eagle/model/ea_model.py`` and ``eagle/model/modeling_llama_kv.py``'s capture.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+STACKED = ((".qkv_proj", ".q_proj"), (".qkv_proj", ".k_proj"), (".qkv_proj", ".v_proj"),
+           (".gate_up_proj", ".gate_proj"), (".gate_up_proj", ".up_proj"))
+LAYER = ("self_attn.qkv_proj.weight", "self_attn.o_proj.weight", "mlp.gate_up_proj.weight", "mlp.down_proj.weight",
+         "input_layernorm.weight", "hidden_norm.weight", "post_attention_layernorm.weight")
+
+
+def _stack(name: str) -> str:
+    for param, shard in STACKED:
+        if shard in name:
+            return name.replace(shard, param)
+    return name
+
+
+# ---- SGLang -------------------------------------------------------------------------------------------
+def sglang_params(config: dict) -> set[str]:
+    """Parameter names of SGLang's ``LlamaForCausalLMEagle3`` for ``config``."""
+    names = {"model.embed_tokens.weight", "model.fc.weight", "model.norm.weight"} | {f"model.midlayer.{p}" for p in LAYER}
+    if config.get("bias"):
+        names.add("model.fc.bias")
+    if not config.get("tie_word_embeddings"):
+        names.add("lm_head.weight")
+    return names
+
+
+def sglang_load(config: dict, state: dict) -> tuple[set[str], list[str], torch.Tensor | None]:
+    """(parameters loaded, checkpoint names silently skipped, hot_token_id) as ``load_weights`` does."""
+    params, loaded, skipped, hot = sglang_params(config), set(), [], None
+    for name in state:
+        if "d2t" in name:
+            hot = state[name] + torch.arange(state[name].shape[0])
+            continue
+        if "t2d" in name:
+            continue
+        mapped = _stack(name)
+        target = mapped if mapped in params else f"model.{mapped}"
+        (loaded.add(target) if target in params else skipped.append(name))
+    return loaded, skipped, hot
+
+
+def sglang_capture(ids, num_layers: int, after_pr_25454: bool) -> tuple[int, ...]:
+    """``layers_to_capture`` (= ``hidden_states`` indices: capture happens before layer i)."""
+    if ids is None:
+        return (2, num_layers // 2, num_layers - 3)
+    if after_pr_25454 and ids[0] != 1:
+        return tuple(ids)
+    return tuple(v + 1 for v in ids)
+
+
+# ---- vLLM ---------------------------------------------------------------------------------------------
+def vllm_config(config: dict) -> dict:
+    """The draft ``hf_config`` vLLM builds from a speculators ``config.json`` (``update_eagle3``)."""
+    out = dict(config["transformer_layer_config"])
+    out["draft_vocab_size"] = config.get("draft_vocab_size")
+    if config.get("target_hidden_size") is not None:
+        out["target_hidden_size"] = config["target_hidden_size"]
+    out["norm_before_residual"] = config.get("norm_before_residual", True)
+    out["norm_before_fc"] = config.get("norm_before_fc", False)
+    out["fc_norm"] = config.get("fc_norm", False)
+    out["norm_output"] = config.get("norm_output", False)
+    out["architectures"] = ["Eagle3LlamaForCausalLM"]
+    if config.get("eagle_aux_hidden_state_layer_ids"):
+        out["eagle_aux_hidden_state_layer_ids"] = config["eagle_aux_hidden_state_layer_ids"]
+    return out
+
+
+def vllm_params(hf_config: dict) -> set[str]:
+    names = {"model.embed_tokens.weight", "model.fc.weight", "model.norm.weight", "lm_head.weight",
+             "draft_id_to_target_id"} | {f"model.layers.0.{p}" for p in LAYER}
+    if hf_config.get("norm_before_fc"):
+        names.add("model.input_norm.weight")
+    if hf_config.get("fc_norm"):
+        names |= {f"model.fc_norm.{i}.weight" for i in range(3)}
+    return names
+
+
+def vllm_load(hf_config: dict, state: dict) -> set[str]:
+    """Parameters loaded by ``Eagle3LlamaForCausalLM.load_weights``; an unknown name is a KeyError there."""
+    params, loaded = vllm_params(hf_config), set()
+    for name in state:
+        if "t2d" in name:
+            continue
+        if "d2t" in name:
+            name = name.replace("d2t", "draft_id_to_target_id")
+        elif "lm_head" not in name:
+            name = "model." + name
+        name = _stack(name.replace("midlayer.", "layers.0."))
+        if name not in params:
+            raise KeyError(name)
+        loaded.add(name)
+    return loaded
+
+
+def vllm_capture(hf_config: dict, num_layers: int) -> tuple[int, ...]:
+    """``get_eagle3_aux_layers_from_config`` or the model default; ids are ``hidden_states`` indices."""
+    ids = hf_config.get("eagle_aux_hidden_state_layer_ids")
+    return tuple(ids) if ids else (2, num_layers // 2, num_layers - 3)
+
+
+# ---- SafeAILab EAGLE ----------------------------------------------------------------------------------
+def eagle_params(config: dict) -> set[str]:
+    names = {"embed_tokens.weight", "lm_head.weight", "fc.weight", "norm.weight", "d2t", "t2d"}
+    names |= {f"midlayer.self_attn.{p}_proj.weight" for p in "qkvo"}
+    names |= {f"midlayer.mlp.{p}_proj.weight" for p in ("gate", "up", "down")}
+    names |= {f"midlayer.{n}.weight" for n in ("hidden_norm", "input_layernorm", "post_attention_layernorm")}
+    if config["vocab_size"] == config["draft_vocab_size"]:  # ea_model.py: del d2t, t2d
+        names -= {"d2t", "t2d"}
+    return names
+
+
+def eagle_load(config: dict, state: dict) -> tuple[list[str], list[str]]:
+    """(missing, unexpected) of ``load_state_dict(strict=False)``: unexpected keys are dropped silently,
+    and a missing embedding is the target's only without ``target_hidden_size`` (else random)."""
+    params = eagle_params(config)
+    return sorted(params - set(state)), sorted(set(state) - params)
+
+
+def eagle_capture(num_layers: int) -> tuple[int, ...]:
+    """``modeling_llama_kv.py``: the inputs of layers 2, L//2 and L-3."""
+    return (2, num_layers // 2, num_layers - 3)
+
+
+# ---- the reference forward ----------------------------------------------------------------------------
+def _rms(x, w, eps):
+    x32 = x.float()
+    return w.float() * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def _rope(x, positions, theta):  # x (n, heads, hd), rotate-half convention
+    hd = x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, hd, 2).float() / hd)
+    freqs = positions[:, None].float() * inv  # (n, hd/2)
+    cos, sin = torch.cat([freqs, freqs], -1).cos()[:, None], torch.cat([freqs, freqs], -1).sin()[:, None]
+    rotated = torch.cat([-x[..., hd // 2 :], x[..., : hd // 2]], -1)
+    return x * cos + rotated * sin
+
+
+def reference_forward(w: dict, cfg, flags: dict, embed, tokens, target_rows, own_rows=None):
+    """Uncached EAGLE-3 forward from raw tensors ``w`` (canonical names, any dtype) with the behaviour
+    ``flags`` (specrank's names): positions 0..m-1 read the fused target states ``target_rows`` (m, 3H),
+    the next ones the head's own outputs ``own_rows`` (n - m, H). -> (draft logits (n, Vd), fed-back (n, H))."""
+    w = {k: v.float() for k, v in w.items()}
+    eps, heads, kv, h = cfg.rms_norm_eps, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size
+    hd = h // heads
+    x = target_rows.float()
+    if flags.get("norm_before_fc"):
+        x = _rms(x, w["input_norm.weight"], eps)
+    if flags.get("fc_norm"):
+        x = torch.cat([_rms(c, w[f"fc_norm.{i}.weight"], eps) for i, c in enumerate(x.chunk(3, -1))], -1)
+    g = x @ w["fc.weight"].T  # (m, H)
+    if own_rows is not None:
+        g = torch.cat([g, own_rows.float()])
+    n = len(tokens)
+    normed = _rms(g, w["midlayer.hidden_norm.weight"], eps)
+    residual = normed if flags.get("norm_before_residual") else g
+    x = torch.cat([_rms(embed[tokens].float(), w["midlayer.input_layernorm.weight"], eps), normed], -1)
+    pos = torch.arange(n)
+    q = _rope((x @ w["midlayer.self_attn.q_proj.weight"].T).view(n, heads, hd), pos, 10000.0)
+    k = _rope((x @ w["midlayer.self_attn.k_proj.weight"].T).view(n, kv, hd), pos, 10000.0)
+    v = (x @ w["midlayer.self_attn.v_proj.weight"].T).view(n, kv, hd)
+    k, v = k.repeat_interleave(heads // kv, 1), v.repeat_interleave(heads // kv, 1)
+    scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + torch.full((n, n), float("-inf")).triu(1)
+    attn = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(n, heads * hd)
+    out = residual + attn @ w["midlayer.self_attn.o_proj.weight"].T
+    m = _rms(out, w["midlayer.post_attention_layernorm.weight"], eps)
+    mlp = (torch.nn.functional.silu(m @ w["midlayer.mlp.gate_proj.weight"].T) * (m @ w["midlayer.mlp.up_proj.weight"].T))
+    out = out + mlp @ w["midlayer.mlp.down_proj.weight"].T
+    final = _rms(out, w["norm.weight"], eps)
+    return final @ w["lm_head.weight"].T, final if flags.get("feedback_post_norm") else out

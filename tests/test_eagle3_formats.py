@@ -1,0 +1,315 @@
+"""EAGLE-3 heads in every dialect: they load with the layers their project means (against a from-scratch
+reference on explicitly chosen HF hidden states, with a wrong-convention control), refuse what they
+cannot honour in one line, export for each engine exactly as its loader reads, and round-trip."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from eagle3_engines import (
+    eagle_capture,
+    eagle_load,
+    reference_forward,
+    sglang_capture,
+    sglang_load,
+    sglang_params,
+    vllm_capture,
+    vllm_config,
+    vllm_load,
+    vllm_params,
+)
+from eagle3_fixtures import write_eagle_head, write_specforge_head, write_speculators_head
+from specrank.cli import main
+from specrank.decode.engine.pool import causal_mask
+from specrank.decode.loading.drafters import load_drafter
+from specrank.decode.loading.eagle3 import read_state
+from specrank.decode.loading.eagle3_export import DTYPES, FORMATS, ExportError, cast, export_head
+from specrank.decode.loading.eagle3_formats import choose_layers, read_head
+from specrank.decode.loading.targets import ModelLoadError, load_target
+from specrank.testing import save_tiny_llama
+
+torch.set_num_threads(1)
+LAYERS = 8  # target depth: EAGLE-3's default states are hidden_states (2, 4, 5)
+CONTEXT, ROOT = [4, 8, 15, 16, 23, 42, 7], 50
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("eagle3_formats")
+
+
+@pytest.fixture(scope="module")
+def target(tmp):
+    return load_target(save_tiny_llama(tmp / "target", seed=4, num_layers=LAYERS))
+
+
+def raw(directory):
+    """The fixture's tensors under the canonical names (the test's own reading)."""
+    state = read_state(directory)
+    return {k.replace("layers.0.", "midlayer."): v for k, v in state.items()}
+
+
+def specrank_root(drafter, target):
+    """specrank's own pipeline: the target's states at the drafter's layers, then the root and one child."""
+    n = len(CONTEXT)
+    _, hidden = target.forward(torch.tensor(CONTEXT), torch.arange(n), causal_mask(n, 0), target.new_cache(),
+                               drafter.hidden_layers)
+    drafter.start(torch.tensor(CONTEXT), hidden)
+    root = drafter._draft_root(ROOT)
+    child = int(root.logp.argmax())
+    token = drafter.draft_to_target[child]
+    logp, _ = drafter._draft_step(token[None], torch.tensor([root.position + 1]), torch.zeros(1, root.visible + 1),
+                                  root.feed[None])
+    return root.logp, logp[0], int(token)
+
+
+def reference_root(weights, flags, target, layers, child):
+    """The reference on HF ``hidden_states`` at the explicitly chosen indices ``layers``."""
+    out = target.model(input_ids=torch.tensor(CONTEXT)[None], output_hidden_states=True)
+    rows = torch.cat([out.hidden_states[i][0] for i in layers], -1)
+    embed, cfg = target.model.get_input_embeddings().weight, target.model.config
+    tokens = CONTEXT[1:] + [ROOT]
+    logits, fed = reference_forward(weights, cfg, flags, embed, tokens, rows)
+    logits_child, _ = reference_forward(weights, cfg, flags, embed, tokens + [child], rows, fed[-1:])
+    return torch.log_softmax(logits[-1], -1), torch.log_softmax(logits_child[-1], -1)
+
+
+DIALECTS = [  # name, writer, kwargs, the layers the project means, a wrong convention's
+    ("SafeAILab EAGLE", write_eagle_head, {}, (2, 4, 5), (3, 5, 6)),
+    ("SpecForge/SGLang", write_specforge_head, {"ids": [1, 3, 4]}, (2, 4, 5), (1, 3, 4)),
+    ("SpecForge/SGLang", write_specforge_head, {"ids": [0, 2, 5], "fc_norm": True}, (1, 3, 6), (0, 2, 5)),
+    ("vLLM speculators", write_speculators_head, {"ids": [1, 3, 6]}, (1, 3, 6), (2, 4, 7)),
+]
+
+
+@pytest.mark.parametrize("name, writer, kwargs, intended, wrong", DIALECTS)
+def test_dialects_draft_from_the_layers_their_project_means(target, tmp, capsys, name, writer, kwargs, intended, wrong):
+    directory = tmp / f"{writer.__name__}-{'-'.join(map(str, intended))}"
+    flags = writer(directory, target.model.config, **kwargs)
+    drafter = load_drafter(f"eagle3:{directory}", target)
+    message = capsys.readouterr().err
+    assert name in message and str(list(intended)) in message and drafter.hidden_layers == intended
+    weights = raw(directory)
+    assert drafter.draft_to_target.tolist() == weights["t2d"].nonzero().flatten().tolist()
+    root, child, token = specrank_root(drafter, target)
+    ref_root, ref_child = reference_root(weights, flags, target, intended, token)
+    torch.testing.assert_close(root, ref_root, atol=2e-4, rtol=0)
+    torch.testing.assert_close(child, ref_child, atol=2e-4, rtol=0)
+    wrong_root, _ = reference_root(weights, flags, target, wrong, token)
+    assert (root - wrong_root).abs().max() > 1e-2  # negative control: the other convention drafts otherwise
+
+
+def test_eagle3_layers_override_and_where_it_applies(target, tmp, capsys):
+    directory = tmp / "eagle-override"
+    write_eagle_head(directory, target.model.config)
+    drafter = load_drafter(f"eagle3:{directory}", target, eagle3_layers=(1, 2, 3))
+    assert drafter.hidden_layers == (1, 2, 3) and drafter.spec.endswith("--eagle3-layers 1,2,3")
+    assert "--eagle3-layers" in capsys.readouterr().err
+    with pytest.raises(ModelLoadError, match="applies to eagle3"):
+        load_drafter("early-exit:2", target, eagle3_layers=(1, 2, 3))
+    with pytest.raises(ModelLoadError, match=r"0\.\.8"):
+        load_drafter(f"eagle3:{directory}", target, eagle3_layers=(1, 2, 9))
+    with pytest.raises(SystemExit):
+        main(["decode", "--drafter", f"eagle3:{directory}", "--out", str(tmp / "x"), "--eagle3-layers", "1,2"])
+
+
+def test_heads_specrank_saved_before_keep_their_layers(target, tmp):
+    directory = tmp / "legacy"
+    write_specforge_head(directory, target.model.config, ids=[1, 3, 6])
+    for trained, dialect, layers in (([1, 3, 6], "specrank-legacy", (1, 3, 6)), ([2, 4, 7], "sglang", (2, 4, 7))):
+        (directory / "training.json").write_text(json.dumps({"params": {"gen_layers": trained}}))
+        head = read_head(directory)
+        assert (head.dialect, head.layers) == (dialect, layers)
+    (directory / "training.json").write_text(json.dumps({"params": {"gen_layers": [5, 5, 5]}}))
+    with pytest.raises(ModelLoadError, match="disagree"):
+        read_head(directory)
+
+
+def _edit(field, value):
+    def edit(cfg):
+        if value is None:
+            cfg.pop(field)
+        elif "." in field:
+            outer, inner = field.split(".")
+            cfg[outer] = {**(cfg.get(outer) or {}), inner: value}
+        else:
+            cfg[field] = value
+    return edit
+
+
+REFUSED = [  # writer, edit, the field the error names
+    (write_specforge_head, _edit("norm_before_residual", True), "norm_before_residual"),
+    (write_specforge_head, _edit("mystery_flag", True), "mystery_flag"),
+    (write_specforge_head, _edit("num_hidden_layers", 2), "num_hidden_layers"),
+    (write_specforge_head, _edit("bias", True), "bias"),
+    (write_specforge_head, _edit("eagle_config.use_aux_hidden_state", False), "use_aux_hidden_state"),
+    (write_specforge_head, _edit("eagle_config.eagle_aux_hidden_state_layer_ids", [1, 2]),
+     "eagle_aux_hidden_state_layer_ids"),
+    (write_specforge_head, _edit("norm_output", "yes"), "norm_output"),
+    (write_specforge_head, _edit("use_sliding_window", True), "use_sliding_window"),
+    (write_specforge_head, _edit("tie_word_embeddings", True), "tie_word_embeddings"),
+    (write_specforge_head, _edit("attention_bias", True), "attention_bias"),
+    (write_eagle_head, _edit("some_new_field", 1), "some_new_field"),
+    (write_eagle_head, _edit("draft_vocab_size", None), "draft_vocab_size"),
+    (write_speculators_head, _edit("fc_norm", True), "fc_norm"),
+    (write_speculators_head, _edit("transformer_layer_config.tie_word_embeddings", True), "tie_word_embeddings"),
+    (write_speculators_head, _edit("speculators_model_type", "mtp"), "speculators_model_type"),
+    (write_speculators_head, _edit("transformer_layer_config.secret", 3), "secret"),
+]
+
+
+@pytest.mark.parametrize("writer, edit, field", REFUSED)
+def test_unsupported_or_unknown_fields_fail_in_one_line_naming_them(target, tmp, writer, edit, field):
+    directory = tmp / f"refused-{writer.__name__}-{field}"
+    writer(directory, target.model.config)
+    cfg = json.loads((directory / "config.json").read_text())
+    edit(cfg)
+    (directory / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelLoadError) as err:
+        load_drafter(f"eagle3:{directory}", target)
+    assert f"'{field}'" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_export_command_refuses_in_one_line_and_writes_nothing(target, tmp, capsys):
+    src = tmp / "to-refuse"
+    write_speculators_head(src, target.model.config, ids=[1, 3, 6])
+    out = tmp / "refused-out"
+    assert main(["drafter", "export", str(src), "--format", "sglang", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "norm_before_fc" in err and "\n" not in err and not out.exists()
+    assert main(["drafter", "export", str(src), "--format", "eagle", "--out", str(out)]) == 2
+    assert not out.exists() and not list(tmp.glob(".refused-out*"))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_export_then_reload_is_identity(target, tmp, fmt, dtype, capsys):
+    src = tmp / "export-src"
+    if not src.exists():
+        write_specforge_head(src, target.model.config, ids=[1, 3, 4])
+    out, _ = export_head(src, tmp / f"export-{fmt}-{dtype}", fmt, dtype)
+    before, after = read_head(src), read_head(out)
+    assert after.dialect == {"sglang": "sglang", "vllm": "speculators", "eagle": "eagle"}[fmt]
+    assert choose_layers(after, LAYERS)[0] == choose_layers(before, LAYERS)[0] == (2, 4, 5)
+    assert set(after.state) == set(before.state)
+    for k, v in cast(before.state, DTYPES[dtype]).items():
+        assert after.state[k].dtype == v.dtype and torch.equal(after.state[k], v), k
+    reloaded = load_drafter(f"eagle3:{out}", target)
+    assert reloaded.hidden_layers == (2, 4, 5)
+    if dtype == "bf16":  # the source is bf16: drafting is unchanged
+        original = load_drafter(f"eagle3:{src}", target)
+        assert torch.equal(specrank_root(reloaded, target)[0], specrank_root(original, target)[0])
+
+
+def test_flags_and_layer_ids_round_trip_where_the_engine_has_them(target, tmp):
+    specforge, speculators = tmp / "rt-specforge", tmp / "rt-speculators"
+    write_specforge_head(specforge, target.model.config, ids=[2, 3, 4], fc_norm=True)
+    write_speculators_head(speculators, target.model.config, ids=[1, 3, 6])
+    for src, flags in ((specforge, ("fc_norm",)), (speculators, ("norm_before_residual", "norm_before_fc",
+                                                                 "feedback_post_norm"))):
+        before = read_head(src)
+        after = read_head(export_head(src, tmp / f"{src.name}-vllm", "vllm")[0])
+        assert after.layers == before.layers and all(after.config[f] for f in flags)
+        with pytest.raises(ExportError, match="cannot export to eagle"):
+            export_head(src, tmp / f"{src.name}-eagle", "eagle")
+    plain = tmp / "rt-plain"
+    write_specforge_head(plain, target.model.config, ids=[2, 3, 4])
+    out, notes = export_head(plain, tmp / "rt-plain-sglang", "sglang")
+    assert read_head(out).layers == (3, 4, 5) and "PR #25454" in notes[0] and "--format vllm" in notes[1]
+
+
+@pytest.fixture(scope="module")
+def trained_head(target, tmp):
+    """What ``specrank drafter train`` saves: ``new_head`` + ``save_head`` at the default layers."""
+    from specrank.drafter_training.head import new_head, save_head
+    from specrank.drafter_training.vocab import most_frequent
+
+    vocab = most_frequent(torch.arange(128) % 50, target.vocab_size, 40)
+    directory = save_head(tmp / "trained", new_head(target, vocab, seed=3), vocab, (2, 4, 5))
+    return directory, vocab
+
+
+SGLANG_FIELDS = {"architectures", "model_type", "hidden_size", "intermediate_size", "num_attention_heads",
+                 "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "max_position_embeddings",
+                 "vocab_size", "hidden_act", "num_hidden_layers", "draft_vocab_size", "tie_word_embeddings",
+                 "torch_dtype", "eagle_config"}
+SPECULATORS_FIELDS = {"architectures", "speculators_model_type", "speculators_version", "speculators_config",
+                      "transformer_layer_config", "draft_vocab_size", "target_hidden_size", "norm_before_residual",
+                      "norm_before_fc", "fc_norm", "norm_output", "eagle_aux_hidden_state_layer_ids", "torch_dtype"}
+EAGLE_FIELDS = {"architectures", "model_type", "hidden_size", "intermediate_size", "num_attention_heads",
+                "num_key_value_heads", "rms_norm_eps", "rope_theta", "max_position_embeddings", "vocab_size",
+                "hidden_act", "num_hidden_layers", "draft_vocab_size", "tie_word_embeddings", "torch_dtype"}
+
+
+def test_the_trained_head_saves_in_the_sglang_layout(trained_head):
+    directory, _ = trained_head
+    cfg = json.loads((directory / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and set(cfg) == SGLANG_FIELDS
+    assert cfg["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_trained_head_exported_has_exactly_what_the_engine_reads(trained_head, tmp, fmt):
+    directory, vocab = trained_head
+    out, _ = export_head(directory, tmp / f"engine-{fmt}", fmt, "bf16")
+    cfg = json.loads((out / "config.json").read_text())
+    if fmt == "sglang":
+        state = load_file(str(out / "model.safetensors"))
+        loaded, skipped, hot = sglang_load(cfg, state)
+        assert set(cfg) == SGLANG_FIELDS and not skipped
+        assert loaded == sglang_params(cfg) - {"model.embed_tokens.weight"} and torch.equal(hot, vocab.ids)
+        ids = cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+        assert sglang_capture(ids, LAYERS, False) == sglang_capture(ids, LAYERS, True) == (2, 4, 5)
+    elif fmt == "vllm":
+        state = load_file(str(out / "model.safetensors"))
+        hf = vllm_config(cfg)
+        assert set(cfg) == SPECULATORS_FIELDS and hf["norm_before_residual"] is False
+        assert vllm_load(hf, state) == vllm_params(hf) - {"model.embed_tokens.weight"}
+        assert vllm_capture(hf, LAYERS) == (2, 4, 5)
+        assert torch.equal(state["d2t"] + torch.arange(len(vocab.ids)), vocab.ids)
+    else:
+        state = torch.load(out / "pytorch_model.bin", weights_only=True)
+        missing, unexpected = eagle_load(cfg, state)
+        assert set(cfg) == EAGLE_FIELDS and "target_hidden_size" not in cfg  # else cnets.py skips the embedding
+        assert missing == ["embed_tokens.weight"] and not unexpected and eagle_capture(LAYERS) == (2, 4, 5)
+        assert state["fc.weight"].shape == (cfg["hidden_size"], 3 * cfg["hidden_size"])
+
+
+def test_decode_takes_eagle3_layers_as_part_of_the_run(target, tmp, capsys):
+    head = tmp / "eagle-cli"
+    write_eagle_head(head, target.model.config)
+    prompts = tmp / "prompts.jsonl"
+    prompts.write_text(json.dumps({"question_id": 0, "category": "qa", "turns": ["the cat is big"]}) + "\n")
+    args = ["decode", "--target", str(tmp / "target"), "--drafter", f"eagle3:{head}", "--prompts", str(prompts),
+            "--topk", "3", "--depth", "2", "--expand", "2", "--budget", "4", "--extra", "2", "--max-new-tokens", "4",
+            "--threads", "1", "--no-progress", "--out", str(tmp / "cli-run")]
+    assert main(args + ["--eagle3-layers", "1,2,3"]) == 0
+    manifest = json.loads((tmp / "cli-run" / "manifest.json").read_text())
+    assert manifest["drafter"].endswith("--eagle3-layers 1,2,3")
+    assert main(args + ["--eagle3-layers", "1,2,4"]) == 2 and "different run" in capsys.readouterr().err
+
+
+def test_fc_bias_and_a_tied_lm_head_load_and_export_as_sglang_reads_them(target, tmp, capsys):
+    from safetensors.torch import save_file
+
+    directory = tmp / "sglang-bias-tied"
+    write_specforge_head(directory, target.model.config, draft_vocab=target.vocab_size, ids=[1, 3, 4])
+    state = load_file(str(directory / "model.safetensors"))
+    state.pop("lm_head.weight")
+    state["fc.bias"] = torch.randn(target.hidden_size).bfloat16()
+    save_file(state, str(directory / "model.safetensors"))
+    cfg = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**cfg, "bias": True, "tie_word_embeddings": True}))
+    drafter = load_drafter(f"eagle3:{directory}", target)
+    assert drafter.head.lm_head.weight is target.model.get_input_embeddings().weight
+    torch.testing.assert_close(drafter.head.fc.bias, state["fc.bias"].float())
+    out, _ = export_head(directory, tmp / "sglang-bias-tied-out", "sglang")
+    written = json.loads((out / "config.json").read_text())
+    assert written["bias"] is True and written["tie_word_embeddings"] is True
+    assert "lm_head.weight" not in load_file(str(out / "model.safetensors"))
+    loaded, skipped, _ = sglang_load(written, load_file(str(out / "model.safetensors")))
+    assert not skipped and loaded == sglang_params(written) - {"model.embed_tokens.weight"}
+    with pytest.raises(ExportError, match="fc_bias"):
+        export_head(directory, tmp / "sglang-bias-tied-vllm", "vllm")
