@@ -35,13 +35,16 @@ def acceptance_summary(rounds: pd.DataFrame, n_boot: int = 2000, seed: int = 0) 
 
 
 def decoder_table(decodes: pd.DataFrame) -> pd.DataFrame:
-    """Per decoder: tokens, target passes, tokens per pass, tokens/s and the summed wall-time split."""
+    """Per decoder: tokens, target passes, tokens per pass, tokens/s, the summed wall-time split and, when
+    timed, ``root_pass_hidden``: the share of root-pass time spent while the drafter drafted."""
     seconds = [c for c in decodes.columns if c.endswith("_s")]
     t = decodes.groupby("decoder", sort=False)[["tokens", "rounds", "passes", "seconds"] + seconds].sum()
     t["tokens_per_pass"] = t["tokens"] / t["passes"]
     t["tokens_per_s"] = t["tokens"] / t["seconds"]
     for c in seconds:
         t[c.replace("_s", "_share")] = t[c] / t["seconds"]
+    if {"root_hidden_s", "root_pass_s"} <= set(t.columns):  # pipelined decoding: root pass under drafting
+        t["root_pass_hidden"] = t["root_hidden_s"] / t["root_pass_s"].where(t["root_pass_s"] > 0)
     return t.reset_index()
 
 
