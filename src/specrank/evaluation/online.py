@@ -73,6 +73,26 @@ def speed_ratios(decodes: pd.DataFrame, base: str, n_boot: int = 2000, seed: int
     return pd.DataFrame(rows)
 
 
+def root_overlap(decodes: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Per decoder with root passes: the share of root-pass time spent while the drafter drafted (pipelined
+    decoding; 0 when serial), with a prompt-bootstrap interval, and milliseconds per round of the drafter's
+    own drafting, the target's wait for the pool, root and tree passes.
+
+    ``decodes``: the decodes table (``root_hidden_s``, ``root_pass_s``, ``drafter_busy_s``, ``draft_s``, ...).
+    """
+    rows = []
+    for decoder, part in decodes.groupby("decoder", sort=False):
+        if part["root_pass_s"].sum() <= 0:
+            continue
+        cols = {c: part[c].to_numpy(float) for c in ("root_hidden_s", "root_pass_s")}
+        iv = PromptBootstrap(part["prompt_id"].to_numpy(), n_boot, seed).totals(cols).ratio(
+            [("root_hidden_s", 1)], [("root_pass_s", 1)])
+        per_round = {f"{c.removesuffix('_s')}_ms": 1000 * part[c].sum() / part["rounds"].sum()
+                     for c in ("drafter_busy_s", "draft_s", "root_pass_s", "tree_pass_s")}
+        rows.append({"decoder": decoder, "hidden": iv.point, "low": iv.low, "high": iv.high, **per_round})
+    return pd.DataFrame(rows)
+
+
 def realized_gain(rounds: pd.DataFrame, decoder: str, base: str, n_boot: int = 2000, seed: int = 0):
     """Mean realized acceptance of ``decoder`` minus ``base`` at their own contexts; prompts resampled
     jointly for both (App. D.3). Returns an ``Interval``."""
