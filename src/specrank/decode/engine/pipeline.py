@@ -36,8 +36,8 @@ class WorkerError(RuntimeError):
     """The drafter worker died, hung or could not start; the decode is stopped."""
 
 
-def drafter_payload(drafter) -> dict:
-    """What the worker rebuilds ``drafter`` from: its causal LM (own copy of the weights), vocabulary and spec."""
+def check_pipelinable(drafter) -> None:
+    """Refuse, in one line, a drafter that cannot draft in a worker process."""
     from specrank.decode.loading.standalone import CausalLMDrafter
 
     spec = drafter.spec or type(drafter).__name__
@@ -47,6 +47,11 @@ def drafter_payload(drafter) -> dict:
                             " early-exit:K): decode it without pipeline")
     if not isinstance(drafter, CausalLMDrafter):
         raise PipelineError(f"pipeline: drafter {spec} is not a causal LM drafter (standalone:PATH, early-exit:K)")
+
+
+def drafter_payload(drafter) -> dict:
+    """What the worker rebuilds ``drafter`` from: its causal LM (own copy of the weights), vocabulary and spec."""
+    check_pipelinable(drafter)
     buffer = io.BytesIO()
     torch.save(drafter.model, buffer)  # the K layers an early-exit drafter shares with the target are copied
     return {"model": buffer.getvalue(), "vocab_size": drafter.vocab_size, "spec": drafter.spec}
@@ -91,8 +96,9 @@ class PipelinedDrafter(Drafter):
 
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise PipelineError(f"pipeline: drafter threads must be a positive integer, got {threads!r}")
-        payload = drafter_payload(drafter)
+        check_pipelinable(drafter)
         self.device = parse_device(device if device is not None else drafter.device)
+        payload = drafter_payload(drafter)
         self.spec, self.vocab_size, self.timeout = drafter.spec, drafter.vocab_size, float(timeout)
         self.source_hash = getattr(drafter, "source_hash", "")
         self.draft_to_target = None
