@@ -68,14 +68,14 @@ def exit_reason(code: int | None) -> str:
     return f"exited with status {code}"
 
 
-def stop_worker(process, conn) -> None:
-    """Ask the worker to exit, kill it if it does not, and reap it (idempotent)."""
+def stop_worker(process, conn, ask: bool = True) -> None:
+    """Ask the worker to exit (unless ``ask`` is False: it hangs), kill it if it does not, reap it (idempotent)."""
     try:
-        if process.is_alive():
+        if ask and process.is_alive():
             conn.send(("close",))
     except (OSError, ValueError):
         pass
-    process.join(5.0)
+    process.join(5.0 if ask else 0.0)
     if process.is_alive():
         process.kill()
         process.join()
@@ -190,5 +190,7 @@ class PipelinedDrafter(Drafter):
         pid = self._process.pid
         self._process.join(1.0)
         reason = f"gave no reply within {timeout:g} s" if timeout else exit_reason(self._process.exitcode)
+        if timeout:
+            stop_worker(self._process, self._conn, ask=False)
         self.close()
         raise WorkerError(f"drafter worker (pid {pid}) {reason} while {doing}; decoding stopped")
