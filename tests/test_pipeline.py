@@ -128,12 +128,18 @@ def test_worker_killed_or_hung_mid_decode_is_a_one_line_error_and_reaped(pair, f
             dec.generate(PROMPT, max_new_tokens=4)
 
 
-def test_worker_errors_keep_their_type_and_the_worker_goes_on(worker):
+def test_worker_errors_keep_their_type_and_interrupted_rounds_leave_no_stale_pool(worker, local_copy):
     worker.start(PROMPT)
     with pytest.raises(PoolShapeError, match="exceeds the draft vocabulary"):
         worker.grow_pool(5, PoolShape(topk=500, depth=2, expand=1))
     worker.start(PROMPT)
-    assert len(worker.grow_pool(5, SHAPE)) == SHAPE.size and worker.alive
+    worker.request_pool(5, SHAPE)  # an interrupted round: its pool is never received
+    worker.start(PROMPT[:-1])
+    local_copy.start(PROMPT[:-1])
+    pool, fresh = worker.grow_pool(7, SHAPE), local_copy.grow_pool(7, SHAPE)
+    np.testing.assert_array_equal(pool.token, fresh.token)
+    np.testing.assert_array_equal(pool.draft_logp, fresh.draft_logp)
+    assert worker.alive
 
 
 def test_hidden_state_drafters_are_refused_with_one_line_error(pair, tmp_path):

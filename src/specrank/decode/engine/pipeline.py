@@ -68,14 +68,14 @@ def exit_reason(code: int | None) -> str:
     return f"exited with status {code}"
 
 
-def stop_worker(process, conn, ask: bool = True) -> None:
-    """Ask the worker to exit (unless ``ask`` is False: it hangs), kill it if it does not, reap it (idempotent)."""
+def stop_worker(process, conn) -> None:
+    """Ask the worker to exit, kill it if it does not, and reap it (idempotent)."""
     try:
-        if ask and process.is_alive():
+        if process.is_alive():
             conn.send(("close",))
     except (OSError, ValueError):
         pass
-    process.join(5.0 if ask else 0.0)
+    process.join(5.0)
     if process.is_alive():
         process.kill()
         process.join()
@@ -102,7 +102,7 @@ class PipelinedDrafter(Drafter):
         self.spec, self.vocab_size, self.timeout = drafter.spec, drafter.vocab_size, float(timeout)
         self.source_hash = getattr(drafter, "source_hash", "")
         self.draft_to_target = None
-        self._pending, self._reset, self._in_flight = np.zeros(0, np.int64), True, False
+        self._pending, self._reset, self._in_flight, self._request = np.zeros(0, np.int64), True, False, 0
         ctx = torch.multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(target=serve, args=(child, str(self.device), threads), daemon=True,
@@ -136,11 +136,10 @@ class PipelinedDrafter(Drafter):
         self._pending = np.concatenate([self._pending, np.asarray(tokens, np.int64).reshape(-1)])
 
     def request_pool(self, root_token, shape: PoolShape = PoolShape()) -> None:
-        if self._in_flight:
-            raise RuntimeError("pipeline: a pool is already being drafted; receive_pool() first")
         self._check_alive("drafting")
+        self._request += 1  # a pool still in flight (an interrupted round) is dropped when it arrives
         try:
-            self._conn.send(("grow", self._reset, self._pending, int(root_token), shape))
+            self._conn.send(("grow", self._request, self._reset, self._pending, int(root_token), shape))
         except OSError:
             self._fail("drafting")
         self._pending, self._reset, self._in_flight = self._pending[:0], False, True
@@ -167,18 +166,21 @@ class PipelinedDrafter(Drafter):
         self.close()
 
     def _reply(self, doing: str, timeout: float):
-        """The worker's next reply's payload; its error re-raised; death or silence as a ``WorkerError``."""
+        """The reply to the last request; its error re-raised; death or silence as a ``WorkerError``. Replies
+        to earlier requests (left unread by an interrupted decode) are dropped."""
         deadline = time.monotonic() + timeout
         while True:
             ready = wait([self._conn, self._process.sentinel], max(0.0, deadline - time.monotonic()))
             if self._conn in ready:
                 try:
-                    kind, *body = self._conn.recv()
+                    kind, request, *body = self._conn.recv()
                 except (EOFError, OSError):
                     self._fail(doing)
+                if request != self._request:
+                    continue
                 if kind == "error":
                     raise body[0]
-                return body  # ("ready", pid) or ("pool", pool, window)
+                return body  # ("ready", 0, pid) or ("pool", request, pool, window)
             if ready or time.monotonic() >= deadline:  # the worker exited, or kept silent too long
                 self._fail(doing, None if ready else timeout)
 
@@ -188,9 +190,9 @@ class PipelinedDrafter(Drafter):
 
     def _fail(self, doing: str, timeout: float | None = None):
         pid = self._process.pid
+        if timeout:
+            self._process.kill()  # hung: asking it to exit would wait in vain
         self._process.join(1.0)
         reason = f"gave no reply within {timeout:g} s" if timeout else exit_reason(self._process.exitcode)
-        if timeout:
-            stop_worker(self._process, self._conn, ask=False)
         self.close()
         raise WorkerError(f"drafter worker (pid {pid}) {reason} while {doing}; decoding stopped")

@@ -1,9 +1,10 @@
 """The drafter worker process of pipelined decoding: rebuilds the drafter from its payload, then grows one
 pool per request (seed 000 App. D.14: the target sends the newly committed tokens, the drafter returns its pool).
 
-Messages from the target process: the payload dict once, then ``("grow", reset, tokens, root, shape)``
-(``reset``: ``tokens`` is a new prompt, else the committed tokens since the last request) or ``("close",)``.
-Replies: ``("ready", pid)`` once, then ``("pool", DraftPool, (start, end))`` or ``("error", exception)``.
+Messages from the target process: the payload dict once, then ``("grow", request, reset, tokens, root,
+shape)`` (``reset``: ``tokens`` is a new prompt, else the committed tokens since the last request) or
+``("close",)``. Replies, tagged with the request number (0 for the start): ``("ready", 0, pid)`` once, then
+``("pool", request, DraftPool, (start, end))`` or ``("error", request, exception)``.
 The worker exits on ``close`` or when the target process's end of the pipe closes.
 """
 
@@ -46,9 +47,9 @@ def serve(conn, device: str, threads: int | None) -> None:
     except EOFError:
         return
     except Exception as exc:
-        conn.send(("error", portable(exc)))
+        conn.send(("error", 0, portable(exc)))
         return
-    conn.send(("ready", os.getpid()))
+    conn.send(("ready", 0, os.getpid()))
     while True:
         try:
             message = conn.recv()
@@ -56,14 +57,14 @@ def serve(conn, device: str, threads: int | None) -> None:
             return
         if message[0] == "close":
             return
-        _, reset, tokens, root, shape = message
+        _, request, reset, tokens, root, shape = message
         try:
             start = time.perf_counter()
             (drafter.start if reset else drafter.commit)(tokens)
             pool = drafter.grow_pool(root, shape)
-            reply = ("pool", pool, (start, time.perf_counter()))
+            reply = ("pool", request, pool, (start, time.perf_counter()))
         except Exception as exc:
-            reply = ("error", portable(exc))
+            reply = ("error", request, portable(exc))
         try:
             conn.send(reply)
         except (BrokenPipeError, OSError):
