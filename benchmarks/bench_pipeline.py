@@ -11,12 +11,14 @@ pass, each decoder's speed ratio over serial draft selection and over the pipeli
 where each round's time goes, and the share of root-pass time hidden under drafting. Logs to MLflow
 (tables, metrics, the speed-gain figure in the style of Figure 4) unless --no-tracking.
 
-Full run (the goals need a quiet machine with two free cores; about 2 to 3 hours on a quiet 2-core machine):
+Full run (the goals need a quiet machine with two free cores; on a loaded 2-core machine a 32-token decode
+took ~34 s, so this is about 3 to 4 hours quiet, B = 8 alone (--budgets 8) about 1.5 hours):
 
-    python benchmarks/bench_pipeline.py --pin --prompts 24 --warmup 2 --max-new-tokens 64 --budgets 8,59 \\
+    python benchmarks/bench_pipeline.py --pin --prompts 24 --warmup 2 --max-new-tokens 48 --budgets 8,59 \\
         --out runs/bench_pipeline --tracking-uri sqlite:///mlflow.db
 
-Quick look (minutes): python benchmarks/bench_pipeline.py --prompts 2 --warmup 1 --max-new-tokens 8 --budgets 8
+Quick look (~8 minutes loaded): python benchmarks/bench_pipeline.py --prompts 2 --warmup 1 --max-new-tokens 8 \\
+    --budgets 8,59 --no-tracking
 
 Goals (issue 18), at B = 8: pipelined root-draw over serial draft and over pipelined PEARL-style with the
 lower end of each paired interval above 1.0; root-pass time hidden under drafting >= 80% for every pipelined

@@ -169,6 +169,25 @@ def test_online_command_pipeline(tmp_path, capsys):
     assert np.isnan(decoders.loc["draft", "root_pass_hidden"]) and (decoders["drafter_busy_s"] > 0).all()
 
 
+def test_root_overlap_and_speed_gain_figure_from_a_decodes_table():
+    from specrank.evaluation.figures import speed_gain_figure
+    from specrank.evaluation.online import root_overlap, speed_ratios
+
+    piped = "root-draw-pipelined"
+    decodes = pd.DataFrame({
+        "prompt_id": list("abab"), "decoder": ["draft", "draft", piped, piped], "tokens": [10, 10, 12, 12],
+        "rounds": [5, 5, 5, 5], "seconds": [2.0, 2.0, 1.5, 1.5], "draft_s": [1.0, 1.0, 0.5, 0.5],
+        "drafter_busy_s": [1.0] * 4, "root_pass_s": [0.0, 0.0, 0.2, 0.4], "root_hidden_s": [0.0, 0.0, 0.2, 0.2],
+        "tree_pass_s": [0.5] * 4})
+    overlap = root_overlap(decodes, 200)
+    assert overlap["decoder"].tolist() == [piped]
+    assert overlap.loc[0, "hidden"] == pytest.approx(0.4 / 0.6) and overlap.loc[0, "low"] <= overlap.loc[0, "high"]
+    assert overlap.loc[0, "root_pass_ms"] == pytest.approx(60.0)
+    speed = speed_ratios(decodes, "draft", 200).assign(budget=8)
+    fig = speed_gain_figure(speed, order=["draft", piped])
+    assert [p.get_height() for p in fig.axes[0].patches] == [pytest.approx(60.0)]  # 12/1.5 over 10/2: +60%
+
+
 @pytest.mark.slow
 def test_smollm2_pipelined_early_exit_equals_target_greedy():
     import torch

@@ -164,7 +164,7 @@ def speed_gain_figure(speed: pd.DataFrame, title: str = "Decoding-speed gain", o
     grouped by base (seed 000 Figure 4). ``speed``: ``speed_ratios`` rows with a ``budget`` column."""
     budgets = sorted(speed["budget"].unique())
     bases = list(dict.fromkeys(speed["base"]))
-    fig, axes = new_figure(len(budgets), (4.8 * len(budgets), 3.6), sharey=True)
+    fig, axes = new_figure(len(budgets), (5.4 * len(budgets), 3.8), sharey=True)
     width = 0.8 / len(bases)
     for ax, b in zip(axes[0], budgets):
         part = speed[(speed["budget"] == b) & (speed["decoder"] != speed["base"])]
@@ -183,6 +183,6 @@ def speed_gain_figure(speed: pd.DataFrame, title: str = "Decoding-speed gain", o
         ax.grid(axis="y", alpha=0.3)
     axes[0, 0].set_ylabel("speed gain (%)")
     axes[0, 0].legend(fontsize=8, frameon=False)
-    fig.suptitle(f"{title}; whiskers: 95% paired prompt-bootstrap intervals", fontsize=10)
+    fig.suptitle(f"{title}\nwhiskers: 95% paired prompt-bootstrap intervals", fontsize=10)
     fig.tight_layout()
     return fig
