@@ -7,8 +7,11 @@ import numpy as np
 import torch
 from scipy.stats import chisquare
 
+from specrank.decode.config import DecodeConfig
+from specrank.decode.engine.pool import PoolShape
 from specrank.decode.loading.standalone import CausalLMDrafter
 from specrank.decode.loading.targets import Target
+from specrank.decode.strategies import RootDrawSelection
 from specrank.decode.verify import ExhaustiveVerifier
 from specrank.testing import save_tiny_llama, tiny_llama, tiny_tokenizer
 
@@ -95,3 +98,22 @@ class RedrawVerifier(ExhaustiveVerifier):
                 return tree.pool_index[path], self.draw(logits[row], generator)
             path.append(node)
             row = node + 1
+
+
+class DrafterRowDraw(RootDrawSelection):
+    """Deliberately wrong: draws the first token from the drafter's root row instead of the target's."""
+
+    def draw(self, root_logits, pool, verifier, generator):
+        return int(torch.multinomial(torch.from_numpy(pool.q_root), 1, generator=generator))
+
+
+def sampled_pvalue(target, drafter, strategy, n=100):
+    """Chi-square p-value of ``n`` seeded two-token decodes (T = 1) against the target's first-two law."""
+    config = DecodeConfig(PoolShape(3, 2, 3), budget=3, extra=0, temperature=1.0, max_new_tokens=2)
+    exact = first_two_law(target, PROMPT, 1.0)
+    counts = np.zeros_like(exact)
+    for seed in range(n):
+        cfg = DecodeConfig(**{**config.__dict__, "seed": seed})
+        out, _ = decode_prompt_online(target, drafter, PROMPT, cfg, strategy, prompt_id="q")
+        counts[out[0], (out + [EOS])[1]] += 1
+    return pooled_chisquare(counts, exact * n)

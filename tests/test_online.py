@@ -10,7 +10,7 @@ from specrank.decode.strategies import STRATEGIES, DraftSelection, RootDrawSelec
 from specrank.decode.runs.measure import Measure
 from decode_helpers import decode_prompt_online
 from specrank.decode.engine.pool import PoolShape
-from decode_helpers import EOS, PROMPT, first_two_law, greedy_reference, pooled_chisquare, tiny_pair
+from decode_helpers import PROMPT, DrafterRowDraw, greedy_reference, sampled_pvalue, tiny_pair
 
 SHAPE = PoolShape(4, 4, 4)  # 4 + 16 + 16 + 16 = 52 candidates
 
@@ -80,29 +80,11 @@ def test_compare_scores_other_trees_without_changing_verified_rows(pair):
     assert not any(k.startswith("expected_") for k in plain[0])
 
 
-class DrafterRowDraw(RootDrawSelection):
-    """Deliberately wrong: draws the first token from the drafter's root row instead of the target's."""
-
-    def draw(self, root_logits, pool, verifier, generator):
-        return int(torch.multinomial(torch.from_numpy(pool.q_root), 1, generator=generator))
-
-
-def _sampled_pvalue(target, drafter, strategy, n=100):
-    config = DecodeConfig(PoolShape(3, 2, 3), budget=3, extra=0, temperature=1.0, max_new_tokens=2)
-    exact = first_two_law(target, PROMPT, 1.0)
-    counts = np.zeros_like(exact)
-    for seed in range(n):
-        cfg = DecodeConfig(**{**config.__dict__, "seed": seed})
-        out, _ = decode_prompt_online(target, drafter, PROMPT, cfg, strategy, prompt_id="q")
-        counts[out[0], (out + [EOS])[1]] += 1
-    return pooled_chisquare(counts, exact * n)
-
-
 def test_sampled_first_tokens_follow_target_law_and_wrong_draw_fails():
     target, drafter = tiny_pair(vocab=32, hidden_size=16, num_layers=1, seed=2, scale=0.5)
     for rule in ("root-draw", "root", "covering"):  # PEARL-style shares root-draw's forced first draw
-        assert _sampled_pvalue(target, drafter, make_strategy(rule)) > 1e-3, rule
-    assert _sampled_pvalue(target, drafter, DrafterRowDraw()) < 1e-4
+        assert sampled_pvalue(target, drafter, make_strategy(rule)) > 1e-3, rule
+    assert sampled_pvalue(target, drafter, DrafterRowDraw()) < 1e-4
 
 
 def test_unknown_rule_and_missing_reranker_are_one_line_errors():

@@ -3,6 +3,7 @@ realized vs expected acceptance at the same contexts, and time the rules against
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 from specrank.commands.args import at_least
@@ -40,6 +41,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="draft in a worker process while the target runs the root pass (seed 000 App. D.14);"
+                             " standalone and early-exit drafters only")
+    parser.add_argument("--drafter-device", default=None, help="--pipeline: the worker's device (default --device)")
+    parser.add_argument("--drafter-threads", type=at_least(1), default=None,
+                        help="--pipeline: the worker's torch CPU threads (default: torch's)")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
     parser.add_argument("--experiment", default="specrank", help="MLflow experiment name (default specrank)")
@@ -99,12 +106,16 @@ def run(args) -> int:
     prompts_path = args.prompts or default_prompts_path()
     prompts = read_prompts(prompts_path, limit=args.limit)
     parse_device(args.device)
+    if (args.drafter_device or args.drafter_threads) and not args.pipeline:
+        raise ValueError("--drafter-device and --drafter-threads place the worker of --pipeline")
+    if args.drafter_device:
+        parse_device(args.drafter_device)
     check_target_spec(args.target)
     parse_drafter_spec(args.drafter, args.eagle3_layers)
     target = load_target(args.target, args.device, args.dtype)
-    drafter = load_drafter(args.drafter, target, args.eagle3_layers)
     encoded = [(p.prompt_id, p.task, ids) for p, ids in zip(prompts, encode_prompts(target, prompts, config))]
-    rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, compare, args.warmup)
+    with _drafter_worker(args, load_drafter(args.drafter, target, args.eagle3_layers)) as drafter:
+        rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, compare, args.warmup)
     tables = {
         "online_rounds": rounds,
         "online_decodes": decodes,
@@ -118,6 +129,22 @@ def run(args) -> int:
             _track(args, uri, tables, config, target, drafter, compare)
     _print(tables)
     return 0
+
+
+@contextmanager
+def _drafter_worker(args, drafter):
+    """The drafter, moved into its worker process with --pipeline (stopped on exit; its failures one line)."""
+    if not args.pipeline:
+        yield drafter
+        return
+    from specrank.cli import CommandError
+    from specrank.decode.engine.pipeline import PipelinedDrafter, WorkerError
+
+    try:
+        with PipelinedDrafter(drafter, args.drafter_device, args.drafter_threads) as worker:
+            yield worker
+    except WorkerError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def _write(tables: dict, out_dir) -> None:
@@ -141,7 +168,8 @@ def _track(args, uri, tables, config, target, drafter, compare) -> None:
     params = {"stage": "online", "rules": args.rules, "compare": ",".join(compare), "reranker": args.reranker or "",
               "target": target.name, "target_sha256": target.source_hash, "drafter": drafter.spec,
               "config": asdict(config), "prompts": str(args.prompts or default_prompts_path()),
-              "warmup": args.warmup, "bootstrap": args.bootstrap}
+              "warmup": args.warmup, "bootstrap": args.bootstrap, "pipeline": args.pipeline,
+              "drafter_device": args.drafter_device or "", "drafter_threads": args.drafter_threads or ""}
     with tracking.experiment_run(args.experiment, run_name=args.run_name or f"online-{args.rules}", tracking_uri=uri):
         tracking.log_params(params)
         metrics = {}
@@ -150,7 +178,7 @@ def _track(args, uri, tables, config, target, drafter, compare) -> None:
                 metrics[f"{r['decoder']}.{r['statistic']}.{k}"] = r[k]
         for _, r in tables["online_decoders"].iterrows():
             for k in ("tokens_per_pass", "tokens_per_s", "passes", "draft_share", "root_pass_share",
-                      "tree_pass_share", "rerank_share", "bookkeeping_share"):
+                      "tree_pass_share", "rerank_share", "bookkeeping_share", "root_pass_hidden"):
                 metrics[f"{r['decoder']}.{k}"] = r[k]
         for _, r in tables["online_speed"].iterrows():
             for k in ("ratio", "low", "high"):

@@ -8,6 +8,7 @@
 
 Every strategy verifies by exhaustive target sampling, so the output law is the target's own:
 greedy output equals the target's greedy decoding, sampled output is distributed as the target's.
+``Decoder(..., pipeline=True)`` drafts in a worker process while the target runs the root pass.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ class GenerationStats:
     @property
     def tokens_per_pass(self) -> float:
         return self.tokens / self.passes if self.passes else float("nan")
+
+    @property
+    def root_hidden(self) -> float:
+        """Share of root-pass time spent while the drafter drafted (pipelined decoding; 0 when serial)."""
+        root = self.time_split.get("root", 0.0)
+        return self.time_split.get("hidden_root", 0.0) / root if root > 0 else float("nan")
 
     @property
     def mean_accepted(self) -> float:
@@ -83,15 +90,38 @@ class Decoder:
     pickle, which runs code from the file). ``budget`` is the verified tree size B (root
     excluded), ``shape`` the pool's growth. ``temperature`` is the default of ``generate`` (0 = greedy);
     the reranker is checked against it here, before any model pass.
+
+    ``pipeline=True`` moves the drafter into its own worker process (on ``drafter_device``, default its own
+    device, with ``drafter_threads`` torch threads), where it drafts while the target runs the root pass
+    (seed 000 App. D.14); ``close()`` or a ``with`` block stops the worker. Drafters that read the target's
+    hidden states (EAGLE-3 heads) are refused (``PipelineError``).
     """
 
     def __init__(self, target, drafter, strategy="draft", *, reranker=None, tracking_uri: str | None = None,
                  budget: int = 59, shape: PoolShape = PoolShape(), temperature: float = 0.0, verifier=None,
-                 trust_pickle: bool = False):
+                 trust_pickle: bool = False, pipeline: bool = False, drafter_device=None,
+                 drafter_threads: int | None = None):
         self.target, self.drafter, self.verifier = target, drafter, verifier
         self.strategy = resolve_strategy(strategy, reranker, tracking_uri, trust_pickle=trust_pickle)
         self.config = DecodeConfig(shape, budget, extra=0, temperature=temperature)
         self.strategy.check(self.config)
+        if pipeline:
+            from specrank.decode.engine.pipeline import PipelinedDrafter
+
+            self.drafter = PipelinedDrafter(drafter, drafter_device, drafter_threads)
+        elif drafter_device is not None or drafter_threads is not None:
+            raise ValueError("drafter_device and drafter_threads place the worker of pipeline=True")
+
+    def close(self) -> None:
+        """Stop a pipelined decoder's drafter worker (nothing to do otherwise)."""
+        if hasattr(self.drafter, "close"):
+            self.drafter.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _config(self, max_new_tokens: int, temperature: float | None, seed: int) -> DecodeConfig:
         t = self.config.temperature if temperature is None else temperature

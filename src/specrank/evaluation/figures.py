@@ -1,4 +1,5 @@
-"""Figures of an offline evaluation: gain vs budget per rule, recovered share by task, online acceptance.
+"""Figures of an offline evaluation: gain vs budget per rule, recovered share by task, online acceptance and
+online speed gains.
 
 Figures are built on ``matplotlib.figure.Figure`` without pyplot, so importing or rendering sets
 no backend: a notebook that imports ``specrank.evaluation`` keeps its own.
@@ -23,6 +24,7 @@ COLORS = {
     "subst_cache": "tab:brown", "subst_same_token": "tab:pink", "subst_preceding": "tab:cyan",
 }
 SPARE = ("gold", "navy", "teal", "salmon", "lime", "indigo")
+BASE_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:purple")  # one per base of a speed-gain figure
 
 
 def new_figure(ncols: int, figsize, **kwargs):
@@ -153,5 +155,34 @@ def acceptance_figure(summary: pd.DataFrame):
     ax.set_ylabel("accepted draft tokens / round")
     ax.set_title("Realized acceptance by rule (95% prompt-bootstrap intervals)", fontsize=9)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def speed_gain_figure(speed: pd.DataFrame, title: str = "Decoding-speed gain", order=None):
+    """Speed gains (%) with 95% intervals, one panel per budget, bars per decoder (in ``order`` when given)
+    grouped by base (seed 000 Figure 4). ``speed``: ``speed_ratios`` rows with a ``budget`` column."""
+    budgets = sorted(speed["budget"].unique())
+    bases = list(dict.fromkeys(speed["base"]))
+    fig, axes = new_figure(len(budgets), (5.4 * len(budgets), 3.8), sharey=True)
+    width = 0.8 / len(bases)
+    for ax, b in zip(axes[0], budgets):
+        part = speed[(speed["budget"] == b) & (speed["decoder"] != speed["base"])]
+        decoders = [d for d in (order or dict.fromkeys(part["decoder"])) if d in set(part["decoder"])]
+        x = np.arange(len(decoders))
+        for i, base in enumerate(bases):
+            t = part[part["base"] == base].set_index("decoder").reindex(decoders)
+            gain = 100 * (t["ratio"].to_numpy(float) - 1)
+            err = np.abs(np.vstack([gain - 100 * (t["low"] - 1), 100 * (t["high"] - 1) - gain]))
+            ax.bar(x + (i - (len(bases) - 1) / 2) * width, gain, width, yerr=err, capsize=3,
+                   color=BASE_COLORS[i % len(BASE_COLORS)], label=f"over {base}", error_kw={"lw": 0.8})
+        ax.axhline(0.0, color="black", lw=0.8)
+        ax.set_xticks(x)
+        ax.set_xticklabels(decoders, fontsize=8, rotation=20, ha="right")
+        ax.set_title(f"B = {b}", fontsize=11)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0, 0].set_ylabel("speed gain (%)")
+    axes[0, 0].legend(fontsize=8, frameon=False)
+    fig.suptitle(f"{title}\nwhiskers: 95% paired prompt-bootstrap intervals", fontsize=10)
     fig.tight_layout()
     return fig

@@ -11,6 +11,7 @@ Defaults give 710 candidates, 70 of them expanded.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,6 +95,8 @@ def draft_log_probs(logits: torch.Tensor) -> torch.Tensor:
 class Drafter:
     """Grows a pool from the committed context.
 
+    A round asks for its pool with ``request_pool`` and takes it with ``receive_pool``: whatever the
+    target does in between (the root pass) overlaps drafting when the drafter runs elsewhere.
     Subclasses implement ``start``, ``commit`` and three hooks: ``_draft_root`` (forward
     whatever committed tokens are pending plus the root), ``_draft_step`` (one batched
     forward over tree nodes) and ``_rewind`` (drop tree positions from the KV cache).
@@ -103,6 +106,7 @@ class Drafter:
     spec: str = ""  # how it was loaded, for the run manifest
     vocab_size: int  # the target's vocabulary size
     draft_to_target: torch.Tensor | None = None  # (Vd,) target id of each draft id, None = identity
+    draft_window: tuple[float, float] = (0.0, 0.0)  # perf_counter span of the last pool's drafting
 
     def start(self, prompt_ids, target_hidden=None) -> None:
         """Reset to the committed prompt ``prompt_ids`` (n,) (target hidden states (n, k*H) if needed)."""
@@ -122,6 +126,19 @@ class Drafter:
 
     def _rewind(self) -> None:
         raise NotImplementedError
+
+    def request_pool(self, root_token, shape: PoolShape = PoolShape()) -> None:
+        """Ask for the pool below ``root_token``: a drafter in its own process starts drafting now, while the
+        target works (``engine.pipeline``); an in-process drafter grows it in ``receive_pool``."""
+        self._requested = (int(root_token), shape)
+
+    def receive_pool(self) -> DraftPool:
+        """The pool asked for by ``request_pool``; ``draft_window`` is when it was drafted (``perf_counter``)."""
+        root, shape = self._requested
+        start = time.perf_counter()
+        pool = self.grow_pool(root, shape)
+        self.draft_window = (start, time.perf_counter())
+        return pool
 
     def grow_pool(self, root_token, shape: PoolShape = PoolShape()) -> DraftPool:
         """Grow one pool (SPEC §1.1) below ``root_token``; the drafter's cache is left at the committed context."""

@@ -1,4 +1,4 @@
-"""One decoding round: grow the pool, [root pass], select, one tree pass, verify, commit. No I/O.
+"""One decoding round: grow the pool [while the root pass runs], select, one tree pass, verify, commit. No I/O.
 
 The committed context ``c`` is every token whose KV is in the target's cache; the root is the
 last emitted token, not yet cached (the last prompt token before round 0). A selection strategy
@@ -114,6 +114,22 @@ def root_pass(target, drafter, state: PromptState, timer: Timer) -> None:
     state.root_logits, state.root_hidden = logits[0], None if hidden is None else hidden[0]
 
 
+def draft_phase(target, drafter, state: PromptState, config: DecodeConfig, rule: SelectionStrategy,
+                timer: Timer) -> tuple[DraftPool, bool]:
+    """The round's pool and, when the rule needs the root row, the root pass, run between asking for the pool
+    and taking it: hidden under drafting when the drafter works in its own process (``engine.pipeline``).
+    The pool does not depend on the root row, so the order changes no value. Returns (pool, root known)."""
+    root_known, root_window = state.root_logits is not None, None
+    drafter.request_pool(state.root, config.shape)
+    if rule.needs_root_pass and not root_known:
+        root_pass(target, drafter, state, timer)
+        root_known, root_window = True, timer.window
+    with timer.span("draft"):
+        pool = drafter.receive_pool()
+    timer.add_drafting(drafter.draft_window, root_window)
+    return pool, root_known
+
+
 def once(fn):
     """``fn`` evaluated at most once (features are computed only when a strategy asks for them)."""
     return functools.lru_cache(maxsize=1)(fn)
@@ -128,11 +144,7 @@ def decode_round(target, drafter, state: PromptState, config: DecodeConfig, veri
     root_known = state.root_logits is not None
     rule = strategy.plan(root_known)
     passes = timer.passes
-    with timer.span("draft"):
-        pool = drafter.grow_pool(state.root, config.shape)
-    if rule.needs_root_pass and not root_known:
-        root_pass(target, drafter, state, timer)
-        root_known = True
+    pool, root_known = draft_phase(target, drafter, state, config, rule, timer)
     drawn = rule.draw(state.root_logits, pool, verifier, state.generator) if rule.draws_first else -1
     node = drawn_node(pool, drawn, config.shape.topk) if rule.draws_first else -1
     features = once(lambda: first_level_features(state, pool, config))

@@ -14,7 +14,9 @@ SPANS = ("prefill", "draft", "root", "target", "rerank", "measure")
 class Timer:
     """Seconds spent in the prompt prefill, drafting, root passes, tree passes, reranker inference (online
     features included), measurement-only work (records, expected values) and in total, with round, token
-    and target-pass (after the prefill) counts.
+    and target-pass (after the prefill) counts. With a pipelined drafter the ``draft`` span is the time the
+    target waited for the pool; ``drafting`` is the drafter's own time and ``hidden_root`` the root-pass
+    time spent while it drafted.
 
     ``sync`` (e.g. ``torch.cuda.synchronize``) is called at every span boundary so that asynchronous
     device work is charged to the span that queued it; leave it None outside benchmarks.
@@ -30,6 +32,9 @@ class Timer:
     rounds: int = 0
     tokens: int = 0
     passes: int = 0
+    drafting: float = 0.0  # seconds the drafter drafted, by its own clock (in its process when pipelined)
+    hidden_root: float = 0.0  # seconds of root passes that ran while the drafter drafted
+    window: tuple[float, float] = (0.0, 0.0)  # perf_counter span of the last span closed
     sync: Callable[[], None] | None = field(default=None, repr=False, compare=False)
 
     @contextmanager
@@ -42,7 +47,18 @@ class Timer:
         finally:
             if self.sync is not None:
                 self.sync()
-            setattr(self, name, getattr(self, name) + time.perf_counter() - start)
+            self.window = (start, time.perf_counter())
+            setattr(self, name, getattr(self, name) + self.window[1] - start)
+
+    def add_drafting(self, draft: tuple[float, float], root: tuple[float, float] | None) -> None:
+        """Count one pool's drafting span and the part of the round's root-pass span (if any) inside it.
+
+        Spans are ``time.perf_counter`` stamps, one system-wide monotonic clock across processes on Linux
+        (CLOCK_MONOTONIC), so a worker's stamps compare with the target process's.
+        """
+        self.drafting += draft[1] - draft[0]
+        if root is not None:
+            self.hidden_root += max(0.0, min(draft[1], root[1]) - max(draft[0], root[0]))
 
     @property
     def bookkeeping(self) -> float:
@@ -55,5 +71,7 @@ class Timer:
         return self.total - self.measure
 
     def split(self) -> dict[str, float]:
-        """Seconds by span, bookkeeping and total."""
-        return {**{s: getattr(self, s) for s in SPANS}, "bookkeeping": self.bookkeeping, "total": self.total}
+        """Seconds by span, bookkeeping and total; then the drafter's own seconds and the root-pass seconds
+        hidden under them (overlapping the spans, not parts of the total)."""
+        return {**{s: getattr(self, s) for s in SPANS}, "bookkeeping": self.bookkeeping, "total": self.total,
+                "drafting": self.drafting, "hidden_root": self.hidden_root}

@@ -27,15 +27,17 @@ def decode_row(prompt_id: str, task: str, decoder: str, order: int, tokens: int,
     return {"prompt_id": prompt_id, "task": task, "decoder": decoder, "order": order, "tokens": tokens,
             "rounds": timer.rounds, "passes": timer.passes, "seconds": timer.decoding, "prefill_s": timer.prefill,
             "draft_s": timer.draft, "root_pass_s": timer.root, "tree_pass_s": timer.target,
-            "rerank_s": timer.rerank, "bookkeeping_s": timer.bookkeeping, "measure_s": timer.measure}
+            "rerank_s": timer.rerank, "bookkeeping_s": timer.bookkeeping, "measure_s": timer.measure,
+            "drafter_busy_s": timer.drafting, "root_hidden_s": timer.hidden_root}
 
 
 def run_protocol(target, drafter, prompts, config: DecodeConfig, strategies: dict, compare=(), warmup: int = 1,
-                 progress=None, measure: bool = True):
+                 progress=None, measure: bool = True, drafters: dict | None = None):
     """Every strategy on every prompt, in an order rotated per prompt, after warm-up decodes.
 
     ``prompts``: list of (prompt_id, task, token ids); ``strategies``: {name: SelectionStrategy}. With
     ``measure`` each round's record is kept (realized and expected acceptance, ``compare``'s rules).
+    ``drafters`` ({name: drafter}) gives a decoder its own drafter (a pipelined one); the rest use ``drafter``.
     Returns (rounds DataFrame: one row per round, decodes DataFrame: one row per (prompt, decoder)).
     """
     import pandas as pd
@@ -45,14 +47,16 @@ def run_protocol(target, drafter, prompts, config: DecodeConfig, strategies: dic
     for s in strategies.values():
         s.check(config)  # every reranker and strategy is checked before the first decode
     observer = Measure(tuple(compare), reranker=reranker) if measure else None
+    drafter_of = {name: (drafters or {}).get(name, drafter) for name in names}
     for pid, task, ids in prompts[:warmup]:
         for name in names:
-            decode_prompt(target, drafter, ids, config, strategies[name], observer=observer, prompt_id=pid, task=task)
+            decode_prompt(target, drafter_of[name], ids, config, strategies[name], observer=observer, prompt_id=pid,
+                          task=task)
     rounds, decodes = [], []
     for i, (pid, task, ids) in enumerate(prompts):
         for name in rotated(names, i):
             timer = Timer()
-            out, records = decode_prompt(target, drafter, ids, config, strategies[name], observer=observer,
+            out, records = decode_prompt(target, drafter_of[name], ids, config, strategies[name], observer=observer,
                                          prompt_id=pid, task=task, timer=timer)
             rounds += [{k: v for k, v in r.items() if np.ndim(v) == 0} for r in records]
             decodes.append(decode_row(pid, task, name, names.index(name), len(out), timer))
