@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import matplotlib
@@ -19,13 +18,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from specrank import tracking  # noqa: E402
 from specrank.featurize.features import META_KEY, feature_meta  # noqa: E402
 from specrank.rerankers import GBMReranker, IsotonicFirstFactor, load_reranker  # noqa: E402
-from mlflow_store import mlflow_db  # noqa: E402,F401  (fixture)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from mlflow_store import free_port, mlflow_db  # noqa: E402,F401  (fixture)
 
 
 def small_reranker():

@@ -34,6 +34,11 @@ def add_arguments(parser) -> None:
                         help="tree (default) or chain speculative decoding (chain: lossless unless --verifier)")
     parser.add_argument("--chain-length", type=int, default=4,
                         help="chain decoder: drafted tokens per round (default 4)")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow tracking URI (default sqlite:///mlflow.db in the working directory)")
+    parser.add_argument("--experiment", default="specrank", help="MLflow experiment name (default specrank)")
+    parser.add_argument("--run-name", default=None, help="MLflow run name (default decode-<out dir name>)")
+    parser.add_argument("--no-tracking", action="store_true", help="record the run directory only, log nothing")
 
 
 def run(args) -> int:
@@ -66,6 +71,7 @@ def run(args) -> int:
         else:
             TreeRuleVerifier(rule, args.temperature)  # refuses rules without a tree form before any model loads
     parse_device(args.device)
+    uri = None if args.no_tracking else _tracking_uri(args.tracking_uri)  # before any model loads
     target = load_target(args.target, args.device, args.dtype)
     drafter = load_drafter(args.drafter, target)
     manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)
@@ -82,4 +88,14 @@ def run(args) -> int:
               f"{timer.tokens / timer.total:.1f} tokens/s -> {args.out}")
     else:
         print(f"nothing to do: every prompt is already recorded in {args.out}")
+    if uri is not None:
+        from specrank.tracking.decode import log_decode
+
+        log_decode(uri, args.experiment, args.run_name, args.out, manifest, timer, prompts_path)
     return 0
+
+
+def _tracking_uri(uri):
+    from specrank.tracking import check_reachable, resolve_tracking_uri
+
+    return check_reachable(resolve_tracking_uri(uri))

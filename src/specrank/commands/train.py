@@ -2,7 +2,8 @@
 
 ``OUT_DIR/models/NAME-foldF.pkl`` is the model that predicted fold F (it was trained on the other folds).
 With ``--tracking-uri`` the run is logged to MLflow (``specrank.tracking.training``): parameters,
-per-fold metrics and models, Optuna trials, and predictions.parquet.
+per-fold metrics and models, Optuna trials, and predictions.parquet; ``--register NAME`` then registers
+the chosen fold model in the Model Registry under an alias (``models:/NAME@champion``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--experiment", default="specrank-train",
                         help="MLflow experiment name (default specrank-train)")
     parser.add_argument("--run-name", default=None, help="MLflow parent run name")
+    parser.add_argument("--model-prefix", default=None,
+                        help="models and Optuna studies are named PREFIX-RERANKER-foldF (default: the run name, "
+                             "else the features' folder name)")
+    parser.add_argument("--register", default=None, metavar="NAME",
+                        help="register the chosen reranker's best fold model as a new version of NAME in the "
+                             "MLflow Model Registry (needs --tracking-uri)")
+    parser.add_argument("--register-reranker", default=None,
+                        help="the reranker --register registers (default: the lowest fold-mean held-out MSE)")
+    parser.add_argument("--alias", default="champion", help="alias of the registered version (default champion)")
 
 
 def _names(text: str) -> list[str]:
@@ -58,13 +68,19 @@ def _names(text: str) -> list[str]:
     return names
 
 
+def model_prefix(args) -> str:
+    """The ``PREFIX`` of ``PREFIX-RERANKER-foldF`` model and study names."""
+    return args.model_prefix or args.run_name or Path(args.features).resolve().parent.name
+
+
 def _fit_and_save(name, table, args, models_dir, tracker):
     """Cross-fit the reranker ``name`` on ``table``, saving each fold's model (its trials tracked when tuned)."""
     from specrank.rerankers import cross_fit
 
     trials = args.tune_trials if name in ("base", "rows") else 0
     hook = tracker.tune_callbacks(name) if tracker and trials else None
-    out = cross_fit(make_reranker(name, args), table, tune_trials=trials, tune_seed=args.seed, tune_callbacks=hook)
+    out = cross_fit(make_reranker(name, args), table, tune_trials=trials, tune_seed=args.seed, tune_callbacks=hook,
+                    tune_study=f"{model_prefix(args)}-{name}")
     for fold, model in out.models.items():
         model.save(models_dir / f"{name}-fold{fold}.pkl")
     return out
@@ -73,10 +89,12 @@ def _fit_and_save(name, table, args, models_dir, tracker):
 def _tracker(args):
     """None without ``--tracking-uri``, else a tracker whose store was checked reachable (before any work)."""
     if args.tracking_uri is None:
+        if args.register:
+            raise ValueError("--register needs --tracking-uri (the registry lives in the tracking store)")
         return None
     from specrank.tracking.training import TrainingTracker, training_uri
 
-    return TrainingTracker(training_uri(args.tracking_uri), args.experiment, args.run_name)
+    return TrainingTracker(training_uri(args.tracking_uri), args.experiment, args.run_name, model_prefix(args))
 
 
 def _cross_fit_all(names, feats, edges, args, out_dir, tracker):
@@ -111,19 +129,25 @@ def run(args) -> int:
     from specrank.featurize import read_features
 
     names = _names(args.rerankers)
+    if args.register_reranker and args.register_reranker not in names:
+        raise ValueError(f"--register-reranker {args.register_reranker}: not among --rerankers {args.rerankers}")
     if "per_depth" in names and not args.edges:
         raise ValueError("per_depth needs --edges (write it with `specrank featurize --edges-out`)")
     tracker = _tracker(args)  # an unreachable store fails here, before any output
     feats = read_features(args.features)
     edges = read_features(args.edges) if "per_depth" in names else None
     out_dir = Path(args.out_dir or Path(args.features).parent / "rerankers")
-    with tracker.run(_params(args, feats, names)) if tracker else nullcontext():
+    with tracker.run(_params(args, feats, names), Path(args.features)) if tracker else nullcontext():
         fits, preds = _cross_fit_all(names, feats, edges, args, out_dir, tracker)
         write_parquet_atomic(preds, out_dir / "predictions.parquet")
         print(f"{out_dir / 'predictions.parquet'}: {len(preds)} rows, columns {', '.join(['draft'] + names)}")
         if tracker:
             for key, uri in tracker.log_training(fits, preds, feats, out_dir / "predictions.parquet").items():
                 print(f"model {key}: {uri}")
+            if args.register:
+                version = tracker.register(args.register, args.alias, args.register_reranker)
+                print(f"registered models:/{args.register}@{args.alias} (version {version.version}: "
+                      f"{version.tags.get('specrank.reranker')} fold {version.tags.get('specrank.fold')})")
     return 0
 
 

@@ -9,6 +9,7 @@ import urllib.request
 from pathlib import Path
 
 DEFAULT_DB = "mlflow.db"
+DEFAULT = "default"  # the value of an opt-in ``--tracking-uri`` that names MLflow's default store
 
 
 class TrackingError(ValueError):
@@ -31,6 +32,14 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     path = Path(uri).expanduser().resolve()
     # A bare path names a SQLite file when it looks like one, else a file store directory.
     return f"sqlite:///{path}" if path.suffix in (".db", ".sqlite") else path.as_uri()
+
+
+def optional_uri(value: str | None) -> str | None:
+    """For commands that log only when asked: None (no tracking), or the checked-reachable URI of ``value``
+    (``"default"``: MLflow's default store)."""
+    if value is None:
+        return None
+    return check_reachable(resolve_tracking_uri(None if value == DEFAULT else value))
 
 
 def check_reachable(uri: str, timeout: float = 5.0) -> str:
