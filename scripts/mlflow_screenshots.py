@@ -65,17 +65,20 @@ def mlflow_ui(store: str):
             proc.wait()
 
 
-def shoot(chromium: str, url: str, png: Path, width: int = 1600, height: int = 1000, wait_ms: int = 25000) -> None:
-    """One PNG of ``url`` after ``wait_ms`` of page time, in a fresh profile."""
+def shoot(chromium: str, url: str, png: Path, width: int = 1920, height: int = 1000, wait_ms: int = 90000) -> None:
+    """One PNG of ``url`` after ``wait_ms`` of (virtual) page time, in a fresh profile; MLflow's metric charts
+    need about a minute of it to draw."""
     with tempfile.TemporaryDirectory() as profile:
         cmd = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
                f"--virtual-time-budget={wait_ms}", f"--screenshot={png}", url]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=180)
 
 
-def pages(store: str, experiment: str, pipeline: str) -> dict[str, str]:
-    """{file stem: URL fragment} of the pages to capture, found through MLflow's client."""
+def pages(store: str, experiment: str, pipeline: str) -> dict[str, tuple[str, int]]:
+    """{file stem: (URL fragment, page height)} of the pages to capture, found through MLflow's client."""
     from mlflow import MlflowClient
+
+    from specrank.tracking.runs import WORKFLOW_PARAM
 
     client = MlflowClient(store)
     exp = client.get_experiment_by_name(experiment)
@@ -85,16 +88,18 @@ def pages(store: str, experiment: str, pipeline: str) -> dict[str, str]:
     runs = {r.info.run_name: r for r in client.search_runs([e], max_results=1000)}
     evaluate = runs[f"{pipeline}-evaluate"].info.run_id
     model = next(m for m in client.search_logged_models([e]) if m.name.startswith(f"{pipeline}-rows-fold"))
+    ml = f"?{WORKFLOW_PARAM}"  # the Model training view, as the demo's printed link opens it
     out = {
-        "1-landing": f"#/experiments/{e}",
-        "2-runs-table": f"#/experiments/{e}/runs",
-        "3-evaluation-run": f"#/experiments/{e}/runs/{evaluate}",
-        "4-evaluation-metrics": f"#/experiments/{e}/runs/{evaluate}/model-metrics",
-        "5-evaluation-report": f"#/experiments/{e}/runs/{evaluate}/artifacts/report.html",
-        "6-model": f"#/experiments/{e}/models/{model.model_id}",
+        "0-landing-default": (f"#/experiments/{e}", 1000),  # a first visit without the link: MLflow's default
+        "1-landing": (f"#/experiments/{e}{ml}", 1000),
+        "2-runs-table": (f"#/experiments/{e}/runs{ml}", 1000),
+        "3-evaluation-run": (f"#/experiments/{e}/runs/{evaluate}{ml}", 1800),
+        "4-evaluation-metrics": (f"#/experiments/{e}/runs/{evaluate}/model-metrics{ml}", 1400),
+        "5-evaluation-report": (f"#/experiments/{e}/runs/{evaluate}/artifacts/report.html{ml}", 2400),
+        "6-model": (f"#/experiments/{e}/models/{model.model_id}{ml}", 1400),
     }
     if client.search_registered_models(filter_string=f"name = '{pipeline}'"):
-        out["7-registered-model"] = f"#/models/{pipeline}"
+        out["7-registered-model"] = (f"#/models/{pipeline}{ml}", 1000)
     return out
 
 
@@ -109,9 +114,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     targets = pages(args.backend_store_uri, args.experiment, args.pipeline)
     with mlflow_ui(args.backend_store_uri) as base:
-        for stem, fragment in targets.items():
+        for stem, (fragment, height) in targets.items():
             png = args.out / f"{stem}.png"
-            shoot(args.chromium, f"{base}/{fragment}", png)
+            shoot(args.chromium, f"{base}/{fragment}", png, height=height)
             print(f"{png}: {fragment}")
 
 

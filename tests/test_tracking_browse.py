@@ -188,3 +188,24 @@ def test_studies_are_distinct_and_reproducible_and_champion_loads_elsewhere(demo
               "--out", str(elsewhere / "online")]
     assert main(online) == 0, capsys.readouterr().err
     assert (elsewhere / "online" / "online_decodes.parquet").is_file()
+
+
+def test_cross_fit_studies_are_named_per_fold_seeded_by_name_and_repeat(tmp_path):
+    from specrank.featurize import featurize_run
+    from specrank.featurize.synthetic import write_synthetic_run
+    from specrank.rerankers import GBMReranker, cross_fit
+
+    write_synthetic_run(tmp_path / "run", n_prompts=6, rounds_per_prompt=5, topk=4, depth=3, seed=7)
+    feats = featurize_run(tmp_path / "run")
+
+    def studies(prefix):
+        seen = {}
+        hook = lambda fold: [lambda study, trial: seen.setdefault(study.study_name, []).append(trial.params)]  # noqa: E731
+        cross_fit(GBMReranker("base", n_jobs=1), feats, tune_trials=2, tune_callbacks=hook, tune_study=prefix)
+        return seen
+
+    first = studies("demo-t1-base")
+    assert sorted(first) == ["demo-t1-base-fold0", "demo-t1-base-fold1"]
+    assert first["demo-t1-base-fold0"][0] != first["demo-t1-base-fold1"][0]
+    assert studies("demo-t1-base") == first  # the same command gives the same studies
+    assert studies("demo-greedy-base")["demo-greedy-base-fold0"][0] != first["demo-t1-base-fold0"][0]

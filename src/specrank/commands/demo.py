@@ -99,13 +99,18 @@ def run(args) -> int:
                     "--out", str(run_dir / "evaluation"), "--bootstrap", str(args.bootstrap), *tracked,
                     "--run-name", f"demo-{name}-evaluate"])
             evaluation = load_evaluation(run_dir / "evaluation")
-            _summarize_pipeline(evaluation, name)
+            _summarize_pipeline(evaluation, name, run_dir)
         tables[name] = headline_table(evaluation.summary, evaluation.meta["headline_budgets"])
     for name, table in tables.items():
         print(f"\n## {name}: expected accepted draft tokens per round (held-out, 95% prompt-bootstrap intervals)\n")
         print(table)
     print(f"\nDrafter: {drafter}. Reports: {out}/*/evaluation/report.md (and report.html)")
-    print(f"Browse the runs: mlflow ui --backend-store-uri {uri}")
+    from mlflow import MlflowClient
+
+    from specrank.tracking.runs import runs_page
+
+    experiment = MlflowClient(uri).get_experiment_by_name(args.experiment)
+    print(f"Browse the runs: mlflow ui --backend-store-uri {uri}\n  then open {runs_page(experiment.experiment_id)}")
     return 0
 
 
@@ -119,11 +124,14 @@ def _pipeline_run(experiment: str, uri: str, name: str, temp: float, drafter: st
                           tags={"specrank.stage": "pipeline"}, description=note)
 
 
-def _summarize_pipeline(evaluation, name: str) -> None:
-    """The evaluation's headline metrics and description, on the pipeline run (the runs table's top level)."""
+def _summarize_pipeline(evaluation, name: str, run_dir) -> None:
+    """The evaluation's headline metrics and description, and the recorded rounds, on the pipeline run (the runs
+    table's top level)."""
     from specrank import tracking
     from specrank.tracking.evaluation import evaluation_note, headline_metrics
+    from specrank.tracking.lineage import log_dataset, rounds_dataset
 
+    log_dataset(rounds_dataset(run_dir), "pipeline")
     budgets = evaluation.meta["headline_budgets"]
     tracking.log_metrics(headline_metrics(evaluation.summary, budgets, evaluation.first_factor))
     tracking.set_description(evaluation_note(evaluation, f"Demo pipeline {name} (held-out offline evaluation)"))

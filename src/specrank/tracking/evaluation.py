@@ -64,7 +64,7 @@ def evaluation_note(evaluation, title: str, table: pd.DataFrame | None = None) -
     table = evaluation.summary if table is None else table
     budgets = meta.get("headline_budgets") or sorted(table["budget"].unique())[:2]
     return (f"{title}: {meta.get('law', '?')} decoding, {int(table['rounds'].max())} rounds, "
-            f"{meta.get('bootstrap', '?')} bootstrap resamples.\n\n{headline_table(table, budgets)}\n\n{UNITS}")
+            f"{meta.get('bootstrap', '?')} bootstrap resamples. {UNITS}\n\n{headline_table(table, budgets)}")
 
 
 def log_evaluation(evaluation, figures: dict | None = None, report: str | None = None, models: dict | None = None,

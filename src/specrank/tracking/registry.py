@@ -18,6 +18,9 @@ def register_reranker(model_uri: str, name: str, alias: str = DEFAULT_ALIAS, *, 
     with quiet_pyfunc_logging():
         version = mlflow.register_model(model_uri, name, tags={k: str(v) for k, v in (tags or {}).items()})
     client.set_registered_model_alias(name, alias, version.version)
+    if not client.get_registered_model(name).description:
+        client.update_registered_model(name, description=f"specrank first-factor reranker; `models:/{name}@{alias}` "
+                                                         "is the chosen version (see its description and tags).")
     if description:
         client.update_model_version(name, version.version, description=description)
     return client.get_model_version(name, version.version)

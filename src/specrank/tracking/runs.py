@@ -19,14 +19,16 @@ _BATCH = 100  # MLflow's limit on parameters per batch call
 _BAD_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
 
 
-# MLflow 3's UI opens an experiment on its GenAI (traces) view unless the experiment tag
-# ``mlflow.experimentKind`` says otherwise; ``custom_model_development`` opens the Runs / Models view.
-# Both names are MLflow's own: ``ExperimentKind.CUSTOM_MODEL_DEVELOPMENT`` in
-# mlflow/server/js/src/experiment-tracking/constants.ts, read by the experiment page's tab redirect
-# (useNavigateToExperimentPageTab: runs tab for this kind, traces tab for ``genai_development``), the same
-# tag MLflow's demo data generator sets (mlflow/demo/generators/traces.py).
+# MLflow marks an experiment's kind with the experiment tag ``mlflow.experimentKind``;
+# ``custom_model_development`` is model training (``ExperimentKind.CUSTOM_MODEL_DEVELOPMENT`` in
+# mlflow/server/js/src/experiment-tracking/constants.ts; the experiment page's tab redirect,
+# useNavigateToExperimentPageTab, sends it to the Runs tab and ``genai_development`` to Traces; MLflow's demo
+# data generator, mlflow/demo/generators/traces.py, sets the tag the same way). MLflow 3.17's own UI ranks the
+# browser's view choice above the tag (WorkflowTypeContext.tsx: the ``workflowType`` URL parameter, else the
+# choice stored in the browser, default ``genai``), so a first visit needs ``runs_page``'s link.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
+WORKFLOW_PARAM = "workflowType=machine_learning"  # MLflow UI's "Model training" view
 NOTE_TAG = "mlflow.note.content"  # a run's description in the UI (mlflow.utils.mlflow_tags.MLFLOW_RUN_NOTE)
 _TAG_VALUE_MAX = 8000  # MLflow's limit on one tag value
 
@@ -71,6 +73,11 @@ def ensure_experiment(name: str, uri: str):
     elif EXPERIMENT_KIND_TAG not in exp.tags:
         client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
     return mlflow.set_experiment(name)
+
+
+def runs_page(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
+    """The MLflow UI's Runs view of an experiment, in its "Model training" view whatever the browser chose before."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?{WORKFLOW_PARAM}"
 
 
 def run_tags(tags: Mapping[str, str] | None = None, description: str | None = None) -> dict[str, str]:

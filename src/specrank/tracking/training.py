@@ -14,7 +14,8 @@ import pandas as pd
 from specrank.featurize.features import META_KEY
 from specrank.tracking.lineage import file_dataset, log_dataset
 from specrank.tracking.models import log_reranker, model_name
-from specrank.tracking.runs import experiment_run, file_hash, log_metrics, log_params, nested_run, set_description
+from specrank.tracking.runs import (NOTE_TAG, experiment_run, file_hash, log_metrics, log_params, nested_run,
+                                    set_description)
 from specrank.tracking.trials import TrialLogger
 from specrank.tracking.uri import optional_uri
 
@@ -70,6 +71,9 @@ UNITS = ("`*mse*` is the held-out squared error per first-level candidate of the
          "(`*_pct_of_draft`: as a percentage of the draft probability's); `*top1_hit_pct` is the percentage of "
          "rounds whose top-predicted candidate has the round's highest label (rounds with an all-zero first "
          "level do not count). Each fold's model is scored on the prompts it never saw.")
+
+
+LOAD_HINT = "Load it with `specrank.rerankers.load_reranker(URI, tracking_uri=...)` or `specrank online --reranker URI`."
 
 
 class FoldTrials:
@@ -177,7 +181,9 @@ class TrainingTracker:
                     self.scores[key] = scores
                     self.uris[key] = log_reranker(
                         model, model_name(self.model_prefix, name, fold), example, params={"features": ",".join(inputs)},
-                        tags={"specrank.reranker": name, "specrank.fold": str(fold), "specrank.run": self.model_prefix or ""})
+                        tags={"specrank.reranker": name, "specrank.fold": str(fold), "specrank.run": self.model_prefix or "",
+                              NOTE_TAG: f"The {name} reranker of {self.model_prefix} that predicts fold {fold} (fitted "
+                                        f"on the other fold's prompts); its metrics are held out. {LOAD_HINT}"})
         metrics = fold_means(self.scores)
         log_metrics(metrics)
         set_description(training_note(metrics, fits))
