@@ -188,6 +188,12 @@ def test_studies_are_distinct_and_reproducible_and_champion_loads_elsewhere(demo
               "--out", str(elsewhere / "online")]
     assert main(online) == 0, capsys.readouterr().err
     assert (elsewhere / "online" / "online_decodes.parquet").is_file()
+    from specrank.decode import Decoder, load_drafter, load_target
+
+    target = load_target(str(models["tgt"]))
+    decoder = Decoder(target, load_drafter(f"standalone:{models['drf']}", target), strategy="reranked",
+                      reranker="models:/browse-reranker@champion", tracking_uri=server, temperature=1.0)
+    assert len(decoder.generate("the cat is big", max_new_tokens=3).tokens) >= 1
 
 
 def test_cross_fit_studies_are_named_per_fold_seeded_by_name_and_repeat(tmp_path):
