@@ -65,13 +65,30 @@ def mlflow_ui(store: str):
             proc.wait()
 
 
-def shoot(chromium: str, url: str, png: Path, width: int = 1920, height: int = 1000, wait_ms: int = 90000) -> None:
+def shoot(chromium: str, url: str, png: Path, width: int = 1920, height: int = 1000, wait_ms: int = 90000,
+          tries: int = 3) -> None:
     """One PNG of ``url`` after ``wait_ms`` of (virtual) page time, in a fresh profile; MLflow's metric charts
-    need about a minute of it to draw."""
-    with tempfile.TemporaryDirectory() as profile:
-        cmd = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
-               f"--virtual-time-budget={wait_ms}", f"--screenshot={png}", url]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=180)
+    need about a minute of it to draw. On a busy machine a page (the HTML artifact's frame) sometimes comes
+    out blank: such a shot is taken again, up to ``tries`` times."""
+    for _ in range(tries):
+        with tempfile.TemporaryDirectory() as profile:
+            cmd = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
+                   f"--virtual-time-budget={wait_ms}", f"--screenshot={png}", url]
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+        if not blank(png):
+            return
+    print(f"{png}: still blank after {tries} tries")
+
+
+def blank(png: Path) -> bool:
+    """Whether the page's main panel (right of the side bar, left of the assistant) is nearly all white."""
+    from PIL import Image
+
+    with Image.open(png) as image:
+        w, h = image.size
+        panel = image.convert("L").crop((int(0.27 * w), int(0.1 * h), int(0.6 * w), int(0.6 * h)))
+        dark = sum(panel.histogram()[:200])
+        return dark < 0.002 * panel.width * panel.height
 
 
 def pages(store: str, experiment: str, pipeline: str) -> dict[str, tuple[str, int]]:
