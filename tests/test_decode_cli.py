@@ -29,7 +29,7 @@ def setup(tmp_path_factory):
                                for i, t in enumerate(TEXTS)))
     args = ["decode", "--target", str(tgt), "--drafter", f"standalone:{drf}", "--prompts", str(prompts),
             "--topk", "3", "--depth", "3", "--expand", "3", "--budget", "6", "--extra", "6",
-            "--max-new-tokens", "16", "--shard-size", "1", "--threads", "1", "--no-progress"]
+            "--max-new-tokens", "16", "--shard-size", "1", "--threads", "1", "--no-progress", "--no-tracking"]
     return d, args, bad
 
 

@@ -66,14 +66,21 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
     assert len(parent) == 1
     run = parent[0]
     assert len(run.data.params["run_dir_sha256"]) == 64 and run.data.params["evaluation.budgets"] == "4,8,59"
-    root = summary[(summary["rule"] == "rows") & (summary["budget"] == 8)].iloc[0]
-    assert run.data.metrics["rows.B8.root_share_low"] == pytest.approx(root["root_share_low"])
-    assert "task.qa.rows.B59.gain_high" in run.data.metrics
+    rows = summary[(summary["rule"] == "rows") & (summary["budget"] == 8)].iloc[0]
+    assert run.data.metrics["rows_gain_tokens_B8_ci_low"] == pytest.approx(rows["gain_low"])
+    assert run.data.metrics["rows_root_share_pct_B59"] == pytest.approx(
+        summary[(summary["rule"] == "rows") & (summary["budget"] == 59)]["root_share"].iloc[0])
+    assert len(run.data.metrics) <= 60 and "| Rule | B=8 value" in run.data.tags["mlflow.note.content"]
     folds = client.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'")
     assert sorted(r.info.run_name for r in folds) == ["fold-0", "fold-1"]
-    assert all("root.B8.gain" in r.data.metrics for r in folds)
+    splits = pd.read_parquet(out / "splits.parquet")
+    for fold in folds:  # each fold run's headline metrics are its split rows
+        at = splits[(splits.split_kind == "fold") & (splits.group == fold.info.run_name[-1]) & (splits.budget == 8)]
+        assert fold.data.metrics["root_gain_tokens_B8"] == pytest.approx(at.set_index("rule").loc["root", "gain"])
     uris = dict(line[len("model "):].split(": ") for line in captured.out.splitlines() if line.startswith("model "))
     assert sorted(uris) == ["rows-fold0", "rows-fold1"]
+    logged = {m.name for m in client.search_logged_models([exp.experiment_id])}
+    assert logged == {"evaluate-run-rows-fold0", "evaluate-run-rows-fold1"}  # <run name>-<reranker>-fold<f>
     saved = load_reranker(predictions.parent / "models" / "rows-fold1")
     logged = load_reranker(uris["rows-fold1"], tracking_uri=f"sqlite:///{mlflow_db}")
     np.testing.assert_array_equal(logged.predict_first_factor(feats), saved.predict_first_factor(feats))

@@ -22,7 +22,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "recorded"
 def test_recording_equals_the_rounds_recorded_before_the_refactor(tmp_path, temperature, name):
     out = tmp_path / name
     argv = ["decode", "--drafter", "early-exit:8", "--limit", "2", "--max-new-tokens", "10", "--temperature",
-            str(temperature), "--seed", "3", "--shard-size", "2", "--threads", "2", "--no-progress", "--out", str(out)]
+            str(temperature), "--seed", "3", "--shard-size", "2", "--threads", "2", "--no-progress", "--no-tracking",
+            "--out", str(out)]
     assert main(argv) == 0
     got = pq.read_table(out / "rounds" / "shard-00000-00001.parquet")
     want = pq.read_table(FIXTURES / f"{name}.parquet")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
+from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -158,3 +160,62 @@ def test_logging_a_reranker_with_integer_inputs_shows_no_mlflow_warnings(mlflow_
             warnings.simplefilter("always")
             tracking.log_reranker(reranker, "gbm", features)
     assert not [w for w in caught if "nteger" in str(w.message)]
+
+
+def test_experiments_are_created_as_model_training_and_runs_nest_under_an_active_run(mlflow_db):
+    uri = f"sqlite:///{mlflow_db}"
+    client = MlflowClient(uri)
+    with tracking.experiment_run("kind", run_name="pipeline", tracking_uri=uri, description="the pipeline") as parent:
+        with tracking.experiment_run("kind", run_name="stage", tracking_uri=uri) as child:
+            pass
+        with pytest.raises(tracking.TrackingError, match="another experiment"):
+            with tracking.experiment_run("other", tracking_uri=uri):
+                pytest.fail("must not start")
+    exp = client.get_experiment_by_name("kind")
+    assert exp.tags[tracking.EXPERIMENT_KIND_TAG] == tracking.MODEL_TRAINING == "custom_model_development"
+    assert client.get_run(child.info.run_id).data.tags["mlflow.parentRunId"] == parent.info.run_id
+    run = client.get_run(parent.info.run_id)
+    assert run.data.tags["mlflow.note.content"] == "the pipeline"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent)
+    if head.returncode == 0:  # a checkout: the code version is MLflow's git commit tag
+        assert run.data.tags["mlflow.source.git.commit"] == head.stdout.strip()
+    client.set_experiment_tag(exp.experiment_id, tracking.EXPERIMENT_KIND_TAG, "genai_development")
+    with tracking.experiment_run("kind", tracking_uri=uri):
+        pass  # a kind someone chose is kept
+    assert client.get_experiment_by_name("kind").tags[tracking.EXPERIMENT_KIND_TAG] == "genai_development"
+
+
+def test_headline_metrics_stay_within_the_limit_and_name_their_units():
+    from specrank.tracking.evaluation import MAX_METRICS, headline_metrics
+
+    rules = ["draft", "root", "oracle", "depth2", "subst_cache"] + [f"r{i}" for i in range(9)]
+    rows = [{"rule": r, "budget": b, "rounds": 50, "mean": 1.0 + i / 10, "gain": i / 10, "gain_low": i / 20,
+             "gain_high": i / 5, "root_share": 10.0 * i} for i, r in enumerate(rules) for b in (8, 59, 100)]
+    metrics = headline_metrics(pd.DataFrame(rows), [8, 59, 100])
+    assert len(metrics) <= MAX_METRICS
+    assert metrics["draft_tokens_B8"] == 1.0 and metrics["root_gain_tokens_B59_ci_high"] == pytest.approx(0.2)
+    assert metrics["r0_root_share_pct_B8"] == 50.0 and "r0_gain_tokens_B59_ci_low" in metrics
+    assert not [k for k in metrics if "B100" in k or k.startswith(("depth2", "subst"))]  # those stay in the tables
+    assert "r8_gain_tokens_B8" not in metrics  # past the limit
+
+
+def test_model_names_are_valid_mlflow_names():
+    assert tracking.model_name("demo-t1", "rows", 0) == "demo-t1-rows-fold0"
+    assert tracking.model_name("demo-t0.5", "rows", 1) == "demo-t0_5-rows-fold1"  # MLflow refuses '.'
+    assert tracking.model_name(None, "base", 1) == "base-fold1"
+
+
+def test_html_report_embeds_its_figures(tmp_path):
+    from specrank.evaluation.html import report_html
+
+    (tmp_path / "figures").mkdir()
+    png = b"\x89PNG\r\n\x1a\n" + b"0" * 20
+    (tmp_path / "figures" / "a.png").write_bytes(png)
+    page = report_html("# Title\n\nSome *units* `here`.\n\n| Rule | B=8 |\n|---|---|\n| Rows | 1.5 < 2 |\n\n"
+                       "![Gain](figures/a.png)\n\n![Lost](figures/none.png)\n", tmp_path)
+    assert "<h1>Title</h1>" in page and "<em>units</em>" in page and "<code>here</code>" in page
+    assert "<th>Rule</th>" in page and "<td>1.5 &lt; 2</td>" in page
+    import base64
+
+    assert f'src="data:image/png;base64,{base64.b64encode(png).decode()}"' in page
+    assert "![" not in page and "(missing: none.png)" in page

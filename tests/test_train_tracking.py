@@ -39,7 +39,7 @@ def test_top1_hits_ties_and_uncounted_rounds():
     hit2, _ = top1_hits(pred[shuffled], label[shuffled], rounds[shuffled], cand[shuffled])
     np.testing.assert_array_equal(hit2, hit)
     m = fold_metrics(pred, label, np.array([0.5, 0.3, 0.2] * 3), rounds, cand)
-    assert m["top1_hit_pct"] == 50.0 and m["top1_hit_pct_draft"] == 0.0 and m["rounds"] == 3.0
+    assert m["top1_hit_pct"] == 50.0 and m["top1_hit_pct_draft"] == 0.0 and m["n_rounds"] == 3.0
     assert m["mse"] == pytest.approx(np.mean((pred - label) ** 2))
 
 
@@ -68,7 +68,7 @@ def expected_metrics(preds: pd.DataFrame, name: str, fold: int) -> dict:
     best = h.groupby(["prompt_id", "round"])["label"].max().rename("best")
     top = top.join(best, on=["prompt_id", "round"])
     counted = top[top.best > 0]
-    return {"rows": len(h), "mse": ((h[name] - h.label) ** 2).mean(), "mse_draft": ((h.draft - h.label) ** 2).mean(),
+    return {"n_candidates": len(h), "mse": ((h[name] - h.label) ** 2).mean(), "mse_draft": ((h.draft - h.label) ** 2).mean(),
             "top1_hit_pct": 100 * (counted.label == counted.best).mean()}
 
 

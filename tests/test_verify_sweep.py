@@ -100,7 +100,8 @@ def test_bad_grid_is_one_line_and_writes_nothing(models, tmp_path, capsys):
 
 
 def test_decode_command_with_a_verifier(models, tmp_path, capsys):
-    base = ["decode", *models, "--max-new-tokens", "8", "--threads", "1", "--no-progress", "--temperature", "1"]
+    base = ["decode", *models, "--max-new-tokens", "8", "--threads", "1", "--no-progress", "--temperature", "1",
+            "--no-tracking"]
     out = tmp_path / "chain"
     chain = ["--decoder", "chain", "--chain-length", "2", "--verifier", "lenience:l=0.5"]
     assert main(base + ["--out", str(out), *chain]) == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from specrank.commands.args import at_least
 from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode.prompts import default_prompts_path
@@ -40,6 +42,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--chain-length", type=int, default=4,
                         help="chain decoder: drafted tokens per round (default 4)")
     add_worker_arguments(parser)
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow tracking URI (default sqlite:///mlflow.db in the working directory)")
+    parser.add_argument("--experiment", default="specrank", help="MLflow experiment name (default specrank)")
+    parser.add_argument("--run-name", default=None, help="MLflow run name (default decode-<out dir name>)")
+    parser.add_argument("--no-tracking", action="store_true", help="record the run directory only, log nothing")
 
 
 def run(args) -> int:
@@ -75,7 +82,8 @@ def run(args) -> int:
         else:
             TreeRuleVerifier(rule, args.temperature)  # refuses rules without a tree form before any model loads
     parse_device(args.device)
-    parse_drafter_spec(args.drafter, args.eagle3_layers)  # every argument is checked before a model loads, here or on a worker
+    parse_drafter_spec(args.drafter, args.eagle3_layers)  # every argument is checked before a model loads
+    uri = None if args.no_tracking else _tracking_uri(args.tracking_uri)
     if workers is not None:  # the workers load the models; the driver loads none
         from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers, summary
 
@@ -84,6 +92,13 @@ def run(args) -> int:
         outcome = decode_on_workers(workers, models, prompts, prompts_path, [run], args.shard_size,
                                     progress=not args.no_progress)
         print(summary(outcome, args.out))
+        if uri is not None:
+            from specrank.files import read_json
+            from specrank.tracking.decode import log_decode, workers_decode_metrics
+
+            manifest = read_json(Path(args.out, "manifest.json"), "run manifest")
+            log_decode(uri, args.experiment, args.run_name, args.out, manifest,
+                       workers_decode_metrics(outcome, args.out), prompts_path)
         return 0
     check_target_spec(args.target)
     target = load_target(args.target, args.device, args.dtype)
@@ -103,4 +118,15 @@ def run(args) -> int:
               f"{timer.tokens / timer.total:.1f} tokens/s -> {args.out}")
     else:
         print(f"nothing to do: every prompt is already recorded in {args.out}")
+    if uri is not None:
+        from specrank.tracking.decode import decode_metrics, log_decode
+
+        log_decode(uri, args.experiment, args.run_name, args.out, manifest, decode_metrics(timer, args.out),
+                   prompts_path)
     return 0
+
+
+def _tracking_uri(uri):
+    from specrank.tracking import check_reachable, resolve_tracking_uri
+
+    return check_reachable(resolve_tracking_uri(uri))

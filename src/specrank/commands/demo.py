@@ -1,7 +1,9 @@
 """``specrank demo``: the whole offline pipeline on the embedded default, end to end.
 
 decode (sampling at T = 1 and greedy) -> featurize -> cross-fit rerankers -> evaluate with
-prompt-bootstrap intervals -> MLflow, then a table of the rules at B = 8 and 59.
+prompt-bootstrap intervals -> MLflow, then a table of the rules at B = 8 and 59. In MLflow each
+temperature is one pipeline run whose nested runs are the stages; the Rows/Base/isotonic model with
+the best held-out error is registered as ``models:/demo-<t>@champion``.
 Every stage is the ordinary CLI command, so the demo doubles as a worked example;
 rerunning it resumes each stage's finished work.
 """
@@ -38,6 +40,8 @@ def add_arguments(parser) -> None:
                         help="tokens per prompt (default 20 with the EAGLE-3 head, 14 without)")
     parser.add_argument("--temperatures", default="1,0", help="comma-separated temperatures (default 1,0)")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000)
+    parser.add_argument("--tune-trials", type=at_least(0), default=12,
+                        help="Optuna trials per fold of Base and Rows (default 12)")
     parser.add_argument("--tracking-uri", default=None, help="MLflow URI (default sqlite:///mlflow.db here)")
     parser.add_argument("--experiment", default="specrank-demo")
     parser.add_argument("--device", default="cpu")
@@ -109,22 +113,53 @@ def run(args) -> int:
     for temp in temperatures:
         name = "greedy" if temp == 0 else f"t{temp:g}"
         run_dir = out / name
-        _stage(["decode", "--target", args.target, "--drafter", drafter, "--out", str(run_dir),
-                "--temperature", f"{temp:g}", "--limit", str(limit),
-                "--max-new-tokens", str(max_new_tokens), "--device", args.device] + layers)
-        _stage(["featurize", str(run_dir)])
-        _stage(["train", str(run_dir / "features.parquet"), "--rerankers", "isotonic,base,rows", "--tune-trials", "12",
-                "--out-dir", str(run_dir / "rerankers"), "--tracking-uri", uri, "--experiment", args.experiment,
-                "--run-name", f"demo-{name}-train"])
-        _stage(["evaluate", str(run_dir), "--predictions", str(run_dir / "rerankers" / "predictions.parquet"),
-                "--out", str(run_dir / "evaluation"),
-                "--bootstrap", str(args.bootstrap), "--tracking-uri", uri, "--experiment", args.experiment,
-                "--run-name", f"demo-{name}"])
-        evaluation = load_evaluation(run_dir / "evaluation")
+        tracked = ["--tracking-uri", uri, "--experiment", args.experiment]
+        with _pipeline_run(args.experiment, uri, name, temp, drafter):
+            _stage(["decode", "--target", args.target, "--drafter", drafter, "--out", str(run_dir),
+                    "--temperature", f"{temp:g}", "--limit", str(limit),
+                    "--max-new-tokens", str(max_new_tokens), "--device", args.device, *layers,
+                    *tracked, "--run-name", f"demo-{name}-decode"])
+            _stage(["featurize", str(run_dir), *tracked, "--run-name", f"demo-{name}-featurize"])
+            _stage(["train", str(run_dir / "features.parquet"), "--rerankers", "isotonic,base,rows",
+                    "--tune-trials", str(args.tune_trials), "--out-dir", str(run_dir / "rerankers"), *tracked,
+                    "--run-name", f"demo-{name}-train", "--model-prefix", f"demo-{name}", "--register", f"demo-{name}"])
+            _stage(["evaluate", str(run_dir), "--predictions", str(run_dir / "rerankers" / "predictions.parquet"),
+                    "--out", str(run_dir / "evaluation"), "--bootstrap", str(args.bootstrap), *tracked,
+                    "--run-name", f"demo-{name}-evaluate"])
+            evaluation = load_evaluation(run_dir / "evaluation")
+            _summarize_pipeline(evaluation, name, run_dir)
         tables[name] = headline_table(evaluation.summary, evaluation.meta["headline_budgets"])
     for name, table in tables.items():
         print(f"\n## {name}: expected accepted draft tokens per round (held-out, 95% prompt-bootstrap intervals)\n")
         print(table)
-    print(f"\nDrafter: {drafter}. Reports: {out}/*/evaluation/report.md")
-    print(f"Browse the runs: mlflow ui --backend-store-uri {uri}")
+    print(f"\nDrafter: {drafter}. Reports: {out}/*/evaluation/report.md (and report.html)")
+    from mlflow import MlflowClient
+
+    from specrank.tracking.runs import runs_page
+
+    experiment = MlflowClient(uri).get_experiment_by_name(args.experiment)
+    print(f"Browse the runs: mlflow ui --backend-store-uri {uri}\n  then open {runs_page(experiment.experiment_id)}")
     return 0
+
+
+def _pipeline_run(experiment: str, uri: str, name: str, temp: float, drafter: str):
+    """The parent run of one temperature's stages (each stage command nests its run under it)."""
+    from specrank.tracking import experiment_run
+
+    note = (f"The demo pipeline at T = {temp:g} with drafter {drafter}: its nested runs are the stages "
+            "decode -> featurize -> train -> evaluate, linked by the datasets each logs.")
+    return experiment_run(experiment, run_name=f"demo-{name}", tracking_uri=uri,
+                          tags={"specrank.stage": "pipeline"}, description=note)
+
+
+def _summarize_pipeline(evaluation, name: str, run_dir) -> None:
+    """The evaluation's headline metrics and description, and the recorded rounds, on the pipeline run (the runs
+    table's top level)."""
+    from specrank import tracking
+    from specrank.tracking.evaluation import evaluation_note, headline_metrics
+    from specrank.tracking.lineage import log_dataset, rounds_dataset
+
+    log_dataset(rounds_dataset(run_dir), "pipeline")
+    budgets = evaluation.meta["headline_budgets"]
+    tracking.log_metrics(headline_metrics(evaluation.summary, budgets, evaluation.first_factor))
+    tracking.set_description(evaluation_note(evaluation, f"Demo pipeline {name} (held-out offline evaluation)"))

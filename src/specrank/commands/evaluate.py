@@ -28,6 +28,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--models", default=None,
                         help="models/ directory of 'specrank train' (NAME-foldF): log each as an MLflow model"
                              " in its fold's nested run")
+    parser.add_argument("--model-prefix", default=None,
+                        help="logged models are named PREFIX-NAME-foldF (default: the run name)")
 
 
 def run(args) -> int:
@@ -96,7 +98,8 @@ def _example(run_dir: Path):
 
 def _track(args, uri, evaluation, figures, report, run_dir: Path, predictions: Path, models: dict) -> dict:
     from specrank import tracking
-    from specrank.tracking.evaluation import log_evaluation
+    from specrank.tracking.evaluation import evaluation_note, log_evaluation
+    from specrank.tracking.lineage import file_dataset, log_dataset, rounds_dataset
 
     meta = evaluation.meta
     params = {
@@ -110,9 +113,15 @@ def _track(args, uri, evaluation, figures, report, run_dir: Path, predictions: P
                                             "rerankers", "bootstrap", "seed", "level")},
     }
     run_name = args.run_name or f"evaluate-{run_dir.resolve().name}"
-    with tracking.experiment_run(args.experiment, run_name=run_name, tracking_uri=uri):
+    note = evaluation_note(evaluation, f"Offline evaluation of {run_dir.resolve().name}")
+    with tracking.experiment_run(args.experiment, run_name=run_name, tracking_uri=uri,
+                                 tags={"specrank.stage": "evaluate"}, description=note):
         tracking.log_params(params)
-        return log_evaluation(evaluation, figures, report, models, _example(run_dir) if models else None)
+        log_dataset(rounds_dataset(run_dir), "evaluation")
+        log_dataset(file_dataset(predictions), "evaluation")
+        html = Path(args.out, "report.html").read_text()
+        return log_evaluation(evaluation, figures, report, models, _example(run_dir) if models else None,
+                              report_html=html, model_prefix=args.model_prefix or run_name)
 
 
 def evaluation_manifest(run_dir: Path) -> dict:

@@ -11,6 +11,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("run_dir", help="run directory (manifest.json + rounds/*.parquet)")
     parser.add_argument("--out", help="features Parquet file (default: RUN_DIR/features.parquet)")
     parser.add_argument("--edges-out", help="also write one row per pool edge (for per-depth calibration)")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow tracking URI, or 'default' for MLflow's default store (default: log nothing)")
+    parser.add_argument("--experiment", default="specrank", help="MLflow experiment name (default specrank)")
+    parser.add_argument("--run-name", default=None, help="MLflow run name (default featurize-<run dir name>)")
 
 
 def run(args) -> int:
@@ -21,6 +25,11 @@ def run(args) -> int:
         raise FileNotFoundError(f"no run directory {args.run_dir}")
     out = check_output_file(args.out or Path(args.run_dir, "features.parquet"))
     edges_out = check_output_file(args.edges_out, "--edges-out") if args.edges_out else None
+    uri = None
+    if args.tracking_uri is not None:
+        from specrank.tracking.uri import optional_uri
+
+        uri = optional_uri(args.tracking_uri)  # an unreachable store fails before any output
     df = featurize_run(args.run_dir)
     edges = edges_run(args.run_dir) if edges_out else None  # both computed before either is written
     write_features(df, out)
@@ -29,4 +38,8 @@ def run(args) -> int:
     if edges_out:
         write_features(edges, edges_out)
         print(f"{edges_out}: {len(edges)} pool edges")
+    if uri is not None:
+        from specrank.tracking.featurize import log_featurize
+
+        log_featurize(uri, args.experiment, args.run_name, args.run_dir, out, df)
     return 0

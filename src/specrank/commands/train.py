@@ -3,7 +3,8 @@
 ``OUT_DIR/models/NAME-foldF`` (a format-2 reranker directory) is the model that predicted fold F (it was
 trained on the other folds). Every reranker is fitted before anything is written: a failure leaves no output.
 With ``--tracking-uri`` the run is logged to MLflow (``specrank.tracking.training``): parameters,
-per-fold metrics and models, Optuna trials, and predictions.parquet.
+per-fold metrics and models, Optuna trials, and predictions.parquet; ``--register NAME`` then registers
+the chosen fold model in the Model Registry under an alias (``models:/NAME@champion``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--experiment", default="specrank-train",
                         help="MLflow experiment name (default specrank-train)")
     parser.add_argument("--run-name", default=None, help="MLflow parent run name")
+    parser.add_argument("--model-prefix", default=None,
+                        help="models and Optuna studies are named PREFIX-RERANKER-foldF (default: the run name, "
+                             "else the features' folder name)")
+    parser.add_argument("--register", default=None, metavar="NAME",
+                        help="register the chosen reranker's best fold model as a new version of NAME in the "
+                             "MLflow Model Registry (needs --tracking-uri)")
+    parser.add_argument("--register-reranker", default=None,
+                        help="the reranker --register registers (default: the lowest fold-mean held-out MSE)")
+    parser.add_argument("--alias", default="champion", help="alias of the registered version (default champion)")
 
 
 def _names(text: str) -> list[str]:
@@ -62,13 +72,19 @@ def _names(text: str) -> list[str]:
     return names
 
 
+def model_prefix(args) -> str:
+    """The ``PREFIX`` of ``PREFIX-RERANKER-foldF`` model and study names."""
+    return args.model_prefix or args.run_name or Path(args.features).resolve().parent.name
+
+
 def _fit(name, table, args, tracker):
     """Cross-fit the reranker ``name`` on ``table`` (its trials tracked when tuned)."""
     from specrank.rerankers import cross_fit
 
     trials = args.tune_trials if name in ("base", "rows") else 0
     hook = tracker.tune_callbacks(name) if tracker and trials else None
-    return cross_fit(make_reranker(name, args), table, tune_trials=trials, tune_seed=args.seed, tune_callbacks=hook)
+    return cross_fit(make_reranker(name, args), table, tune_trials=trials, tune_seed=args.seed, tune_callbacks=hook,
+                     tune_study=f"{model_prefix(args)}-{name}")
 
 
 def save_models(fits: dict, models_dir: Path) -> None:
@@ -95,10 +111,12 @@ def check_inputs(names, feats, edges) -> None:
 def _tracker(args):
     """None without ``--tracking-uri``, else a tracker whose store was checked reachable (before any work)."""
     if args.tracking_uri is None:
+        if args.register:
+            raise ValueError("--register needs --tracking-uri (the registry lives in the tracking store)")
         return None
     from specrank.tracking.training import TrainingTracker, training_uri
 
-    return TrainingTracker(training_uri(args.tracking_uri), args.experiment, args.run_name)
+    return TrainingTracker(training_uri(args.tracking_uri), args.experiment, args.run_name, model_prefix(args))
 
 
 def _cross_fit_all(names, feats, edges, args, tracker):
@@ -133,6 +151,8 @@ def run(args) -> int:
     from specrank.outputs import check_output_dir, staged
 
     names = _names(args.rerankers)
+    if args.register_reranker and args.register_reranker not in names:
+        raise ValueError(f"--register-reranker {args.register_reranker}: not among --rerankers {args.rerankers}")
     if "per_depth" in names and not args.edges:
         raise ValueError("per_depth needs --edges (write it with `specrank featurize --edges-out`)")
     for name in names:
@@ -142,7 +162,8 @@ def run(args) -> int:
     feats = read_features(args.features)
     edges = read_features(args.edges) if "per_depth" in names else None
     check_inputs(names, feats, edges)
-    with tracker.run(_params(args, feats, names)) if tracker else nullcontext(), staged(out_dir, "--out-dir") as stage:
+    tracked = tracker.run(_params(args, feats, names), Path(args.features)) if tracker else nullcontext()
+    with tracked, staged(out_dir, "--out-dir") as stage:
         fits, preds, edge_preds = _cross_fit_all(names, feats, edges, args, tracker)
         save_models(fits, stage / "models")
         write_parquet_atomic(preds, stage / "predictions.parquet")
@@ -151,6 +172,10 @@ def run(args) -> int:
         if tracker:
             for key, uri in tracker.log_training(fits, preds, feats, stage / "predictions.parquet").items():
                 print(f"model {key}: {uri}")
+            if args.register:
+                version = tracker.register(args.register, args.alias, args.register_reranker)
+                print(f"registered models:/{args.register}@{args.alias} (version {version.version}: "
+                      f"{version.tags.get('specrank.reranker')} fold {version.tags.get('specrank.fold')})")
     print(f"{out_dir / 'predictions.parquet'}: {len(preds)} rows, columns {', '.join(['draft'] + names)}")
     return 0
 

@@ -22,8 +22,10 @@ class RunLogger:
             return cls()
         import mlflow
 
+        from specrank.tracking.runs import ensure_experiment
+
         mlflow.set_tracking_uri(uri)
-        mlflow.set_experiment(EXPERIMENT)
+        ensure_experiment(EXPERIMENT, uri)  # tagged as a model-training experiment
         id_file = Path(out_dir) / RUN_ID_FILE
         run_id = id_file.read_text().strip() if id_file.exists() else None
         run = mlflow.start_run(run_id=run_id, run_name=None if run_id else f"eagle3-{Path(out_dir).name}")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from specrank.evaluation.figures import close_figures, render_figures
+from specrank.evaluation.html import report_html
 from specrank.atomic import atomic_write
 from specrank.evaluation.names import CONTROLS, label, ordered, rerankers
 
@@ -32,7 +33,8 @@ def _ci(row, name: str, digits: int = 3, suffix: str = "") -> str:
     return f"{_num(point, digits)}{suffix} [{_num(low, digits)}, {_num(high, digits)}]"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub-flavoured Markdown table (the report's, and run descriptions in MLflow)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
@@ -54,7 +56,7 @@ def headline_table(summary: pd.DataFrame, budgets) -> str:
             r = r.iloc[0]
             cells += [_num(r["mean"]), _ci(r, "gain"), _ci(r, "gain_pct", 1), _ci(r, "root_share", 1)]
         rows.append(cells)
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def sweep_table(summary: pd.DataFrame) -> str:
@@ -62,7 +64,7 @@ def sweep_table(summary: pd.DataFrame) -> str:
     budgets = sorted(summary["budget"].unique())
     pivot = summary.pivot(index="rule", columns="budget", values="gain_pct")
     rows = [[label(r)] + [f"{pivot.loc[r, b]:+.1f}" for b in budgets] for r in ordered(pivot.index) if r != "draft"]
-    return _table(["Rule"] + [f"B={b}" for b in budgets], rows)
+    return markdown_table(["Rule"] + [f"B={b}" for b in budgets], rows)
 
 
 def comparison_section(comparisons: pd.DataFrame, budgets) -> str:
@@ -71,13 +73,13 @@ def comparison_section(comparisons: pd.DataFrame, budgets) -> str:
     t = comparisons[comparisons["budget"].isin(budgets)]
     rows = [[f"{label(r['rule'])} − {label(r['base'])}", str(r["budget"]), _ci(r, "gain"), _ci(r, "gain_pct", 2, "%")]
             for _, r in t.iterrows()]
-    return _table(["Paired gain", "B", "tokens [95% CI]", "% of base [95% CI]"], rows)
+    return markdown_table(["Paired gain", "B", "tokens [95% CI]", "% of base [95% CI]"], rows)
 
 
 def first_factor_section(first_factor: pd.DataFrame) -> str:
     rows = [[label(r["estimate"]), _ci(r, "mse", 5), _ci(r, "mse_pct_of_draft", 1), _ci(r, "top1_hit_pct", 1)]
             for _, r in first_factor.iterrows()]
-    return _table(["First-factor estimate", "squared error / candidate", "% of draft's", "top-1 hit %"], rows)
+    return markdown_table(["First-factor estimate", "squared error / candidate", "% of draft's", "top-1 hit %"], rows)
 
 
 def split_section(splits: pd.DataFrame, kind: str, budgets, rules: list[str]) -> str:
@@ -95,7 +97,7 @@ def split_section(splits: pd.DataFrame, kind: str, budgets, rules: list[str]) ->
             cells += [_ci(at.loc[r], "gain") if r in at.index else "–" for r in ("root", "oracle")]
             cells += [_ci(at.loc[r], "root_share", 1) if r in at.index else "–" for r in rules]
         rows.append(cells)
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def weights_section(weights: pd.DataFrame, budgets) -> str:
@@ -103,11 +105,12 @@ def weights_section(weights: pd.DataFrame, budgets) -> str:
     if t.empty:
         return "No mixtures evaluated."
     rows = [[label(r["rule"]), str(r["budget"]), str(r["half"]), f"{r['weight']:.2f}"] for _, r in t.iterrows()]
-    return _table(["Mixture", "B", "half scored", "weight (chosen on the other half)"], rows)
+    return markdown_table(["Mixture", "B", "half scored", "weight (chosen on the other half)"], rows)
 
 
 def write_report(evaluation, out_dir, figures: dict | None = None) -> str:
-    """Write ``figures/*.png`` and ``report.md`` under ``out_dir`` (each file atomic); return the Markdown.
+    """Write ``figures/*.png``, ``report.md`` and ``report.html`` (the same, figures embedded) under ``out_dir``
+    (each file atomic); return the Markdown.
 
     ``figures`` (name -> Figure) are rendered from the tables (and closed) when not given.
     """
@@ -125,6 +128,8 @@ def write_report(evaluation, out_dir, figures: dict | None = None) -> str:
             close_figures(figures)
     text = render_report(evaluation, links)
     atomic_write(out / "report.md", lambda p: Path(p).write_text(text))
+    page = report_html(text, out, title="Offline evaluation of selection rules")
+    atomic_write(out / "report.html", lambda p: Path(p).write_text(page))
     return text
 
 

@@ -56,12 +56,13 @@ class CrossFit:
 
 
 def cross_fit(estimator, X: pd.DataFrame, y=None, *, folds=None, tune_trials: int = 0, tune_seed: int = 0,
-              tune_callbacks=None) -> CrossFit:
+              tune_callbacks=None, tune_study: str | None = None) -> CrossFit:
     """Fit a clone of ``estimator`` on all folds but one and predict that fold, for every fold.
 
     No row is ever predicted by a model whose training rows share its prompt. With
     ``tune_trials > 0`` hyperparameters are first searched by ``tune`` inside each training part;
-    ``tune_callbacks(fold)`` then gives the Optuna callbacks of the search for that fold's model.
+    ``tune_callbacks(fold)`` then gives the Optuna callbacks of the search for that fold's model, whose
+    study is named ``<tune_study>-fold<f>`` (default prefix: the estimator's class name).
     """
     fold = fold_labels(X, folds)
     y = None if y is None else np.asarray(y, dtype=np.float64)
@@ -71,10 +72,12 @@ def cross_fit(estimator, X: pd.DataFrame, y=None, *, folds=None, tune_trials: in
         model = clone(estimator)
         y_train = None if y is None else y[train]
         if tune_trials:
-            from specrank.rerankers.tune import tune
+            from specrank.rerankers.tune import study_name, tune
 
             callbacks = tune_callbacks(f) if tune_callbacks is not None else None
-            out.params[f] = tune(model, X[train], y_train, n_trials=tune_trials, seed=tune_seed, callbacks=callbacks)
+            name = study_name(tune_study or type(estimator).__name__, f)
+            out.params[f] = tune(model, X[train], y_train, n_trials=tune_trials, seed=tune_seed, callbacks=callbacks,
+                                 study_name=name)
             model.set_params(**out.params[f])
         out.models[f] = model.fit(X[train], y_train)
         out.predictions[test] = model.predict(X[test])

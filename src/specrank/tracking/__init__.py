@@ -1,14 +1,19 @@
-"""MLflow conventions: tracking URI, parent and nested runs, params/metrics/tables/figures, reranker models."""
+"""MLflow conventions: tracking URI, parent and nested runs, params/metrics/tables/figures, reranker models,
+datasets and code version (lineage), the Model Registry."""
 
 import os
 
 # MLflow's usage telemetry would reach for the network on import; this package works offline.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from specrank.tracking.models import RerankerModel, log_reranker  # noqa: E402
+from specrank.tracking.models import RerankerModel, log_reranker, model_name  # noqa: E402
+from specrank.tracking.registry import register_reranker  # noqa: E402
 from specrank.tracking.trials import TrialLogger  # noqa: E402
 from specrank.tracking.runs import (  # noqa: E402
+    EXPERIMENT_KIND_TAG,
+    MODEL_TRAINING,
     directory_hash,
+    ensure_experiment,
     experiment_run,
     file_hash,
     flatten_params,
@@ -20,15 +25,19 @@ from specrank.tracking.runs import (  # noqa: E402
     log_tables,
     metric_key,
     nested_run,
+    set_description,
 )
 from specrank.tracking.uri import TrackingError, check_reachable, resolve_tracking_uri  # noqa: E402
 
 __all__ = [
+    "EXPERIMENT_KIND_TAG",
+    "MODEL_TRAINING",
     "RerankerModel",
     "TrackingError",
     "TrialLogger",
     "check_reachable",
     "directory_hash",
+    "ensure_experiment",
     "experiment_run",
     "file_hash",
     "flatten_params",
@@ -40,6 +49,9 @@ __all__ = [
     "log_tables",
     "log_reranker",
     "metric_key",
+    "model_name",
     "nested_run",
+    "register_reranker",
     "resolve_tracking_uri",
+    "set_description",
 ]

@@ -1,86 +1,99 @@
-"""An offline evaluation as MLflow metrics, tables, figures and report, with one nested run per fold."""
+"""An offline evaluation in MLflow: a few dozen headline metrics for comparing runs, the full tables as MLflow
+tables and Parquet, figures as images, the report as Markdown and as HTML, and one nested run per fold."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import mlflow
 import pandas as pd
 
-from specrank.tracking.models import log_reranker
+from specrank.evaluation.names import rerankers
+from specrank.evaluation.report import headline_table
+from specrank.tracking.models import log_reranker, model_name
 from specrank.tracking.runs import log_figure, log_metrics, log_report, log_tables, nested_run
 
-STATS = ("mean", "gain", "gain_pct", "oracle_share", "root_share")
 FOLD_SPLIT = "fold"
+MAX_METRICS = 60  # per run: beyond a few dozen, MLflow's charts and runs table stop reading at a glance
+UNITS = ("`*_tokens*` are expected accepted draft tokens per round on the recorded rounds; `*_gain_tokens_*` "
+         "are gains over draft selection in the same unit, with 95% paired prompt-bootstrap intervals "
+         "(`_ci_low`, `_ci_high`); `*_root_share_pct_*` is the percentage of root selection's gain a rule "
+         "recovers (above 100 when it beats root). Every rule, budget and split is in the tables under "
+         "Artifacts, `tables/`.")
 
 
-def _stat_metrics(table: pd.DataFrame, prefix: pd.Series, stats=STATS) -> dict[str, float]:
-    """``{<prefix>.<stat>[_low|_high]: value}`` for every row of ``table`` and stat column present (NaN skipped)."""
-    cols = [f"{stat}{suffix}" for stat in stats for suffix in ("", "_low", "_high") if f"{stat}{suffix}" in table]
-    if table.empty or not cols:
+def _gain(at: pd.DataFrame, rule: str, b: int, share: bool) -> dict[str, float]:
+    """``<rule>_gain_tokens_B<b>`` with its interval, and (``share``) ``<rule>_root_share_pct_B<b>``."""
+    if rule not in at.index:
         return {}
-    long = table[cols].set_axis(prefix.to_numpy(), axis=0).stack().dropna()  # (prefix, column) -> value
-    keys = [f"{p}.{c}" for p, c in long.index]
-    return dict(zip(keys, long.to_numpy(dtype=float)))
-
-
-def _prefix(table: pd.DataFrame, *columns: str, budget: bool = True) -> pd.Series:
-    """Dot-joined key prefix per row: the given columns, then ``B<budget>``."""
-    parts = [table[c].astype(str) for c in columns] + ([("B" + table["budget"].astype(str))] if budget else [])
-    out = parts[0]
-    for part in parts[1:]:
-        out = out + "." + part
+    r, key = at.loc[rule], f"{rule}_gain_tokens_B{b}"
+    out = {key: r["gain"], f"{key}_ci_low": r["gain_low"], f"{key}_ci_high": r["gain_high"]}
+    if share:
+        out[f"{rule}_root_share_pct_B{b}"] = r["root_share"]
     return out
 
 
-def summary_metrics(summary: pd.DataFrame) -> dict[str, float]:
-    """``<rule>.B<budget>.<stat>[_low|_high]`` for every rule and budget."""
-    return _stat_metrics(summary, _prefix(summary, "rule"))
+def headline_metrics(table: pd.DataFrame, budgets, first_factor: pd.DataFrame | None = None) -> dict[str, float]:
+    """At most ``MAX_METRICS`` self-explaining metrics of a rule x budget table (the summary, or one split
+    group's rows): draft's value, root's and oracle's gains, each reranker's gain and share of root's gain at
+    the first two ``budgets``, and each reranker's first-factor accuracy. Rerankers past the limit are left out
+    (they stay in the tables)."""
+    budgets = list(budgets)[:2]
+    at = {b: table[table["budget"] == b].set_index("rule") for b in budgets}
+    out = {"n_rounds": float(table["rounds"].max())}
+    for b in budgets:
+        if "draft" in at[b].index:
+            out[f"draft_tokens_B{b}"] = at[b].loc["draft", "mean"]
+        out.update(_gain(at[b], "root", b, share=False))
+        if "oracle" in at[b].index:
+            out[f"oracle_gain_tokens_B{b}"] = at[b].loc["oracle", "gain"]
+    ff = None if first_factor is None else first_factor.set_index("estimate")
+    if ff is not None and "draft" in ff.index:
+        out["draft_top1_hit_pct"] = ff.loc["draft", "top1_hit_pct"]
+    for rule in rerankers(table["rule"].unique()):
+        more = {k: v for b in budgets for k, v in _gain(at[b], rule, b, share=True).items()}
+        if ff is not None and rule in ff.index:
+            more[f"{rule}_top1_hit_pct"] = ff.loc[rule, "top1_hit_pct"]
+            more[f"{rule}_ff_mse_pct_of_draft"] = ff.loc[rule, "mse_pct_of_draft"]
+        if len(out) + len(more) > MAX_METRICS:
+            break
+        out.update(more)
+    return {k: float(v) for k, v in out.items()}
 
 
-def evaluation_metrics(evaluation) -> dict[str, float]:
-    """Every value and interval of an evaluation, except the per-fold ones (logged in nested runs)."""
-    out = summary_metrics(evaluation.summary)
-    splits = evaluation.splits[evaluation.splits["split_kind"] != FOLD_SPLIT]
-    out.update(_stat_metrics(splits, _prefix(splits, "split_kind", "group", "rule")))
-    shares = splits.drop_duplicates(["split_kind", "group"])
-    out.update(_stat_metrics(shares, _prefix(shares, "split_kind", "group", budget=False), ("round_share",)))
-    ff = evaluation.first_factor
-    ff_stats = ("mse", "mse_pct_of_draft", "top1_hit_pct")
-    out.update(_stat_metrics(ff, "first_factor." + ff["estimate"].astype(str), ff_stats))
-    cmp = evaluation.comparisons
-    if not cmp.empty:
-        out.update(_stat_metrics(cmp, "paired." + cmp["rule"] + "-" + _prefix(cmp, "base"), ("gain", "gain_pct")))
-    w = evaluation.mixture_weights
-    if not w.empty:
-        keys = "mix_weight." + w["rule"] + ".half" + w["half"].astype(str) + ".B" + w["budget"].astype(str)
-        out.update(dict(zip(keys, w["weight"].to_numpy(dtype=float))))
-    return out
+def evaluation_note(evaluation, title: str, table: pd.DataFrame | None = None) -> str:
+    """A run description: what was evaluated, the headline table, and the units."""
+    meta = evaluation.meta
+    table = evaluation.summary if table is None else table
+    budgets = meta.get("headline_budgets") or sorted(table["budget"].unique())[:2]
+    return (f"{title}: {meta.get('law', '?')} decoding, {int(table['rounds'].max())} rounds, "
+            f"{meta.get('bootstrap', '?')} bootstrap resamples. {UNITS}\n\n{headline_table(table, budgets)}")
 
 
 def log_evaluation(evaluation, figures: dict | None = None, report: str | None = None, models: dict | None = None,
-                   example: pd.DataFrame | None = None) -> dict[str, str]:
-    """Log metrics, tables, figures and report to the active run, and each fold's metrics to a nested run.
+                   example: pd.DataFrame | None = None, *, report_html: str | None = None,
+                   model_prefix: str | None = None) -> dict[str, str]:
+    """Log headline metrics, tables, figures and report to the active run, and each fold's to a nested run.
 
-    ``figures`` maps names to matplotlib Figures, or to PNG files already written (logged as they are).
+    ``figures`` maps names to matplotlib Figures or to PNG files already written (logged as images).
     ``models`` maps a fold (``"0"``, ``"1"``) to {reranker name: the model that scored that fold}; each
-    is logged as a pyfunc model in the fold's nested run, with ``example`` features for its signature.
-    Returns ``{"<name>-fold<f>": model URI}``.
+    is logged as a pyfunc model ``<model_prefix>-<name>-fold<f>`` in the fold's nested run, with ``example``
+    features for its signature. Returns ``{"<name>-fold<f>": model URI}``.
     """
-    log_metrics(evaluation_metrics(evaluation))
+    budgets = evaluation.meta.get("headline_budgets") or sorted(evaluation.summary["budget"].unique())[:2]
+    log_metrics(headline_metrics(evaluation.summary, budgets, evaluation.first_factor)
+                | {"n_prompts": float(evaluation.meta.get("prompts", 0))})
     log_tables(evaluation.tables())
     for name, fig in (figures or {}).items():
-        if isinstance(fig, (str, Path)):
-            mlflow.log_artifact(str(fig), artifact_path="figures")
-        else:
-            log_figure(fig, name)
+        log_figure(fig, name)
     if report is not None:
         log_report(report)
+    if report_html is not None:
+        log_report(report_html, "report.html")
     folds = evaluation.splits[evaluation.splits["split_kind"] == FOLD_SPLIT]
     uris = {}
     for group, table in folds.groupby("group", sort=True):
-        with nested_run(f"fold-{group}", tags={"specrank.fold": str(group)}):
-            log_metrics(summary_metrics(table) | {"rounds": float(table["rounds"].iloc[0])})
+        note = evaluation_note(evaluation, f"Fold {group} (prompt index % 2 = {group}), scored by models fitted "
+                                           "on the other fold", table)
+        with nested_run(f"fold-{group}", tags={"specrank.fold": str(group)}, description=note):
+            log_metrics(headline_metrics(table, budgets))
             for name, model in (models or {}).get(str(group), {}).items():
-                uris[f"{name}-fold{group}"] = log_reranker(model, name, example)
+                uris[f"{name}-fold{group}"] = log_reranker(model, model_name(model_prefix, name, group), example)
     return uris

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import tempfile
 import warnings
 from contextlib import contextmanager
@@ -86,8 +87,19 @@ def _requirements() -> list[str]:
     return pins
 
 
-def log_reranker(reranker, name: str, input_example: pd.DataFrame) -> str:
-    """Log ``reranker`` to the active run as a pyfunc model with an inferred signature; return its model URI."""
+_BAD_NAME = re.compile(r"[/:.%\"' ]")  # refused in logged model names (mlflow.utils.validation._validate_logged_model_name)
+
+
+def model_name(prefix: str | None, reranker: str, fold) -> str:
+    """``<prefix>-<reranker>-fold<f>`` (e.g. ``demo-t1-rows-fold0``), in characters MLflow accepts."""
+    name = f"{prefix}-{reranker}-fold{fold}" if prefix else f"{reranker}-fold{fold}"
+    return _BAD_NAME.sub("_", name)
+
+
+def log_reranker(reranker, name: str, input_example: pd.DataFrame, *, tags: dict | None = None,
+                 params: dict | None = None) -> str:
+    """Log ``reranker`` to the active run as a pyfunc model named ``name`` with an inferred signature;
+    return its model URI. ``tags`` and ``params`` go on the logged model (its page in the Models tab)."""
     from specrank.rerankers.persist import save_reranker
 
     if mlflow.active_run() is None:
@@ -104,6 +116,8 @@ def log_reranker(reranker, name: str, input_example: pd.DataFrame) -> str:
             signature=signature,
             input_example=example,
             pip_requirements=_requirements(),
+            tags={k: str(v) for k, v in (tags or {}).items()} or None,
+            params={k: str(v) for k, v in (params or {}).items()} or None,
         )
     return info.model_uri
 

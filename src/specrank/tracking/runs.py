@@ -12,11 +12,25 @@ from pathlib import Path
 
 import mlflow
 
-from specrank.tracking.uri import check_reachable, resolve_tracking_uri, tracking_store
+from specrank.tracking.uri import TrackingError, check_reachable, resolve_tracking_uri, tracking_store
 
 _PARAM_VALUE_MAX = 6000  # MLflow's limit on one parameter value
 _BATCH = 100  # MLflow's limit on parameters per batch call
 _BAD_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
+
+
+# MLflow marks an experiment's kind with the experiment tag ``mlflow.experimentKind``;
+# ``custom_model_development`` is model training (``ExperimentKind.CUSTOM_MODEL_DEVELOPMENT`` in
+# mlflow/server/js/src/experiment-tracking/constants.ts; the experiment page's tab redirect,
+# useNavigateToExperimentPageTab, sends it to the Runs tab and ``genai_development`` to Traces; MLflow's demo
+# data generator, mlflow/demo/generators/traces.py, sets the tag the same way). MLflow 3.17's own UI ranks the
+# browser's view choice above the tag (WorkflowTypeContext.tsx: the ``workflowType`` URL parameter, else the
+# choice stored in the browser, default ``genai``), so a first visit needs ``runs_page``'s link.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+WORKFLOW_PARAM = "workflowType=machine_learning"  # MLflow UI's "Model training" view
+NOTE_TAG = "mlflow.note.content"  # a run's description in the UI (mlflow.utils.mlflow_tags.MLFLOW_RUN_NOTE)
+_TAG_VALUE_MAX = 8000  # MLflow's limit on one tag value
 
 
 @contextmanager
@@ -25,15 +39,51 @@ def experiment_run(
     run_name: str | None = None,
     tracking_uri: str | None = None,
     tags: Mapping[str, str] | None = None,
+    description: str | None = None,
 ) -> Iterator[mlflow.ActiveRun]:
-    """Parent run of ``experiment`` at ``tracking_uri`` (checked reachable first), restoring the previous URI."""
+    """A run of ``experiment`` at ``tracking_uri`` (checked reachable first), restoring the previous URI.
+
+    Inside an active run of the same store and experiment (the demo's pipeline run), the run is its child.
+    """
     uri = check_reachable(resolve_tracking_uri(tracking_uri))
+    parent = mlflow.active_run()
+    if parent is not None and mlflow.get_tracking_uri() != uri:
+        raise TrackingError(f"a run of {mlflow.get_tracking_uri()} is active: cannot nest a run of {uri} under it")
     with tracking_store(uri):
-        if mlflow.get_experiment_by_name(experiment) is None:
-            mlflow.create_experiment(experiment, artifact_location=local_artifact_root(uri))
-        mlflow.set_experiment(experiment)
-        with mlflow.start_run(run_name=run_name, tags=dict(tags or {})) as run:
+        exp = ensure_experiment(experiment, uri)
+        if parent is not None and parent.info.experiment_id != exp.experiment_id:
+            raise TrackingError(f"a run of another experiment is active: cannot nest a run of {experiment!r} under it")
+        with mlflow.start_run(run_name=run_name, experiment_id=exp.experiment_id, nested=parent is not None,
+                              tags=run_tags(tags, description)) as run:
             yield run
+
+
+def ensure_experiment(name: str, uri: str):
+    """The experiment called ``name`` in the current store, created (artifacts beside a SQLite store) and
+    tagged as a model-training experiment when it is not already of a kind; made the active experiment."""
+    client = mlflow.MlflowClient()
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        client.create_experiment(name, artifact_location=local_artifact_root(uri),
+                                 tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING})
+    elif EXPERIMENT_KIND_TAG not in exp.tags:
+        client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
+    return mlflow.set_experiment(name)
+
+
+def runs_page(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
+    """The MLflow UI's Runs view of an experiment, in its "Model training" view whatever the browser chose before."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?{WORKFLOW_PARAM}"
+
+
+def run_tags(tags: Mapping[str, str] | None = None, description: str | None = None) -> dict[str, str]:
+    """A run's tags: ``tags``, the code version (``specrank.tracking.lineage``) and the description."""
+    from specrank.tracking.lineage import code_version_tags
+
+    out = {**code_version_tags(), **dict(tags or {})}
+    if description:
+        out[NOTE_TAG] = description[:_TAG_VALUE_MAX]
+    return out
 
 
 def local_artifact_root(uri: str) -> str | None:
@@ -45,12 +95,18 @@ def local_artifact_root(uri: str) -> str | None:
 
 
 @contextmanager
-def nested_run(run_name: str, tags: Mapping[str, str] | None = None) -> Iterator[mlflow.ActiveRun]:
+def nested_run(run_name: str, tags: Mapping[str, str] | None = None,
+               description: str | None = None) -> Iterator[mlflow.ActiveRun]:
     """A child run (a fold, an Optuna trial) of the active run."""
     if mlflow.active_run() is None:
         raise RuntimeError("nested_run needs an active parent run (use experiment_run first)")
-    with mlflow.start_run(run_name=run_name, nested=True, tags=dict(tags or {})) as run:
+    with mlflow.start_run(run_name=run_name, nested=True, tags=run_tags(tags, description)) as run:
         yield run
+
+
+def set_description(text: str) -> None:
+    """Set the active run's description (the Markdown shown on its overview page)."""
+    mlflow.set_tag(NOTE_TAG, text[:_TAG_VALUE_MAX])
 
 
 def flatten_params(params: Mapping, prefix: str = "") -> dict[str, str]:
@@ -89,22 +145,29 @@ def log_metrics(metrics: Mapping[str, float], step: int | None = None) -> None:
 
 def log_frame(frame, name: str) -> None:
     """Log one DataFrame as an MLflow table (``tables/<name>.json``, shown in the UI) and as Parquet."""
-    mlflow.log_table(frame.reset_index(drop=True), artifact_file=f"tables/{name}.json")
     log_tables({name: frame})
 
 
 def log_tables(frames: Mapping[str, object]) -> None:
-    """Log DataFrames as ``tables/<name>.parquet`` and ``.csv`` in one artifact upload."""
+    """Log DataFrames as MLflow tables (``tables/<name>.json``: browsable in the UI, read back by
+    ``mlflow.load_table``) and as ``tables/<name>.parquet`` (one artifact upload)."""
+    for name, frame in frames.items():
+        mlflow.log_table(frame.reset_index(drop=True), artifact_file=f"tables/{name}.json")
     with tempfile.TemporaryDirectory() as tmp:
         for name, frame in frames.items():
             frame.to_parquet(Path(tmp) / f"{name}.parquet", index=False)
-            frame.to_csv(Path(tmp) / f"{name}.csv", index=False)
         mlflow.log_artifacts(tmp, artifact_path="tables")
 
 
 def log_figure(figure, name: str) -> None:
-    """Log a matplotlib figure as ``figures/<name>.png``."""
-    mlflow.log_figure(figure, f"figures/{name}.png")
+    """Log a matplotlib figure, or a PNG file already rendered, as the image ``figures/<name>.png``."""
+    if isinstance(figure, (str, Path)):
+        from PIL import Image
+
+        with Image.open(figure) as image:
+            mlflow.log_image(image.copy(), artifact_file=f"figures/{name}.png")
+    else:
+        mlflow.log_figure(figure, f"figures/{name}.png")
 
 
 def log_report(markdown: str, name: str = "report.md") -> None:

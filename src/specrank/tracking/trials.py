@@ -12,7 +12,9 @@ class TrialLogger:
         self.metric_name = metric_name
 
     def __call__(self, study, trial) -> None:
-        with nested_run(f"trial-{trial.number}", tags={"optuna.study": study.study_name}):
+        note = (f"Optuna trial {trial.number} of study `{study.study_name}`: `{self.metric_name}` is its objective "
+                f"({', '.join(d.name.lower() for d in study.directions)}), `trial.*` the settings it tried.")
+        with nested_run(f"trial-{trial.number}", tags={"optuna.study": study.study_name}, description=note):
             log_params({"trial": trial.params, "trial_number": trial.number, "state": trial.state.name})
             values = trial.values or []
             names = [self.metric_name] if len(values) == 1 else [f"{self.metric_name}_{i}" for i in range(len(values))]

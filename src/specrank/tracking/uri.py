@@ -18,6 +18,7 @@ SQLITE = "sqlite:///"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # Schemes MLflow's tracking store registry knows; the database ones are not probed here.
 SCHEMES = ("http", "https", "sqlite", "file", "postgresql", "mysql", "mssql", "databricks", "databricks-uc", "uc")
+DEFAULT = "default"  # the value of an opt-in ``--tracking-uri`` that names MLflow's default store
 
 
 class TrackingError(ValueError):
@@ -42,6 +43,14 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     path = Path(uri).expanduser().resolve()
     # A bare path names a SQLite file when it looks like one, else a file store directory.
     return f"{SQLITE}{path}" if path.suffix in (".db", ".sqlite") else path.as_uri()
+
+
+def optional_uri(value: str | None) -> str | None:
+    """For commands that log only when asked: None (no tracking), or the checked-reachable URI of ``value``
+    (``"default"``: MLflow's default store)."""
+    if value is None:
+        return None
+    return check_reachable(resolve_tracking_uri(None if value == DEFAULT else value))
 
 
 @contextmanager

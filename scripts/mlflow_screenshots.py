@@ -1,0 +1,141 @@
+"""Screenshots of a demo's MLflow store as a first-time visitor sees it (issue 20; not run in CI).
+
+    python scripts/mlflow_screenshots.py --backend-store-uri sqlite:////PATH/mlflow.db --out DIR \\
+        [--experiment specrank-demo] [--pipeline demo-t1] [--chromium chromium]
+
+Starts ``mlflow ui`` on 127.0.0.1 over the store, then headless Chromium (a fresh, empty profile per page:
+no remembered view) takes PNGs of: the experiment as it opens (landing), its runs table, the pipeline's
+evaluation run (overview, model metrics, the HTML report) and one logged model, and the registered
+model. Needs ``apt-get install -y chromium``. Prints each file and the URL it shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--hide-scrollbars")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def mlflow_ui(store: str):
+    """``mlflow ui`` over ``store`` on a free local port; yields its base URL."""
+    port = free_port()
+    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store, "--host", "127.0.0.1",
+                             "--port", str(port), "--workers", "1"], stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise SystemExit(f"mlflow ui did not start: {log.read()[-2000:].decode(errors='replace')}")
+                time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def shoot(chromium: str, url: str, png: Path, width: int = 1920, height: int = 1000, wait_ms: int = 90000,
+          tries: int = 3) -> None:
+    """One PNG of ``url`` after ``wait_ms`` of (virtual) page time, in a fresh profile; MLflow's metric charts
+    need about a minute of it to draw. On a busy machine a page (the HTML artifact's frame) sometimes comes
+    out blank: such a shot is taken again, up to ``tries`` times."""
+    for _ in range(tries):
+        with tempfile.TemporaryDirectory() as profile:
+            cmd = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}",
+                   f"--virtual-time-budget={wait_ms}", f"--screenshot={png}", url]
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+        if not blank(png):
+            return
+    print(f"{png}: still blank after {tries} tries")
+
+
+def blank(png: Path) -> bool:
+    """Whether the page's main panel (right of the side bar, left of the assistant) is nearly all white."""
+    from PIL import Image
+
+    with Image.open(png) as image:
+        w, h = image.size
+        panel = image.convert("L").crop((int(0.27 * w), int(0.1 * h), int(0.6 * w), int(0.6 * h)))
+        dark = sum(panel.histogram()[:200])
+        return dark < 0.002 * panel.width * panel.height
+
+
+def pages(store: str, experiment: str, pipeline: str) -> dict[str, tuple[str, int]]:
+    """{file stem: (URL fragment, page height)} of the pages to capture, found through MLflow's client."""
+    from mlflow import MlflowClient
+
+    from specrank.tracking.runs import WORKFLOW_PARAM
+
+    client = MlflowClient(store)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise SystemExit(f"no experiment {experiment!r} in {store}")
+    e = exp.experiment_id
+    runs = {r.info.run_name: r for r in client.search_runs([e], max_results=1000)}
+    evaluate = runs[f"{pipeline}-evaluate"].info.run_id
+    model = next(m for m in client.search_logged_models([e]) if m.name.startswith(f"{pipeline}-rows-fold"))
+    ml = f"?{WORKFLOW_PARAM}"  # the Model training view, as the demo's printed link opens it
+    out = {
+        "0-landing-default": (f"#/experiments/{e}", 1000),  # a first visit without the link: MLflow's default
+        "1-landing": (f"#/experiments/{e}{ml}", 1000),
+        "2-runs-table": (f"#/experiments/{e}/runs{ml}", 1000),
+        "3-evaluation-run": (f"#/experiments/{e}/runs/{evaluate}{ml}", 1800),
+        "4-evaluation-metrics": (f"#/experiments/{e}/runs/{evaluate}/model-metrics{ml}", 1400),
+        "5-evaluation-report": (f"#/experiments/{e}/runs/{evaluate}/artifacts/report.html{ml}", 2400),
+        "6-model": (f"#/experiments/{e}/models/{model.model_id}{ml}", 1400),
+    }
+    if client.search_registered_models(filter_string=f"name = '{pipeline}'"):
+        out["7-registered-model"] = (f"#/models/{pipeline}{ml}", 1000)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backend-store-uri", required=True, help="the demo's store, e.g. sqlite:////path/mlflow.db")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the PNGs")
+    parser.add_argument("--experiment", default="specrank-demo")
+    parser.add_argument("--pipeline", default="demo-t1", help="the pipeline run whose evaluation and model to show")
+    parser.add_argument("--chromium", default=shutil.which("chromium") or "chromium")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    targets = pages(args.backend_store_uri, args.experiment, args.pipeline)
+    with mlflow_ui(args.backend_store_uri) as base:
+        for stem, (fragment, height) in targets.items():
+            png = args.out / f"{stem}.png"
+            shoot(args.chromium, f"{base}/{fragment}", png, height=height)
+            print(f"{png}: {fragment}")
+
+
+if __name__ == "__main__":
+    main()

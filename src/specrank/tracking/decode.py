@@ -1,0 +1,69 @@
+"""``specrank decode`` in MLflow: the manifest as params; rounds, speed, acceptance and where the time went as
+metrics; the prompts it read and the rounds it recorded as datasets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specrank.evaluation.report import markdown_table
+from specrank.tracking.lineage import file_dataset, log_dataset, parquet_rows, rounds_dataset
+from specrank.tracking.runs import experiment_run, log_metrics, log_params
+
+UNITS = ("Acceptance is accepted draft tokens per round (tokens per target pass minus one); times are seconds "
+         "of this invocation (a resumed run decodes only its unfinished shards); `recorded_*` count the whole "
+         "run directory.")
+
+
+def decode_metrics(timer, run_dir) -> dict[str, float]:
+    """This invocation's rounds, tokens/s, acceptance and time split, and the run directory's totals."""
+    out = {"rounds": timer.rounds, "tokens": timer.tokens, "target_passes": timer.passes}
+    if timer.rounds:
+        out.update(accepted_per_round=timer.tokens / timer.rounds - 1, tokens_per_s=timer.tokens / timer.total)
+    out.update({f"time_{span}_s": seconds for span, seconds in timer.split().items()})
+    return {**{k: float(v) for k, v in out.items()}, **recorded_metrics(run_dir)}
+
+
+def workers_decode_metrics(outcome, run_dir) -> dict[str, float]:
+    """``decode_metrics`` of a run decoded on Ray workers (``scale.pool.Outcome``): tokens/s over the wall
+    clock, time spans summed over the workers."""
+    totals = outcome.totals()
+    rounds, tokens = totals.get("rounds", 0), totals.get("tokens", 0)
+    out = {"rounds": rounds, "tokens": tokens, "workers": len(outcome.timings), "wall_s": outcome.wall}
+    if rounds:
+        out.update(accepted_per_round=tokens / rounds - 1, tokens_per_s=tokens / max(outcome.wall, 1e-9))
+    out.update({f"time_{k}": v for k, v in totals.items() if k.endswith("_s")})
+    return {**{k: float(v) for k, v in out.items()}, **recorded_metrics(run_dir)}
+
+
+def recorded_metrics(run_dir) -> dict[str, float]:
+    """The whole run directory's rounds and acceptance (a resumed run's earlier shards included)."""
+    import pyarrow.parquet as pq
+
+    shards = sorted(Path(run_dir, "rounds").glob("*.parquet"))
+    if not shards:
+        return {}
+    accepted = [pq.read_table(f, columns=["accepted"]).column("accepted").to_numpy() for f in shards]
+    total = sum(len(a) for a in accepted)
+    out = {"recorded_rounds": float(parquet_rows(shards))}
+    if total:
+        out["recorded_accepted_per_round"] = float(sum(a.sum() for a in accepted)) / total
+    return out
+
+
+def log_decode(uri: str, experiment: str, run_name: str | None, run_dir, manifest: dict, metrics: dict,
+               prompts) -> str:
+    """One run for one ``specrank decode`` (``metrics`` from ``decode_metrics`` or ``workers_decode_metrics``);
+    returns its id."""
+    shown = ("rounds", "accepted_per_round", "tokens_per_s", "time_target_s", "time_draft_s", "time_total_s",
+             "recorded_rounds", "recorded_accepted_per_round")
+    rows = [[k, f"{metrics[k]:.3f}"] for k in shown if k in metrics]
+    note = (f"Recording of {manifest.get('target')} with drafter {manifest.get('drafter')} at T = "
+            f"{manifest.get('temperature')}.\n\n" + markdown_table(["metric", "value"], rows) + "\n\n" + UNITS)
+    name = run_name or f"decode-{Path(run_dir).resolve().name}"
+    with experiment_run(experiment, run_name=name, tracking_uri=uri, tags={"specrank.stage": "decode"},
+                        description=note) as run:
+        log_params({"stage": "decode", "run_dir": str(Path(run_dir).resolve()), "manifest": manifest})
+        log_metrics(metrics)
+        log_dataset(file_dataset(prompts), "input")
+        log_dataset(rounds_dataset(run_dir), "output")
+        return run.info.run_id

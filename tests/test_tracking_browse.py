@@ -1,0 +1,217 @@
+"""MLflow as people browse it, read back from one real ``mlflow server`` on 127.0.0.1 after a small demo
+(tiny random target and drafter, 4 prompts, T = 1): the experiment's kind, few metrics and a description
+per run, tables as MLflow tables, datasets linking decode -> featurize -> train -> evaluate, model names,
+the registry alias loaded by ``specrank online`` elsewhere, and named, seeded, reproducible Optuna studies."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from mlflow_store import migrated_db, serve
+from specrank.cli import main
+from specrank.testing import save_tiny_llama
+
+EXPERIMENT = "browse"
+SMALL = ["--tune-trials", "2", "--bootstrap", "100"]
+
+
+def sha16(*files, root=None) -> str:
+    """SHA-256 of the files' bytes (each preceded by its name relative to ``root`` when given), 16 hex digits."""
+    digest = hashlib.sha256()
+    for f in files:
+        if root is not None:
+            digest.update(str(f.relative_to(root)).encode() + b"\0")
+        digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("browse_server")
+    with serve(migrated_db(tmp_path_factory, folder / "mlflow.db"), folder) as uri:
+        yield uri
+
+
+@pytest.fixture(scope="module")
+def demo(server, tmp_path_factory):
+    """The demo on tiny models, logged to ``server``: (client, experiment id, runs by name, demo args, run dir)."""
+    d = tmp_path_factory.mktemp("browse")
+    tgt = save_tiny_llama(d / "tgt", seed=0, vocab_size=128)
+    drf = save_tiny_llama(d / "drf", seed=0, vocab_size=128, num_layers=2)
+    args = ["demo", "--target", str(tgt), "--drafter", f"standalone:{drf}", "--limit", "4", "--max-new-tokens", "8",
+            "--temperatures", "1", *SMALL, "--tracking-uri", server, "--experiment", EXPERIMENT, "--out", str(d / "out")]
+    assert main(args) == 0
+    client = MlflowClient(server)
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    runs = client.search_runs([exp.experiment_id], max_results=500)
+    (run_dir,) = (d / "out").glob("*/t1")  # one folder per drafter
+    return client, exp, runs, {"tgt": tgt, "drf": drf}, run_dir
+
+
+def by_name(runs, name):
+    found = [r for r in runs if r.info.run_name == name]
+    assert len(found) == 1, (name, [r.info.run_name for r in runs])
+    return found[0]
+
+
+def test_experiment_is_a_model_training_experiment(demo):
+    client, exp, *_ = demo
+    # The MLflow UI opens kind custom_model_development on its Runs view, not on GenAI traces.
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_every_run_has_few_metrics_a_description_and_the_code_version(demo):
+    client, exp, runs, *_ = demo
+    assert len(runs) >= 20  # pipeline, 4 stages, 6 fold models, 8 trials, 2 evaluation folds
+    for run in runs:
+        assert len(run.data.metrics) <= 60, (run.info.run_name, len(run.data.metrics))
+        assert run.data.tags.get("mlflow.note.content", "").strip(), run.info.run_name
+        assert run.data.tags["specrank.version"]
+    pipeline = by_name(runs, "demo-t1")
+    children = {r.info.run_name for r in runs if r.data.tags.get("mlflow.parentRunId") == pipeline.info.run_id}
+    assert children == {"demo-t1-decode", "demo-t1-featurize", "demo-t1-train", "demo-t1-evaluate"}
+    evaluate = by_name(runs, "demo-t1-evaluate")
+    assert "| Rule | B=8 value" in evaluate.data.tags["mlflow.note.content"]
+    assert pipeline.data.metrics["rows_gain_tokens_B8"] == evaluate.data.metrics["rows_gain_tokens_B8"]
+    train = by_name(runs, "demo-t1-train")
+    for name in ("isotonic", "base", "rows"):  # fold means of held-out error and top-1 hit
+        folds = [by_name([r for r in runs if r.data.tags.get("mlflow.parentRunId") == train.info.run_id],
+                         f"{name}-fold{f}") for f in (0, 1)]
+        assert train.data.metrics[f"{name}_heldout_mse"] == pytest.approx(np.mean([r.data.metrics["mse"] for r in folds]))
+        assert f"{name}_top1_hit_pct" in train.data.metrics
+    decode = by_name(runs, "demo-t1-decode")
+    assert {"rounds", "tokens_per_s", "accepted_per_round", "time_target_s", "time_draft_s"} <= set(decode.data.metrics)
+    assert decode.data.params["manifest.temperature"] == "1.0"
+
+
+def test_evaluation_tables_are_mlflow_tables(demo):
+    client, exp, runs, _, run_dir = demo
+    evaluate = by_name(runs, "demo-t1-evaluate")
+    logged = {a["path"] for a in json.loads(evaluate.data.tags["mlflow.loggedArtifacts"]) if a["type"] == "table"}
+    names = ("summary", "splits", "first_factor", "comparisons", "mixture_weights")
+    assert logged == {f"tables/{n}.json" for n in names}
+    path = client.download_artifacts(evaluate.info.run_id, "tables/summary.json")
+    table = pd.read_json(path, orient="split")  # the form mlflow.log_table writes and the UI reads
+    local = pd.read_parquet(run_dir / "evaluation" / "summary.parquet")
+    assert len(table) == len(local) and list(table["rule"]) == list(local["rule"])
+    # log_table writes JSON with 10 decimal places (pandas' default); the Parquet copy beside it is exact
+    np.testing.assert_allclose(table["gain"].to_numpy(float), local["gain"].to_numpy(float), rtol=0, atol=1e-10)
+    assert "tables/summary.parquet" in {a.path for a in client.list_artifacts(evaluate.info.run_id, "tables")}
+    assert {"report.md", "report.html", "figures"} <= {a.path for a in client.list_artifacts(evaluate.info.run_id)}
+    html = client.download_artifacts(evaluate.info.run_id, "report.html")
+    assert open(html).read().count('src="data:image/png;base64,') == 2  # the figures, embedded
+
+
+def test_each_stage_names_its_datasets_with_their_digests(demo):
+    client, exp, runs, _, run_dir = demo
+    rounds = sha16(run_dir / "manifest.json", *sorted((run_dir / "rounds").glob("*.parquet")), root=run_dir)
+    features = sha16(run_dir / "features.parquet")
+    predictions = sha16(run_dir / "rerankers" / "predictions.parquet")
+    prompts = json.loads((run_dir / "manifest.json").read_text())["prompts"]
+    want = {
+        "demo-t1-decode": {("prompts", sha16(Path(prompts)), "input"),
+                           ("t1-rounds", rounds, "output")},
+        "demo-t1-featurize": {("t1-rounds", rounds, "input"), ("t1-features", features, "output")},
+        "demo-t1-train": {("t1-features", features, "training"), ("t1-predictions", predictions, "output")},
+        "demo-t1-evaluate": {("t1-rounds", rounds, "evaluation"), ("t1-predictions", predictions, "evaluation")},
+    }
+    for name, datasets in want.items():
+        inputs = by_name(runs, name).inputs.dataset_inputs
+        got = {(i.dataset.name, i.dataset.digest, {t.key: t.value for t in i.tags}["mlflow.data.context"])
+               for i in inputs}
+        assert got == datasets, name
+    features_input = next(i for i in by_name(runs, "demo-t1-train").inputs.dataset_inputs if i.dataset.name == "t1-features")
+    assert json.loads(features_input.dataset.profile)["num_rows"] == len(pd.read_parquet(run_dir / "features.parquet"))
+
+
+def test_models_are_named_by_run_reranker_and_fold(demo):
+    client, exp, runs, *_ = demo
+    models = client.search_logged_models([exp.experiment_id])
+    assert {m.name for m in models} == {f"demo-t1-{r}-fold{f}" for r in ("isotonic", "base", "rows") for f in (0, 1)}
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(client.tracking_uri)
+    try:
+        for m in models:
+            info = mlflow.models.get_model_info(f"models:/{m.model_id}")
+            assert m.params["features"].split(",") == info.signature.inputs.input_names()  # token, not token_prior
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
+def _trials(client, exp_id) -> dict:
+    """{study name: [params of trial 0, trial 1, ...]} from the trial runs' tags and params."""
+    runs = client.search_runs([exp_id], filter_string="attributes.run_name LIKE 'trial-%'", max_results=200)
+    out: dict = {}
+    for r in sorted(runs, key=lambda r: int(r.info.run_name.split("-")[1])):
+        out.setdefault(r.data.tags["optuna.study"], []).append(
+            {k: v for k, v in r.data.params.items() if k.startswith("trial.")})
+    return out
+
+
+def test_studies_are_distinct_and_reproducible_and_champion_loads_elsewhere(demo, server, tmp_path, monkeypatch,
+                                                                             capsys):
+    client, exp, runs, models, run_dir = demo
+    first = _trials(client, exp.experiment_id)
+    assert set(first) == {f"demo-t1-{r}-fold{f}" for r in ("base", "rows") for f in (0, 1)}
+    assert first["demo-t1-rows-fold0"][0] != first["demo-t1-rows-fold1"][0]  # distinct seeds per study
+    assert first["demo-t1-base-fold0"][0] != first["demo-t1-rows-fold0"][0]
+    # the demo's train stage again, into another experiment, registering the chosen model
+    again = ["train", str(run_dir / "features.parquet"), "--rerankers", "isotonic,base,rows", "--tune-trials", "2",
+             "--out-dir", str(tmp_path / "rerankers"), "--tracking-uri", server, "--experiment", "browse-again",
+             "--model-prefix", "demo-t1", "--register", "browse-reranker"]
+    assert main(again) == 0
+    assert "registered models:/browse-reranker@champion" in capsys.readouterr().out
+    assert _trials(client, client.get_experiment_by_name("browse-again").experiment_id) == first  # the same studies
+    version = client.get_model_version_by_alias("browse-reranker", "champion")
+    chosen = f"{version.tags['specrank.reranker']}-fold{version.tags['specrank.fold']}"
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    from specrank.rerankers import load_reranker
+
+    loaded = load_reranker("models:/browse-reranker@champion", tracking_uri=server)
+    saved = load_reranker(tmp_path / "rerankers" / "models" / f"{chosen}.pkl")
+    feats = pd.read_parquet(run_dir / "features.parquet")
+    np.testing.assert_array_equal(loaded.predict_first_factor(feats), saved.predict_first_factor(feats))
+    online = ["online", "--target", str(models["tgt"]), "--drafter", f"standalone:{models['drf']}", "--rules",
+              "reranked", "--reranker", "models:/browse-reranker@champion", "--tracking-uri", server, "--no-tracking",
+              "--temperature", "1", "--limit", "1", "--warmup", "0", "--max-new-tokens", "4", "--bootstrap", "20",
+              "--out", str(elsewhere / "online")]
+    assert main(online) == 0, capsys.readouterr().err
+    assert (elsewhere / "online" / "online_decodes.parquet").is_file()
+    from specrank.decode import Decoder, load_drafter, load_target
+
+    target = load_target(str(models["tgt"]))
+    decoder = Decoder(target, load_drafter(f"standalone:{models['drf']}", target), strategy="reranked",
+                      reranker="models:/browse-reranker@champion", tracking_uri=server, temperature=1.0)
+    assert len(decoder.generate("the cat is big", max_new_tokens=3).tokens) >= 1
+
+
+def test_cross_fit_studies_are_named_per_fold_seeded_by_name_and_repeat(tmp_path):
+    from specrank.featurize import featurize_run
+    from specrank.featurize.synthetic import write_synthetic_run
+    from specrank.rerankers import GBMReranker, cross_fit
+
+    write_synthetic_run(tmp_path / "run", n_prompts=6, rounds_per_prompt=5, topk=4, depth=3, seed=7)
+    feats = featurize_run(tmp_path / "run")
+
+    def studies(prefix):
+        seen = {}
+        hook = lambda fold: [lambda study, trial: seen.setdefault(study.study_name, []).append(trial.params)]  # noqa: E731
+        cross_fit(GBMReranker("base", n_jobs=1), feats, tune_trials=2, tune_callbacks=hook, tune_study=prefix)
+        return seen
+
+    first = studies("demo-t1-base")
+    assert sorted(first) == ["demo-t1-base-fold0", "demo-t1-base-fold1"]
+    assert first["demo-t1-base-fold0"][0] != first["demo-t1-base-fold1"][0]
+    assert studies("demo-t1-base") == first  # the same command gives the same studies
+    assert studies("demo-greedy-base")["demo-greedy-base-fold0"][0] != first["demo-t1-base-fold0"][0]
