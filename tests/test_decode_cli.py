@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from specrank.cli import main
@@ -71,6 +72,7 @@ def test_sigkill_then_rerun_equals_uninterrupted_run(setup, reference):
     after = {f.name: f.stat().st_mtime_ns for f in (run / "rounds").glob("shard-*.parquet")}
     assert all(after[k] == v for k, v in before.items())  # finished shards untouched
     assert not [f for f in (run / "rounds").iterdir() if f.suffix not in (".parquet", ".sha256")]  # no temp files
+    assert len(pd.read_parquet(run / "rounds")) == len(read_rounds(run))  # the folder reads as one table
     a, b = read_rounds(ref), read_rounds(run)
     assert list(dict.fromkeys(b["prompt_id"])) == [str(i) for i in range(len(TEXTS))]  # none lost or duplicated
     assert b.groupby("prompt_id")["round"].apply(lambda r: list(r) == list(range(len(r)))).all()

@@ -13,6 +13,7 @@ import torch
 
 from specrank.decode import Decoder, PoolShape, RULE_NAMES, StrategyError
 from specrank.decode.config import DecodeConfig
+from specrank.decode.prompts import encode_prompt
 from specrank.decode.runs import record_prompt, rounds_table
 from specrank.featurize import featurize_rounds
 from specrank.rerankers import GBMReranker, IsotonicFirstFactor
@@ -59,7 +60,7 @@ def test_token_ids_text_and_lists_of_prompts(pair):
     dec = Decoder(target, drafter, "root-draw", budget=5, shape=SHAPE)
     text = "the cat and the dog"
     one = dec.generate(text, max_new_tokens=8)
-    assert one.prompt_tokens == dec._encode(text) and one.tokens == greedy_reference(target, one.prompt_tokens, 8)
+    assert one.prompt_tokens == encode_prompt(target.tokenizer, text) and one.tokens == greedy_reference(target, one.prompt_tokens, 8)
     many = dec.generate([text, PROMPT], max_new_tokens=8)
     assert [m.tokens for m in many] == [one.tokens, greedy_reference(target, PROMPT, 8)]
 

@@ -4,7 +4,8 @@ Shards hold consecutive prompts (by index in the prompt file) and are written at
 rerun of the same command skips every prompt already in a ``rounds`` shard file and leaves those
 files untouched. A shard's other folders (``diagnostics/``) are written before its rounds file,
 which marks the shard done. A rerun whose manifest differs is refused. Each shard file gets a
-``.sha256`` file beside it; a shard damaged on disk (its bytes no longer match, or, for a shard
+hidden ``.shard-FIRST-LAST.parquet.sha256`` beside it (hidden, so ``pd.read_parquet(FOLDER)`` and
+pyarrow datasets, which skip dot files, still read the folder as one table); a shard damaged on disk (its bytes no longer match, or, for a shard
 without one, it does not read whole with verified page checksums) is not done: it is removed and its
 prompts are redone.
 A run that fails before its first shard leaves nothing behind (no manifest without a shard).
@@ -22,7 +23,7 @@ from specrank.decode.loading.targets import sha256_files
 from specrank.files import parquet_damage, read_json
 
 SHARD = re.compile(r"shard-(\d+)-(\d+)\.parquet")
-CHECKSUM = ".sha256"  # shard-FIRST-LAST.parquet.sha256: the sha256 of the shard file's bytes
+CHECKSUM = ".sha256"  # .shard-FIRST-LAST.parquet.sha256: the sha256 of the shard file's bytes
 DONE_FOLDER = "rounds"  # a shard counts as done once its rounds file exists
 TEMPS = "*/.*.tmp"  # the temporary files of shard writes (specrank.atomic)
 
@@ -62,7 +63,7 @@ def shard_name(shard: list[int]) -> str:
 
 
 def checksum_path(path: Path) -> Path:
-    return path.with_name(path.name + CHECKSUM)
+    return path.with_name(f".{path.name}{CHECKSUM}")
 
 
 def file_damage(path: Path) -> str | None:
@@ -112,8 +113,8 @@ def discard_unstarted(out: Path) -> None:
         return
     Path(out, "manifest.json").unlink(missing_ok=True)
     for folder in (p for p in out.iterdir() if p.is_dir()):
-        for stale in [*folder.glob(".*.tmp"), *folder.glob("shard-*")]:  # the unfinished shard's other folders
-            stale.unlink()
+        for stale in {*folder.glob(".*"), *folder.glob("shard-*")}:  # temps, checksums, the shard's other folders
+            stale.unlink(missing_ok=True)
         if not any(folder.iterdir()):
             folder.rmdir()
     if not any(out.iterdir()):

@@ -142,7 +142,7 @@ def remove_shard_temps(outs, unfinished: list[Shard]) -> None:
 
     for s in unfinished:
         r, shard = s.payload
-        remove_temps(outs[r], f"*/.{shard_name(shard)}.*.tmp")
+        remove_temps(outs[r], f"*/.*{shard_name(shard)}.*.tmp")  # the shard's and its checksum's
 
 
 def summary(outcome: Outcome, out) -> str:
