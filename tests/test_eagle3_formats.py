@@ -111,8 +111,10 @@ def test_eagle3_layers_override_and_where_it_applies(target, tmp, capsys):
         load_drafter("early-exit:2", target, eagle3_layers=(1, 2, 3))
     with pytest.raises(ModelLoadError, match=r"0\.\.8"):
         load_drafter(f"eagle3:{directory}", target, eagle3_layers=(1, 2, 9))
-    with pytest.raises(SystemExit):
-        main(["decode", "--drafter", f"eagle3:{directory}", "--out", str(tmp / "x"), "--eagle3-layers", "1,2"])
+    capsys.readouterr()
+    assert main(["decode", "--drafter", f"eagle3:{directory}", "--out", str(tmp / "x"), "--eagle3-layers", "1,2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--eagle3-layers" in err[0] and not (tmp / "x").exists()
 
 
 def test_heads_specrank_saved_before_keep_their_layers(target, tmp):

@@ -45,7 +45,7 @@ def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("scale")
     tgt, drf, prompts = saved_tiny_inputs(d, TEXTS)
     args = ["decode", "--target", str(tgt), "--drafter", f"standalone:{drf}", "--prompts", str(prompts), *POOL,
-            "--max-new-tokens", "16", "--shard-size", "1", "--threads", "1", "--no-progress"]
+            "--max-new-tokens", "16", "--shard-size", "1", "--threads", "1", "--no-progress", "--no-tracking"]
     return d, args
 
 
@@ -227,3 +227,21 @@ def test_drafter_data_on_workers_equals_one_process(cluster, tmp_path):
             assert a.metadata() == b.metadata() and sorted(a.keys()) == sorted(b.keys())
             for key in a.keys():
                 assert torch.equal(a.get_tensor(key), b.get_tensor(key)), (name, key)
+
+
+def test_a_run_on_workers_is_logged_to_mlflow_like_one_process(cluster, models, tmp_path_factory, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from mlflow_store import migrated_db
+
+    d, args = models
+    db = migrated_db(tmp_path_factory, tmp_path / "store" / "mlflow.db")
+    tracked = [a for a in args if a != "--no-tracking"] + ["--limit", "2", "--tracking-uri", f"sqlite:///{db}",
+                                                           "--experiment", "scale", "--run-name", "on-workers"]
+    assert main(tracked + ["--workers", "2", "--out", str(tmp_path / "run")]) == 0
+    client = MlflowClient(f"sqlite:///{db}")
+    (run,) = client.search_runs([client.get_experiment_by_name("scale").experiment_id])
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert run.info.run_name == "on-workers" and run.data.metrics["workers"] == 2
+    assert run.data.metrics["rounds"] == run.data.metrics["recorded_rounds"] > 0
+    assert run.data.params["manifest.prompts_sha256"] == manifest["prompts_sha256"]

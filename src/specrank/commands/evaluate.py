@@ -55,7 +55,9 @@ def run(args) -> int:
         report = write_report(evaluation, stage)
         if uri is not None:
             figures = {name: stage / "figures" / f"{name}.png" for name in FIGURES}  # the files just written
-            for key, model_uri in _track(args, uri, evaluation, figures, report, run_dir, predictions, models).items():
+            html = (stage / "report.html").read_text()
+            for key, model_uri in _track(args, uri, evaluation, figures, report, html, run_dir, predictions,
+                                         models).items():
                 print(f"model {key}: {model_uri}")
     s = evaluation.summary
     for b in evaluation.meta["headline_budgets"]:
@@ -96,7 +98,8 @@ def _example(run_dir: Path):
     return featurize_rounds(read_table(shard, columns=columns).slice(0, 4), manifest, labels=False)
 
 
-def _track(args, uri, evaluation, figures, report, run_dir: Path, predictions: Path, models: dict) -> dict:
+def _track(args, uri, evaluation, figures, report, html: str, run_dir: Path, predictions: Path,
+           models: dict) -> dict:
     from specrank import tracking
     from specrank.tracking.evaluation import evaluation_note, log_evaluation
     from specrank.tracking.lineage import file_dataset, log_dataset, rounds_dataset
@@ -119,7 +122,6 @@ def _track(args, uri, evaluation, figures, report, run_dir: Path, predictions: P
         tracking.log_params(params)
         log_dataset(rounds_dataset(run_dir), "evaluation")
         log_dataset(file_dataset(predictions), "evaluation")
-        html = Path(args.out, "report.html").read_text()
         return log_evaluation(evaluation, figures, report, models, _example(run_dir) if models else None,
                               report_html=html, model_prefix=args.model_prefix or run_name)
 
