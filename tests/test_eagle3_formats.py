@@ -286,7 +286,7 @@ def test_decode_takes_eagle3_layers_as_part_of_the_run(target, tmp, capsys):
     prompts.write_text(json.dumps({"question_id": 0, "category": "qa", "turns": ["the cat is big"]}) + "\n")
     args = ["decode", "--target", str(tmp / "target"), "--drafter", f"eagle3:{head}", "--prompts", str(prompts),
             "--topk", "3", "--depth", "2", "--expand", "2", "--budget", "4", "--extra", "2", "--max-new-tokens", "4",
-            "--threads", "1", "--no-progress", "--out", str(tmp / "cli-run")]
+            "--threads", "1", "--no-progress", "--no-tracking", "--out", str(tmp / "cli-run")]
     assert main(args + ["--eagle3-layers", "1,2,3"]) == 0
     manifest = json.loads((tmp / "cli-run" / "manifest.json").read_text())
     assert manifest["drafter"].endswith("--eagle3-layers 1,2,3")
