@@ -11,10 +11,15 @@ pass, each decoder's speed ratio over serial draft selection and over the pipeli
 where each round's time goes, and the share of root-pass time hidden under drafting. Logs to MLflow
 (tables, metrics, the speed-gain figure in the style of Figure 4) unless --no-tracking.
 
-Full run (the goals need a quiet machine with two free cores; on a loaded 2-core machine a 32-token decode
-took ~34 s, so this is about 3 to 4 hours quiet, B = 8 alone (--budgets 8) about 1.5 hours):
+Measured on a quiet 2-core machine (pinned, one thread each): 12 prompts x 24 tokens with all six decoders
+took 13 minutes; the goals' three decoders on 24 prompts also 13 minutes (every goal met):
 
-    python benchmarks/bench_pipeline.py --pin --prompts 24 --warmup 2 --max-new-tokens 48 --budgets 8,59 \\
+    python benchmarks/bench_pipeline.py --pin --prompts 24 --warmup 1 --max-new-tokens 24 --budgets 8 \\
+        --serial draft --pipelined root-draw,pearl --out runs/bench_pipeline --tracking-uri sqlite:///mlflow.db
+
+All six decoders at both budgets (about an hour quiet):
+
+    python benchmarks/bench_pipeline.py --pin --prompts 24 --warmup 1 --max-new-tokens 24 --budgets 8,59 \\
         --out runs/bench_pipeline --tracking-uri sqlite:///mlflow.db
 
 Quick look (~8 minutes loaded): python benchmarks/bench_pipeline.py --prompts 2 --warmup 1 --max-new-tokens 8 \\
