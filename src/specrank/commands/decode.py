@@ -83,7 +83,11 @@ def run(args) -> int:
             TreeRuleVerifier(rule, args.temperature)  # refuses rules without a tree form before any model loads
     parse_device(args.device)
     parse_drafter_spec(args.drafter, args.eagle3_layers)  # every argument is checked before a model loads
-    uri = None if args.no_tracking else _tracking_uri(args.tracking_uri)
+    uri = None
+    if not args.no_tracking:
+        from specrank.tracking import check_reachable, resolve_tracking_uri
+
+        uri = check_reachable(resolve_tracking_uri(args.tracking_uri))  # before any model loads
     if workers is not None:  # the workers load the models; the driver loads none
         from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers, summary
 
@@ -125,8 +129,3 @@ def run(args) -> int:
                    prompts_path)
     return 0
 
-
-def _tracking_uri(uri):
-    from specrank.tracking import check_reachable, resolve_tracking_uri
-
-    return check_reachable(resolve_tracking_uri(uri))
