@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 
 import numpy as np
 import pytest
@@ -258,6 +259,7 @@ def test_cli_trains_saves_and_logs_to_mlflow(tmp_path, monkeypatch):
     from specrank.cli import main
 
     monkeypatch.setenv("SPECRANK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     model_dir = save_tiny_llama(tmp_path / "target", seed=2)
     prompts = tmp_path / "prompts.jsonl"
     rows = [{"question_id": p.prompt_id, "category": p.task, "turns": [p.text]} for p in PROMPTS]
@@ -270,11 +272,11 @@ def test_cli_trains_saves_and_logs_to_mlflow(tmp_path, monkeypatch):
     assert main(args) == 0
     summary = json.loads((tmp_path / "head" / "training.json").read_text())
     assert summary["final"]["tokens_per_pass_b59"] >= 1.0 and summary["params"]["draft_vocab_size"] <= 30
+    assert "MLFLOW_TRACKING_URI" not in os.environ  # the run's store is not left set for the process
     import mlflow
 
-    mlflow.set_tracking_uri(uri)
     run_id = (tmp_path / "head" / "mlflow_run_id").read_text()
-    history = mlflow.MlflowClient().get_metric_history(run_id, "heldout_top1_step1")
+    history = mlflow.MlflowClient(tracking_uri=uri).get_metric_history(run_id, "heldout_top1_step1")
     assert [m.step for m in history][-1] == 4
     extra = tmp_path / "extra.jsonl"
     extra.write_text("".join(json.dumps({"question_id": f"x{i}", "turns": [f"the dog {i}"]}) + "\n" for i in range(3)))

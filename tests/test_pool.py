@@ -181,8 +181,8 @@ def test_sibling_visible_mask_breaks_exactness(target_and_drafter, monkeypatch):
     """Negative control: a mask that lets tree nodes see their siblings changes the draft rows."""
     _, drafter = target_and_drafter
     context, root = [4, 8, 15, 16, 23], 42
-    def see_everything(frontier, parent, slot, visible, past):
-        return torch.zeros(len(frontier), past + len(frontier))
+    def see_everything(sees, visible):
+        return torch.zeros(sees.shape[0], visible + sees.shape[1])
 
     monkeypatch.setattr(Drafter, "_tree_mask", staticmethod(see_everything))
     drafter.start(torch.tensor(context))

@@ -148,62 +148,62 @@ class Drafter:
         finally:
             self._rewind()
 
-    def _to_target(self, draft_ids: torch.Tensor) -> np.ndarray:
-        ids = draft_ids if self.draft_to_target is None else self.draft_to_target[draft_ids]
-        return ids.cpu().numpy()
+    def _to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids if self.draft_to_target is None else self.draft_to_target[draft_ids]
 
-    def _root_row(self, logp: torch.Tensor) -> np.ndarray:
+    def _root_row(self, logp: torch.Tensor) -> torch.Tensor:
         q = torch.zeros(self.vocab_size, dtype=torch.float32, device=logp.device)
         ids = torch.arange(len(logp), device=logp.device) if self.draft_to_target is None else self.draft_to_target
-        q[ids] = logp.exp()
-        return q.cpu().numpy()
+        return q.index_put_((ids,), logp.exp())
 
     def _grow(self, root: RootStep, shape: PoolShape) -> DraftPool:
+        # Growth stays on the drafter's device and every level's size and depth are known from the shape,
+        # so the host never waits on the device before the finished pool is copied back (one sync a round).
         k, m = shape.topk, shape.size
         if k > len(root.logp):
             raise PoolShapeError(f"pool topk {k} exceeds the draft vocabulary ({len(root.logp)})")
-        token, parent, depth = np.zeros(m, np.int64), np.full(m, -1, np.int64), np.ones(m, np.int64)
-        edge, cum = np.zeros(m, np.float32), np.zeros(m, np.float32)
-        expanded, slot = np.zeros(m, bool), np.full(m, -1, np.int64)
+        dev = root.logp.device
+        token, parent = torch.zeros(m, dtype=torch.long, device=dev), torch.full((m,), -1, device=dev)
+        edge, cum = (torch.zeros(m, dtype=torch.float32, device=dev) for _ in range(2))
+        ancestors = torch.zeros(m, shape.n_expanded, dtype=torch.bool, device=dev)  # tree slots on the path
         feeds = None if root.feed is None else root.feed.new_empty(m, root.feed.shape[-1])
 
         lp, ids = root.logp.topk(k)  # (k,), sorted descending
-        token[:k], edge[:k], cum[:k] = self._to_target(ids), lp.cpu().numpy(), lp.cpu().numpy()
+        token[:k], edge[:k], cum[:k] = self._to_target(ids), lp, lp
         if feeds is not None:
             feeds[:k] = root.feed
-        frontier, n, past = np.arange(k), k, root.visible
-        for d in range(1, shape.depth):  # adds depth d + 1
-            expanded[frontier] = True
+        frontier, n, used = torch.arange(k, device=dev), k, 0  # used: tree slots already in the cache
+        for d in range(1, shape.depth):  # the frontier is at depth d; adds depth d + 1
             f = len(frontier)
-            mask = self._tree_mask(frontier, parent, slot, root.visible, past)
-            slot[frontier] = past + np.arange(f)
-            step_feed = None if feeds is None else feeds[torch.from_numpy(frontier).to(feeds.device)]
-            positions = torch.from_numpy(root.position + depth[frontier])
-            logp, child_feed = self._draft_step(torch.from_numpy(token[frontier]), positions, mask, step_feed)
-            past += f
+            sees = ancestors[frontier, : used + f]  # (f, used + f), a copy
+            sees[:, used:] = torch.eye(f, dtype=torch.bool, device=dev)  # each node sees itself
+            positions = torch.full((f,), root.position + d, device=dev)
+            step_feed = None if feeds is None else feeds[frontier]
+            logp, child_feed = self._draft_step(token[frontier], positions, self._tree_mask(sees, root.visible),
+                                                step_feed)
+            used += f
             lp, ids = logp.topk(k, dim=-1)  # (f, k)
-            new = n + np.arange(f * k)
-            token[new], parent[new], depth[new] = self._to_target(ids.reshape(-1)), np.repeat(frontier, k), d + 1
-            edge[new] = lp.reshape(-1).cpu().numpy()
+            new = slice(n, n + f * k)
+            token[new], edge[new] = self._to_target(ids.reshape(-1)), lp.reshape(-1)
+            parent[new] = frontier.repeat_interleave(k)
             cum[new] = cum[parent[new]] + edge[new]
             if feeds is not None:
-                feeds[n : n + f * k] = child_feed.repeat_interleave(k, 0)
+                feeds[new] = child_feed.repeat_interleave(k, 0)
+            if d < shape.depth - 1:  # ties: pool index (a stable sort)
+                ancestors[new, :used] = sees.repeat_interleave(k, 0)
+                frontier = n + cum[new].sort(descending=True, stable=True).indices[: shape.expand]
             n += f * k
-            if d < shape.depth - 1:
-                frontier = new[np.argsort(-cum[new], kind="stable")[: shape.expand]]
-        return DraftPool(token, parent, depth, np.exp(edge), cum, expanded, self._root_row(root.logp))
+        host = (t.cpu().numpy() for t in (token, parent, edge, cum, self._root_row(root.logp)))
+        token, parent, edge, cum, q_root = host
+        depth = np.repeat(np.arange(1, shape.depth + 1), shape.level_sizes()[0])
+        expanded = np.zeros(m, bool)
+        expanded[parent[parent >= 0]] = True
+        return DraftPool(token, parent, depth, np.exp(edge), cum, expanded, q_root)
 
     @staticmethod
-    def _tree_mask(frontier, parent, slot, visible: int, past: int) -> torch.Tensor:
-        """(f, past + f) additive mask: the committed context and root, the node's ancestors, itself."""
-        f = len(frontier)
-        allowed = np.zeros((f, past + f), bool)
-        allowed[:, :visible] = True
-        allowed[np.arange(f), past + np.arange(f)] = True
-        rows, cur = np.arange(f), parent[frontier]
-        while (cur >= 0).any():  # at most depth - 1 times
-            on = cur >= 0
-            allowed[rows[on], slot[cur[on]]] = True
-            cur = np.where(on, parent[np.maximum(cur, 0)], -1)
-        mask = torch.zeros(allowed.shape, dtype=torch.float32)
-        return mask.masked_fill_(torch.from_numpy(~allowed), float("-inf"))
+    def _tree_mask(sees: torch.Tensor, visible: int) -> torch.Tensor:
+        """(f, visible + s) additive mask from ``sees`` (f, s), the tree slots each node attends to
+        (its ancestors and itself); every node sees the committed context and the root."""
+        mask = torch.zeros(sees.shape[0], visible + sees.shape[1], dtype=torch.float32, device=sees.device)
+        mask[:, visible:].masked_fill_(~sees, float("-inf"))
+        return mask

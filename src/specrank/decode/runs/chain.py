@@ -42,7 +42,7 @@ def draft_chain(drafter, root_token: int, length: int, temperature: float, gener
         logp, past, tokens, rows = step.logp, step.visible, [], []
         feed = None if step.feed is None else step.feed[None]  # (1, F) for EAGLE-3 heads
         for k in range(length):  # one drafter forward per chain token but the last
-            row = torch.from_numpy(drafter._root_row(tempered_log_probs(logp, temperature)))  # (V,)
+            row = drafter._root_row(tempered_log_probs(logp, temperature)).cpu()  # (V,)
             tokens.append(int(torch.multinomial(row.double(), 1, generator=generator)))
             rows.append(row)
             if k + 1 < length:
