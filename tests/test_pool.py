@@ -207,6 +207,34 @@ def test_commit_then_grow_equals_fresh_start(target_and_drafter):
     assert drafter.committed == len(context) + 2 and drafter.cache.get_seq_length() == drafter.committed
 
 
+class MetaDrafter(Drafter):
+    """Rows on the meta device, which holds no data: any host read of them raises."""
+
+    vocab_size = 64
+
+    def __init__(self):
+        self.steps = 0
+
+    def _draft_root(self, root_token):
+        return RootStep(torch.empty(64, device="meta"), torch.empty(8, device="meta"), 5, 4)
+
+    def _draft_step(self, tokens, positions, mask, feed):
+        assert {tokens.device.type, positions.device.type, mask.device.type, feed.device.type} == {"meta"}
+        self.steps += 1
+        return torch.empty(len(tokens), 64, device="meta"), torch.empty(len(tokens), 8, device="meta")
+
+    def _rewind(self):
+        pass
+
+
+def test_growth_reads_nothing_back_before_the_pool_is_finished():
+    """Every drafting step runs without a host read (a sync on a GPU); only the finished pool is copied back."""
+    drafter = MetaDrafter()
+    with pytest.raises(NotImplementedError, match="meta"):
+        drafter.grow_pool(1, PoolShape(4, 5, 3))
+    assert drafter.steps == 4
+
+
 def test_topk_larger_than_vocab_is_refused():
     with pytest.raises(PoolShapeError, match="exceeds"):
         TableDrafter(vocab_size=16).grow_pool(1, PoolShape(topk=20))
