@@ -12,57 +12,15 @@ model. Needs ``apt-get install -y chromium``. Prints each file and the URL it sh
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
-import time
-import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
+
+from specrank.tracking.server import local_mlflow
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--hide-scrollbars")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def mlflow_ui(store: str):
-    """``mlflow ui`` over ``store`` on a free local port; yields its base URL."""
-    port = free_port()
-    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store, "--host", "127.0.0.1",
-                             "--port", str(port), "--workers", "1"], stdout=log, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise SystemExit(f"mlflow ui did not start: {log.read()[-2000:].decode(errors='replace')}")
-                time.sleep(0.5)
-        yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def shoot(chromium: str, url: str, png: Path, width: int = 1920, height: int = 1000, wait_ms: int = 90000,
@@ -130,7 +88,8 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     targets = pages(args.backend_store_uri, args.experiment, args.pipeline)
-    with mlflow_ui(args.backend_store_uri) as base:
+    ui = ["--backend-store-uri", args.backend_store_uri]
+    with tempfile.TemporaryDirectory() as tmp, local_mlflow("ui", ui, Path(tmp) / "ui.log", start_timeout=120) as base:
         for stem, (fragment, height) in targets.items():
             png = args.out / f"{stem}.png"
             shoot(args.chromium, f"{base}/{fragment}", png, height=height)

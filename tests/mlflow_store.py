@@ -3,16 +3,12 @@ seconds), and a real ``mlflow server`` on 127.0.0.1, started once per test modul
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
-import urllib.request
 from contextlib import contextmanager
 
 import pytest
+
+from specrank.tracking.server import local_mlflow
 
 
 def migrated_db(tmp_path_factory, dest):
@@ -34,44 +30,12 @@ def mlflow_db(tmp_path_factory, tmp_path):
     return migrated_db(tmp_path_factory, tmp_path / "mlflow.db")
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def serve(db, root):
     """The URI of a tracking server with SQLite backend ``db`` and proxied artifacts under ``root``."""
-    port = free_port()
-    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
-    env.pop("MLFLOW_TRACKING_URI", None)
-    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-           "--backend-store-uri", f"sqlite:///{db}", "--artifacts-destination", str(root / "artifacts")]
-    log = open(root / "server.log", "wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root, start_new_session=True)
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"mlflow server did not start: {(root / 'server.log').read_text()[-2000:]}")
-                time.sleep(0.25)
+    args = ["--backend-store-uri", f"sqlite:///{db}", "--artifacts-destination", str(root / "artifacts")]
+    with local_mlflow("server", args, root / "server.log", cwd=root) as uri:
         yield uri
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the server and its uvicorn worker share this group
-        try:
-            proc.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
 
 
 @pytest.fixture(scope="module")

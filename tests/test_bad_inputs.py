@@ -23,7 +23,8 @@ import pandas as pd
 import pytest
 
 from specrank.cli import main
-from mlflow_store import free_port, migrated_db
+from specrank.tracking.server import free_port
+from mlflow_store import migrated_db
 
 TEXTS = ["the cat is big", "what is the sun"]
 

@@ -8,10 +8,12 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from mlflow_store import free_port, mlflow_db  # noqa: F401  (fixture)
+from mlflow_store import mlflow_db  # noqa: F401  (fixture)
+
 from specrank import tracking
 from specrank.cli import main
 from specrank.featurize import featurize_run
+from specrank.tracking.server import free_port
 from specrank.featurize.synthetic import write_synthetic_run
 from specrank.rerankers import GBMReranker, IsotonicFirstFactor, cross_fit, load_reranker
 

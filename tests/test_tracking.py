@@ -20,8 +20,9 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from specrank import tracking  # noqa: E402
 from specrank.featurize.features import META_KEY, feature_meta  # noqa: E402
 from specrank.rerankers import GBMReranker, IsotonicFirstFactor, load_reranker  # noqa: E402
+from specrank.tracking.server import free_port  # noqa: E402
 from specrank.tracking.uri import tracking_store  # noqa: E402
-from mlflow_store import free_port, mlflow_db  # noqa: E402,F401  (fixture)
+from mlflow_store import mlflow_db  # noqa: E402,F401  (fixture)
 
 
 def small_reranker():

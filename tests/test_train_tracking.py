@@ -12,7 +12,8 @@ from specrank.cli import main
 from specrank.featurize import read_features
 from specrank.featurize.synthetic import write_synthetic_run
 from specrank.rerankers import GBMReranker, cross_fit, load_reranker
-from specrank.tracking.training import fold_metrics, top1_hits, training_uri
+from specrank.tracking.training import fold_metrics, top1_hits
+from specrank.tracking.uri import optional_uri
 
 SMALL = ["--n-estimators", "20", "--num-leaves", "7", "--n-jobs", "1"]
 
@@ -57,8 +58,8 @@ def test_cross_fit_passes_each_fold_its_own_callbacks(features):
 
 def test_training_uri_default_and_none(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/env.db")
-    assert training_uri(None) is None
-    assert training_uri("default") == f"sqlite:///{tmp_path}/env.db"
+    assert optional_uri(None) is None
+    assert optional_uri("default") == f"sqlite:///{tmp_path}/env.db"
 
 
 def expected_metrics(preds: pd.DataFrame, name: str, fold: int) -> dict:

@@ -114,9 +114,10 @@ def _tracker(args):
         if args.register:
             raise ValueError("--register needs --tracking-uri (the registry lives in the tracking store)")
         return None
-    from specrank.tracking.training import TrainingTracker, training_uri
+    from specrank.tracking.training import TrainingTracker
+    from specrank.tracking.uri import optional_uri
 
-    return TrainingTracker(training_uri(args.tracking_uri), args.experiment, args.run_name, model_prefix(args))
+    return TrainingTracker(optional_uri(args.tracking_uri), args.experiment, args.run_name, model_prefix(args))
 
 
 def _cross_fit_all(names, feats, edges, args, tracker):

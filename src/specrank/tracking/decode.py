@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specrank.evaluation.report import markdown_table
-from specrank.tracking.lineage import file_dataset, log_dataset, parquet_rows, rounds_dataset
+from specrank.tracking.lineage import file_dataset, log_dataset, rounds_dataset
 from specrank.tracking.runs import experiment_run, log_metrics, log_params
 
 UNITS = ("Acceptance is accepted draft tokens per round (tokens per target pass minus one); times are seconds "
@@ -16,23 +16,24 @@ UNITS = ("Acceptance is accepted draft tokens per round (tokens per target pass 
 
 def decode_metrics(timer, run_dir) -> dict[str, float]:
     """This invocation's rounds, tokens/s, acceptance and time split, and the run directory's totals."""
-    out = {"rounds": timer.rounds, "tokens": timer.tokens, "target_passes": timer.passes}
-    if timer.rounds:
-        out.update(accepted_per_round=timer.tokens / timer.rounds - 1, tokens_per_s=timer.tokens / timer.total)
-    out.update({f"time_{span}_s": seconds for span, seconds in timer.split().items()})
-    return {**{k: float(v) for k, v in out.items()}, **recorded_metrics(run_dir)}
+    spans = {f"time_{span}_s": seconds for span, seconds in timer.split().items()}
+    return _metrics(timer.rounds, timer.tokens, timer.total, {"target_passes": timer.passes, **spans}, run_dir)
 
 
 def workers_decode_metrics(outcome, run_dir) -> dict[str, float]:
     """``decode_metrics`` of a run decoded on Ray workers (``scale.pool.Outcome``): tokens/s over the wall
     clock, time spans summed over the workers."""
     totals = outcome.totals()
-    rounds, tokens = totals.get("rounds", 0), totals.get("tokens", 0)
-    out = {"rounds": rounds, "tokens": tokens, "workers": len(outcome.timings), "wall_s": outcome.wall}
+    spans = {f"time_{k}": v for k, v in totals.items() if k.endswith("_s")}
+    return _metrics(totals.get("rounds", 0), totals.get("tokens", 0), max(outcome.wall, 1e-9),
+                    {"workers": len(outcome.timings), "wall_s": outcome.wall, **spans}, run_dir)
+
+
+def _metrics(rounds: int, tokens: int, seconds: float, more: dict, run_dir) -> dict[str, float]:
+    out = {"rounds": rounds, "tokens": tokens}
     if rounds:
-        out.update(accepted_per_round=tokens / rounds - 1, tokens_per_s=tokens / max(outcome.wall, 1e-9))
-    out.update({f"time_{k}": v for k, v in totals.items() if k.endswith("_s")})
-    return {**{k: float(v) for k, v in out.items()}, **recorded_metrics(run_dir)}
+        out.update(accepted_per_round=tokens / rounds - 1, tokens_per_s=tokens / seconds)
+    return {**{k: float(v) for k, v in {**out, **more}.items()}, **recorded_metrics(run_dir)}
 
 
 def recorded_metrics(run_dir) -> dict[str, float]:
@@ -44,7 +45,7 @@ def recorded_metrics(run_dir) -> dict[str, float]:
         return {}
     accepted = [pq.read_table(f, columns=["accepted"]).column("accepted").to_numpy() for f in shards]
     total = sum(len(a) for a in accepted)
-    out = {"recorded_rounds": float(parquet_rows(shards))}
+    out = {"recorded_rounds": float(total)}
     if total:
         out["recorded_accepted_per_round"] = float(sum(a.sum() for a in accepted)) / total
     return out

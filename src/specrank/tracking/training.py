@@ -17,9 +17,6 @@ from specrank.tracking.models import log_reranker, model_name
 from specrank.tracking.runs import (NOTE_TAG, experiment_run, file_hash, log_metrics, log_params, nested_run,
                                     set_description)
 from specrank.tracking.trials import TrialLogger
-from specrank.tracking.uri import optional_uri
-
-training_uri = optional_uri  # ``specrank train --tracking-uri``: logging is opt-in
 
 
 def top1_hits(pred, label, rounds, cand) -> tuple[np.ndarray, np.ndarray]:
@@ -74,6 +71,10 @@ UNITS = ("`*mse*` is the held-out squared error per first-level candidate of the
 
 
 LOAD_HINT = "Load it with `specrank.rerankers.load_reranker(URI, tracking_uri=...)` or `specrank online --reranker URI`."
+
+
+def fold_note(name: str, fold) -> str:
+    return f"The {name} model that predicts fold {fold}, fitted on the other fold's prompts."
 
 
 class FoldTrials:
@@ -139,8 +140,7 @@ class TrainingTracker:
         key = (name, str(fold))
         if key not in self.fold_runs:
             tags = {"specrank.reranker": name, "specrank.fold": str(fold)}
-            note = f"The {name} model that predicts fold {fold}, fitted on the other fold's prompts."
-            with nested_run(f"{name}-fold{fold}", tags=tags, description=note) as run:
+            with nested_run(f"{name}-fold{fold}", tags=tags, description=fold_note(name, fold)) as run:
                 self.fold_runs[key] = run.info.run_id
         return self.fold_runs[key]
 
@@ -175,8 +175,7 @@ class TrainingTracker:
                     scores = fold_metrics(h[name], h["label"], h["draft"], rounds[held], h["cand"])
                     log_metrics(scores)
                     rows = [[k, f"{v:.5g}"] for k, v in scores.items()]
-                    set_description(f"The {name} model that predicts fold {fold}, fitted on the other fold's "
-                                    f"prompts.\n\n{markdown_table(['held out', 'value'], rows)}\n\n{UNITS}")
+                    set_description(f"{fold_note(name, fold)}\n\n{markdown_table(['held out', 'value'], rows)}\n\n{UNITS}")
                     key = (name, str(fold))
                     self.scores[key] = scores
                     self.uris[key] = log_reranker(
