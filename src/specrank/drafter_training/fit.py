@@ -4,6 +4,7 @@ a short decode with the trained head, and MLflow tracking."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -22,6 +23,8 @@ from specrank.drafter_training.vocab import most_frequent
 from specrank.tracking.uri import check_reachable, resolve_tracking_uri
 
 SUMMARY = "training.json"
+
+
 def split_prompts(prompts, heldout_per_task: int, seed: int = 0) -> set[str]:
     """Prompt ids held out: ``heldout_per_task`` drawn per task (tasks with more prompts than that)."""
     rng = np.random.default_rng(seed)
@@ -31,6 +34,16 @@ def split_prompts(prompts, heldout_per_task: int, seed: int = 0) -> set[str]:
         if len(ids) > heldout_per_task:
             held.update(ids[i] for i in rng.choice(len(ids), heldout_per_task, replace=False))
     return held
+
+
+def prompt_digest(text: str) -> str:
+    """The sha256 of a prompt's text (UTF-8): how a head's ``training.json`` names what it trained on."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def prompt_digests(prompts) -> dict[str, str]:
+    """``{prompt_id: prompt_digest(text)}`` of ``prompts``."""
+    return {p.prompt_id: prompt_digest(p.text) for p in prompts}
 
 
 def tokens_per_pass(target, drafter, prompts, max_new_tokens: int, budget: int = 59) -> float:
@@ -111,7 +124,11 @@ def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig
             decoded = [p for p in prompts if p.prompt_id in held][:decode_prompts]
             final["tokens_per_pass_b59"] = tokens_per_pass(target, load_eagle3(out_dir, target), decoded, decode_tokens)
         logger.log({k: v for k, v in final.items() if isinstance(v, (int, float))}, result["step"])
-        write_json_atomic(Path(out_dir) / SUMMARY, {"params": params, "final": final, "history": result["history"]})
+        trained = [p for p in prompts if p.prompt_id not in held] + list(extra)
+        write_json_atomic(Path(out_dir) / SUMMARY, {
+            "params": params, "final": final, "history": result["history"],
+            "training_prompts": prompt_digests(trained),
+        })
     finally:
         logger.close()
     return final
