@@ -30,6 +30,7 @@ COMMANDS = {
     "drafter": "specrank.commands.drafter",
     "verify-sweep": "specrank.commands.verify_sweep",
     "demo": "specrank.commands.demo",
+    "study": "specrank.commands.study",
 }
 DEBUG_ENV = "SPECRANK_DEBUG"
 
@@ -95,6 +96,7 @@ def main(argv=None) -> int:
         return _error(exc.prog, str(exc))
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
+    args.argv = list(sys.argv[1:] if argv is None else argv)[1:]  # after the command name: for records of the run
     debug = args.debug or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
     try:
         return int(args._run(args) or 0)

@@ -47,6 +47,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--experiment", default="specrank", help="MLflow experiment name (default specrank)")
     parser.add_argument("--run-name", default=None, help="MLflow run name (default decode-<out dir name>)")
     parser.add_argument("--no-tracking", action="store_true", help="record the run directory only, log nothing")
+    add_seen_prompts_argument(parser)
+
+
+def add_seen_prompts_argument(parser) -> None:
+    parser.add_argument("--allow-training-prompts", action="store_true",
+                        help="decode prompts the EAGLE-3 head was trained on (refused by default: its acceptance there "
+                             "is inflated); the manifest records how many")
 
 
 def run(args) -> int:
@@ -54,10 +61,11 @@ def run(args) -> int:
     from transformers.utils import logging as hf_logging
 
     from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
-    from specrank.decode.loading.drafters import parse_drafter_spec
+    from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
     from specrank.decode.loading.targets import check_target_spec, parse_device
     from specrank.decode.prompts import read_prompts
     from specrank.decode.runs import build_manifest, record_run
+    from specrank.decode.runs.manifest import with_trained_prompts
     from specrank.outputs import check_output_dir, removing_new_dirs
     from specrank.scale import workers_from_args
 
@@ -83,6 +91,7 @@ def run(args) -> int:
             TreeRuleVerifier(rule, args.temperature)  # refuses rules without a tree form before any model loads
     parse_device(args.device)
     parse_drafter_spec(args.drafter, args.eagle3_layers)  # every argument is checked before a model loads
+    seen = check_unseen(args.drafter, prompts, args.allow_training_prompts)
     uri = None
     if not args.no_tracking:
         from specrank.tracking import check_reachable, resolve_tracking_uri
@@ -91,7 +100,7 @@ def run(args) -> int:
     if workers is not None:  # the workers load the models; the driver loads none
         from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers, summary
 
-        run = RunSpec(args.out, config, args.decoder if lossy else "record", args.verifier)
+        run = RunSpec(args.out, config, args.decoder if lossy else "record", args.verifier, seen)
         models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers)
         outcome = decode_on_workers(workers, models, prompts, prompts_path, [run], args.shard_size,
                                     progress=not args.no_progress)
@@ -107,7 +116,7 @@ def run(args) -> int:
     check_target_spec(args.target)
     target = load_target(args.target, args.device, args.dtype)
     drafter = load_drafter(args.drafter, target, args.eagle3_layers)
-    manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)
+    manifest = with_trained_prompts(build_manifest(target, drafter, config, prompts_path, args.shard_size), seen)
     with removing_new_dirs(args.out):
         if lossy:
             from specrank.decode.runs import lossy_decode_run

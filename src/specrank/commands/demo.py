@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from specrank.commands.args import at_least
+from specrank.commands.decode import add_seen_prompts_argument
 from specrank.commands.drafter import add_eagle3_layers
 
 MIN_PROMPTS = 4  # two cross-fitting halves, each split again in two for the hyper-parameter search
@@ -30,8 +31,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="demo directory (default ~/.cache/specrank/demo)")
     parser.add_argument("--target", default="smollm2", help="target (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--drafter", default=None,
-                        help="drafter spec (default: eagle3:default, the head `make drafter` trains, when it exists; "
-                             "else early-exit:8, the target's first 8 layers)")
+                        help="drafter spec (default: eagle3:default, the head that ships in the package or the one "
+                             "`make drafter` trained into the cache)")
     add_eagle3_layers(parser)
     parser.add_argument("--limit", type=at_least(MIN_PROMPTS), default=None,
                         help="prompts of the bundled set to decode (default 40 with the EAGLE-3 head, 24 without;"
@@ -45,9 +46,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tracking-uri", default=None, help="MLflow URI (default sqlite:///mlflow.db here)")
     parser.add_argument("--experiment", default="specrank-demo")
     parser.add_argument("--device", default="cpu")
+    add_seen_prompts_argument(parser)
 
 
-# Sized so the whole demo (two decodes, both temperatures) fits in ~20 minutes on 2 CPU cores: a round
+# Sized so the whole demo (two decodes, both temperatures) fits in ~10 minutes on 2 CPU cores: a round
 # of the default 710-candidate pool costs ~0.75 s with the EAGLE-3 head (~2 tokens) and ~1.4 s with
 # early-exit:8 (~1 token). Raise both for real studies.
 DEMO_SIZE = {"eagle3:default": (40, 20)}
@@ -55,7 +57,8 @@ FALLBACK_SIZE = (24, 14)
 
 
 def default_drafter() -> str:
-    """``eagle3:default`` once `make drafter` has trained the head, else ``early-exit:8`` (said on stdout)."""
+    """``eagle3:default`` (the shipped head, or the cache's), else ``early-exit:8`` (said on stdout) in a checkout
+    whose head was removed."""
     from specrank.decode.loading.eagle3 import default_head_dir, has_default_head
 
     if has_default_head():
@@ -89,7 +92,8 @@ def parse_temperatures(text: str) -> list[float]:
 
 
 def run(args) -> int:
-    from specrank.decode.loading.drafters import parse_drafter_spec
+    from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
+    from specrank.decode.prompts import default_prompts_path, read_prompts
     from specrank.decode.loading.targets import check_target_spec, parse_device
     from specrank.evaluation import load_evaluation
     from specrank.evaluation.report import headline_table
@@ -108,7 +112,10 @@ def run(args) -> int:
     limit, max_new_tokens = args.limit or limit, args.max_new_tokens or max_new_tokens
     # One folder per drafter, so switching drafters never meets another drafter's resumable runs.
     out = (args.out or default_out()).resolve() / drafter.replace(":", "-").replace("/", "_")
-    layers = ["--eagle3-layers", ",".join(map(str, args.eagle3_layers))] if args.eagle3_layers else []
+    check_unseen(drafter, read_prompts(default_prompts_path(), limit), args.allow_training_prompts)
+    options = ["--eagle3-layers", ",".join(map(str, args.eagle3_layers))] if args.eagle3_layers else []
+    if args.allow_training_prompts:
+        options.append("--allow-training-prompts")
     tables = {}
     for temp in temperatures:
         name = "greedy" if temp == 0 else f"t{temp:g}"
@@ -117,7 +124,7 @@ def run(args) -> int:
         with _pipeline_run(args.experiment, uri, name, temp, drafter):
             _stage(["decode", "--target", args.target, "--drafter", drafter, "--out", str(run_dir),
                     "--temperature", f"{temp:g}", "--limit", str(limit),
-                    "--max-new-tokens", str(max_new_tokens), "--device", args.device, *layers,
+                    "--max-new-tokens", str(max_new_tokens), "--device", args.device, *options,
                     *tracked, "--run-name", f"demo-{name}-decode"])
             _stage(["featurize", str(run_dir), *tracked, "--run-name", f"demo-{name}-featurize"])
             _stage(["train", str(run_dir / "features.parquet"), "--rerankers", "isotonic,base,rows",

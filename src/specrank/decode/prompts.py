@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -22,6 +23,29 @@ class Prompt:
 def default_prompts_path() -> Path:
     """The bundled prompt set (8 prompts for each of 7 task types)."""
     return Path(str(resources.files("specrank") / "data" / "prompts.jsonl"))
+
+
+def drafter_prompts_path() -> Path:
+    """The bundled training-only prompts (1,709, seven task types) that heads are distilled on: none shares its
+    text with the evaluation sets (``prompts.jsonl``, ``spec_bench.jsonl``)."""
+    return Path(str(resources.files("specrank") / "data" / "drafter_prompts.jsonl"))
+
+
+def spec_bench_path() -> Path:
+    """Spec-Bench's 480 questions (Xia et al., arXiv 2401.07851; Apache-2.0, notice in ``spec_bench.LICENSE``
+    beside it): 80 MT-Bench first turns and 80 each of translation, summarization, QA, math and RAG."""
+    return Path(str(resources.files("specrank") / "data" / "spec_bench.jsonl"))
+
+
+def prompt_digest(text: str) -> str:
+    """The sha256 of a prompt's text (UTF-8): how a head's ``training.json`` names the prompts it trained on,
+    so a prompt is recognised in any file under any id."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def prompt_digests(prompts) -> dict[str, str]:
+    """``{prompt_id: prompt_digest(text)}`` of ``prompts``."""
+    return {p.prompt_id: prompt_digest(p.text) for p in prompts}
 
 
 def _parse(obj, where: str) -> Prompt:

@@ -13,7 +13,10 @@ def add_train_parser(actions) -> None:
     """Add the ``train`` action to the ``specrank drafter`` subparsers."""
     p = actions.add_parser("train", help=HELP, description=HELP)
     p.add_argument("--target", default="smollm2", help="HF directory, .gguf file or 'smollm2' (default)")
-    p.add_argument("--prompts", type=Path, default=None, help="JSONL prompt file (default: the bundled set)")
+    p.add_argument("--prompts", type=Path, default=None,
+                   help="JSONL prompt file, split into training and held-out prompts (default: the bundled "
+                        "training-only prompts, data/drafter_prompts.jsonl, which share no text with the evaluation sets)")
+    p.add_argument("--limit", type=at_least(1), default=None, help="use the first N prompts of --prompts")
     p.add_argument("--out", required=True, type=Path,
                    help="head directory (the SpecForge/SGLang layout; `specrank drafter export` writes the others)"
                         " and checkpoints")
@@ -58,7 +61,7 @@ def run_train(args) -> int:
     from specrank.decode.config import check_temperature
     from specrank.decode.loading.eagle3 import default_hidden_layers
     from specrank.decode.loading.targets import check_target_spec, load_target, parse_device
-    from specrank.decode.prompts import default_prompts_path, read_prompts
+    from specrank.decode.prompts import drafter_prompts_path, read_prompts
     from specrank.drafter_training.data import GenerationSpec
     from specrank.drafter_training.fit import fit_drafter
     from specrank.drafter_training.train import TrainConfig
@@ -79,7 +82,7 @@ def run_train(args) -> int:
         response_only=args.response_only,
         eval_every=args.eval_every, checkpoint_every=args.checkpoint_every, seed=args.seed, max_minutes=args.max_minutes,
     )
-    prompts = read_prompts(args.prompts or default_prompts_path())
+    prompts = read_prompts(args.prompts or drafter_prompts_path(), args.limit)
     parse_device(args.device)
     check_target_spec(args.target)
     target = load_target(args.target, args.device, "float32")

@@ -4,7 +4,6 @@ a short decode with the trained head, and MLflow tracking."""
 from __future__ import annotations
 
 import functools
-import hashlib
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -14,6 +13,7 @@ import torch
 
 from specrank.atomic import write_json_atomic
 from specrank.decode.loading.eagle3 import default_head_dir  # noqa: F401  (re-exported)
+from specrank.decode.prompts import prompt_digests
 from specrank.drafter_training.data import GenerationSpec, generate_corpus, load_corpus
 from specrank.drafter_training.head import new_head, save_head
 from specrank.drafter_training.objective import target_logits
@@ -34,16 +34,6 @@ def split_prompts(prompts, heldout_per_task: int, seed: int = 0) -> set[str]:
         if len(ids) > heldout_per_task:
             held.update(ids[i] for i in rng.choice(len(ids), heldout_per_task, replace=False))
     return held
-
-
-def prompt_digest(text: str) -> str:
-    """The sha256 of a prompt's text (UTF-8): how a head's ``training.json`` names what it trained on."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def prompt_digests(prompts) -> dict[str, str]:
-    """``{prompt_id: prompt_digest(text)}`` of ``prompts``."""
-    return {p.prompt_id: prompt_digest(p.text) for p in prompts}
 
 
 def tokens_per_pass(target, drafter, prompts, max_new_tokens: int, budget: int = 59) -> float:

@@ -40,7 +40,7 @@ def parse_drafter_spec(spec, eagle3_layers=None) -> tuple[str, str]:
         from specrank.decode.loading.eagle3 import default_head_dir, has_default_head
 
         if rest == "default" and not has_default_head():
-            raise FileNotFoundError(f"no trained default EAGLE-3 head in {default_head_dir()}: run `make drafter` first")
+            raise FileNotFoundError(f"no default EAGLE-3 head in {default_head_dir()}: run `make drafter`")
         if rest != "default":
             from specrank.files import read_json
 
@@ -68,3 +68,50 @@ def load_drafter(spec: str, target, eagle3_layers=None):
     from specrank.decode.loading.eagle3 import load_eagle3
 
     return load_eagle3(rest, target, spec, eagle3_layers)
+
+
+class SeenPromptError(ValueError):
+    """A head would be evaluated on prompts it was trained on."""
+
+
+def head_directory(spec: str) -> Path | None:
+    """The checkpoint directory of an ``eagle3:`` spec (``eagle3:default`` resolved), else None."""
+    kind, _, rest = str(spec).partition(":")
+    if kind != "eagle3" or not rest:
+        return None
+    from specrank.decode.loading.eagle3 import default_head_dir
+
+    return default_head_dir() if rest == "default" else Path(rest)
+
+
+def trained_on(spec: str, prompts) -> list[str] | None:
+    """Ids of ``prompts`` whose text the drafter ``spec`` was trained on, by the prompt digests its head's
+    ``training.json`` records; [] for a drafter with no training record, None for a head whose ``training.json``
+    (written by an older specrank) does not say which prompts it trained on."""
+    from specrank.decode.prompts import prompt_digest
+    from specrank.files import read_json
+
+    head = head_directory(spec)
+    if head is None or not (head / "training.json").is_file():
+        return []
+    record = read_json(head / "training.json", "EAGLE-3 head training summary")
+    if not isinstance(record, dict) or not isinstance(record.get("training_prompts"), dict):
+        return None
+    seen = set(record["training_prompts"].values())
+    return [p.prompt_id for p in prompts if prompt_digest(p.text) in seen]
+
+
+def check_unseen(spec: str, prompts, allow: bool = False, flag: str = "--allow-training-prompts") -> int:
+    """Refuse (``SeenPromptError``) to evaluate the drafter ``spec`` on prompts its head trained on, unless
+    ``allow``; return how many of ``prompts`` it trained on (recorded in the manifest when allowed)."""
+    seen = trained_on(spec, prompts)
+    if seen is None:
+        if allow:
+            return len(prompts)  # unknown: counted as all seen
+        raise SeenPromptError(f"drafter {spec}: its training.json does not say which prompts it trained on (an older "
+                              f"specrank wrote it): retrain it (`make drafter`), or pass {flag}")
+    if seen and not allow:
+        raise SeenPromptError(
+            f"drafter {spec} was trained on {len(seen)} of these {len(prompts)} prompts (e.g. {seen[0]!r}): its "
+            f"acceptance there is inflated; decode other prompts, or pass {flag} to measure it anyway")
+    return len(seen)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from importlib import resources
 from pathlib import Path
 
 import torch
@@ -49,14 +50,25 @@ from specrank.decode.engine.pool import Drafter, RootStep, causal_mask, draft_lo
 DEFAULT_HEAD = "smollm2-eagle3"
 
 
-def default_head_dir() -> Path:
+def cached_head_dir() -> Path:
     """Where ``make drafter`` trains the embedded default target's head: ``$SPECRANK_CACHE/drafters/smollm2-eagle3``."""
     base = os.environ.get("SPECRANK_CACHE") or Path.home() / ".cache" / "specrank"
     return Path(base) / "drafters" / DEFAULT_HEAD
 
 
+def shipped_head_dir() -> Path:
+    """The head that ships inside the package (bf16, its model card in ``README.md`` beside it)."""
+    return Path(str(resources.files("specrank") / "data" / "heads" / DEFAULT_HEAD))
+
+
+def default_head_dir() -> Path:
+    """``eagle3:default``: the head `make drafter` trained into the cache when there is one, else the shipped head."""
+    cached = cached_head_dir()
+    return cached if (cached / "config.json").is_file() else shipped_head_dir()
+
+
 def has_default_head() -> bool:
-    """Whether ``make drafter`` has trained and saved the default head."""
+    """Whether ``eagle3:default`` names a head (the cached one or the shipped one)."""
     return (default_head_dir() / "config.json").is_file()
 
 
@@ -255,7 +267,7 @@ def load_eagle3(directory, target, spec: str = "", eagle3_layers=None) -> Eagle3
     if str(directory) == "default":
         directory = default_head_dir()
         if not has_default_head():
-            raise FileNotFoundError(f"no trained default EAGLE-3 head in {directory}: run `make drafter` first")
+            raise FileNotFoundError(f"no default EAGLE-3 head in {directory} nor in {shipped_head_dir()}: run `make drafter`")
     directory = Path(directory)
     ckpt = read_head(directory)
     config = eagle3_config(ckpt.config)

@@ -174,6 +174,20 @@ def load_causal_lm(path: Path, device, dtype):
     return model.to(device).eval().requires_grad_(False), tokenizer
 
 
+def load_target_tokenizer(spec=DEFAULT_TARGET):
+    """(tokenizer, context length or None) of a target without loading its weights: prompt lengths are checked
+    before any model loads."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    path = resolve_target(spec)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        context = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path}: cannot load the tokenizer: {first_line(exc)}") from None
+    return tokenizer, int(context) if context else None
+
+
 def load_target(spec=DEFAULT_TARGET, device="cpu", dtype="float32") -> Target:
     """Load a target from a local HF directory, a ``.gguf`` file, or ``"smollm2"`` (the default)."""
     dev, dt = parse_device(device), parse_dtype(dtype)

@@ -47,3 +47,9 @@ def run_manifest(identity: dict, config: DecodeConfig, prompts_path, shard_size:
         "shard_size": shard_size,
         "versions": identity["versions"],
     }
+
+
+def with_trained_prompts(manifest: dict, trained_prompts: int) -> dict:
+    """``manifest`` saying how many of its prompts the drafter was trained on, when any were (decoded only when
+    asked explicitly); a run on unseen prompts has no such key."""
+    return {**manifest, "drafter_trained_prompts": trained_prompts} if trained_prompts else manifest

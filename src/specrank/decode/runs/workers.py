@@ -17,7 +17,7 @@ from pathlib import Path
 from specrank.decode.config import DecodeConfig
 from specrank.decode.engine.timer import Timer
 from specrank.decode.runs.lossy import DECODERS, lossy_manifest, lossy_work
-from specrank.decode.runs.manifest import model_identity, run_manifest
+from specrank.decode.runs.manifest import model_identity, run_manifest, with_trained_prompts
 from specrank.decode.runs.recorder import recorder_work
 from specrank.decode.runs.shards import decode_shard, done_prompts, open_run_dir, pending_shards, shard_name, write_shard
 from specrank.scale import Outcome, ScaleError, Shard, Workers, worker_pool
@@ -51,6 +51,7 @@ class RunSpec:
     config: DecodeConfig
     decoder: str = RECORD
     verifier: str | None = None
+    trained_prompts: int = 0  # prompts the drafter was trained on, decoded when asked explicitly
 
     def rule(self):
         from specrank.decode.verify.lossy.parse import parse_verifier
@@ -74,7 +75,7 @@ class RunSpec:
         manifest = run_manifest(identity, self.config, prompts_path, shard_size)
         if self.decoder != RECORD:
             manifest = lossy_manifest(manifest, self.rule(), self.decoder)
-        return {**manifest, "workers": workers}
+        return {**with_trained_prompts(manifest, self.trained_prompts), "workers": workers}
 
 
 class DecodeWork:

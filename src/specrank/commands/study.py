@@ -1,0 +1,344 @@
+"""``specrank study``: the demo's pipeline at the scale that can answer whether the rerankers help.
+
+For each temperature (default 1 and greedy): decode prompts (default: Spec-Bench's 480 questions, none of which
+the shipped head trained on) until a round target is met, featurize, cross-fit the isotonic, Base and Rows
+rerankers, evaluate every rule offline, then gather the figures at B = 8 and 59 (``specrank.evaluation.study``)
+into ``OUT/results.json``, ``OUT/results.md`` and ``OUT/learning-curve.png``.
+
+The prompts are decoded in a fixed, seeded order, ``--chunk`` at a time, and decoding stops at the first chunk
+boundary where the recorded rounds reach the target: the same command always decodes the same prompts, so a
+run interrupted anywhere and rerun gives the same results. Each stage after decoding is redone only when its
+input changed (digests in ``OUT/<temperature>/stages.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shlex
+import subprocess
+import time
+from pathlib import Path
+
+from specrank.commands.args import at_least
+from specrank.commands.decode import add_seen_prompts_argument
+from specrank.commands.drafter import add_eagle3_layers
+from specrank.scale import add_worker_arguments
+
+HELP = "the pipeline at scale (decode to a round target, featurize, cross-fit, evaluate) -> one results JSON"
+CHUNK = 24  # prompts decoded between two looks at the round count (a multiple of the shard size)
+SHARD_SIZE = 4
+# Sized on this 2-core machine: ~10,000 rounds at T = 1 and ~4,000 greedy with the shipped head in about
+# 150 minutes on 2 Ray workers (benchmarks/results/study.json holds the measured run).
+DEFAULT_ROUNDS = 10_000
+DEFAULT_GREEDY_ROUNDS = 4_000
+DEFAULT_MAX_NEW_TOKENS = 64
+
+
+class StudyDirError(ValueError):
+    """The study directory holds another study."""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--out", type=Path, required=True, help="study directory (rerun the same command to resume)")
+    parser.add_argument("--target", default="smollm2", help="local HF directory, .gguf file, or 'smollm2' (default)")
+    parser.add_argument("--drafter", default="eagle3:default", help="drafter spec (default eagle3:default)")
+    add_eagle3_layers(parser)
+    parser.add_argument("--prompts", type=Path, default=None,
+                        help="JSONL prompts (Spec-Bench or HumanEval form; default: the bundled Spec-Bench questions)")
+    parser.add_argument("--rounds", type=at_least(1), default=DEFAULT_ROUNDS,
+                        help=f"rounds to record at each sampling temperature (default {DEFAULT_ROUNDS})")
+    parser.add_argument("--greedy-rounds", type=at_least(1), default=DEFAULT_GREEDY_ROUNDS,
+                        help=f"rounds to record greedily (default {DEFAULT_GREEDY_ROUNDS})")
+    parser.add_argument("--temperatures", default="1,0", help="comma-separated temperatures (default 1,0)")
+    parser.add_argument("--max-new-tokens", type=at_least(1), default=DEFAULT_MAX_NEW_TOKENS,
+                        help=f"tokens per prompt (default {DEFAULT_MAX_NEW_TOKENS})")
+    parser.add_argument("--chunk", type=at_least(1), default=CHUNK,
+                        help=f"prompts decoded between two looks at the round count (default {CHUNK})")
+    parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
+    parser.add_argument("--tune-trials", type=at_least(0), default=8,
+                        help="Optuna trials per fold of Base and Rows (default 8)")
+    parser.add_argument("--n-estimators", type=at_least(1), default=400,
+                        help="boosting iterations of Base and Rows (default 400, the paper's)")
+    parser.add_argument("--seed", type=int, default=0, help="prompt order, decoding and bootstrap seed (default 0)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--threads", type=at_least(1), default=None,
+                        help="torch CPU threads (per worker with --workers)")
+    add_worker_arguments(parser)
+    add_seen_prompts_argument(parser)
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow tracking URI (default: sqlite:///OUT/mlflow.db, the study's own store)")
+    parser.add_argument("--experiment", default="specrank-study", help="MLflow experiment (default specrank-study)")
+    parser.add_argument("--no-tracking", action="store_true", help="write the study directory only, log nothing")
+
+
+def run(args) -> int:
+    from specrank.commands.demo import parse_temperatures
+    from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
+    from specrank.decode.loading.targets import check_target_spec, parse_device
+    from specrank.decode.prompts import read_prompts, spec_bench_path
+    from specrank.outputs import check_output_dir
+    from specrank.scale import workers_from_args
+
+    started = time.perf_counter()
+    temperatures = parse_temperatures(args.temperatures)
+    out = check_output_dir(args.out).resolve()
+    parse_device(args.device)
+    check_target_spec(args.target)
+    parse_drafter_spec(args.drafter, args.eagle3_layers)
+    workers_from_args(args)  # --workers / --ray-address refused here, before anything loads
+    prompts_path = args.prompts or spec_bench_path()
+    prompts = read_prompts(prompts_path)
+    seen = check_unseen(args.drafter, prompts, args.allow_training_prompts)
+    uri = None
+    if not args.no_tracking:
+        from specrank.tracking import check_reachable, resolve_tracking_uri
+
+        uri = check_reachable(resolve_tracking_uri(args.tracking_uri or f"sqlite:///{out / 'mlflow.db'}"))
+    kept, skipped = fitting_prompts(args.target, prompts, args.max_new_tokens)
+    study_prompts = write_study_prompts(out, kept, args.seed)
+    print(f"{len(kept)} of {len(prompts)} prompts fit the target's context ({skipped} too long, skipped)"
+          + (f"; the drafter trained on {seen} of them (--allow-training-prompts)" if seen else ""), flush=True)
+    results = {
+        "command": shlex.join(["specrank", "study", *getattr(args, "argv", [])]),
+        "commit": source_commit(),
+        "machine": machine(args),
+        "target": args.target,
+        "drafter": args.drafter,
+        "prompts": {"file": Path(prompts_path).name, "available": len(prompts), "skipped_too_long": skipped,
+                    "drafter_trained_on": seen},
+        "settings": {"max_new_tokens": args.max_new_tokens, "bootstrap": args.bootstrap,
+                     "tune_trials": args.tune_trials, "n_estimators": args.n_estimators, "chunk": args.chunk, "seed": args.seed,
+                     "rounds_target": {"sampled": args.rounds, "greedy": args.greedy_rounds}},
+        "temperatures": {},
+        "timing": {},
+    }
+    for temp in temperatures:
+        name = "greedy" if temp == 0 else f"t{temp:g}"
+        goal = args.greedy_rounds if temp == 0 else args.rounds
+        stage_start = time.perf_counter()
+        with _pipeline_run(uri, args.experiment, name, temp, args.drafter):
+            run_dir = out / name
+            decoded = decode_until(args, study_prompts, len(kept), run_dir, temp, goal)
+            figures = analyse(args, run_dir, uri, name)
+            figures["prompts_decoded"] = decoded
+            results["temperatures"][f"{temp:g}"] = figures
+            results["settings"]["pool_size"] = figures["pool_size"]
+            results["timing"][name] = round(time.perf_counter() - stage_start, 1)
+            if uri is not None:
+                _log_pipeline(figures)
+    results["timing"]["total_s"] = round(time.perf_counter() - started, 1)
+    write_results(out, results)
+    print(f"\nresults: {out / 'results.json'}, {out / 'results.md'}")
+    for t, r in results["temperatures"].items():
+        for b, f in r["budgets"].items():
+            rows, rb = f["rules"]["rows"], f["rows_minus_base"]
+            print(f"T={t} B={b}: {r['rounds']} rounds; Rows share of root's gain {rows['root_share'][0]:.1f}% "
+                  f"[{rows['root_share'][1]:.1f}, {rows['root_share'][2]:.1f}]; Rows - Base "
+                  f"{rb['gain_pct_of_draft'][0]:+.2f}% of draft [{rb['gain_pct_of_draft'][1]:+.2f}, "
+                  f"{rb['gain_pct_of_draft'][2]:+.2f}]")
+    return 0
+
+
+def fitting_prompts(target: str, prompts, max_new_tokens: int, depth: int = 8) -> tuple[list, int]:
+    """(the prompts whose chat-encoded length leaves room for ``max_new_tokens`` and a pool of ``depth`` in the
+    target's context, how many were skipped); only the tokenizer loads."""
+    from specrank.decode.loading.targets import load_target_tokenizer
+    from specrank.decode.prompts import encode_prompt
+
+    tokenizer, context = load_target_tokenizer(target)
+    if context is None:
+        return list(prompts), 0
+    kept = [p for p in prompts if len(encode_prompt(tokenizer, p.text)) + max_new_tokens + depth <= context]
+    return kept, len(prompts) - len(kept)
+
+
+def write_study_prompts(out: Path, prompts, seed: int) -> Path:
+    """``OUT/prompts.jsonl``: ``prompts`` in a seeded order (any prefix mixes the tasks), in Spec-Bench form; an
+    existing file must hold exactly these lines (the same study), else the study is refused."""
+    import numpy as np
+
+    from specrank.atomic import atomic_write
+
+    order = np.random.default_rng(seed).permutation(len(prompts))
+    lines = [json.dumps({"question_id": prompts[i].prompt_id, "category": prompts[i].task,
+                         "turns": [prompts[i].text]}, ensure_ascii=False) for i in order]
+    text = "\n".join(lines) + "\n"
+    path = out / "prompts.jsonl"
+    if path.is_file():
+        if path.read_text(encoding="utf-8") != text:
+            raise StudyDirError(f"{out} holds another study (its prompts.jsonl differs); use a new --out")
+        return path
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda p: Path(p).write_text(text, encoding="utf-8"))
+    return path
+
+
+def decode_until(args, prompts_path: Path, n_prompts: int, run_dir: Path, temp: float, goal: int) -> int:
+    """Decode ``prompts_path`` ``--chunk`` prompts at a time until ``goal`` rounds are recorded (or the prompts run
+    out); return how many prompts were decoded. Chunks already recorded are not decoded again."""
+    from specrank.decode.runs.shards import done_prompts
+
+    limit = 0
+    while limit < n_prompts:
+        limit = min(n_prompts, limit + args.chunk)
+        if not set(range(limit)) <= (done_prompts(run_dir) if run_dir.exists() else set()):
+            _stage(["decode", "--target", args.target, "--drafter", args.drafter, "--prompts", str(prompts_path),
+                    "--out", str(run_dir), "--temperature", f"{temp:g}", "--limit", str(limit),
+                    "--max-new-tokens", str(args.max_new_tokens), "--seed", str(args.seed), "--device", args.device,
+                    "--dtype", args.dtype, "--shard-size", str(SHARD_SIZE), "--no-tracking", "--no-progress",
+                    *_options(args)])
+        if recorded_rounds(run_dir) >= goal:
+            break
+    return limit
+
+
+def _options(args) -> list[str]:
+    opts = []
+    if args.eagle3_layers:
+        opts += ["--eagle3-layers", ",".join(map(str, args.eagle3_layers))]
+    if args.threads:
+        opts += ["--threads", str(args.threads)]
+    if args.workers:
+        opts += ["--workers", str(args.workers)]
+    if args.ray_address:
+        opts += ["--ray-address", args.ray_address]
+    if args.allow_training_prompts:
+        opts.append("--allow-training-prompts")
+    return opts
+
+
+def recorded_rounds(run_dir: Path) -> int:
+    """Rounds in the run directory's finished shards (read from the Parquet footers)."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in sorted(Path(run_dir, "rounds").glob("shard-*.parquet")))
+
+
+def analyse(args, run_dir: Path, uri: str | None, name: str) -> dict:
+    """Featurize, cross-fit, evaluate (each redone only when its input changed) and the study's figures."""
+    from specrank.evaluation import load_rounds, read_predictions
+    from specrank.evaluation.study import RERANKERS, temperature_results
+    from specrank.featurize import read_features
+    from specrank.featurize.storage import read_rounds_table
+    from specrank.rerankers import load_reranker
+    from specrank.tracking import directory_hash, file_hash
+
+    tracked = ["--tracking-uri", uri, "--experiment", args.experiment] if uri else []
+    features, rerankers = run_dir / "features.parquet", run_dir / "rerankers"
+    predictions = rerankers / "predictions.parquet"
+    stages = _Stages(run_dir / "stages.json")
+    stages.run("featurize", directory_hash(run_dir / "rounds"), features,
+               ["featurize", str(run_dir), *tracked, *(["--run-name", f"study-{name}-featurize"] if uri else [])])
+    stages.run("train", file_hash(features), predictions,
+               ["train", str(features), "--rerankers", ",".join(RERANKERS), "--tune-trials", str(args.tune_trials),
+                "--seed", str(args.seed), "--n-estimators", str(args.n_estimators), "--out-dir", str(rerankers),
+                *(["--n-jobs", str(args.threads)] if args.threads else []), *tracked,
+                *(["--run-name", f"study-{name}-train", "--model-prefix", f"study-{name}"] if uri else [])],
+               clear=rerankers)
+    stages.run("evaluate", file_hash(predictions), run_dir / "evaluation" / "meta.json",
+               ["evaluate", str(run_dir), "--predictions", str(predictions), "--out", str(run_dir / "evaluation"),
+                "--bootstrap", str(args.bootstrap), "--seed", str(args.seed),
+                *(tracked + ["--run-name", f"study-{name}-evaluate"] if uri else ["--no-tracking"])],
+               clear=run_dir / "evaluation")
+    rounds = load_rounds(run_dir)
+    table = read_rounds_table(run_dir, ["prompt_id", "round", "covered", "accepted"]).to_pandas()
+    fold_models = {n: {f: load_reranker(rerankers / "models" / f"{n}-fold{f}") for f in (0, 1)} for n in ("base", "rows")}
+    figures = temperature_results(rounds, read_predictions(predictions), read_features(features), table,
+                                  fold_models, args.bootstrap, args.seed)
+    figures["realized_accepted_per_round"] = float(table["accepted"].mean())
+    return figures
+
+
+class _Stages:
+    """``stages.json``: the digest of the input each stage last ran on; a stage whose input is unchanged is
+    skipped, one whose input changed is redone (its old output removed first)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.done = json.loads(path.read_text()) if path.is_file() else {}
+
+    def run(self, stage: str, digest: str, output: Path, argv: list[str], clear: Path | None = None) -> None:
+        from specrank.atomic import write_json_atomic
+
+        if self.done.get(stage) == digest and output.exists():
+            print(f"\n{stage}: its input is unchanged since it ran (skipped)", flush=True)
+            return
+        if clear is not None and clear.exists():
+            import shutil
+
+            shutil.rmtree(clear)
+        _stage(argv)
+        self.done[stage] = digest
+        write_json_atomic(self.path, self.done)
+
+
+def _stage(argv: list[str]) -> None:
+    from specrank.commands.demo import _stage as demo_stage
+
+    demo_stage(argv)
+
+
+def write_results(out: Path, results: dict) -> None:
+    """``results.json``, ``results.md`` and ``learning-curve.png`` in ``out`` (each written atomically)."""
+    from specrank.atomic import atomic_write, write_json_atomic
+    from specrank.evaluation.study import learning_curve_figure, render_results
+
+    write_json_atomic(out / "results.json", results)
+    atomic_write(out / "learning-curve.png", lambda p: learning_curve_figure(results, p))
+    text = render_results(results, "learning-curve.png")
+    atomic_write(out / "results.md", lambda p: Path(p).write_text(text, encoding="utf-8"))
+
+
+def source_commit() -> str:
+    """The git commit of the package's checkout (with ``+dirty`` when it has changes), else its version."""
+    from importlib import metadata
+
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return f"specrank {metadata.version('specrank')}"
+
+
+def machine(args) -> str:
+    """The machine in words: processor, cores, device, workers."""
+    import os
+
+    import torch
+
+    device = args.device
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        device = torch.cuda.get_device_name(0)
+    workers = f", {args.workers} Ray workers" if args.workers else ""
+    return f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs, {device}{workers}"
+
+
+def _pipeline_run(uri: str | None, experiment: str, name: str, temp: float, drafter: str):
+    from contextlib import nullcontext
+
+    if uri is None:
+        return nullcontext()
+    from specrank.tracking import experiment_run
+
+    note = (f"The study at T = {temp:g} with drafter {drafter}: its nested runs are the stages featurize -> train -> "
+            "evaluate; the study's figures (results.json) are this run's metrics.")
+    return experiment_run(experiment, run_name=f"study-{name}", tracking_uri=uri,
+                          tags={"specrank.stage": "pipeline"}, description=note)
+
+
+def _log_pipeline(figures: dict) -> None:
+    from specrank import tracking
+
+    metrics = {"rounds": figures["rounds"], "prompts": figures["prompts"]}
+    for b, f in figures["budgets"].items():
+        for rule in ("rows", "base", "per_depth", "rows+per_depth"):
+            if rule in f["rules"]:
+                metrics[f"{rule.replace('+', '_')}_root_share_pct_b{b}"] = f["rules"][rule]["root_share"][0]
+        metrics[f"rows_minus_base_pct_of_draft_b{b}"] = f["rows_minus_base"]["gain_pct_of_draft"][0]
+    tracking.log_metrics(metrics)

@@ -1,0 +1,243 @@
+"""``specrank study`` end to end on tiny models: resumable to the same results, refusing seen prompts, and the
+shipped head and prompt sets it relies on."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from specrank.cli import main
+from specrank.decode.prompts import default_prompts_path, prompt_digest, read_prompts, spec_bench_path
+from specrank.testing import save_tiny_llama
+
+WORDS = ["the cat is big", "write code for a dog", "what is the sun", "one two three four", "red car on the road",
+         "how do we read", "a bird in the tree", "nine plus ten is", "the dog can run fast", "is the moon cold",
+         "give me five red stars", "where is the river", "we eat fish and drink water", "a new house in the city",
+         "who has the blue car", "the fire is hot"]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("study")
+    tgt = save_tiny_llama(d / "tgt", seed=0, vocab_size=128)
+    drf = save_tiny_llama(d / "drf", seed=0, vocab_size=128, num_layers=2)
+    prompts = d / "prompts.jsonl"
+    tasks = ["qa", "writing"]
+    context = json.loads((tgt / "config.json").read_text())["max_position_embeddings"]
+    texts = WORDS[:5] + [" ".join(["the cat"] * context)] + WORDS[5:]  # one prompt too long for the context
+    ids = [f"p{i:02d}" for i in range(len(WORDS))]
+    ids = ids[:5] + ["long"] + ids[5:]
+    prompts.write_text("".join(json.dumps({"question_id": q, "category": tasks[i % 2], "turns": [t]}) + "\n"
+                               for i, (q, t) in enumerate(zip(ids, texts))))
+    return d, tgt, drf, prompts
+
+
+def study_args(models, out, *extra):
+    d, tgt, drf, prompts = models
+    return ["study", "--out", str(out), "--target", str(tgt), "--drafter", f"standalone:{drf}", "--prompts",
+            str(prompts), "--rounds", "90", "--greedy-rounds", "60", "--max-new-tokens", "12", "--chunk", "4",
+            "--bootstrap", "40", "--tune-trials", "0", "--n-estimators", "40", "--threads", "1", "--no-tracking", *extra]
+
+
+def comparable(path: Path) -> dict:
+    """The results JSON without what differs between two runs of one study: its wall times and command line."""
+    results = json.loads(path.read_text())
+    return {k: v for k, v in results.items() if k not in ("timing", "command")}
+
+
+@pytest.fixture(scope="module")
+def reference(models):
+    out = models[0] / "reference"
+    assert main(study_args(models, out)) == 0
+    return out
+
+
+def test_study_writes_every_figure(reference):
+    results = json.loads((reference / "results.json").read_text())
+    assert set(results["temperatures"]) == {"1", "0"}
+    for t, goal in (("1", 90), ("0", 60)):
+        r = results["temperatures"][t]
+        assert r["rounds"] >= goal or r["prompts_decoded"] == len(WORDS)  # stopped at the first chunk past the goal
+        assert r["prompts_decoded"] % 4 == 0
+        for b in ("8", "59"):
+            f = r["budgets"][b]
+            assert set(f["rules"]) >= {"draft", "isotonic", "per_depth", "base", "rows", "rows+per_depth", "root",
+                                       "oracle"}
+            for rule, entry in f["rules"].items():
+                if rule not in ("draft", "root"):
+                    low, high = entry["root_share"][1:]
+                    assert low <= entry["root_share"][0] <= high or low != low  # NaN when root gains nothing
+            assert len(f["rows_minus_base"]["gain_pct_of_draft"]) == 3
+        assert [p["fraction"] for p in r["learning_curve"]] == [0.25, 0.5, 1.0]
+        rounds = [p["training_rounds"] for p in r["learning_curve"]]
+        assert rounds == sorted(rounds) and rounds[0] < rounds[-1]
+        assert set(r["first_factor"]) == {"draft", "isotonic", "per_depth", "base", "rows"}
+    page = (reference / "results.md").read_text()
+    assert "Rows − Base" in page and "arXiv 2610.29210" in page
+    assert (reference / "learning-curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_study_killed_mid_decode_and_rerun_gives_the_same_results(models, reference):
+    out = models[0] / "killed"
+    argv = study_args(models, out)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1] / "src"),
+                                                                        os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, "-m", "specrank.cli", *argv], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None and not list((out / "t1" / "rounds").glob("shard-*")):
+        time.sleep(0.05)
+    assert proc.poll() is None, "the study ended before it could be killed mid-decode"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "results.json").exists()
+    assert main(argv) == 0
+    assert comparable(out / "results.json") == comparable(reference / "results.json")
+    page = (out / "results.md").read_text().replace(str(out), str(reference))  # the command line names --out
+    assert page == (reference / "results.md").read_text()
+
+
+def test_rerunning_a_finished_study_redoes_no_stage(models, reference, capsys):
+    assert main(study_args(models, reference)) == 0
+    printed = capsys.readouterr().out
+    assert "$ specrank decode" not in printed and "$ specrank train" not in printed
+    assert printed.count("(skipped)") == 6  # featurize, train, evaluate at both temperatures
+
+
+def test_another_study_in_the_same_directory_is_refused(models, reference, capsys):
+    assert main(study_args(models, reference, "--seed", "1")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds another study" in err[0]
+
+
+def test_prompts_too_long_for_the_context_are_skipped_and_counted(reference):
+    results = json.loads((reference / "results.json").read_text())
+    assert results["prompts"]["skipped_too_long"] == 1 and results["prompts"]["available"] == len(WORDS) + 1
+    study_prompts = read_prompts(reference / "prompts.jsonl")
+    assert len(study_prompts) == len(WORDS) and "long" not in {p.prompt_id for p in study_prompts}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Prompt sets
+
+
+def test_spec_bench_is_bundled_whole_with_its_licence():
+    prompts = read_prompts(spec_bench_path())
+    assert len(prompts) == 480
+    assert {p.task for p in prompts} >= {"translation", "summarization", "qa", "math_reasoning", "rag"}
+    assert "Apache License" in (spec_bench_path().parent / "spec_bench.LICENSE").read_text()
+
+
+def test_the_evaluation_prompt_sets_share_no_text():
+    bundled = {prompt_digest(p.text) for p in read_prompts(default_prompts_path())}
+    study = {prompt_digest(p.text) for p in read_prompts(spec_bench_path())}
+    assert len(bundled) == 56 and len(study) == 480 and not bundled & study
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A head is not evaluated on the prompts it trained on
+
+
+@pytest.fixture(scope="module")
+def seen_head(models):
+    """A tiny EAGLE-3 head whose training.json says it trained on the first two study prompts."""
+    from transformers import AutoConfig
+
+    from specrank.testing import save_tiny_eagle3
+
+    d, tgt, _, prompts = models
+    head = save_tiny_eagle3(d / "head", AutoConfig.from_pretrained(tgt))
+    trained = read_prompts(prompts)[:2]
+    (head / "training.json").write_text(json.dumps({"training_prompts": {p.prompt_id: prompt_digest(p.text)
+                                                                         for p in trained}}))
+    return head, trained
+
+
+def decode_args(models, head, out, *extra):
+    d, tgt, _, prompts = models
+    return ["decode", "--target", str(tgt), "--drafter", f"eagle3:{head}", "--prompts", str(prompts), "--limit", "3",
+            "--topk", "3", "--depth", "3", "--expand", "3", "--budget", "4", "--extra", "4", "--max-new-tokens", "4",
+            "--no-progress", "--no-tracking", "--out", str(out), *extra]
+
+
+def test_decoding_a_head_on_its_training_prompts_is_refused(models, seen_head, tmp_path, capsys):
+    head, trained = seen_head
+    assert main(decode_args(models, head, tmp_path / "run")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "trained on 2 of these 3 prompts" in err[0] and repr(trained[0].prompt_id) in err[0]
+    assert "--allow-training-prompts" in err[0] and "Traceback" not in err[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_asked_explicitly_the_manifest_says_so(models, seen_head, tmp_path):
+    head, _ = seen_head
+    assert main(decode_args(models, head, tmp_path / "run", "--allow-training-prompts")) == 0
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["drafter_trained_prompts"] == 2
+
+
+def test_a_study_refuses_a_head_on_its_training_prompts(models, seen_head, tmp_path, capsys):
+    head, _ = seen_head
+    argv = study_args(models, tmp_path / "s")
+    argv[argv.index("--drafter") + 1] = f"eagle3:{head}"
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "trained on 2 of these" in err[0]
+    assert not (tmp_path / "s").exists()
+
+
+def test_unseen_prompts_decode_with_no_record_in_the_manifest(models, seen_head, tmp_path):
+    head, _ = seen_head
+    d, tgt, _, prompts = models
+    unseen = tmp_path / "unseen.jsonl"
+    unseen.write_text("".join(prompts.read_text().splitlines(keepends=True)[2:]))
+    argv = decode_args(models, head, tmp_path / "run")
+    argv[argv.index("--prompts") + 1] = str(unseen)
+    assert main(argv) == 0
+    assert "drafter_trained_prompts" not in json.loads((tmp_path / "run" / "manifest.json").read_text())
+
+
+def test_the_results_page_is_the_rendering_of_the_committed_json():
+    from specrank.evaluation.study import render_results
+
+    docs = Path(__file__).parents[1] / "docs"
+    results = json.loads((docs / "results" / "study.json").read_text())
+    assert (docs / "results.md").read_text(encoding="utf-8") == render_results(results, "results/learning-curve.png")
+    assert (docs / "results" / "learning-curve.png").is_file()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The shipped head
+
+
+def test_the_shipped_head_is_eagle3_default_on_an_empty_cache(tmp_path, monkeypatch):
+    from specrank.decode.loading.eagle3 import default_head_dir, read_head, shipped_head_dir
+
+    monkeypatch.setenv("SPECRANK_CACHE", str(tmp_path))
+    assert default_head_dir() == shipped_head_dir()
+    head = read_head(shipped_head_dir())
+    assert head.config["vocab_size"] == 49152 and head.config["draft_vocab_size"] == 16384
+    weights = shipped_head_dir() / "model.safetensors"
+    assert weights.stat().st_size < 16 * 2**20  # bf16
+    (tmp_path / "drafters" / "smollm2-eagle3").mkdir(parents=True)
+    (tmp_path / "drafters" / "smollm2-eagle3" / "config.json").write_text("{}")
+    assert default_head_dir() == tmp_path / "drafters" / "smollm2-eagle3"  # a head trained into the cache wins
+
+
+def test_the_shipped_head_never_trained_on_an_evaluation_prompt():
+    from specrank.decode.loading.drafters import trained_on
+    from specrank.decode.loading.eagle3 import shipped_head_dir
+    from specrank.decode.prompts import drafter_prompts_path
+
+    record = json.loads((shipped_head_dir() / "training.json").read_text())["training_prompts"]
+    bank = {p.prompt_id: prompt_digest(p.text) for p in read_prompts(drafter_prompts_path())}
+    assert len(record) > 400 and all(bank[pid] == digest for pid, digest in record.items())  # all training-only
+    spec = f"eagle3:{shipped_head_dir()}"
+    assert trained_on(spec, read_prompts(default_prompts_path())) == []
+    assert trained_on(spec, read_prompts(spec_bench_path())) == []
+    assert len(trained_on(spec, read_prompts(drafter_prompts_path()))) == len(record)  # the control: it sees its own
