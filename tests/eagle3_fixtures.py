@@ -2,9 +2,10 @@
 dtypes, the d2t/t2d construction), from random weights; none of them goes through specrank.
 
 - ``write_eagle_head``: SafeAILab EAGLE, ``eagle/traineagle3/main.py``: ``save_16bit_model`` of the
-  fp16 DeepSpeed module with frozen parameters (the target and the embedding) left out ->
-  ``pytorch_model.bin``; ``config.json`` is ``eagle/traineagle3/config.json``; ``d2t``/``t2d`` from
-  ``cnets.py`` ``scandata``.
+  fp16 DeepSpeed module with frozen parameters (the target and the embedding) left out but the target's
+  persistent buffers kept (``target_model.model.layers.*.self_attn.rotary_emb.inv_freq``,
+  ``traineagle3/modeling_llama_kv.py``) -> ``pytorch_model.bin``; ``config.json`` is
+  ``eagle/traineagle3/config.json``; ``d2t``/``t2d`` from ``cnets.py`` ``scandata``.
 - ``write_specforge_head``: SpecForge ``specforge/export/to_sglang.py``: ``save_pretrained`` of
   ``LlamaForCausalLMEagle3`` (``modeling/draft/llama3_eagle.py``) materialised in bf16, every key with
   "embed" dropped; ``d2t``/``t2d`` from ``data/preprocessing.py`` ``process_token_dict_to_mappings``.
@@ -78,6 +79,10 @@ def write_eagle_head(path, cfg, draft_vocab: int = 40, seed: int = 0) -> dict:
     gen = torch.Generator().manual_seed(seed)
     state = {k: v.half() for k, v in head_tensors(cfg, draft_vocab, gen).items()}  # DeepSpeed fp16 module
     state["d2t"], state["t2d"] = eagle_maps(token_counts(cfg.vocab_size, seed), draft_vocab, cfg.vocab_size)
+    hd = cfg.hidden_size // cfg.num_attention_heads
+    inv_freq = (1.0 / 10000.0 ** (torch.arange(0, hd, 2).float() / hd)).half()  # module.half() casts buffers too
+    state.update({f"target_model.model.layers.{i}.self_attn.rotary_emb.inv_freq": inv_freq
+                  for i in range(cfg.num_hidden_layers)})
     torch.save(state, path / "pytorch_model.bin")
     config = {"architectures": ["LlamaForCausalLM"], "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id,
               "hidden_act": "silu", "hidden_size": cfg.hidden_size, "initializer_range": 0.02,

@@ -65,10 +65,22 @@ def specrank_root(drafter, target):
     return root.logp, logp[0], int(token)
 
 
-def reference_root(weights, flags, target, layers, child):
+def residual_stream(target, post_norm=False):
+    """HF ``hidden_states`` of CONTEXT, the last one taken before the final norm (the residual stream after
+    the last layer, which vLLM and SGLang capture) unless ``post_norm`` (what HF returns)."""
+    norm = target.model.model.norm
+    if not post_norm:
+        target.model.model.norm = torch.nn.Identity()
+    try:
+        return target.model(input_ids=torch.tensor(CONTEXT)[None], output_hidden_states=True).hidden_states
+    finally:
+        target.model.model.norm = norm
+
+
+def reference_root(weights, flags, target, layers, child, post_norm=False):
     """The reference on HF ``hidden_states`` at the explicitly chosen indices ``layers``."""
-    out = target.model(input_ids=torch.tensor(CONTEXT)[None], output_hidden_states=True)
-    rows = torch.cat([out.hidden_states[i][0] for i in layers], -1)
+    states = residual_stream(target, post_norm)
+    rows = torch.cat([states[i][0] for i in layers], -1)
     embed, cfg = target.model.get_input_embeddings().weight, target.model.config
     tokens = CONTEXT[1:] + [ROOT]
     logits, fed = reference_forward(weights, cfg, flags, embed, tokens, rows)
@@ -81,6 +93,9 @@ DIALECTS = [  # name, writer, kwargs, the layers the project means, a wrong conv
     ("SpecForge/SGLang", write_specforge_head, {"ids": [1, 3, 4]}, (2, 4, 5), (1, 3, 4)),
     ("SpecForge/SGLang", write_specforge_head, {"ids": [0, 2, 5], "fc_norm": True}, (1, 3, 6), (0, 2, 5)),
     ("vLLM speculators", write_speculators_head, {"ids": [1, 3, 6]}, (1, 3, 6), (2, 4, 7)),
+    # the end of the stack: id L (speculators' launch_vllm.py appends it), id L - 1 (SpecForge)
+    ("vLLM speculators", write_speculators_head, {"ids": [2, 5, LAYERS]}, (2, 5, LAYERS), (2, 5, LAYERS - 1)),
+    ("SpecForge/SGLang", write_specforge_head, {"ids": [1, 4, LAYERS - 1]}, (2, 5, LAYERS), (2, 5, LAYERS - 1)),
 ]
 
 
@@ -99,6 +114,22 @@ def test_dialects_draft_from_the_layers_their_project_means(target, tmp, capsys,
     torch.testing.assert_close(child, ref_child, atol=2e-4, rtol=0)
     wrong_root, _ = reference_root(weights, flags, target, wrong, token)
     assert (root - wrong_root).abs().max() > 1e-2  # negative control: the other convention drafts otherwise
+    if LAYERS in intended:  # HF's hidden_states[L] is after the final norm: not what the engines feed
+        normed_root, _ = reference_root(weights, flags, target, intended, token, post_norm=True)
+        assert (root.exp() - normed_root.exp()).abs().max() > 1e-2
+
+
+def test_an_eagle_deepspeed_file_ignores_the_target_buffers_only(target, tmp, capsys):
+    directory = tmp / "eagle-deepspeed"
+    write_eagle_head(directory, target.model.config)
+    state = torch.load(directory / "pytorch_model.bin", weights_only=True)
+    assert sum(k.startswith("target_model.") for k in state) == LAYERS  # as save_16bit_model keeps them
+    load_drafter(f"eagle3:{directory}", target)
+    assert f"{LAYERS} target_model.* buffers ignored" in capsys.readouterr().err
+    state["midlayer.self_attn.extra_proj.weight"] = torch.zeros(4, 4).half()  # a head weight nobody reads
+    torch.save(state, directory / "pytorch_model.bin")
+    with pytest.raises(ModelLoadError, match=r"unexpected \['midlayer.self_attn.extra_proj.weight'\]"):
+        load_drafter(f"eagle3:{directory}", target)
 
 
 def test_eagle3_layers_override_and_where_it_applies(target, tmp, capsys):
@@ -216,10 +247,44 @@ def test_flags_and_layer_ids_round_trip_where_the_engine_has_them(target, tmp):
         assert after.layers == before.layers and all(after.config[f] for f in flags)
         with pytest.raises(ExportError, match="cannot export to eagle"):
             export_head(src, tmp / f"{src.name}-eagle", "eagle")
-    plain = tmp / "rt-plain"
-    write_specforge_head(plain, target.model.config, ids=[2, 3, 4])
-    out, notes = export_head(plain, tmp / "rt-plain-sglang", "sglang")
-    assert read_head(out).layers == (3, 4, 5) and "PR #25454" in notes[0] and "--format vllm" in notes[1]
+
+
+SGLANG_CASES = [  # hidden_states the head drafts from, rule asked, ids written (None: refused)
+    ((2, 4, 5), "current", [1, 3, 4]), ((2, 4, 5), "legacy", [1, 3, 4]),  # both rules read these alike
+    ((2, 5, LAYERS), "current", [1, 4, LAYERS - 1]),
+    ((3, 4, 5), "current", [3, 4, 5]), ((3, 4, 5), "legacy", [2, 3, 4]),
+    ((1, 3, 6), "current", None), ((1, 3, 6), "legacy", [0, 2, 5]),  # current shifts a first id of 1
+    ((0, 3, 6), "current", [0, 3, 6]), ((0, 3, 6), "legacy", None),  # legacy cannot name the embeddings
+]
+
+
+@pytest.mark.parametrize("layers, rule, ids", SGLANG_CASES)
+def test_sglang_export_names_the_same_layers_under_the_rule_it_states(target, tmp, capsys, layers, rule, ids):
+    src = tmp / f"sglang-rule-src-{'-'.join(map(str, layers))}"
+    if not src.exists():
+        write_specforge_head(src, target.model.config, ids=[i - 1 for i in layers] if layers[0] else [0, 2, 5])
+        if not layers[0]:  # a SpecForge id cannot name the embeddings: state the layers as speculators would
+            cfg = json.loads((src / "config.json").read_text())
+            cfg["eagle_config"]["layer_id_rule"] = "current"
+            cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = list(layers)
+            (src / "config.json").write_text(json.dumps(cfg))
+    assert read_head(src).layers == layers
+    out = tmp / f"sglang-rule-{'-'.join(map(str, layers))}-{rule}"
+    code = main(["drafter", "export", str(src), "--format", "sglang", "--sglang-rule", rule, "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    if ids is None:
+        assert code == 2 and len(err) == 1 and f"{rule} rule" in err[0] and not out.exists()
+        return
+    cfg = json.loads((out / "config.json").read_text())
+    written = cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    assert code == 0 and written == ids and len(err) == 1 and "SGLang layer ids" in err[0]
+    readings = {r: sglang_capture(written, LAYERS, after_pr_25454=r == "current") for r in ("current", "legacy")}
+    assert readings[rule] == layers and read_head(out).layers == layers
+    if readings["current"] == readings["legacy"]:
+        assert "before and after PR #25454" in err[0] and "layer_id_rule" not in cfg["eagle_config"]
+    else:  # the file says which SGLang it is for, and the other reading is really different
+        other = "legacy" if rule == "current" else "current"
+        assert f"{rule} rule" in err[0] and readings[other] != layers and cfg["eagle_config"]["layer_id_rule"] == rule
 
 
 @pytest.fixture(scope="module")
@@ -291,6 +356,10 @@ def test_decode_takes_eagle3_layers_as_part_of_the_run(target, tmp, capsys):
     manifest = json.loads((tmp / "cli-run" / "manifest.json").read_text())
     assert manifest["drafter"].endswith("--eagle3-layers 1,2,3")
     assert main(args + ["--eagle3-layers", "1,2,4"]) == 2 and "different run" in capsys.readouterr().err
+    fp16 = [a if a != str(tmp / "cli-run") else str(tmp / "cli-run-fp16") for a in args]
+    assert main(fp16 + ["--dtype", "float16"]) == 0  # EAGLE trains in fp16; V100 and T4 run nothing else
+    manifest = json.loads((tmp / "cli-run-fp16" / "manifest.json").read_text())
+    assert manifest["dtype"] == "float16" and list((tmp / "cli-run-fp16" / "rounds").iterdir())
 
 
 def test_fc_bias_and_a_tied_lm_head_load_and_export_as_sglang_reads_them(target, tmp, capsys):

@@ -27,14 +27,19 @@ from specrank.decode.loading.eagle3_formats import (
     EAGLE3_ARCH,
     SPECULATOR_ARCH,
     HeadCheckpoint,
+    RULE_KEY,
+    SGLANG_RULES,
     layers_to_sglang_ids,
     read_head,
+    rules_agree,
 )
 
 FORMATS = ("sglang", "vllm", "eagle")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 SPECULATORS_VERSION = "0.7.0"  # the speculators release whose layout this writes
+RULE_NOTE = "SGLang layer ids"  # the note saying which SGLang rule an export assumes
+RULE_WHEN = {"current": "SGLang releases with PR #25454", "legacy": "SGLang releases before PR #25454"}
 
 # Flags (specrank's names, their plain-EAGLE-3 value) and the engines implementing them: SGLang
 # models/llama_eagle3.py (fc bias = config.bias, tied lm head); vLLM models/llama_eagle3.py +
@@ -81,8 +86,9 @@ def _check(ckpt: HeadCheckpoint, fmt: str) -> None:
         raise ExportError(f"cannot export to {fmt}: its loader does not implement the head's {unsupported[0]}")
 
 
-def sglang_files(ckpt: HeadCheckpoint, dtype) -> tuple[dict, dict, list[str]]:
-    """``config.json`` and tensors of the SpecForge/SGLang layout, and notes on how engines read them."""
+def sglang_files(ckpt: HeadCheckpoint, dtype, rule: str = "current") -> tuple[dict, dict, list[str]]:
+    """``config.json`` and tensors of the SpecForge/SGLang layout, and notes on how engines read them (the
+    first: which SGLang rule the layer ids assume)."""
     c, notes = ckpt.config, []
     if "embed_tokens.weight" in ckpt.state:  # sglang models/llama.py set_embed: the target's replaces it
         raise ExportError("cannot export to sglang: the head has its own embed_tokens, which SGLang replaces "
@@ -95,10 +101,18 @@ def sglang_files(ckpt: HeadCheckpoint, dtype) -> tuple[dict, dict, list[str]]:
     if c.get("fc_bias"):
         cfg["bias"] = True
     if ckpt.layers is not None:
-        ids = layers_to_sglang_ids(ckpt.layers)
+        ids = layers_to_sglang_ids(ckpt.layers, rule)
+        if ids is None:
+            raise ExportError(f"cannot export to sglang: no layer ids make SGLang's {rule} rule read hidden_states "
+                              f"{list(ckpt.layers)}" + (" (try --sglang-rule legacy)" if rule == "current" else ""))
         cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids}
-        if ids[0] != 1:  # sglang PR #25454 adds the +1 only when the first id is 1
-            notes.append(f"SGLang after PR #25454 reads ids {ids} as hidden_states {ids} (first id is not 1)")
+        if rules_agree(ids):
+            notes.append(f"{RULE_NOTE}: ids {ids} read as hidden_states {list(ckpt.layers)} by SGLang before "
+                         "and after PR #25454")
+        else:
+            cfg["eagle_config"][RULE_KEY] = rule
+            notes.append(f"{RULE_NOTE}: ids {ids} assume SGLang's {rule} rule ({RULE_WHEN[rule]}); the other "
+                         "rule reads other layers")
         notes.append("vLLM (since PR #42764) reads these nested ids as hidden_states indices: use --format vllm there")
     return cfg, cast(ckpt.state, dtype), notes
 
@@ -152,16 +166,22 @@ def eagle_files(ckpt: HeadCheckpoint, dtype) -> tuple[dict, dict, list[str]]:
 WEIGHTS = {"sglang": "model.safetensors", "vllm": "model.safetensors", "eagle": "pytorch_model.bin"}
 
 
-def export_files(ckpt: HeadCheckpoint, fmt: str, dtype="fp32", verifier=None) -> tuple[dict, dict, list[str]]:
-    """``(config, tensors, notes)`` of ``ckpt`` in format ``fmt`` (sglang, vllm, eagle), ``dtype`` bf16|fp16|fp32."""
+def export_files(ckpt: HeadCheckpoint, fmt: str, dtype="fp32", verifier=None,
+                 sglang_rule="current") -> tuple[dict, dict, list[str]]:
+    """``(config, tensors, notes)`` of ``ckpt`` in format ``fmt`` (sglang, vllm, eagle), ``dtype`` bf16|fp16|fp32;
+    ``sglang_rule`` (current|legacy): which SGLang reading of the layer ids to write for, when they differ."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r} (use {', '.join(FORMATS)})")
     if dtype not in DTYPES:
         raise ExportError(f"unknown dtype {dtype!r} (use {', '.join(DTYPES)})")
+    if sglang_rule not in SGLANG_RULES:
+        raise ExportError(f"unknown SGLang rule {sglang_rule!r} (use {', '.join(SGLANG_RULES)})")
     _check(ckpt, fmt)
     if fmt == "vllm":
         return vllm_files(ckpt, DTYPES[dtype], verifier)
-    return (sglang_files if fmt == "sglang" else eagle_files)(ckpt, DTYPES[dtype])
+    if fmt == "sglang":
+        return sglang_files(ckpt, DTYPES[dtype], sglang_rule)
+    return eagle_files(ckpt, DTYPES[dtype])
 
 
 def write_head(directory, config: dict, state: dict, weights: str) -> Path:
@@ -180,7 +200,8 @@ def write_head(directory, config: dict, state: dict, weights: str) -> Path:
     return directory
 
 
-def export_head(source, out, fmt: str, dtype: str = "fp32", verifier=None) -> tuple[Path, list[str]]:
+def export_head(source, out, fmt: str, dtype: str = "fp32", verifier=None,
+                sglang_rule: str = "current") -> tuple[Path, list[str]]:
     """Read the head in ``source`` (any dialect) and write it for ``fmt`` into the new directory ``out``,
     whole or not at all; returns ``out`` and notes on how the engines read it."""
     out = Path(out)
@@ -189,7 +210,7 @@ def export_head(source, out, fmt: str, dtype: str = "fp32", verifier=None) -> tu
     ckpt = read_head(source)
     with torch.device("meta"):  # the tensors must make a complete head before anything is written
         build_head(ckpt, torch.nn.Embedding(int(ckpt.config["vocab_size"]), int(ckpt.config["hidden_size"])))
-    config, state, notes = export_files(ckpt, fmt, dtype, verifier)
+    config, state, notes = export_files(ckpt, fmt, dtype, verifier, sglang_rule)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     try:

@@ -70,14 +70,33 @@ def default_layers(num_layers: int) -> tuple[int, int, int]:
     return (2, num_layers // 2, num_layers - 3)
 
 
-def sglang_ids_to_layers(ids) -> tuple[int, ...]:
-    """SpecForge/SGLang ids (output of layer k) -> ``hidden_states`` indices (k + 1)."""
+# How SGLang reads ``eagle_aux_hidden_state_layer_ids`` (``models/llama.py`` ``set_eagle3_layers_to_capture``):
+# ``legacy`` adds 1 to every id (SpecForge's meaning, output of layer k); ``current`` (since SGLang PR #25454)
+# keeps the +1 only when the first id is 1 and otherwise reads the ids as ``hidden_states`` indices.
+SGLANG_RULES = ("current", "legacy")
+RULE_KEY = "layer_id_rule"  # in ``eagle_config``, written by specrank when the two rules read the ids apart
+
+
+def sglang_ids_to_layers(ids, rule: str = "legacy") -> tuple[int, ...]:
+    """SGLang ids -> ``hidden_states`` indices under ``rule`` (SpecForge's own files: ``legacy``)."""
+    if rule == "current" and int(ids[0]) != 1:
+        return tuple(int(k) for k in ids)
     return tuple(int(k) + 1 for k in ids)
 
 
-def layers_to_sglang_ids(layers) -> list[int]:
-    """``hidden_states`` indices -> SpecForge/SGLang ids (output of layer i - 1)."""
-    return [int(i) - 1 for i in layers]
+def rules_agree(ids) -> bool:
+    """Whether SGLang before and after PR #25454 read ``ids`` as the same layers (the first id is 1)."""
+    return int(ids[0]) == 1
+
+
+def layers_to_sglang_ids(layers, rule: str = "legacy") -> list[int] | None:
+    """``hidden_states`` indices -> ids that SGLang's ``rule`` reads as them, the ids both rules read
+    alike whenever such ids exist; None when ``rule`` cannot name ``layers`` (legacy: index 0; current:
+    a first index of 1, which it always shifts)."""
+    legacy = [int(i) - 1 for i in layers]
+    if rules_agree(legacy) or rule == "legacy":
+        return legacy if min(legacy) >= 0 else None
+    return [int(i) for i in layers] if int(layers[0]) != 1 else None
 
 
 def detect_dialect(cfg: dict) -> str:
@@ -154,7 +173,10 @@ def _sglang(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | None]:
     flags = ("eagle_config", "bias", "fc_norm", "norm_output", "norm_before_fc", "norm_before_residual")
     _check_known(cfg, SHAPE + INERT + flags, "SpecForge/SGLang")
     eagle = cfg.get("eagle_config") or {}
-    _check_known(eagle, ("eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state"), "eagle_config of the SGLang")
+    _check_known(eagle, ("eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state", RULE_KEY),
+                 "eagle_config of the SGLang")
+    if eagle.get(RULE_KEY, "legacy") not in SGLANG_RULES:
+        _refuse(RULE_KEY, f"{eagle[RULE_KEY]!r} (expected {' or '.join(SGLANG_RULES)})")
     if eagle.get("use_aux_hidden_state") is False:
         _refuse("use_aux_hidden_state", "false: heads without fused target states are not EAGLE-3")
     if _flag(cfg, "norm_before_residual"):  # read by vLLM, not by SGLang llama_eagle3.py nor SpecForge
@@ -199,8 +221,19 @@ def _speculators(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | Non
     return out, tuple(ids) if ids else None
 
 
+# EAGLE's training module (``eagle/traineagle3/cnets.py`` ``Model``) holds the frozen target as
+# ``target_model``; ``save_16bit_model(exclude_frozen_parameters=True)`` in ``traineagle3/main.py`` drops its
+# parameters but keeps its persistent buffers (``traineagle3/modeling_llama_kv.py`` registers
+# ``rotary_emb.inv_freq`` persistent). EAGLE's inference ``Model`` has no ``target_model``, and its
+# ``load_state_dict(strict=False)`` (``eagle/model/ea_model.py``, cb7e0841) drops exactly these keys.
+EAGLE_TARGET_PREFIX = "target_model."
+
+
 def canonical_state(dialect: str, state: dict) -> dict:
-    """Tensors renamed to ``Eagle3Head``'s names (speculators' ``layers.0.`` is ``midlayer.``)."""
+    """Tensors renamed to ``Eagle3Head``'s names (speculators' ``layers.0.`` is ``midlayer.``); an EAGLE
+    training checkpoint's copy of the target left out."""
+    if dialect == "eagle":
+        return {k: v for k, v in state.items() if not k.startswith(EAGLE_TARGET_PREFIX)}
     if dialect != "speculators":
         return dict(state)
     deeper = [k for k in state if k.startswith("layers.") and not k.startswith("layers.0.")]
@@ -209,7 +242,7 @@ def canonical_state(dialect: str, state: dict) -> dict:
     return {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in state.items()}
 
 
-def _legacy_layers(directory: Path, ids) -> bool:
+def _legacy_layers(directory: Path, ids, rule: str) -> bool:
     """Whether ``training.json`` beside the config says the ids are the trained ``hidden_states`` indices."""
     path = directory / "training.json"
     if ids is None or not path.is_file():
@@ -218,7 +251,7 @@ def _legacy_layers(directory: Path, ids) -> bool:
     if trained is None:
         return False
     trained = tuple(int(i) for i in trained)
-    if trained == sglang_ids_to_layers(ids):
+    if trained == sglang_ids_to_layers(ids, rule):
         return False
     if trained == tuple(ids):
         return True
@@ -265,17 +298,22 @@ def read_head(directory) -> HeadCheckpoint:
     except json.JSONDecodeError as exc:
         raise ModelLoadError(f"EAGLE-3 config {path} is not JSON: {exc}") from None
     dialect = detect_dialect(cfg)
-    state, notes = canonical_state(dialect, read_state(directory)), []
+    raw, notes = read_state(directory), []
+    state = canonical_state(dialect, raw)
+    if len(state) < len(raw) and dialect == "eagle":
+        notes.append(f"{len(raw) - len(state)} {EAGLE_TARGET_PREFIX}* buffers ignored, as EAGLE's loader does")
     config, ids = {"eagle": _eagle, "sglang": _sglang, "speculators": _speculators}[dialect](cfg, state, notes)
     if ids is not None and (len(ids) != 3 or not all(isinstance(i, int) and i >= 0 for i in ids)):
         _refuse("eagle_aux_hidden_state_layer_ids", f"{list(ids)}: EAGLE-3 fuses three layers")
     layers = None
     if dialect == "speculators":
         layers = ids
-    elif dialect == "sglang" and _legacy_layers(directory, ids):
-        dialect, layers = "specrank-legacy", ids
-    elif ids is not None:
-        layers = sglang_ids_to_layers(ids)
+    elif dialect == "sglang":
+        rule = (cfg.get("eagle_config") or {}).get(RULE_KEY, "legacy")
+        if _legacy_layers(directory, ids, rule):
+            dialect, layers = "specrank-legacy", ids
+        elif ids is not None:
+            layers = sglang_ids_to_layers(ids, rule)
     verifier = ((cfg.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
     return HeadCheckpoint(dialect, config, state, layers, ids, verifier, notes)
 
@@ -288,7 +326,10 @@ def choose_layers(head: HeadCheckpoint, num_layers: int, override=None) -> tuple
             how += f" (overriding the config's {head.layers})"
     elif head.layers is not None:
         layers = head.layers
-        how = f"config ids {list(head.written_ids)}" + (" (outputs of those layers)" if head.dialect == "sglang" else "")
+        how = f"config ids {list(head.written_ids)}"
+        if head.dialect == "sglang":
+            shifted = layers == sglang_ids_to_layers(head.written_ids)
+            how += " (outputs of those layers)" if shifted else " (hidden_states indices: SGLang's rule since PR #25454)"
     else:
         layers, how = default_layers(num_layers), "EAGLE-3 default (2, L//2, L-3)"
     if len(layers) != 3 or not all(0 <= i <= num_layers for i in layers):

@@ -24,7 +24,7 @@ from specrank.errors import first_line
 
 DEFAULT_TARGET = "smollm2"
 SOURCE_FILE = "specrank_source.json"  # written last: marks a finished conversion
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # EAGLE trains in fp16
 GGUF_MAGIC = b"GGUF"
 
 
@@ -46,12 +46,12 @@ def parse_device(device) -> torch.device:
 
 
 def parse_dtype(dtype) -> torch.dtype:
-    """``float32`` / ``bfloat16`` (names or torch dtypes)."""
+    """``float32`` / ``bfloat16`` / ``float16`` (names or torch dtypes)."""
     if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
         return dtype
     if dtype in DTYPES:
         return DTYPES[dtype]
-    raise ModelLoadError(f"unsupported dtype {dtype!r} (use float32 or bfloat16)")
+    raise ModelLoadError(f"unsupported dtype {dtype!r} (use {', '.join(DTYPES)})")
 
 
 def sha256_files(paths) -> str:
@@ -228,14 +228,18 @@ class Target:
         return DynamicCache(config=self.model.config)
 
     @torch.inference_mode()
-    def forward(self, input_ids, position_ids, mask, cache, hidden_layers=None, all_logits: bool = True):
+    def forward(self, input_ids, position_ids, mask, cache, hidden_layers=None, all_logits: bool = True,
+                final_normed: bool = False):
         """Score ``n`` new tokens after the cached ones; append their KV to ``cache``.
 
         input_ids, position_ids: (n,); mask: (n, past + n) additive (0 attend, -inf not).
         Returns logits (n, V) float32 and, when ``hidden_layers`` is given, the
         concatenated hidden states (n, len(hidden_layers) * H) in float32; layer ``i``
-        means the input of decoder layer ``i`` (Hugging Face ``hidden_states[i]``;
-        ``i = num_layers`` is the final, normed state). With ``all_logits=False`` (a prefill whose rows nobody
+        means the residual stream entering decoder layer ``i`` (Hugging Face ``hidden_states[i]``
+        for ``i < num_layers``), and ``i = num_layers`` the last layer's output *before* the final norm,
+        which is what vLLM (``models/llama.py``, PR #36063) and SGLang capture for the id at the end of the
+        stack (HF's ``hidden_states[num_layers]`` is after the norm). ``final_normed`` appends the
+        final normed state (n, H) after them. With ``all_logits=False`` (a prefill whose rows nobody
         reads) the lm head runs on the last position only and the logits returned are None.
         """
         n, past = input_ids.shape[0], cache.get_seq_length()
@@ -248,18 +252,37 @@ class Target:
         if any(not 0 <= i <= self.num_layers for i in layers):
             raise ValueError(f"hidden_layers {layers} outside 0..{self.num_layers}")
         dev, dt = self.device, self.dtype
-        out = self.model(
-            input_ids=input_ids.to(dev)[None],
-            position_ids=position_ids.to(dev)[None],
-            attention_mask=additive_mask(mask, dt).to(dev)[None, None],
-            cache=cache,
-            use_cache=True,
-            output_hidden_states=bool(layers),
-            logits_to_keep=0 if all_logits else 1,
-        )
+        pre_norm = {}
+        hook = None
+        if self.num_layers in layers:  # the final norm's input: the residual stream after the last layer
+            hook = self.final_norm.register_forward_pre_hook(lambda _, args: pre_norm.setdefault("h", args[0]))
+        try:
+            out = self.model(
+                input_ids=input_ids.to(dev)[None],
+                position_ids=position_ids.to(dev)[None],
+                attention_mask=additive_mask(mask, dt).to(dev)[None, None],
+                cache=cache,
+                use_cache=True,
+                output_hidden_states=bool(layers) or final_normed,
+                logits_to_keep=0 if all_logits else 1,
+            )
+        finally:
+            if hook is not None:
+                hook.remove()
         logits = out.logits[0].float() if all_logits else None  # (n, V)
-        hidden = torch.cat([out.hidden_states[i][0] for i in layers], -1).float() if layers else None
+        states = [pre_norm["h"] if i == self.num_layers else out.hidden_states[i] for i in layers]
+        states += [out.hidden_states[-1]] if final_normed else []
+        hidden = torch.cat([s[0] for s in states], -1).float() if states else None
         return logits, hidden
+
+    @property
+    def final_norm(self):
+        """The norm between the last decoder layer and the lm head."""
+        norm = getattr(self.model.base_model, "norm", None)
+        if norm is None:
+            raise ModelLoadError(f"{self.name}: no final norm found (model.norm), so layer {self.num_layers} "
+                                 "(before the norm) cannot be read")
+        return norm
 
     @staticmethod
     def commit(cache, past_len: int, keep) -> None:
