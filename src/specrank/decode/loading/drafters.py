@@ -2,7 +2,8 @@
 
 Specs: ``standalone:PATH`` (a causal LM directory sharing the target's tokenizer),
 ``early-exit:K`` or ``early-exit:K:HEAD`` (the target's first K layers, optionally with a
-fitted linear exit head), ``eagle3:DIR`` (an EAGLE-3 head in its published format;
+fitted linear exit head), ``eagle3:DIR`` or ``eagle3:ORG/NAME[@REVISION]`` (an EAGLE-3 head in its
+published format, local or a hub id;
 ``eagle3:default`` is the head ``make drafter`` trains for the embedded default target).
 """
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from specrank.decode.loading.targets import ModelLoadError
 
-SPEC_FORMS = "standalone:PATH, early-exit:K, early-exit:K:HEAD_PATH, eagle3:DIR or eagle3:default"
+SPEC_FORMS = "standalone:PATH, early-exit:K, early-exit:K:HEAD_PATH, eagle3:DIR, eagle3:ORG/NAME[@REV] or eagle3:default"
 
 
 def parse_drafter_spec(spec, eagle3_layers=None) -> tuple[str, str]:
@@ -42,11 +43,13 @@ def parse_drafter_spec(spec, eagle3_layers=None) -> tuple[str, str]:
         if rest == "default" and not has_default_head():
             raise FileNotFoundError(f"no trained default EAGLE-3 head in {default_head_dir()}: run `make drafter` first")
         if rest != "default":
+            from specrank.decode.loading.eagle3 import head_dir
             from specrank.files import read_json
 
-            if not Path(rest, "config.json").is_file():
+            directory = head_dir(rest)
+            if not Path(directory, "config.json").is_file():
                 raise FileNotFoundError(f"EAGLE-3 checkpoint not found: no config.json in {rest}")
-            read_json(Path(rest, "config.json"), "EAGLE-3 config")
+            read_json(Path(directory, "config.json"), "EAGLE-3 config")
     else:
         raise ModelLoadError(f"unknown drafter spec {spec!r} (use {SPEC_FORMS})")
     return kind, rest

@@ -42,6 +42,7 @@ from specrank.decode.loading.eagle3_formats import (  # noqa: F401  (read_state,
     read_head,
     read_state,
 )
+from specrank.decode.loading.hub import revision_of
 from specrank.decode.loading.standalone import TokenizerMismatchError
 from specrank.decode.loading.targets import ModelLoadError, additive_mask, crop_cache, sha256_files
 from specrank.decode.engine.pool import Drafter, RootStep, causal_mask, draft_log_probs
@@ -53,6 +54,17 @@ def default_head_dir() -> Path:
     """Where ``make drafter`` trains the embedded default target's head: ``$SPECRANK_CACHE/drafters/smollm2-eagle3``."""
     base = os.environ.get("SPECRANK_CACHE") or Path.home() / ".cache" / "specrank"
     return Path(base) / "drafters" / DEFAULT_HEAD
+
+
+def head_dir(spec) -> Path:
+    """The local directory of an ``eagle3:`` spec's rest: ``default``, a path, or a hub id (its snapshot)."""
+    from specrank.decode.loading.hub import parse_hub_id, snapshot
+
+    if str(spec) == "default":
+        return default_head_dir()
+    if parse_hub_id(spec) is not None:
+        return snapshot(spec, "EAGLE-3 head")
+    return Path(spec)
 
 
 def has_default_head() -> bool:
@@ -166,6 +178,7 @@ class Eagle3Drafter(Drafter):
         self.draft_to_target = draft_to_target.to(next(head.parameters()).device)
         self.hidden_layers = tuple(int(i) for i in hidden_layers)
         self.cache, self.committed = None, 0
+        self.revision = revision_of(path) if path else None  # the hub commit a snapshot resolved to
 
     @functools.cached_property
     def source_hash(self) -> str:
@@ -252,11 +265,9 @@ def load_eagle3(directory, target, spec: str = "", eagle3_layers=None) -> Eagle3
     """Load an EAGLE-3 head for ``target`` from a local checkpoint directory in any dialect of
     ``eagle3_formats``; ``eagle3_layers`` (``hidden_states`` indices) overrides the config's choice.
     Says once, on stderr, which dialect and which target layers were chosen."""
-    if str(directory) == "default":
-        directory = default_head_dir()
-        if not has_default_head():
-            raise FileNotFoundError(f"no trained default EAGLE-3 head in {directory}: run `make drafter` first")
-    directory = Path(directory)
+    if str(directory) == "default" and not has_default_head():
+        raise FileNotFoundError(f"no trained default EAGLE-3 head in {default_head_dir()}: run `make drafter` first")
+    named, directory = str(directory), head_dir(directory)
     ckpt = read_head(directory)
     config = eagle3_config(ckpt.config)
     if config.vocab_size != target.vocab_size:
@@ -280,7 +291,7 @@ def load_eagle3(directory, target, spec: str = "", eagle3_layers=None) -> Eagle3
     print(f"EAGLE-3 head {directory}: {DIALECT_NAMES[ckpt.dialect]} layout, target hidden_states "
           f"{list(layers)} from {how}{notes}", file=sys.stderr)
     if not spec:
-        spec = f"eagle3:{directory}"
+        spec = f"eagle3:{directory if named == 'default' else named}"
     if eagle3_layers is not None:
         spec += f" --eagle3-layers {','.join(map(str, layers))}"  # part of a run's identity
     return Eagle3Drafter(head, target.vocab_size, d2t, layers, directory, spec)

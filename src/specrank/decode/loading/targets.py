@@ -135,10 +135,17 @@ def check_model_dir(path: Path, what: str) -> None:
 
 def check_target_spec(spec) -> Path | None:
     """Refuse, before anything loads, a target that is missing or cannot be a model: the path of a local
-    directory or ``.gguf`` file, None for the embedded default."""
+    directory, ``.gguf`` file or hub snapshot (``ORG/NAME[@REVISION]``, see ``hub``), None for the embedded
+    default."""
+    from specrank.decode.loading.hub import parse_hub_id, snapshot
+
     if str(spec) == DEFAULT_TARGET:
         default_gguf()
         return None
+    if parse_hub_id(spec) is not None:
+        path = snapshot(spec, "target")
+        check_model_dir(path, "target")
+        return path
     path = Path(spec)
     if not path.exists():
         raise FileNotFoundError(f"target not found: {spec}")
@@ -175,7 +182,8 @@ def load_causal_lm(path: Path, device, dtype):
 
 
 def load_target(spec=DEFAULT_TARGET, device="cpu", dtype="float32") -> Target:
-    """Load a target from a local HF directory, a ``.gguf`` file, or ``"smollm2"`` (the default)."""
+    """Load a target from a local HF directory, a ``.gguf`` file, a hub id ``ORG/NAME[@REVISION]`` or
+    ``"smollm2"`` (the default)."""
     dev, dt = parse_device(device), parse_dtype(dtype)
     path = resolve_target(spec)
     model, tokenizer = load_causal_lm(path, dev, dt)
@@ -190,8 +198,11 @@ class Target:
     """
 
     def __init__(self, model, tokenizer, path: Path | None = None, name: str | None = None):
+        from specrank.decode.loading.hub import revision_of
+
         self.model, self.tokenizer = model, tokenizer
         self.path, self.name = path, name or (str(path) if path else type(model).__name__)
+        self.revision = revision_of(path) if path else None  # the hub commit a snapshot resolved to
         config = model.config
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.num_layers = int(config.num_hidden_layers)
