@@ -20,7 +20,7 @@ from eagle3_engines import (
     vllm_load,
     vllm_params,
 )
-from eagle3_fixtures import write_eagle_head, write_specforge_head, write_speculators_head
+from eagle3_fixtures import write_eagle_head, write_specforge_head, write_speculators_head, write_speculators_trained_head
 from specrank.cli import main
 from specrank.decode.engine.pool import causal_mask
 from specrank.decode.loading.drafters import load_drafter
@@ -81,7 +81,7 @@ def reference_root(weights, flags, target, layers, child, post_norm=False):
     """The reference on HF ``hidden_states`` at the explicitly chosen indices ``layers``."""
     states = residual_stream(target, post_norm)
     rows = torch.cat([states[i][0] for i in layers], -1)
-    embed, cfg = target.model.get_input_embeddings().weight, target.model.config
+    embed, cfg = weights.get("embed_tokens.weight", target.model.get_input_embeddings().weight), target.model.config
     tokens = CONTEXT[1:] + [ROOT]
     logits, fed = reference_forward(weights, cfg, flags, embed, tokens, rows)
     logits_child, _ = reference_forward(weights, cfg, flags, embed, tokens + [child], rows, fed[-1:])
@@ -96,12 +96,18 @@ DIALECTS = [  # name, writer, kwargs, the layers the project means, a wrong conv
     # the end of the stack: id L (speculators' launch_vllm.py appends it), id L - 1 (SpecForge)
     ("vLLM speculators", write_speculators_head, {"ids": [2, 5, LAYERS]}, (2, 5, LAYERS), (2, 5, LAYERS - 1)),
     ("SpecForge/SGLang", write_specforge_head, {"ids": [1, 4, LAYERS - 1]}, (2, 5, LAYERS), (2, 5, LAYERS - 1)),
+    # speculators' trainer: EAGLE 3.1, several draft layers, Llama or Qwen3 ones
+    ("vLLM speculators", write_speculators_trained_head, {"ids": [2, 5, LAYERS]}, (2, 5, LAYERS), (2, 5, LAYERS - 1)),
+    ("vLLM speculators", write_speculators_trained_head, {"ids": [1, 3, 6], "num_layers": 1, "arch": "qwen3"},
+     (1, 3, 6), (2, 4, 7)),
+    ("vLLM speculators", write_speculators_trained_head, {"ids": [2, 4, 5], "num_layers": 3, "arch": "qwen3"},
+     (2, 4, 5), (3, 5, 6)),
 ]
 
 
 @pytest.mark.parametrize("name, writer, kwargs, intended, wrong", DIALECTS)
 def test_dialects_draft_from_the_layers_their_project_means(target, tmp, capsys, name, writer, kwargs, intended, wrong):
-    directory = tmp / f"{writer.__name__}-{'-'.join(map(str, intended))}"
+    directory = tmp / f"{writer.__name__}-{'-'.join(map(str, intended))}-{kwargs.get('arch', '')}"
     flags = writer(directory, target.model.config, **kwargs)
     drafter = load_drafter(f"eagle3:{directory}", target)
     message = capsys.readouterr().err
@@ -114,6 +120,10 @@ def test_dialects_draft_from_the_layers_their_project_means(target, tmp, capsys,
     torch.testing.assert_close(child, ref_child, atol=2e-4, rtol=0)
     wrong_root, _ = reference_root(weights, flags, target, wrong, token)
     assert (root - wrong_root).abs().max() > 1e-2  # negative control: the other convention drafts otherwise
+    for control in ({"layers": 1} if flags.get("layers", 1) > 1 else {}, {"qk_norm": False} if flags.get("qk_norm") else {}):
+        if control:  # the extra draft layers, Qwen3's q_norm / k_norm: each changes the draft
+            other_root, _ = reference_root(weights, {**flags, **control}, target, intended, token)
+            assert (root - other_root).abs().max() > 1e-2, control
     if LAYERS in intended:  # HF's hidden_states[L] is after the final norm: not what the engines feed
         normed_root, _ = reference_root(weights, flags, target, intended, token, post_norm=True)
         assert (root.exp() - normed_root.exp()).abs().max() > 1e-2
@@ -384,3 +394,24 @@ def test_fc_bias_and_a_tied_lm_head_load_and_export_as_sglang_reads_them(target,
     assert not skipped and loaded == sglang_params(written) - {"model.embed_tokens.weight"}
     with pytest.raises(ExportError, match="fc_bias"):
         export_head(directory, tmp / "sglang-bias-tied-vllm", "vllm")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_multi_layer_heads_export_for_vllm_and_are_refused_where_one_layer_is_built(target, tmp, arch):
+    src = tmp / f"multi-{arch}"
+    write_speculators_trained_head(src, target.model.config, ids=[2, 5, LAYERS], num_layers=2, arch=arch)
+    out, _ = export_head(src, tmp / f"multi-{arch}-vllm", "vllm", "bf16")
+    cfg = json.loads((out / "config.json").read_text())
+    layer = cfg["transformer_layer_config"]
+    assert (layer["model_type"], layer["num_hidden_layers"]) == (arch, 2)
+    state = load_file(str(out / "model.safetensors"))
+    assert {k.split(".")[1] for k in state if k.startswith("layers.")} == {"0", "1"}
+    if arch == "llama":  # vLLM's Eagle3LlamaForCausalLM loads every tensor into a parameter, and nothing is left
+        hf = vllm_config(cfg)
+        assert vllm_load(hf, state) == vllm_params(hf) and vllm_capture(hf, LAYERS) == (2, 5, LAYERS)
+    reloaded, original = load_drafter(f"eagle3:{out}", target), load_drafter(f"eagle3:{src}", target)
+    assert len(reloaded.head.layers) == 1 and reloaded.head.config.draft_layer_type == arch
+    assert torch.equal(specrank_root(reloaded, target)[1], specrank_root(original, target)[1])
+    for fmt in ("sglang", "eagle"):
+        with pytest.raises(ExportError, match="2 draft layers"):
+            export_head(src, tmp / f"multi-{arch}-{fmt}", fmt)

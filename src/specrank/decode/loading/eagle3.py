@@ -85,12 +85,32 @@ FLAGS = {
 }
 
 
-def eagle3_config(cfg: dict):
-    """A one-layer ``LlamaConfig`` from a canonical EAGLE-3 config dict (sdpa attention)."""
-    from transformers import LlamaConfig
+LAYER_TYPES = ("llama", "qwen3")  # draft decoder layers: Llama, or Qwen3 (q_norm / k_norm on each head)
 
-    known = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type", "torch_dtype", "dtype")}
-    config = LlamaConfig(**known)
+
+def layer_classes(layer_type: str):
+    """(config class, attention class, decoder layer class) of a draft layer type."""
+    if layer_type == "qwen3":
+        from transformers import Qwen3Config
+        from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention, Qwen3DecoderLayer
+
+        return Qwen3Config, Qwen3Attention, Qwen3DecoderLayer
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecoderLayer
+
+    return LlamaConfig, LlamaAttention, LlamaDecoderLayer
+
+
+def eagle3_config(cfg: dict):
+    """The draft layers' ``LlamaConfig`` / ``Qwen3Config`` from a canonical EAGLE-3 config dict (sdpa
+    attention); fields the dict lacks take that class's defaults, as speculators' ``to_diff_dict`` assumes."""
+    config_class = layer_classes(cfg.get("draft_layer_type", "llama"))[0]
+    skip = ("architectures", "model_type", "torch_dtype", "dtype", "draft_layer_type")
+    config = config_class(**{k: v for k, v in cfg.items() if k not in skip})
+    config.num_hidden_layers = int(cfg.get("num_hidden_layers") or 1)  # draft layers, not the target's
+    config.draft_layer_type = cfg.get("draft_layer_type", "llama")
+    if not hasattr(config, "mlp_bias"):  # Qwen3's MLP has no bias: LlamaMLP reads the flag
+        config.mlp_bias = False
     config.draft_vocab_size = int(cfg.get("draft_vocab_size") or config.vocab_size)
     config.target_hidden_size = int(cfg.get("target_hidden_size") or config.hidden_size)
     for name, default in FLAGS.items():
@@ -103,11 +123,11 @@ class Eagle3Layer(nn.Module):
     """The EAGLE-3 decoder layer: attention over [norm(embedding), norm(hidden)] (2H), residual on hidden."""
 
     def __init__(self, config):
-        from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm
+        from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
 
         super().__init__()
         h, eps = config.hidden_size, config.rms_norm_eps
-        self.self_attn = LlamaAttention(config, layer_idx=0)
+        self.self_attn = layer_classes(config.draft_layer_type)[1](config, layer_idx=0)
         for name in ("q_proj", "k_proj", "v_proj"):
             old = getattr(self.self_attn, name)
             setattr(self.self_attn, name, nn.Linear(2 * h, old.out_features, bias=old.bias is not None))
@@ -120,12 +140,16 @@ class Eagle3Layer(nn.Module):
         normed = self.hidden_norm(hidden)
         residual = normed if self.norm_before_residual else hidden  # vllm llama_eagle3.py _norm_before_residual
         x = torch.cat([self.input_layernorm(embeds), normed], -1)  # (1, n, 2H)
-        hidden = residual + self.self_attn(x, position_embeddings, mask, cache=cache)[0]
+        attn = self.self_attn(hidden_states=x, position_embeddings=position_embeddings, attention_mask=mask,
+                              cache=cache)[0]
+        hidden = residual + attn
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
 class Eagle3Head(nn.Module):
-    """fc (3 H_target -> H, optionally normed first), one Eagle3Layer, norm and a draft-vocabulary lm head."""
+    """fc (3 H_target -> H, optionally normed first), an Eagle3Layer, then ``num_hidden_layers - 1`` plain
+    decoder layers on its output (``layers.1`` ...: vLLM PR #26164, speculators ``models/eagle3/core.py``),
+    norm and a draft-vocabulary lm head."""
 
     def __init__(self, config):
         from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
@@ -140,6 +164,8 @@ class Eagle3Head(nn.Module):
         if config.fc_norm:  # SpecForge llama3_eagle.py ``fc_norm``: one norm per fused state
             self.fc_norm = nn.ModuleList(LlamaRMSNorm(ht, eps=eps) for _ in range(3))
         self.midlayer = Eagle3Layer(config)
+        decoder = layer_classes(config.draft_layer_type)[2]
+        self.layers = nn.ModuleDict({str(i): decoder(config, i) for i in range(1, config.num_hidden_layers)})
         self.norm = LlamaRMSNorm(h, eps=eps)
         self.lm_head = nn.Linear(h, config.draft_vocab_size, bias=False)
         self.rotary_emb = LlamaRotaryEmbedding(config)
@@ -166,6 +192,8 @@ class Eagle3Head(nn.Module):
         embeds = self.embed_tokens(input_ids)[None].to(hidden.dtype)
         position_embeddings = self.rotary_emb(hidden, positions[None])
         out = self.midlayer(embeds, hidden, position_embeddings, mask[None, None], cache)
+        for layer in self.layers.values():  # (1, n, H) -> (1, n, H)
+            out = layer(out, attention_mask=mask[None, None], cache=cache, position_embeddings=position_embeddings)
         logits, fed = self.read_out(out)
         return logits[0], fed[0]
 

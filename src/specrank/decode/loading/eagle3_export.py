@@ -81,6 +81,10 @@ def cast(state: dict, dtype) -> dict:
 
 
 def _check(ckpt: HeadCheckpoint, fmt: str) -> None:
+    layers, layer_type = int(ckpt.config.get("num_hidden_layers") or 1), ckpt.config.get("draft_layer_type", "llama")
+    if fmt != "vllm" and (layers != 1 or layer_type != "llama"):  # SGLang llama_eagle3.py, EAGLE cnets.py
+        what = f"{layers} draft layers" if layers != 1 else f"{layer_type} draft layers (q_norm, k_norm)"
+        raise ExportError(f"cannot export to {fmt}: its loader builds one Llama draft layer, not the head's {what}")
     unsupported = [f for f in set_flags(ckpt.config) if f not in SUPPORTED[fmt]]
     if unsupported:
         raise ExportError(f"cannot export to {fmt}: its loader does not implement the head's {unsupported[0]}")
@@ -120,7 +124,8 @@ def sglang_files(ckpt: HeadCheckpoint, dtype, rule: str = "current") -> tuple[di
 def vllm_files(ckpt: HeadCheckpoint, dtype, verifier: str | None = None) -> tuple[dict, dict, list[str]]:
     """``config.json`` and tensors of the vLLM speculators layout."""
     c = ckpt.config
-    layer = {"model_type": "llama", **llama_fields(c), "num_hidden_layers": 1, "tie_word_embeddings": False,
+    layer = {"model_type": c.get("draft_layer_type", "llama"), **llama_fields(c),
+             "num_hidden_layers": int(c.get("num_hidden_layers") or 1), "tie_word_embeddings": False,
              "attention_bias": bool(c.get("attention_bias")), "mlp_bias": bool(c.get("mlp_bias")),
              "torch_dtype": DTYPE_NAMES[dtype]}
     cfg = {"architectures": [SPECULATOR_ARCH], "speculators_model_type": "eagle3",

@@ -41,11 +41,11 @@ DIALECT_NAMES = {"eagle": "SafeAILab EAGLE", "sglang": "SpecForge/SGLang", "spec
 # The Llama shape of the head (read into ``eagle3_config``).
 SHAPE = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
          "rms_norm_eps", "max_position_embeddings", "vocab_size", "hidden_act", "rope_theta", "rope_scaling",
-         "rope_parameters", "attention_bias", "mlp_bias", "draft_vocab_size", "target_hidden_size")
+         "rope_parameters", "attention_bias", "mlp_bias", "draft_vocab_size", "target_hidden_size", "num_hidden_layers")
 # Written by transformers or the trainers, read by nobody when drafting.
 INERT = ("architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "bos_token_id",
          "eos_token_id", "pad_token_id", "initializer_range", "use_cache", "attention_dropout", "pretraining_tp",
-         "_name_or_path", "max_window_layers", "num_hidden_layers", "use_sliding_window", "sliding_window",
+         "_name_or_path", "max_window_layers", "use_sliding_window", "sliding_window",
          "layer_types", "tie_word_embeddings")
 SPECULATORS_INERT = ("speculators_model_type", "speculators_version", "speculators_config", "embed_requires_grad",
                      "has_no_defaults_at_init", "transformer_layer_config")
@@ -123,11 +123,13 @@ def _check_known(cfg: dict, allowed, where: str) -> None:
                             "flags and metadata fields only)")
 
 
-def _llama_part(cfg: dict) -> dict:
-    """The shape fields, after refusing values that change the head beyond one full-attention layer."""
-    if int(cfg.get("num_hidden_layers", 1)) != 1:
-        _refuse("num_hidden_layers", f"{cfg['num_hidden_layers']} draft layers; specrank drafts with one "
-                                     "(SGLang and vLLM stack extra layers differently)")
+def _llama_part(cfg: dict, stacked: bool = False) -> dict:
+    """The shape fields, after refusing values that change the head beyond full-attention layers (one
+    unless ``stacked``: the layouts whose engine stacks more)."""
+    n = cfg.get("num_hidden_layers", 1)
+    if not isinstance(n, int) or n < 1 or (n != 1 and not stacked):
+        _refuse("num_hidden_layers", f"{n} draft layers: this layout's engine drafts with one (multi-layer heads "
+                                     "load in the speculators layout, vLLM PR #26164)")
     if cfg.get("use_sliding_window") or any(t != "full_attention" for t in cfg.get("layer_types") or []):
         _refuse("use_sliding_window" if cfg.get("use_sliding_window") else "layer_types",
                 "sliding-window draft attention is not supported")
@@ -208,7 +210,12 @@ def _speculators(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | Non
     _check_known(layer_cfg, SHAPE + INERT, "speculators transformer_layer_config of the")
     if layer_cfg.get("tie_word_embeddings"):
         _refuse("tie_word_embeddings", "vLLM's Eagle3LlamaForCausalLM has its own lm_head")
-    out = _llama_part(layer_cfg)
+    # speculators models/eagle3/config.py validate_transformer_config: no model_type means Qwen3Config
+    # (its default since speculators #620); model_definitions.py builds llama and qwen3 draft layers.
+    layer_type = layer_cfg.get("model_type", "qwen3")
+    if layer_type not in ("llama", "qwen3"):
+        _refuse("model_type", f"{layer_type!r} draft layers (speculators builds llama or qwen3)")
+    out = {**_llama_part(layer_cfg, stacked=True), "draft_layer_type": layer_type}
     out.update({k: cfg[k] for k in ("draft_vocab_size", "target_hidden_size") if cfg.get(k) is not None})
     # vllm transformers_utils/configs/speculators/algos.py update_eagle3: norm_before_residual defaults
     # to true when absent; norm_output (EAGLE 3.1) feeds the normed output to the next step.
@@ -236,9 +243,6 @@ def canonical_state(dialect: str, state: dict) -> dict:
         return {k: v for k, v in state.items() if not k.startswith(EAGLE_TARGET_PREFIX)}
     if dialect != "speculators":
         return dict(state)
-    deeper = [k for k in state if k.startswith("layers.") and not k.startswith("layers.0.")]
-    if deeper:
-        raise ModelLoadError(f"EAGLE-3 checkpoint has more than one draft layer ({deeper[0]})")
     return {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in state.items()}
 
 
