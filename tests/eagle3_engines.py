@@ -201,4 +201,5 @@ def reference_forward(w: dict, cfg, flags: dict, embed, tokens, target_rows, own
     for i in range(1, flags.get("layers", 1)):  # plain decoder layers on the first one's output
         out = _block(w, f"layers.{i}.", _rms(out, w[f"layers.{i}.input_layernorm.weight"], eps), out, pos, cfg, flags)
     final = _rms(out, w["norm.weight"], eps)
-    return final @ w["lm_head.weight"].T, final if flags.get("feedback_post_norm") else out
+    read = final if flags.get("logits_from_norm", True) else out
+    return read @ w["lm_head.weight"].T, final if flags.get("feedback_post_norm") else out

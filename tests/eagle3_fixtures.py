@@ -121,7 +121,7 @@ def write_specforge_head(path, cfg, draft_vocab: int = 40, seed: int = 1, ids=No
     if ids is not None:  # configs/gpt-oss-20B-eagle3.json
         config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(ids)}
     (path / "config.json").write_text(json.dumps(config, indent=2))
-    return {"fc_norm": fc_norm}
+    return {"fc_norm": fc_norm, "feedback_post_norm": fc_norm}  # norm_output as SpecForge reads it since PR #879
 
 
 def write_speculators_head(path, cfg, draft_vocab: int = 40, seed: int = 2, ids=None, verifier="tiny-target") -> dict:

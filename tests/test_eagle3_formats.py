@@ -415,3 +415,32 @@ def test_multi_layer_heads_export_for_vllm_and_are_refused_where_one_layer_is_bu
     for fmt in ("sglang", "eagle"):
         with pytest.raises(ExportError, match="2 draft layers"):
             export_head(src, tmp / f"multi-{arch}-{fmt}", fmt)
+
+
+NORM_OUTPUT = [  # the config's norm_output, the rule asked, what the head does (specrank's flags)
+    (None, None, {}), (None, "before-pr879", {}),  # absent: plain EAGLE-3 under both
+    (True, None, {"feedback_post_norm": True}), (True, "after-pr879", {"feedback_post_norm": True}),
+    (True, "before-pr879", {}),
+    (False, "after-pr879", {}), (False, "before-pr879", {"logits_from_norm": False}),
+]
+
+
+@pytest.mark.parametrize("value, rule, meaning", NORM_OUTPUT)
+def test_specforge_norm_output_before_and_after_pr879(target, tmp, capsys, value, rule, meaning):
+    directory = tmp / f"norm-output-{value}"
+    if not directory.exists():
+        write_specforge_head(directory, target.model.config, ids=[1, 3, 4])
+        cfg = json.loads((directory / "config.json").read_text())
+        (directory / "config.json").write_text(json.dumps({**cfg, **({} if value is None else {"norm_output": value})}))
+    capsys.readouterr()
+    drafter = load_drafter(f"eagle3:{directory}", target, norm_output_rule=rule)
+    assert ("after PR #879" in capsys.readouterr().err) == (value is not None and rule is None)
+    root, child, token = specrank_root(drafter, target)
+    weights = raw(directory)
+    ref_root, ref_child = reference_root(weights, meaning, target, (2, 4, 5), token)
+    torch.testing.assert_close(root, ref_root, atol=2e-4, rtol=0)
+    torch.testing.assert_close(child, ref_child, atol=2e-4, rtol=0)
+    for other in ({}, {"feedback_post_norm": True}, {"logits_from_norm": False}):
+        if other != meaning:  # control: each other reading drafts otherwise
+            other_root, other_child = reference_root(weights, other, target, (2, 4, 5), token)
+            assert max((root - other_root).abs().max(), (child - other_child).abs().max()) > 1e-2, other

@@ -82,7 +82,7 @@ def run(args) -> int:
         else:
             TreeRuleVerifier(rule, args.temperature)  # refuses rules without a tree form before any model loads
     parse_device(args.device)
-    parse_drafter_spec(args.drafter, args.eagle3_layers)  # every argument is checked before a model loads
+    parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)  # every argument is checked before a model loads
     uri = None
     if not args.no_tracking:
         from specrank.tracking import check_reachable, resolve_tracking_uri
@@ -92,7 +92,8 @@ def run(args) -> int:
         from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers, summary
 
         run = RunSpec(args.out, config, args.decoder if lossy else "record", args.verifier)
-        models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers)
+        models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers,
+                            args.specforge_norm_output)
         outcome = decode_on_workers(workers, models, prompts, prompts_path, [run], args.shard_size,
                                     progress=not args.no_progress)
         print(summary(outcome, args.out))
@@ -106,7 +107,7 @@ def run(args) -> int:
         return 0
     check_target_spec(args.target)
     target = load_target(args.target, args.device, args.dtype)
-    drafter = load_drafter(args.drafter, target, args.eagle3_layers)
+    drafter = load_drafter(args.drafter, target, args.eagle3_layers, args.specforge_norm_output)
     manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)
     with removing_new_dirs(args.out):
         if lossy:

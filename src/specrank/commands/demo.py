@@ -101,7 +101,7 @@ def run(args) -> int:
     parse_device(args.device)
     check_target_spec(args.target)
     if args.drafter:
-        parse_drafter_spec(args.drafter, args.eagle3_layers)
+        parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
     uri = check_reachable(resolve_tracking_uri(args.tracking_uri))
     drafter = args.drafter or default_drafter()
     limit, max_new_tokens = DEMO_SIZE.get(drafter, FALLBACK_SIZE)
@@ -109,6 +109,7 @@ def run(args) -> int:
     # One folder per drafter, so switching drafters never meets another drafter's resumable runs.
     out = (args.out or default_out()).resolve() / drafter.replace(":", "-").replace("/", "_")
     layers = ["--eagle3-layers", ",".join(map(str, args.eagle3_layers))] if args.eagle3_layers else []
+    layers += ["--specforge-norm-output", args.specforge_norm_output] if args.specforge_norm_output else []
     tables = {}
     for temp in temperatures:
         name = "greedy" if temp == 0 else f"t{temp:g}"

@@ -111,10 +111,10 @@ def run(args) -> int:
     if args.drafter_device:
         parse_device(args.drafter_device)
     check_target_spec(args.target)
-    parse_drafter_spec(args.drafter, args.eagle3_layers)
+    parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
     target = load_target(args.target, args.device, args.dtype)
     encoded = [(p.prompt_id, p.task, ids) for p, ids in zip(prompts, encode_prompts(target, prompts, config))]
-    with _drafter_worker(args, load_drafter(args.drafter, target, args.eagle3_layers)) as drafter:
+    with _drafter_worker(args, load_drafter(args.drafter, target, args.eagle3_layers, args.specforge_norm_output)) as drafter:
         rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, compare, args.warmup)
     tables = {
         "online_rounds": rounds,

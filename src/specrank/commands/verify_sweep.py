@@ -116,19 +116,20 @@ def run(args) -> int:
     prompts_path = args.prompts or default_prompts_path()
     prompts = read_prompts(prompts_path, limit=args.limit)
     parse_device(args.device)
-    parse_drafter_spec(args.drafter, args.eagle3_layers)
+    parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
     with removing_new_dirs(out):
         if workers is not None:
             from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers
 
             runs = [RunSpec(str(cell_dir(out, c)), configs[c["decoder"]], c["decoder"], c["rule"]) for c in cells]
-            models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers)
+            models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers,
+                            args.specforge_norm_output)
             decode_on_workers(workers, models, prompts, prompts_path, runs, args.shard_size,
                               progress=not args.no_progress)
         else:
             check_target_spec(args.target)
             target = load_target(args.target, args.device, args.dtype)
-            drafter = load_drafter(args.drafter, target, args.eagle3_layers)
+            drafter = load_drafter(args.drafter, target, args.eagle3_layers, args.specforge_norm_output)
             for cell in cells:
                 config = configs[cell["decoder"]]
                 manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)

@@ -16,13 +16,15 @@ from specrank.decode.loading.targets import ModelLoadError
 SPEC_FORMS = "standalone:PATH, early-exit:K, early-exit:K:HEAD_PATH, eagle3:DIR, eagle3:ORG/NAME[@REV] or eagle3:default"
 
 
-def parse_drafter_spec(spec, eagle3_layers=None) -> tuple[str, str]:
+def parse_drafter_spec(spec, eagle3_layers=None, norm_output_rule=None) -> tuple[str, str]:
     """(kind, rest) of a drafter spec, refusing a malformed spec, a missing or unreadable file, or
     ``eagle3_layers`` for a drafter that is not an EAGLE-3 head, before any model loads (what depends on the
     target, such as K against its layers, is checked at load)."""
     kind, _, rest = str(spec).partition(":")
     if eagle3_layers is not None and kind != "eagle3":
         raise ModelLoadError(f"--eagle3-layers applies to eagle3: drafters, not {spec!r}")
+    if norm_output_rule is not None and kind != "eagle3":
+        raise ModelLoadError(f"--specforge-norm-output applies to eagle3: drafters, not {spec!r}")
     if kind == "standalone" and rest:
         from specrank.decode.loading.targets import check_model_dir
 
@@ -55,10 +57,11 @@ def parse_drafter_spec(spec, eagle3_layers=None) -> tuple[str, str]:
     return kind, rest
 
 
-def load_drafter(spec: str, target, eagle3_layers=None):
+def load_drafter(spec: str, target, eagle3_layers=None, norm_output_rule=None):
     """Build the drafter described by ``spec`` for ``target`` (same device and dtype);
-    ``eagle3_layers`` (three ``hidden_states`` indices) chooses an ``eagle3:`` head's target layers."""
-    kind, rest = parse_drafter_spec(spec, eagle3_layers)
+    ``eagle3_layers`` (three ``hidden_states`` indices) chooses an ``eagle3:`` head's target layers and
+    ``norm_output_rule`` how a SpecForge head's ``norm_output`` is read (``eagle3_formats.NORM_OUTPUT_RULES``)."""
+    kind, rest = parse_drafter_spec(spec, eagle3_layers, norm_output_rule)
     if kind == "standalone":
         from specrank.decode.loading.standalone import load_standalone
 
@@ -70,4 +73,4 @@ def load_drafter(spec: str, target, eagle3_layers=None):
         return load_early_exit(target, int(layers), head or None, spec)
     from specrank.decode.loading.eagle3 import load_eagle3
 
-    return load_eagle3(rest, target, spec, eagle3_layers)
+    return load_eagle3(rest, target, spec, eagle3_layers, norm_output_rule)

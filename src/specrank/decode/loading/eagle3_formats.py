@@ -171,7 +171,29 @@ def _eagle(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | None]:
     return out, None
 
 
-def _sglang(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | None]:
+# What SpecForge's ``norm_output`` means (``modeling/draft/llama3_eagle.py``): up to a6b6b023 it chose whether
+# the lm head reads the normed output (default true), the raw output being fed back either way; since PR #879
+# the lm head always reads the normed output and ``norm_output`` (default false) feeds the normed one back
+# (EAGLE 3.1), as SGLang's ``llama_eagle3.py`` reads it. A file without the field drafts alike under both.
+NORM_OUTPUT_RULES = ("after-pr879", "before-pr879")
+
+
+def specforge_norm_output(cfg: dict, rule: str | None, notes: list) -> dict:
+    """``logits_from_norm`` and ``feedback_post_norm`` of a SpecForge/SGLang config under ``rule`` (None:
+    the current SpecForge's, said in a note when the file's ``norm_output`` makes the two differ)."""
+    if "norm_output" not in cfg:
+        return {"logits_from_norm": True, "feedback_post_norm": False}
+    value = _flag(cfg, "norm_output")
+    if rule is None:
+        rule = NORM_OUTPUT_RULES[0]
+        notes.append(f"norm_output {str(value).lower()} read as SpecForge after PR #879 "
+                     "(--specforge-norm-output before-pr879 for heads trained before it)")
+    if rule == "after-pr879":
+        return {"logits_from_norm": True, "feedback_post_norm": value}
+    return {"logits_from_norm": value, "feedback_post_norm": False}
+
+
+def _sglang(cfg: dict, state: dict, notes: list, norm_rule: str | None = None) -> tuple[dict, tuple | None]:
     flags = ("eagle_config", "bias", "fc_norm", "norm_output", "norm_before_fc", "norm_before_residual")
     _check_known(cfg, SHAPE + INERT + flags, "SpecForge/SGLang")
     eagle = cfg.get("eagle_config") or {}
@@ -187,9 +209,9 @@ def _sglang(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | None]:
     _no_layer_bias(cfg, "SGLang's llama_eagle3.py")
     out = _llama_part(cfg)
     # SGLang llama_eagle3.py: fc bias = config.bias, lm_head = embed_tokens when tied; SpecForge
-    # llama3_eagle.py: fc_norm (one norm per state), norm_output (default true: norm before lm_head).
+    # llama3_eagle.py: fc_norm (one norm per state), norm_output (see NORM_OUTPUT_RULES).
     out.update(fc_bias=_flag(cfg, "bias"), fc_norm=_flag(cfg, "fc_norm"), norm_before_fc=_flag(cfg, "norm_before_fc"),
-               logits_from_norm=_flag(cfg, "norm_output", True), tie_word_embeddings=_flag(cfg, "tie_word_embeddings"))
+               tie_word_embeddings=_flag(cfg, "tie_word_embeddings"), **specforge_norm_output(cfg, norm_rule, notes))
     if out["fc_bias"] != ("fc.bias" in state):
         _refuse("bias", f"{out['fc_bias']} but the weights {'have' if 'fc.bias' in state else 'lack'} fc.bias "
                         "(SGLang would drop or miss it)")
@@ -291,8 +313,11 @@ def draft_vocab_map(state: dict, config) -> torch.Tensor:
     return ids
 
 
-def read_head(directory) -> HeadCheckpoint:
-    """Read ``directory`` (``config.json`` + weights) into the canonical form."""
+def read_head(directory, norm_output_rule: str | None = None) -> HeadCheckpoint:
+    """Read ``directory`` (``config.json`` + weights) into the canonical form; ``norm_output_rule`` (one of
+    ``NORM_OUTPUT_RULES``) says which SpecForge wrote a SpecForge/SGLang head's ``norm_output``."""
+    if norm_output_rule not in (None, *NORM_OUTPUT_RULES):
+        raise ModelLoadError(f"unknown --specforge-norm-output {norm_output_rule!r} (use {', '.join(NORM_OUTPUT_RULES)})")
     directory = Path(directory)
     path = directory / "config.json"
     if not path.is_file():
@@ -306,7 +331,10 @@ def read_head(directory) -> HeadCheckpoint:
     state = canonical_state(dialect, raw)
     if len(state) < len(raw) and dialect == "eagle":
         notes.append(f"{len(raw) - len(state)} {EAGLE_TARGET_PREFIX}* buffers ignored, as EAGLE's loader does")
-    config, ids = {"eagle": _eagle, "sglang": _sglang, "speculators": _speculators}[dialect](cfg, state, notes)
+    if dialect == "sglang":
+        config, ids = _sglang(cfg, state, notes, norm_output_rule)
+    else:
+        config, ids = {"eagle": _eagle, "speculators": _speculators}[dialect](cfg, state, notes)
     if ids is not None and (len(ids) != 3 or not all(isinstance(i, int) and i >= 0 for i in ids)):
         _refuse("eagle_aux_hidden_state_layer_ids", f"{list(ids)}: EAGLE-3 fuses three layers")
     layers = None
