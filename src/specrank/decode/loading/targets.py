@@ -263,10 +263,14 @@ class Target:
         if any(not 0 <= i <= self.num_layers for i in layers):
             raise ValueError(f"hidden_layers {layers} outside 0..{self.num_layers}")
         dev, dt = self.device, self.dtype
-        pre_norm = {}
+        pre_norm = []
+
+        def keep_input(_, args):  # returns None: the norm's input is read, never replaced
+            pre_norm.append(args[0])
+
         hook = None
         if self.num_layers in layers:  # the final norm's input: the residual stream after the last layer
-            hook = self.final_norm.register_forward_pre_hook(lambda _, args: pre_norm.setdefault("h", args[0]))
+            hook = self.final_norm.register_forward_pre_hook(keep_input)
         try:
             out = self.model(
                 input_ids=input_ids.to(dev)[None],
@@ -281,7 +285,7 @@ class Target:
             if hook is not None:
                 hook.remove()
         logits = out.logits[0].float() if all_logits else None  # (n, V)
-        states = [pre_norm["h"] if i == self.num_layers else out.hidden_states[i] for i in layers]
+        states = [pre_norm[0] if i == self.num_layers else out.hidden_states[i] for i in layers]
         states += [out.hidden_states[-1]] if final_normed else []
         hidden = torch.cat([s[0] for s in states], -1).float() if states else None
         return logits, hidden
