@@ -17,6 +17,8 @@ from specrank.errors import first_line
 # huggingface_hub's repo-id rule (``validate_repo_id``): one "/", names of letters, digits, "-", "_", "."
 HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?$")
 TRUE = ("1", "ON", "YES", "TRUE")
+# What a model or head directory needs (configs, tokenizers, weights); not Meta's ``original/*.pth`` copies.
+FILES = ["*.json", "*.safetensors", "*.bin", "*.model", "*.tiktoken", "*.txt"]
 
 
 def parse_hub_id(spec) -> tuple[str, str | None] | None:
@@ -49,7 +51,8 @@ def snapshot(spec, what: str) -> Path:
 
     where = "the local Hugging Face cache" if offline() else "the Hugging Face hub or its local cache"
     try:
-        path = snapshot_download(repo, revision=revision, cache_dir=cache_dir(), local_files_only=offline())
+        path = snapshot_download(repo, revision=revision, cache_dir=cache_dir(), local_files_only=offline(),
+                                 allow_patterns=FILES, ignore_patterns=["original/*"])
     except (HfHubHTTPError, HFValidationError, LocalEntryNotFoundError, OSError, ValueError) as exc:
         raise FileNotFoundError(f"{what} not found: {spec} (no such local path, nor a hub id in {where}: "
                                 f"{type(exc).__name__}: {first_line(exc)[:160]})") from None
