@@ -88,3 +88,12 @@ def test_a_missing_hub_id_fails_in_one_line_naming_it(offline, capsys, target, d
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and named in err[0] and "local Hugging Face cache" in err[0]
     assert not out.exists()
+
+
+def test_an_unreachable_hub_falls_back_to_the_cache(hub, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub / "cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: no network
+    assert load_target(TARGET).revision == COMMITS[TARGET]
+    with pytest.raises(FileNotFoundError, match="tiny-org/missing.*hub or its local cache"):
+        load_target("tiny-org/missing")

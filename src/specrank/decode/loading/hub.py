@@ -52,6 +52,7 @@ def snapshot(spec, what: str) -> Path:
     where = "the local Hugging Face cache" if offline() else "the Hugging Face hub or its local cache"
     try:
         path = snapshot_download(repo, revision=revision, cache_dir=cache_dir(), local_files_only=offline(),
+                                 endpoint=os.environ.get("HF_ENDPOINT") or None,
                                  allow_patterns=FILES, ignore_patterns=["original/*"])
     except (HfHubHTTPError, HFValidationError, LocalEntryNotFoundError, OSError, ValueError) as exc:
         raise FileNotFoundError(f"{what} not found: {spec} (no such local path, nor a hub id in {where}: "
