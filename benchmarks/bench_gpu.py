@@ -17,8 +17,8 @@ device synchronised at every span boundary (the split).
 ``--layers N`` keeps N of the target's layers (its width, heads and 128,256-token vocabulary unchanged), the
 head then reading ``hidden_states`` (0, 1, N) when N < 5 (N = the last layer's output before the final norm).
 ``--record-rounds R`` also records R rounds as the recorder does (every one of the pool's M = 710 edges
-scored by the target). Peak memory is the process's peak resident set (CPU) or the device's peak allocation
-(CUDA), read after each phase.
+scored by the target). Peak memory is the device's peak allocation (CUDA) or the process's peak resident
+set (CPU, Linux ``VmHWM``), reset before each phase: after building, recording, and each budget's decodes.
 
 On a lent GPU machine (its python3 holds torch, transformers, pandas, pyarrow and scikit-learn, not
 LightGBM): here, once, `echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps
@@ -122,15 +122,34 @@ def fit_reranker(topk: int):
     return GBMReranker(features="rows", n_estimators=400, num_leaves=63, n_jobs=1).fit(features)
 
 
+def reset_peak(device) -> None:
+    """Start a new peak: the device's allocation statistics on CUDA, else the process's peak resident set
+    (Linux: writing 5 to ``/proc/self/clear_refs`` resets ``VmHWM``)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # not Linux: the peak stays the process's since it started
+        pass
+
+
 def peak_memory_mib(device) -> float:
-    """The peak so far: the device's allocation on CUDA, else the process's resident set (Linux ru_maxrss, KiB)."""
+    """The peak since ``reset_peak``: the device's allocation on CUDA, else the resident set (``VmHWM``)."""
     import resource
 
     import torch
 
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 2**10
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
 
 
 def record_rounds(target, drafter, prompt, rounds: int, budget: int, sync) -> dict:
@@ -210,9 +229,11 @@ def main(argv=None) -> int:
               "dtype": str(dtype).removeprefix("torch."), "prompt_len": args.prompt_len, "threads": torch.get_num_threads(),
               "rounds": args.rounds, "build_seconds": built, "peak_mib_built": peak_memory_mib(device), "budgets": {}}
     if args.record_rounds:
+        reset_peak(device)
         result["record"] = record_rounds(target, drafter, prompt, args.record_rounds, 8, sync)
         result["record"]["peak_mib"] = peak_memory_mib(device)
     for budget in args.budget or [59, 8]:
+        reset_peak(device)
         decoders = {"draft": lambda: Decoder(target, drafter, "draft", budget=budget),
                     "reranked": lambda: Decoder(target, drafter, "reranked", reranker=reranker, budget=budget)}
         decoders = {name: decoders[name]() for name in names}
