@@ -75,6 +75,14 @@ def test_decode_with_hub_ids_records_their_commits(offline, capsys):
     assert (manifest["drafter"], manifest["drafter_revision"]) == (f"eagle3:{HEAD}@main", COMMITS[HEAD])
     drafter = load_drafter(f"eagle3:{HEAD}", load_target(TARGET))
     assert drafter.hidden_layers == (2, 4, 5) and drafter.revision == COMMITS[HEAD]
+    root = offline / "cache" / "models--tiny-org--tiny-llama"  # main moves to a new commit: another run
+    shutil.copytree(root / "snapshots" / COMMITS[TARGET], root / "snapshots" / ("c" * 40))
+    (root / "refs" / "main").write_text("c" * 40)
+    try:
+        capsys.readouterr()
+        assert main(args) == 2 and "different run" in capsys.readouterr().err
+    finally:
+        (root / "refs" / "main").write_text(COMMITS[TARGET])
 
 
 @pytest.mark.parametrize("target, drafter, named", [
