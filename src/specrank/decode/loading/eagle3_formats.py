@@ -9,9 +9,14 @@ i = the output of layer i - 1), the convention of ``Target.forward``. Four layou
   input of layers 2, L//2, L-3, i.e. ``hidden_states`` (2, L//2, L-3).
 - ``sglang`` (SpecForge / SGLang): ``LlamaForCausalLMEagle3`` or an ``eagle_config``; id k is the output
   of layer k, ``hidden_states[k + 1]`` (SGLang ``models/llama.py`` ``set_eagle3_layers_to_capture``
-  adds 1; SpecForge ``modeling/target/eagle3_target_model.py`` reads ``hidden_states[k + 1]``).
+  adds 1; SpecForge ``modeling/target/eagle3_target_model.py`` reads ``hidden_states[k + 1]``), unless
+  specrank's ``eagle_config.layer_id_rule`` says the ids were written for SGLang's rule since PR #25454.
+  One Llama draft layer.
 - ``speculators`` (vLLM speculators): ``Eagle3Speculator`` / ``speculators_model_type``; id k is
   ``hidden_states[k]`` (vLLM ``models/llama.py`` captures ``hidden_states + residual`` before layer k).
+  Llama or Qwen3 draft layers, any number of them.
+
+Index L (the target's layer count) is the last layer's output before the final norm (``Target.forward``).
 - ``specrank-legacy``: heads specrank saved before it wrote the SGLang layout: an ``eagle_config``
   whose ids equal the ``gen_layers`` of the ``training.json`` beside it (HF indices).
 
