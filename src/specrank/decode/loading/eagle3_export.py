@@ -2,10 +2,12 @@
 
 - ``sglang``: SpecForge's export (``specforge/export/to_sglang.py``): ``LlamaForCausalLMEagle3``, the draft
   module's own names (``midlayer.*``, ``fc``, ``norm``, ``lm_head``, ``d2t``, ``t2d``, no embedding) in
-  ``model.safetensors``, ids as outputs of layers (``hidden_states`` index - 1) in ``eagle_config``.
+  ``model.safetensors``, ids in ``eagle_config`` that SGLang before and after its PR #25454 read as the same
+  layers when such ids exist (index - 1, the first being 1), else those of the chosen rule, recorded.
 - ``vllm``: the vLLM speculators layout (``speculators/convert/eagle/eagle3_converter.py``):
   ``Eagle3Speculator`` with ``transformer_layer_config``, ``layers.0.*`` and top-level
-  ``eagle_aux_hidden_state_layer_ids`` as ``hidden_states`` indices (vLLM's capture rule).
+  ``eagle_aux_hidden_state_layer_ids`` as ``hidden_states`` indices (vLLM's capture rule); several draft
+  layers (``layers.0..N-1``) and Qwen3 ones (``model_type`` qwen3) only here.
 - ``eagle``: SafeAILab EAGLE (``eagle/traineagle3/main.py``, ``config.json``): ``pytorch_model.bin`` and a
   ``LlamaForCausalLM`` config without ``target_hidden_size`` (``cnets.py`` would then skip the target's
   embedding); EAGLE hard-codes the layers, so only heads drafting from (2, L//2, L-3) export.
