@@ -226,7 +226,8 @@ def main(argv=None) -> int:
     prompt = torch.randint(0, target.vocab_size, (args.prompt_len,), generator=torch.Generator().manual_seed(1)).tolist()
     result = {"device": str(device), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
               "shape": args.shape, "target_layers": target.num_layers, "head_layers": list(drafter.hidden_layers),
-              "dtype": str(dtype).removeprefix("torch."), "prompt_len": args.prompt_len, "threads": torch.get_num_threads(),
+              "dtype": str(dtype).removeprefix("torch."), "prompt_len": args.prompt_len,
+              "threads": torch.get_num_threads(),
               "rounds": args.rounds, "build_seconds": built, "peak_mib_built": peak_memory_mib(device), "budgets": {}}
     if args.record_rounds:
         reset_peak(device)
