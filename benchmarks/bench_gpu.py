@@ -193,7 +193,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
-    parser.add_argument("--dtype", default=None, help="bfloat16 (default on cuda) or float32 (default on cpu)")
+    parser.add_argument("--dtype", default=None, help="bfloat16 (default on cuda), float16 or float32 (default on cpu)")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--prompt-len", type=int, default=512)
     parser.add_argument("--budget", type=int, action="append", default=None, help="B (repeat for several)")
