@@ -11,6 +11,14 @@ device synchronised at every span boundary (the split).
 
     python benchmarks/bench_gpu.py --shape tiny                     # CPU smoke test (a test runs it)
     python benchmarks/bench_gpu.py --device cuda --shape llama-3.1-8b --rounds 100   # B = 59 and 8
+    python benchmarks/bench_gpu.py --shape llama-3.1-8b --layers 2 --device cpu --prompt-len 710 \
+        --record-rounds 2 --rounds 2 --decoders reranked --warmup-rounds 1      # 8B width on CPU (~8 GB fp32)
+
+``--layers N`` keeps N of the target's layers (its width, heads and 128,256-token vocabulary unchanged), the
+head then reading ``hidden_states`` (0, 1, N) when N < 5 (N = the last layer's output before the final norm).
+``--record-rounds R`` also records R rounds as the recorder does (every one of the pool's M = 710 edges
+scored by the target). Peak memory is the device's peak allocation (CUDA) or the process's peak resident
+set (CPU, Linux ``VmHWM``), reset before each phase: after building, recording, and each budget's decodes.
 
 On a lent GPU machine (its python3 holds torch, transformers, pandas, pyarrow and scikit-learn, not
 LightGBM): here, once, `echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps
@@ -41,8 +49,12 @@ SHAPES = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=512, max_position_embeddings=4096, rope_theta=10000.0,
                  rms_norm_eps=1e-5),
+    # Llama-3.1-8B's vocabulary at a tiny width: token ids above 65,535 through every path (a test runs it)
+    "tiny-128k-vocab": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+                            num_key_value_heads=2, vocab_size=128256, max_position_embeddings=4096,
+                            rope_theta=10000.0, rms_norm_eps=1e-5),
 }
-DRAFT_VOCAB = {"llama-3.1-8b": 32000, "tiny": 128}
+DRAFT_VOCAB = {"llama-3.1-8b": 32000, "tiny": 128, "tiny-128k-vocab": 32000}
 
 
 def random_init_(module, std: float = 0.02) -> None:
@@ -57,14 +69,16 @@ def random_init_(module, std: float = 0.02) -> None:
                 p.fill_(1.0)
 
 
-def build_target(shape: str, device, dtype):
-    """A random Llama target of ``shape`` wrapped as a specrank Target (no tokenizer, no EOS)."""
+def build_target(shape: str, device, dtype, layers: int | None = None):
+    """A random Llama target of ``shape`` (``layers`` of its layers, default all) wrapped as a specrank Target
+    (no tokenizer, no EOS)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from specrank.decode.loading.targets import Target
 
-    config = LlamaConfig(**SHAPES[shape], tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)
+    fields = {**SHAPES[shape], **({"num_hidden_layers": layers} if layers else {})}
+    config = LlamaConfig(**fields, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)
     config._attn_implementation = "sdpa"
     with torch.device("meta"):
         model = LlamaForCausalLM(config)
@@ -92,7 +106,8 @@ def build_head(target, shape: str, device, dtype):
     head.embed_tokens = target.model.get_input_embeddings()  # shared, as the published heads do
     gen = torch.Generator().manual_seed(0)
     d2t = torch.randperm(target.vocab_size, generator=gen)[: config.draft_vocab_size].sort().values
-    layers = (2, target.num_layers // 2, target.num_layers - 3)
+    n = target.num_layers
+    layers = (2, n // 2, n - 3) if n >= 5 else (0, 1, n)  # a cut-down target: embeddings up to the last layer
     return Eagle3Drafter(head.eval().requires_grad_(False), target.vocab_size, d2t, layers, spec=f"random-eagle3-{shape}")
 
 
@@ -105,6 +120,52 @@ def fit_reranker(topk: int):
     table, _ = synthetic_rounds(40, 20, topk=topk, depth=8, expand=topk, temperature=0.0)
     features = featurize_rounds(table, {"temperature": 0.0, "topk": topk})
     return GBMReranker(features="rows", n_estimators=400, num_leaves=63, n_jobs=1).fit(features)
+
+
+def reset_peak(device) -> None:
+    """Start a new peak: the device's allocation statistics on CUDA, else the process's peak resident set
+    (Linux: writing 5 to ``/proc/self/clear_refs`` resets ``VmHWM``)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # not Linux: the peak stays the process's since it started
+        pass
+
+
+def peak_memory_mib(device) -> float:
+    """The peak since ``reset_peak``: the device's allocation on CUDA, else the resident set (``VmHWM``)."""
+    import resource
+
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 2**10
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+
+
+def record_rounds(target, drafter, prompt, rounds: int, budget: int, sync) -> dict:
+    """Record ``rounds`` rounds as the recorder does (every pool edge scored): per-round split, the pool size
+    and the largest token id the records hold (ids above 65,535 must survive)."""
+    from specrank.decode.config import DecodeConfig
+    from specrank.decode.engine.timer import Timer
+    from specrank.decode.runs.recorder import record_prompt
+
+    timer = Timer(sync=sync)
+    _, records = record_prompt(target, drafter, prompt, DecodeConfig(budget=budget, max_new_tokens=rounds), timer=timer)
+    return per_round(timer, timer.rounds) | {"rounds": timer.rounds, "pool_size": int(len(records[0]["token"])),
+                                              "scored_per_round": sum(r["n_scored"] for r in records) / len(records),
+                                              "max_token": int(max(r["token"].max() for r in records)),
+                                              "p_edge_finite": float(sum(float((r["p_edge"] == r["p_edge"]).mean())
+                                                                         for r in records) / len(records))}
 
 
 def per_round(timer, rounds: int) -> dict:
@@ -132,11 +193,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
-    parser.add_argument("--dtype", default=None, help="bfloat16 (default on cuda) or float32 (default on cpu)")
+    parser.add_argument("--dtype", default=None, help="bfloat16 (default on cuda), float16 or float32 (default on cpu)")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--prompt-len", type=int, default=512)
     parser.add_argument("--budget", type=int, action="append", default=None, help="B (repeat for several)")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--layers", type=int, default=None, help="keep this many target layers (default all)")
+    parser.add_argument("--record-rounds", type=int, default=0, help="also record this many rounds (M = 710)")
+    parser.add_argument("--decoders", default="draft,reranked", help="decoders to time (draft, reranked)")
+    parser.add_argument("--warmup-rounds", type=int, default=3)
     parser.add_argument("--max-bookkeeping-ms", type=float, default=5.0)
     parser.add_argument("--max-rerank-ms", type=float, default=2.0)
     args = parser.parse_args(argv)
@@ -153,23 +218,35 @@ def main(argv=None) -> int:
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     start = time.perf_counter()
     torch.manual_seed(0)
-    target = build_target(args.shape, device, dtype)
+    target = build_target(args.shape, device, dtype, args.layers)
     drafter = build_head(target, args.shape, device, dtype)
-    reranker = fit_reranker(10)
+    names = [n for n in args.decoders.split(",") if n]
+    reranker = fit_reranker(10) if "reranked" in names else None
     built = time.perf_counter() - start
     prompt = torch.randint(0, target.vocab_size, (args.prompt_len,), generator=torch.Generator().manual_seed(1)).tolist()
     result = {"device": str(device), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-              "shape": args.shape, "dtype": str(dtype).removeprefix("torch."), "prompt_len": args.prompt_len,
-              "rounds": args.rounds, "build_seconds": built, "budgets": {}}
+              "shape": args.shape, "target_layers": target.num_layers, "head_layers": list(drafter.hidden_layers),
+              "dtype": str(dtype).removeprefix("torch."), "prompt_len": args.prompt_len,
+              "threads": torch.get_num_threads(),
+              "rounds": args.rounds, "build_seconds": built, "peak_mib_built": peak_memory_mib(device), "budgets": {}}
+    if args.record_rounds:
+        reset_peak(device)
+        result["record"] = record_rounds(target, drafter, prompt, args.record_rounds, 8, sync)
+        result["record"]["peak_mib"] = peak_memory_mib(device)
     for budget in args.budget or [59, 8]:
-        decoders = {"draft": Decoder(target, drafter, "draft", budget=budget),
-                    "reranked": Decoder(target, drafter, "reranked", reranker=reranker, budget=budget)}
+        reset_peak(device)
+        decoders = {"draft": lambda: Decoder(target, drafter, "draft", budget=budget),
+                    "reranked": lambda: Decoder(target, drafter, "reranked", reranker=reranker, budget=budget)}
+        decoders = {name: decoders[name]() for name in names}
         for d in decoders.values():  # warm-up: kernels, allocator, LightGBM
-            run_decoder(d, prompt[:64], 3, sync)
+            if args.warmup_rounds:
+                run_decoder(d, prompt[:64], args.warmup_rounds, sync)
         result["budgets"][budget] = {name: run_decoder(d, prompt, args.rounds, sync) for name, d in decoders.items()}
+        result["budgets"][budget]["peak_mib"] = peak_memory_mib(device)
     result["goals"] = {"bookkeeping_ms_per_round": args.max_bookkeeping_ms, "rerank_ms_per_round": args.max_rerank_ms}
-    worst = max(r["split"]["bookkeeping"] for b in result["budgets"].values() for r in b.values())
-    rerank = max(b["reranked"]["split"]["rerank"] for b in result["budgets"].values())
+    runs = [r for b in result["budgets"].values() for name, r in b.items() if name in names]
+    worst = max(r["split"]["bookkeeping"] for r in runs)
+    rerank = max((b["reranked"]["split"]["rerank"] for b in result["budgets"].values() if "reranked" in b), default=0.0)
     result["met"] = {"bookkeeping": worst <= args.max_bookkeeping_ms, "rerank": rerank <= args.max_rerank_ms}
     print(json.dumps(result, indent=2))
     return 0

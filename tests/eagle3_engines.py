@@ -82,8 +82,12 @@ def vllm_config(config: dict) -> dict:
 
 
 def vllm_params(hf_config: dict) -> set[str]:
+    """Parameters of ``Eagle3LlamaForCausalLM``: layer 0 the EAGLE-3 one (``hidden_norm``), then
+    ``num_hidden_layers - 1`` plain ``LlamaDecoderLayer`` s (vLLM PR #26164)."""
     names = {"model.embed_tokens.weight", "model.fc.weight", "model.norm.weight", "lm_head.weight",
              "draft_id_to_target_id"} | {f"model.layers.0.{p}" for p in LAYER}
+    for i in range(1, int(hf_config.get("num_hidden_layers") or 1)):
+        names |= {f"model.layers.{i}.{p}" for p in LAYER if p != "hidden_norm.weight"}
     if hf_config.get("norm_before_fc"):
         names.add("model.input_norm.weight")
     if hf_config.get("fc_norm"):
@@ -152,14 +156,36 @@ def _rope(x, positions, theta):  # x (n, heads, hd), rotate-half convention
     return x * cos + rotated * sin
 
 
+def _block(w, p, x, residual, pos, cfg, flags):
+    """Causal attention of the layer ``p`` on ``x`` (n, in) added to ``residual``, then its MLP -> (n, H);
+    Qwen3 layers norm each query and key head (``q_norm`` / ``k_norm``) before RoPE."""
+    eps, heads, kv, n = cfg.rms_norm_eps, cfg.num_attention_heads, cfg.num_key_value_heads, len(pos)
+    hd = cfg.hidden_size // heads
+    q = (x @ w[p + "self_attn.q_proj.weight"].T).view(n, heads, hd)
+    k = (x @ w[p + "self_attn.k_proj.weight"].T).view(n, kv, hd)
+    if flags.get("qk_norm"):
+        q, k = _rms(q, w[p + "self_attn.q_norm.weight"], eps), _rms(k, w[p + "self_attn.k_norm.weight"], eps)
+    q, k = _rope(q, pos, 10000.0), _rope(k, pos, 10000.0)
+    v = (x @ w[p + "self_attn.v_proj.weight"].T).view(n, kv, hd)
+    k, v = k.repeat_interleave(heads // kv, 1), v.repeat_interleave(heads // kv, 1)
+    scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + torch.full((n, n), float("-inf")).triu(1)
+    attn = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(n, heads * hd)
+    out = residual + attn @ w[p + "self_attn.o_proj.weight"].T
+    m = _rms(out, w[p + "post_attention_layernorm.weight"], eps)
+    mlp = torch.nn.functional.silu(m @ w[p + "mlp.gate_proj.weight"].T) * (m @ w[p + "mlp.up_proj.weight"].T)
+    return out + mlp @ w[p + "mlp.down_proj.weight"].T
+
+
 def reference_forward(w: dict, cfg, flags: dict, embed, tokens, target_rows, own_rows=None):
     """Uncached EAGLE-3 forward from raw tensors ``w`` (canonical names, any dtype) with the behaviour
     ``flags`` (specrank's names): positions 0..m-1 read the fused target states ``target_rows`` (m, 3H),
-    the next ones the head's own outputs ``own_rows`` (n - m, H). -> (draft logits (n, Vd), fed-back (n, H))."""
+    the next ones the head's own outputs ``own_rows`` (n - m, H); ``flags["layers"]`` draft layers (default 1),
+    ``flags["qk_norm"]`` for Qwen3 ones. -> (draft logits (n, Vd), fed-back (n, H))."""
     w = {k: v.float() for k, v in w.items()}
     eps, heads, kv, h = cfg.rms_norm_eps, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size
     hd = h // heads
     x = target_rows.float()
+    pos = torch.arange(len(tokens))
     if flags.get("norm_before_fc"):
         x = _rms(x, w["input_norm.weight"], eps)
     if flags.get("fc_norm"):
@@ -171,16 +197,9 @@ def reference_forward(w: dict, cfg, flags: dict, embed, tokens, target_rows, own
     normed = _rms(g, w["midlayer.hidden_norm.weight"], eps)
     residual = normed if flags.get("norm_before_residual") else g
     x = torch.cat([_rms(embed[tokens].float(), w["midlayer.input_layernorm.weight"], eps), normed], -1)
-    pos = torch.arange(n)
-    q = _rope((x @ w["midlayer.self_attn.q_proj.weight"].T).view(n, heads, hd), pos, 10000.0)
-    k = _rope((x @ w["midlayer.self_attn.k_proj.weight"].T).view(n, kv, hd), pos, 10000.0)
-    v = (x @ w["midlayer.self_attn.v_proj.weight"].T).view(n, kv, hd)
-    k, v = k.repeat_interleave(heads // kv, 1), v.repeat_interleave(heads // kv, 1)
-    scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + torch.full((n, n), float("-inf")).triu(1)
-    attn = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(n, heads * hd)
-    out = residual + attn @ w["midlayer.self_attn.o_proj.weight"].T
-    m = _rms(out, w["midlayer.post_attention_layernorm.weight"], eps)
-    mlp = (torch.nn.functional.silu(m @ w["midlayer.mlp.gate_proj.weight"].T) * (m @ w["midlayer.mlp.up_proj.weight"].T))
-    out = out + mlp @ w["midlayer.mlp.down_proj.weight"].T
+    out = _block(w, "midlayer.", x, residual, pos, cfg, flags)
+    for i in range(1, flags.get("layers", 1)):  # plain decoder layers on the first one's output
+        out = _block(w, f"layers.{i}.", _rms(out, w[f"layers.{i}.input_layernorm.weight"], eps), out, pos, cfg, flags)
     final = _rms(out, w["norm.weight"], eps)
-    return final @ w["lm_head.weight"].T, final if flags.get("feedback_post_norm") else out
+    read = final if flags.get("logits_from_norm", True) else out
+    return read @ w["lm_head.weight"].T, final if flags.get("feedback_post_norm") else out

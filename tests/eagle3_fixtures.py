@@ -2,9 +2,10 @@
 dtypes, the d2t/t2d construction), from random weights; none of them goes through specrank.
 
 - ``write_eagle_head``: SafeAILab EAGLE, ``eagle/traineagle3/main.py``: ``save_16bit_model`` of the
-  fp16 DeepSpeed module with frozen parameters (the target and the embedding) left out ->
-  ``pytorch_model.bin``; ``config.json`` is ``eagle/traineagle3/config.json``; ``d2t``/``t2d`` from
-  ``cnets.py`` ``scandata``.
+  fp16 DeepSpeed module with frozen parameters (the target and the embedding) left out but the target's
+  persistent buffers kept (``target_model.model.layers.*.self_attn.rotary_emb.inv_freq``,
+  ``traineagle3/modeling_llama_kv.py``) -> ``pytorch_model.bin``; ``config.json`` is
+  ``eagle/traineagle3/config.json``; ``d2t``/``t2d`` from ``cnets.py`` ``scandata``.
 - ``write_specforge_head``: SpecForge ``specforge/export/to_sglang.py``: ``save_pretrained`` of
   ``LlamaForCausalLMEagle3`` (``modeling/draft/llama3_eagle.py``) materialised in bf16, every key with
   "embed" dropped; ``d2t``/``t2d`` from ``data/preprocessing.py`` ``process_token_dict_to_mappings``.
@@ -47,15 +48,18 @@ def specforge_maps(counts: Counter, draft_vocab: int, vocab_size: int):
     return eagle_maps(counts, draft_vocab, vocab_size)
 
 
-def layer_tensors(prefix: str, h: int, heads: int, kv: int, inter: int, gen) -> dict:
-    """One EAGLE-3 decoder layer (q/k/v read 2H) under ``prefix``; norms near 1, weights ~N(0, 0.3)."""
-    hd = h // heads
-    shapes = {"self_attn.q_proj.weight": (heads * hd, 2 * h), "self_attn.k_proj.weight": (kv * hd, 2 * h),
-              "self_attn.v_proj.weight": (kv * hd, 2 * h), "self_attn.o_proj.weight": (h, heads * hd),
+def layer_tensors(prefix: str, h: int, heads: int, kv: int, inter: int, gen, first=True, qk_norm=False) -> dict:
+    """One decoder layer under ``prefix``: the EAGLE-3 first layer (q/k/v read 2H, ``hidden_norm``) or a
+    plain one; Qwen3's per-head ``q_norm`` / ``k_norm`` if ``qk_norm``. Norms near 1, weights ~N(0, 0.3)."""
+    hd, width = h // heads, 2 * h if first else h
+    shapes = {"self_attn.q_proj.weight": (heads * hd, width), "self_attn.k_proj.weight": (kv * hd, width),
+              "self_attn.v_proj.weight": (kv * hd, width), "self_attn.o_proj.weight": (h, heads * hd),
               "mlp.gate_proj.weight": (inter, h), "mlp.up_proj.weight": (inter, h), "mlp.down_proj.weight": (h, inter)}
     out = {prefix + k: 0.3 * torch.randn(s, generator=gen) for k, s in shapes.items()}
-    for norm in ("hidden_norm", "input_layernorm", "post_attention_layernorm"):
+    for norm in ("hidden_norm", "input_layernorm", "post_attention_layernorm")[0 if first else 1:]:
         out[f"{prefix}{norm}.weight"] = 1 + 0.2 * torch.randn(h, generator=gen)
+    for norm in ("q_norm", "k_norm") if qk_norm else ():  # Qwen3RMSNorm(head_dim)
+        out[f"{prefix}self_attn.{norm}.weight"] = 1 + 0.2 * torch.randn(hd, generator=gen)
     return out
 
 
@@ -78,6 +82,10 @@ def write_eagle_head(path, cfg, draft_vocab: int = 40, seed: int = 0) -> dict:
     gen = torch.Generator().manual_seed(seed)
     state = {k: v.half() for k, v in head_tensors(cfg, draft_vocab, gen).items()}  # DeepSpeed fp16 module
     state["d2t"], state["t2d"] = eagle_maps(token_counts(cfg.vocab_size, seed), draft_vocab, cfg.vocab_size)
+    hd = cfg.hidden_size // cfg.num_attention_heads
+    inv_freq = (1.0 / 10000.0 ** (torch.arange(0, hd, 2).float() / hd)).half()  # module.half() casts buffers too
+    state.update({f"target_model.model.layers.{i}.self_attn.rotary_emb.inv_freq": inv_freq
+                  for i in range(cfg.num_hidden_layers)})
     torch.save(state, path / "pytorch_model.bin")
     config = {"architectures": ["LlamaForCausalLM"], "bos_token_id": cfg.bos_token_id, "eos_token_id": cfg.eos_token_id,
               "hidden_act": "silu", "hidden_size": cfg.hidden_size, "initializer_range": 0.02,
@@ -113,7 +121,7 @@ def write_specforge_head(path, cfg, draft_vocab: int = 40, seed: int = 1, ids=No
     if ids is not None:  # configs/gpt-oss-20B-eagle3.json
         config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(ids)}
     (path / "config.json").write_text(json.dumps(config, indent=2))
-    return {"fc_norm": fc_norm}
+    return {"fc_norm": fc_norm, "feedback_post_norm": fc_norm}  # norm_output as SpecForge reads it since PR #879
 
 
 def write_speculators_head(path, cfg, draft_vocab: int = 40, seed: int = 2, ids=None, verifier="tiny-target") -> dict:
@@ -146,3 +154,50 @@ def write_speculators_head(path, cfg, draft_vocab: int = 40, seed: int = 2, ids=
               "torch_dtype": "bfloat16", "transformer_layer_config": layer, "transformers_version": "4.57.1"}
     (path / "config.json").write_text(json.dumps(config, indent=2))
     return {"norm_before_residual": True, "norm_before_fc": True, "feedback_post_norm": True}
+
+
+def write_speculators_trained_head(path, cfg, ids, num_layers: int = 2, arch: str = "llama", draft_vocab: int = 40,
+                                   seed: int = 5) -> dict:
+    """What speculators' trainer saves (``scripts/train.py`` + ``Eagle3DraftModel.save_pretrained``, c05b95b3):
+    EAGLE 3.1 by default since #692 (llama layers, ``norm_before_fc``, ``norm_output``, ``norm_before_residual``
+    per ``train/config/schema.py``), ``num_layers`` layers (``layers.0`` the EAGLE-3 one, the rest plain
+    decoder layers), the embedding saved with the head (only the verifier's norm and lm head are left out),
+    ``transformer_layer_config`` as the config class's ``to_diff_dict``."""
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig, Qwen3Config
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    gen = torch.Generator().manual_seed(seed)
+    qk = arch == "qwen3"
+    state = head_tensors(cfg, draft_vocab, gen, prefix="layers.0.", input_norm=True)
+    if qk:
+        hd = cfg.hidden_size // cfg.num_attention_heads
+        state.update({f"layers.0.self_attn.{n}.weight": 1 + 0.2 * torch.randn(hd, generator=gen) for n in ("q_norm", "k_norm")})
+    for i in range(1, num_layers):
+        state.update(layer_tensors(f"layers.{i}.", cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads,
+                                   cfg.intermediate_size, gen, first=False, qk_norm=qk))
+    state["embed_tokens.weight"] = 0.5 * torch.randn(cfg.vocab_size, cfg.hidden_size, generator=gen)
+    state = {k: v.bfloat16() for k, v in state.items()}
+    state["d2t"], state["t2d"] = eagle_maps(token_counts(cfg.vocab_size, seed), draft_vocab, cfg.vocab_size)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(path / "model.safetensors"), metadata={"format": "pt"})
+    layer = (Qwen3Config if qk else LlamaConfig)(  # create_transformer_layer_config, every layer full attention
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=num_layers, num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads, hidden_act="silu", max_position_embeddings=2048,
+        initializer_range=0.02, rms_norm_eps=cfg.rms_norm_eps, head_dim=cfg.head_dim, tie_word_embeddings=False,
+        sliding_window=None, use_sliding_window=False, layer_types=["full_attention"] * num_layers,
+        rope_parameters={"rope_theta": 10000.0, "rope_type": "default"}, dtype="bfloat16").to_diff_dict()
+    config = {"architectures": ["Eagle3Speculator"], "draft_vocab_size": draft_vocab,
+              "eagle_aux_hidden_state_layer_ids": list(ids), "embed_requires_grad": False, "fc_norm": False,
+              "has_no_defaults_at_init": False, "norm_before_fc": True, "norm_before_residual": True,
+              "norm_output": True,
+              "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
+                                     "proposal_methods": [{"accept_tolerance": 0.0, "proposal_type": "greedy",
+                                                           "speculative_tokens": 3, "verifier_accept_k": 1}],
+                                     "verifier": {"architectures": ["LlamaForCausalLM"], "name_or_path": "tiny-target"}},
+              "speculators_model_type": "eagle3", "speculators_version": "0.7.0", "target_hidden_size": None,
+              "torch_dtype": "bfloat16", "transformer_layer_config": layer, "transformers_version": "5.1.0"}
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    return {"norm_before_residual": True, "norm_before_fc": True, "feedback_post_norm": True, "layers": num_layers,
+            "qk_norm": qk}

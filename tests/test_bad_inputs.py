@@ -301,7 +301,7 @@ CASES = [
     ("decode-shard-size-0", lambda w, o: decode(w, o, "--shard-size", "0"), "--shard-size"),
     ("decode-threads-0", lambda w, o: decode(w, o, "--threads", "0"), "--threads"),
     ("decode-device", lambda w, o: decode(w, o, "--device", "tpu"), "device"),
-    ("decode-dtype", lambda w, o: decode(w, o, "--dtype", "float16"), "--dtype"),
+    ("decode-dtype", lambda w, o: decode(w, o, "--dtype", "float64"), "--dtype"),
     ("decode-verifier-unknown", lambda w, o: decode(w, o, "--verifier", "bogus"), "verifier"),
     ("decode-verifier-value", lambda w, o: decode(w, o, "--verifier", "lenience:l=abc"), "lenience:l=abc"),
     ("decode-chain-length-0", lambda w, o: decode(w, o, "--decoder", "chain", "--chain-length", "0"), "chain length"),

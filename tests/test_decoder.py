@@ -128,6 +128,19 @@ def test_gpu_benchmark_runs_at_a_tiny_shape_on_cpu():
     assert result["budgets"]["8"]["reranked"]["split"]["rerank"] > 0
 
 
+def test_the_full_vocabulary_path_records_and_reranks_token_ids_above_65535():
+    """Llama-3.1-8B's 128,256-token vocabulary at a tiny width: a recorded round scores all M = 710 edges and
+    keeps ids above 65,535, and reranked rounds decode."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--shape", "tiny-128k-vocab",
+                          "--rounds", "2", "--prompt-len", "24", "--budget", "8", "--threads", "1", "--record-rounds", "1",
+                          "--decoders", "reranked", "--warmup-rounds", "0"],
+                         capture_output=True, text=True, check=True, timeout=300)
+    result = json.loads(out.stdout)
+    record, reranked = result["record"], result["budgets"]["8"]["reranked"]["split"]
+    assert record["pool_size"] == 710 and record["p_edge_finite"] == 1.0 and 65535 < record["max_token"] < 128256
+    assert reranked["rounds"] == 2 and reranked["rerank"] > 0 and result["budgets"]["8"]["peak_mib"] > 0
+
+
 def readme_example() -> str:
     """The README's decoding example, as written (the Python block after its marker comment)."""
     text = (ROOT / "README.md").read_text()

@@ -20,7 +20,7 @@ from eagle3_engines import (
     vllm_load,
     vllm_params,
 )
-from eagle3_fixtures import write_eagle_head, write_specforge_head, write_speculators_head
+from eagle3_fixtures import write_eagle_head, write_specforge_head, write_speculators_head, write_speculators_trained_head
 from specrank.cli import main
 from specrank.decode.engine.pool import causal_mask
 from specrank.decode.loading.drafters import load_drafter
@@ -65,11 +65,23 @@ def specrank_root(drafter, target):
     return root.logp, logp[0], int(token)
 
 
-def reference_root(weights, flags, target, layers, child):
+def residual_stream(target, post_norm=False):
+    """HF ``hidden_states`` of CONTEXT, the last one taken before the final norm (the residual stream after
+    the last layer, which vLLM and SGLang capture) unless ``post_norm`` (what HF returns)."""
+    norm = target.model.model.norm
+    if not post_norm:
+        target.model.model.norm = torch.nn.Identity()
+    try:
+        return target.model(input_ids=torch.tensor(CONTEXT)[None], output_hidden_states=True).hidden_states
+    finally:
+        target.model.model.norm = norm
+
+
+def reference_root(weights, flags, target, layers, child, post_norm=False):
     """The reference on HF ``hidden_states`` at the explicitly chosen indices ``layers``."""
-    out = target.model(input_ids=torch.tensor(CONTEXT)[None], output_hidden_states=True)
-    rows = torch.cat([out.hidden_states[i][0] for i in layers], -1)
-    embed, cfg = target.model.get_input_embeddings().weight, target.model.config
+    states = residual_stream(target, post_norm)
+    rows = torch.cat([states[i][0] for i in layers], -1)
+    embed, cfg = weights.get("embed_tokens.weight", target.model.get_input_embeddings().weight), target.model.config
     tokens = CONTEXT[1:] + [ROOT]
     logits, fed = reference_forward(weights, cfg, flags, embed, tokens, rows)
     logits_child, _ = reference_forward(weights, cfg, flags, embed, tokens + [child], rows, fed[-1:])
@@ -81,12 +93,21 @@ DIALECTS = [  # name, writer, kwargs, the layers the project means, a wrong conv
     ("SpecForge/SGLang", write_specforge_head, {"ids": [1, 3, 4]}, (2, 4, 5), (1, 3, 4)),
     ("SpecForge/SGLang", write_specforge_head, {"ids": [0, 2, 5], "fc_norm": True}, (1, 3, 6), (0, 2, 5)),
     ("vLLM speculators", write_speculators_head, {"ids": [1, 3, 6]}, (1, 3, 6), (2, 4, 7)),
+    # the end of the stack: id L (speculators' launch_vllm.py appends it), id L - 1 (SpecForge)
+    ("vLLM speculators", write_speculators_head, {"ids": [2, 5, LAYERS]}, (2, 5, LAYERS), (2, 5, LAYERS - 1)),
+    ("SpecForge/SGLang", write_specforge_head, {"ids": [1, 4, LAYERS - 1]}, (2, 5, LAYERS), (2, 5, LAYERS - 1)),
+    # speculators' trainer: EAGLE 3.1, several draft layers, Llama or Qwen3 ones
+    ("vLLM speculators", write_speculators_trained_head, {"ids": [2, 5, LAYERS]}, (2, 5, LAYERS), (2, 5, LAYERS - 1)),
+    ("vLLM speculators", write_speculators_trained_head, {"ids": [1, 3, 6], "num_layers": 1, "arch": "qwen3"},
+     (1, 3, 6), (2, 4, 7)),
+    ("vLLM speculators", write_speculators_trained_head, {"ids": [2, 4, 5], "num_layers": 3, "arch": "qwen3"},
+     (2, 4, 5), (3, 5, 6)),
 ]
 
 
 @pytest.mark.parametrize("name, writer, kwargs, intended, wrong", DIALECTS)
 def test_dialects_draft_from_the_layers_their_project_means(target, tmp, capsys, name, writer, kwargs, intended, wrong):
-    directory = tmp / f"{writer.__name__}-{'-'.join(map(str, intended))}"
+    directory = tmp / f"{writer.__name__}-{'-'.join(map(str, intended))}-{kwargs.get('arch', '')}"
     flags = writer(directory, target.model.config, **kwargs)
     drafter = load_drafter(f"eagle3:{directory}", target)
     message = capsys.readouterr().err
@@ -99,6 +120,26 @@ def test_dialects_draft_from_the_layers_their_project_means(target, tmp, capsys,
     torch.testing.assert_close(child, ref_child, atol=2e-4, rtol=0)
     wrong_root, _ = reference_root(weights, flags, target, wrong, token)
     assert (root - wrong_root).abs().max() > 1e-2  # negative control: the other convention drafts otherwise
+    for control in ({"layers": 1} if flags.get("layers", 1) > 1 else {}, {"qk_norm": False} if flags.get("qk_norm") else {}):
+        if control:  # the extra draft layers, Qwen3's q_norm / k_norm: each changes the draft
+            other_root, _ = reference_root(weights, {**flags, **control}, target, intended, token)
+            assert (root - other_root).abs().max() > 1e-2, control
+    if LAYERS in intended:  # HF's hidden_states[L] is after the final norm: not what the engines feed
+        normed_root, _ = reference_root(weights, flags, target, intended, token, post_norm=True)
+        assert (root.exp() - normed_root.exp()).abs().max() > 1e-2
+
+
+def test_an_eagle_deepspeed_file_ignores_the_target_buffers_only(target, tmp, capsys):
+    directory = tmp / "eagle-deepspeed"
+    write_eagle_head(directory, target.model.config)
+    state = torch.load(directory / "pytorch_model.bin", weights_only=True)
+    assert sum(k.startswith("target_model.") for k in state) == LAYERS  # as save_16bit_model keeps them
+    load_drafter(f"eagle3:{directory}", target)
+    assert f"{LAYERS} target_model.* buffers ignored" in capsys.readouterr().err
+    state["midlayer.self_attn.extra_proj.weight"] = torch.zeros(4, 4).half()  # a head weight nobody reads
+    torch.save(state, directory / "pytorch_model.bin")
+    with pytest.raises(ModelLoadError, match=r"unexpected \['midlayer.self_attn.extra_proj.weight'\]"):
+        load_drafter(f"eagle3:{directory}", target)
 
 
 def test_eagle3_layers_override_and_where_it_applies(target, tmp, capsys):
@@ -216,10 +257,44 @@ def test_flags_and_layer_ids_round_trip_where_the_engine_has_them(target, tmp):
         assert after.layers == before.layers and all(after.config[f] for f in flags)
         with pytest.raises(ExportError, match="cannot export to eagle"):
             export_head(src, tmp / f"{src.name}-eagle", "eagle")
-    plain = tmp / "rt-plain"
-    write_specforge_head(plain, target.model.config, ids=[2, 3, 4])
-    out, notes = export_head(plain, tmp / "rt-plain-sglang", "sglang")
-    assert read_head(out).layers == (3, 4, 5) and "PR #25454" in notes[0] and "--format vllm" in notes[1]
+
+
+SGLANG_CASES = [  # hidden_states the head drafts from, rule asked, ids written (None: refused)
+    ((2, 4, 5), "current", [1, 3, 4]), ((2, 4, 5), "legacy", [1, 3, 4]),  # both rules read these alike
+    ((2, 5, LAYERS), "current", [1, 4, LAYERS - 1]),
+    ((3, 4, 5), "current", [3, 4, 5]), ((3, 4, 5), "legacy", [2, 3, 4]),
+    ((1, 3, 6), "current", None), ((1, 3, 6), "legacy", [0, 2, 5]),  # current shifts a first id of 1
+    ((0, 3, 6), "current", [0, 3, 6]), ((0, 3, 6), "legacy", None),  # legacy cannot name the embeddings
+]
+
+
+@pytest.mark.parametrize("layers, rule, ids", SGLANG_CASES)
+def test_sglang_export_names_the_same_layers_under_the_rule_it_states(target, tmp, capsys, layers, rule, ids):
+    src = tmp / f"sglang-rule-src-{'-'.join(map(str, layers))}"
+    if not src.exists():
+        write_specforge_head(src, target.model.config, ids=[i - 1 for i in layers] if layers[0] else [0, 2, 5])
+        if not layers[0]:  # a SpecForge id cannot name the embeddings: state the layers as speculators would
+            cfg = json.loads((src / "config.json").read_text())
+            cfg["eagle_config"]["layer_id_rule"] = "current"
+            cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = list(layers)
+            (src / "config.json").write_text(json.dumps(cfg))
+    assert read_head(src).layers == layers
+    out = tmp / f"sglang-rule-{'-'.join(map(str, layers))}-{rule}"
+    code = main(["drafter", "export", str(src), "--format", "sglang", "--sglang-rule", rule, "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    if ids is None:
+        assert code == 2 and len(err) == 1 and f"{rule} rule" in err[0] and not out.exists()
+        return
+    cfg = json.loads((out / "config.json").read_text())
+    written = cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    assert code == 0 and written == ids and len(err) == 1 and "SGLang layer ids" in err[0]
+    readings = {r: sglang_capture(written, LAYERS, after_pr_25454=r == "current") for r in ("current", "legacy")}
+    assert readings[rule] == layers and read_head(out).layers == layers
+    if readings["current"] == readings["legacy"]:
+        assert "before and after PR #25454" in err[0] and "layer_id_rule" not in cfg["eagle_config"]
+    else:  # the file says which SGLang it is for, and the other reading is really different
+        other = "legacy" if rule == "current" else "current"
+        assert f"{rule} rule" in err[0] and readings[other] != layers and cfg["eagle_config"]["layer_id_rule"] == rule
 
 
 @pytest.fixture(scope="module")
@@ -291,6 +366,10 @@ def test_decode_takes_eagle3_layers_as_part_of_the_run(target, tmp, capsys):
     manifest = json.loads((tmp / "cli-run" / "manifest.json").read_text())
     assert manifest["drafter"].endswith("--eagle3-layers 1,2,3")
     assert main(args + ["--eagle3-layers", "1,2,4"]) == 2 and "different run" in capsys.readouterr().err
+    fp16 = [a if a != str(tmp / "cli-run") else str(tmp / "cli-run-fp16") for a in args]
+    assert main(fp16 + ["--dtype", "float16"]) == 0  # EAGLE trains in fp16; V100 and T4 run nothing else
+    manifest = json.loads((tmp / "cli-run-fp16" / "manifest.json").read_text())
+    assert manifest["dtype"] == "float16" and list((tmp / "cli-run-fp16" / "rounds").iterdir())
 
 
 def test_fc_bias_and_a_tied_lm_head_load_and_export_as_sglang_reads_them(target, tmp, capsys):
@@ -315,3 +394,53 @@ def test_fc_bias_and_a_tied_lm_head_load_and_export_as_sglang_reads_them(target,
     assert not skipped and loaded == sglang_params(written) - {"model.embed_tokens.weight"}
     with pytest.raises(ExportError, match="fc_bias"):
         export_head(directory, tmp / "sglang-bias-tied-vllm", "vllm")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_multi_layer_heads_export_for_vllm_and_are_refused_where_one_layer_is_built(target, tmp, arch):
+    src = tmp / f"multi-{arch}"
+    write_speculators_trained_head(src, target.model.config, ids=[2, 5, LAYERS], num_layers=2, arch=arch)
+    out, _ = export_head(src, tmp / f"multi-{arch}-vllm", "vllm", "bf16")
+    cfg = json.loads((out / "config.json").read_text())
+    layer = cfg["transformer_layer_config"]
+    assert (layer["model_type"], layer["num_hidden_layers"]) == (arch, 2)
+    state = load_file(str(out / "model.safetensors"))
+    assert {k.split(".")[1] for k in state if k.startswith("layers.")} == {"0", "1"}
+    if arch == "llama":  # vLLM's Eagle3LlamaForCausalLM loads every tensor into a parameter, and nothing is left
+        hf = vllm_config(cfg)
+        assert vllm_load(hf, state) == vllm_params(hf) and vllm_capture(hf, LAYERS) == (2, 5, LAYERS)
+    reloaded, original = load_drafter(f"eagle3:{out}", target), load_drafter(f"eagle3:{src}", target)
+    assert len(reloaded.head.layers) == 1 and reloaded.head.config.draft_layer_type == arch
+    assert torch.equal(specrank_root(reloaded, target)[1], specrank_root(original, target)[1])
+    for fmt in ("sglang", "eagle"):
+        with pytest.raises(ExportError, match="2 draft layers"):
+            export_head(src, tmp / f"multi-{arch}-{fmt}", fmt)
+
+
+NORM_OUTPUT = [  # the config's norm_output, the rule asked, what the head does (specrank's flags)
+    (None, None, {}), (None, "before-pr879", {}),  # absent: plain EAGLE-3 under both
+    (True, None, {"feedback_post_norm": True}), (True, "after-pr879", {"feedback_post_norm": True}),
+    (True, "before-pr879", {}),
+    (False, "after-pr879", {}), (False, "before-pr879", {"logits_from_norm": False}),
+]
+
+
+@pytest.mark.parametrize("value, rule, meaning", NORM_OUTPUT)
+def test_specforge_norm_output_before_and_after_pr879(target, tmp, capsys, value, rule, meaning):
+    directory = tmp / f"norm-output-{value}"
+    if not directory.exists():
+        write_specforge_head(directory, target.model.config, ids=[1, 3, 4])
+        cfg = json.loads((directory / "config.json").read_text())
+        (directory / "config.json").write_text(json.dumps({**cfg, **({} if value is None else {"norm_output": value})}))
+    capsys.readouterr()
+    drafter = load_drafter(f"eagle3:{directory}", target, norm_output_rule=rule)
+    assert ("after PR #879" in capsys.readouterr().err) == (value is not None and rule is None)
+    root, child, token = specrank_root(drafter, target)
+    weights = raw(directory)
+    ref_root, ref_child = reference_root(weights, meaning, target, (2, 4, 5), token)
+    torch.testing.assert_close(root, ref_root, atol=2e-4, rtol=0)
+    torch.testing.assert_close(child, ref_child, atol=2e-4, rtol=0)
+    for other in ({}, {"feedback_post_norm": True}, {"logits_from_norm": False}):
+        if other != meaning:  # control: each other reading drafts otherwise
+            other_root, other_child = reference_root(weights, other, target, (2, 4, 5), token)
+            assert max((root - other_root).abs().max(), (child - other_child).abs().max()) > 1e-2, other

@@ -25,10 +25,27 @@ def target(target_dir):
 
 
 def full_logits(target, ids, layers=()):
-    """Plain causal forward of the whole sequence (the reference)."""
+    """Plain causal forward of the whole sequence (the reference); layer L is read with the final norm
+    taken out (the last layer's output before it), the others from HF ``hidden_states``."""
     out = target.model(input_ids=torch.tensor(ids)[None], output_hidden_states=True)
-    hidden = torch.cat([out.hidden_states[i][0] for i in layers], -1) if layers else None
+    norm, target.model.model.norm = target.model.model.norm, torch.nn.Identity()
+    try:
+        pre = target.model(input_ids=torch.tensor(ids)[None], output_hidden_states=True).hidden_states
+    finally:
+        target.model.model.norm = norm
+    hidden = torch.cat([pre[i][0] for i in layers], -1) if layers else None
     return out.logits[0].float(), hidden
+
+
+def test_layer_l_is_the_residual_stream_before_the_final_norm(target):
+    ids = [5, 9, 17, 33]
+    _, hidden = target.forward(torch.tensor(ids), torch.arange(4), causal_mask(4, 0), target.new_cache(), (4,),
+                               final_normed=True)
+    _, ref = full_logits(target, ids, (4,))
+    hf = target.model(input_ids=torch.tensor(ids)[None], output_hidden_states=True).hidden_states[4][0]
+    torch.testing.assert_close(hidden[:, :32], ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(hidden[:, 32:], hf, atol=1e-5, rtol=1e-5)  # final_normed: HF's last state
+    assert (hidden[:, :32] - hf).abs().max() > 1e-1  # control: the two differ
 
 
 def test_attributes_and_hash(target, target_dir):
@@ -111,8 +128,8 @@ def test_cuda_without_gpu_and_bad_dtype(target_dir):
     if not torch.cuda.is_available():
         with pytest.raises(ModelLoadError, match="CUDA is not available"):
             load_target(target_dir, device="cuda")
-    with pytest.raises(ModelLoadError, match="dtype"):
-        load_target(target_dir, dtype="float16")
+    with pytest.raises(ModelLoadError, match="dtype 'float64'"):
+        load_target(target_dir, dtype="float64")
 
 
 def test_missing_and_invalid_specs(tmp_path):
@@ -122,11 +139,12 @@ def test_missing_and_invalid_specs(tmp_path):
         load_target(tmp_path)
 
 
-def test_bfloat16_target(target_dir):
-    target = load_target(target_dir, dtype="bfloat16")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_targets(target_dir, dtype):
+    target = load_target(target_dir, dtype=str(dtype).removeprefix("torch."))
     cache = target.new_cache()
     logits, hidden = target.forward(torch.tensor([4, 5, 6]), torch.arange(3), causal_mask(3, 0), cache, (2,))
-    assert target.dtype == torch.bfloat16 and logits.dtype == torch.float32 and hidden.dtype == torch.float32
+    assert target.dtype == dtype and logits.dtype == torch.float32 and hidden.dtype == torch.float32
     ref, _ = full_logits(load_target(target_dir), [4, 5, 6])
     assert (logits.argmax(-1) == ref.argmax(-1)).float().mean() >= 2 / 3
 

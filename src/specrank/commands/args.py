@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import math
 
+# The names ``--dtype`` takes (``targets.DTYPES``' keys; spelled here so that parsing imports no torch).
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+
 
 def at_least(low: int):
     """An ``int`` argument type refusing values below ``low``."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrank.commands.args import at_least
+from specrank.commands.args import DTYPE_NAMES, at_least
 from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode.prompts import default_prompts_path
 from specrank.scale import add_worker_arguments
@@ -28,7 +28,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0, help="run seed; generators are seeded per (prompt, seed)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--dtype", default="float32", choices=DTYPE_NAMES)
     parser.add_argument("--limit", type=at_least(1), default=None, help="decode only the first N prompts")
     parser.add_argument("--shard-size", type=at_least(1), default=4, help="prompts per parquet shard (default 4)")
     parser.add_argument("--threads", type=at_least(1), default=None,
@@ -90,7 +90,7 @@ def run(args) -> int:
         else:
             TreeRuleVerifier(rule, args.temperature)  # refuses rules without a tree form before any model loads
     parse_device(args.device)
-    parse_drafter_spec(args.drafter, args.eagle3_layers)  # every argument is checked before a model loads
+    parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)  # every argument is checked before a model loads
     seen = check_unseen(args.drafter, prompts, args.allow_training_prompts)
     uri = None
     if not args.no_tracking:
@@ -101,7 +101,8 @@ def run(args) -> int:
         from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers, summary
 
         run = RunSpec(args.out, config, args.decoder if lossy else "record", args.verifier, seen)
-        models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers)
+        models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers,
+                        args.specforge_norm_output)
         outcome = decode_on_workers(workers, models, prompts, prompts_path, [run], args.shard_size,
                                     progress=not args.no_progress)
         print(summary(outcome, args.out))
@@ -115,7 +116,7 @@ def run(args) -> int:
         return 0
     check_target_spec(args.target)
     target = load_target(args.target, args.device, args.dtype)
-    drafter = load_drafter(args.drafter, target, args.eagle3_layers)
+    drafter = load_drafter(args.drafter, target, args.eagle3_layers, args.specforge_norm_output)
     manifest = with_trained_prompts(build_manifest(target, drafter, config, prompts_path, args.shard_size), seen)
     with removing_new_dirs(args.out):
         if lossy:

@@ -105,7 +105,7 @@ def run(args) -> int:
     parse_device(args.device)
     check_target_spec(args.target)
     if args.drafter:
-        parse_drafter_spec(args.drafter, args.eagle3_layers)
+        parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
     uri = check_reachable(resolve_tracking_uri(args.tracking_uri))
     drafter = args.drafter or default_drafter()
     limit, max_new_tokens = DEMO_SIZE.get(drafter, FALLBACK_SIZE)
@@ -114,6 +114,7 @@ def run(args) -> int:
     out = (args.out or default_out()).resolve() / drafter.replace(":", "-").replace("/", "_")
     check_unseen(drafter, read_prompts(default_prompts_path(), limit), args.allow_training_prompts)
     options = ["--eagle3-layers", ",".join(map(str, args.eagle3_layers))] if args.eagle3_layers else []
+    options += ["--specforge-norm-output", args.specforge_norm_output] if args.specforge_norm_output else []
     if args.allow_training_prompts:
         options.append("--allow-training-prompts")
     tables = {}

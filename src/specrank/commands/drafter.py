@@ -6,6 +6,7 @@ every command that takes ``--drafter``."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from specrank.commands.args import at_least, finite_float
@@ -27,10 +28,13 @@ def eagle3_layers(text: str) -> tuple[int, int, int]:
 
 
 def add_eagle3_layers(parser) -> None:
-    """The ``--eagle3-layers`` option (passed to ``load_drafter(..., eagle3_layers=...)``)."""
+    """The ``--eagle3-layers`` and ``--specforge-norm-output`` options (passed to ``load_drafter``)."""
     parser.add_argument("--eagle3-layers", type=eagle3_layers, default=None, metavar="L,M,H",
                         help="eagle3 heads: target hidden_states indices to draft from (0 = embeddings, i = output "
                              "of layer i-1), for heads whose config names none (default: the config's, else 2,L/2,L-3)")
+    parser.add_argument("--specforge-norm-output", default=None, choices=["after-pr879", "before-pr879"],
+                        help="eagle3 heads in the SpecForge/SGLang layout whose config sets norm_output: the "
+                             "SpecForge that wrote it (its PR #879 changed the meaning; default after-pr879)")
 
 
 def add_arguments(parser) -> None:
@@ -59,6 +63,12 @@ def add_arguments(parser) -> None:
     export.add_argument("--dtype", default="fp32", choices=["bf16", "fp16", "fp32"], help="weight dtype (default fp32)")
     export.add_argument("--verifier", default=None, help="vllm: the target's name or path recorded for vLLM "
                                                          "(default: the head's own, if it names one)")
+    export.add_argument("--sglang-rule", default="current", choices=["current", "legacy"],
+                        help="sglang: the SGLang reading of layer ids to write for when the releases before and "
+                             "after its PR #25454 differ (default current); ids both read alike are written "
+                             "whenever they exist")
+    export.add_argument("--specforge-norm-output", default=None, choices=["after-pr879", "before-pr879"],
+                        help="a SpecForge/SGLang head whose config sets norm_output: the SpecForge that wrote it")
     export.set_defaults(_action=run_export)
 
 
@@ -68,14 +78,18 @@ def run(args) -> int:
 
 def run_export(args) -> int:
     from specrank.decode.loading.eagle3 import default_head_dir
-    from specrank.decode.loading.eagle3_export import export_head
+    from specrank.decode.loading.eagle3_export import RULE_NOTE, export_head
 
     head = default_head_dir() if str(args.head) == "default" else args.head
-    out, notes = export_head(head, args.out, args.format, args.dtype, args.verifier)
+    out, notes = export_head(head, args.out, args.format, args.dtype, args.verifier, args.sglang_rule,
+                             args.specforge_norm_output)
     size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
     print(f"exported {head} as {args.format} ({args.dtype}, {size:.1f} MiB) to {out}")
     for note in notes:
-        print(f"note: {note}")
+        if note.startswith(RULE_NOTE):  # the one line a user must see: which SGLang the file is for
+            print(note, file=sys.stderr)
+        else:
+            print(f"note: {note}")
     return 0
 
 

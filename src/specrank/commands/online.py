@@ -6,7 +6,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-from specrank.commands.args import at_least
+from specrank.commands.args import DTYPE_NAMES, at_least
 from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode.prompts import default_prompts_path
 
@@ -39,7 +39,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0, help="run seed; generators are seeded per (prompt, seed)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--dtype", default="float32", choices=DTYPE_NAMES)
     parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     parser.add_argument("--pipeline", action="store_true",
                         help="draft in a worker process while the target runs the root pass (seed 000 App. D.14);"
@@ -111,10 +111,10 @@ def run(args) -> int:
     if args.drafter_device:
         parse_device(args.drafter_device)
     check_target_spec(args.target)
-    parse_drafter_spec(args.drafter, args.eagle3_layers)
+    parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
     target = load_target(args.target, args.device, args.dtype)
     encoded = [(p.prompt_id, p.task, ids) for p, ids in zip(prompts, encode_prompts(target, prompts, config))]
-    with _drafter_worker(args, load_drafter(args.drafter, target, args.eagle3_layers)) as drafter:
+    with _drafter_worker(args, load_drafter(args.drafter, target, args.eagle3_layers, args.specforge_norm_output)) as drafter:
         rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, compare, args.warmup)
     tables = {
         "online_rounds": rounds,

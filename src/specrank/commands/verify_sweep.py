@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from specrank.commands.args import at_least
+from specrank.commands.args import DTYPE_NAMES, at_least
 from specrank.commands.drafter import add_eagle3_layers
 
 HELP = "sweep verification rules (tree and chain decoders): block efficiency vs exact distortion, logged to MLflow"
@@ -35,7 +35,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--dtype", default="float32", choices=DTYPE_NAMES)
     parser.add_argument("--shard-size", type=at_least(1), default=4)
     parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     parser.add_argument("--no-progress", action="store_true")
@@ -116,19 +116,20 @@ def run(args) -> int:
     prompts_path = args.prompts or default_prompts_path()
     prompts = read_prompts(prompts_path, limit=args.limit)
     parse_device(args.device)
-    parse_drafter_spec(args.drafter, args.eagle3_layers)
+    parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
     with removing_new_dirs(out):
         if workers is not None:
             from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers
 
             runs = [RunSpec(str(cell_dir(out, c)), configs[c["decoder"]], c["decoder"], c["rule"]) for c in cells]
-            models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers)
+            models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers,
+                            args.specforge_norm_output)
             decode_on_workers(workers, models, prompts, prompts_path, runs, args.shard_size,
                               progress=not args.no_progress)
         else:
             check_target_spec(args.target)
             target = load_target(args.target, args.device, args.dtype)
-            drafter = load_drafter(args.drafter, target, args.eagle3_layers)
+            drafter = load_drafter(args.drafter, target, args.eagle3_layers, args.specforge_norm_output)
             for cell in cells:
                 config = configs[cell["decoder"]]
                 manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)

@@ -232,7 +232,8 @@ def sequence_rows(target, seq, layers) -> tuple[torch.Tensor, torch.Tensor, torc
     n = len(seq)
     ids = torch.tensor(seq, dtype=torch.long)
     causal = torch.full((n, n), float("-inf")).triu_(1)
-    logits, hidden = target.forward(ids, torch.arange(n), causal, target.new_cache(), tuple(layers) + (target.num_layers,))
+    logits, hidden = target.forward(ids, torch.arange(n), causal, target.new_cache(), tuple(layers),
+                                    final_normed=True)
     h = target.hidden_size
     return hidden[:, :-h].cpu(), hidden[:, -h:].cpu(), logits.argmax(-1).cpu()
 

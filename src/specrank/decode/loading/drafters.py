@@ -2,7 +2,8 @@
 
 Specs: ``standalone:PATH`` (a causal LM directory sharing the target's tokenizer),
 ``early-exit:K`` or ``early-exit:K:HEAD`` (the target's first K layers, optionally with a
-fitted linear exit head), ``eagle3:DIR`` (an EAGLE-3 head in its published format;
+fitted linear exit head), ``eagle3:DIR`` or ``eagle3:ORG/NAME[@REVISION]`` (an EAGLE-3 head in its
+published format, local or a hub id;
 ``eagle3:default`` is the head ``make drafter`` trains for the embedded default target).
 """
 
@@ -12,16 +13,18 @@ from pathlib import Path
 
 from specrank.decode.loading.targets import ModelLoadError
 
-SPEC_FORMS = "standalone:PATH, early-exit:K, early-exit:K:HEAD_PATH, eagle3:DIR or eagle3:default"
+SPEC_FORMS = "standalone:PATH, early-exit:K, early-exit:K:HEAD_PATH, eagle3:DIR, eagle3:ORG/NAME[@REV] or eagle3:default"
 
 
-def parse_drafter_spec(spec, eagle3_layers=None) -> tuple[str, str]:
+def parse_drafter_spec(spec, eagle3_layers=None, norm_output_rule=None) -> tuple[str, str]:
     """(kind, rest) of a drafter spec, refusing a malformed spec, a missing or unreadable file, or
     ``eagle3_layers`` for a drafter that is not an EAGLE-3 head, before any model loads (what depends on the
     target, such as K against its layers, is checked at load)."""
     kind, _, rest = str(spec).partition(":")
     if eagle3_layers is not None and kind != "eagle3":
         raise ModelLoadError(f"--eagle3-layers applies to eagle3: drafters, not {spec!r}")
+    if norm_output_rule is not None and kind != "eagle3":
+        raise ModelLoadError(f"--specforge-norm-output applies to eagle3: drafters, not {spec!r}")
     if kind == "standalone" and rest:
         from specrank.decode.loading.targets import check_model_dir
 
@@ -42,20 +45,23 @@ def parse_drafter_spec(spec, eagle3_layers=None) -> tuple[str, str]:
         if rest == "default" and not has_default_head():
             raise FileNotFoundError(f"no default EAGLE-3 head in {default_head_dir()}: run `make drafter`")
         if rest != "default":
+            from specrank.decode.loading.eagle3 import head_dir
             from specrank.files import read_json
 
-            if not Path(rest, "config.json").is_file():
+            directory = head_dir(rest)
+            if not Path(directory, "config.json").is_file():
                 raise FileNotFoundError(f"EAGLE-3 checkpoint not found: no config.json in {rest}")
-            read_json(Path(rest, "config.json"), "EAGLE-3 config")
+            read_json(Path(directory, "config.json"), "EAGLE-3 config")
     else:
         raise ModelLoadError(f"unknown drafter spec {spec!r} (use {SPEC_FORMS})")
     return kind, rest
 
 
-def load_drafter(spec: str, target, eagle3_layers=None):
+def load_drafter(spec: str, target, eagle3_layers=None, norm_output_rule=None):
     """Build the drafter described by ``spec`` for ``target`` (same device and dtype);
-    ``eagle3_layers`` (three ``hidden_states`` indices) chooses an ``eagle3:`` head's target layers."""
-    kind, rest = parse_drafter_spec(spec, eagle3_layers)
+    ``eagle3_layers`` (three ``hidden_states`` indices) chooses an ``eagle3:`` head's target layers and
+    ``norm_output_rule`` how a SpecForge head's ``norm_output`` is read (``eagle3_formats.NORM_OUTPUT_RULES``)."""
+    kind, rest = parse_drafter_spec(spec, eagle3_layers, norm_output_rule)
     if kind == "standalone":
         from specrank.decode.loading.standalone import load_standalone
 
@@ -67,7 +73,7 @@ def load_drafter(spec: str, target, eagle3_layers=None):
         return load_early_exit(target, int(layers), head or None, spec)
     from specrank.decode.loading.eagle3 import load_eagle3
 
-    return load_eagle3(rest, target, spec, eagle3_layers)
+    return load_eagle3(rest, target, spec, eagle3_layers, norm_output_rule)
 
 
 class SeenPromptError(ValueError):
@@ -75,13 +81,13 @@ class SeenPromptError(ValueError):
 
 
 def head_directory(spec: str) -> Path | None:
-    """The checkpoint directory of an ``eagle3:`` spec (``eagle3:default`` resolved), else None."""
+    """The checkpoint directory of an ``eagle3:`` spec (``default`` and hub ids resolved), else None."""
     kind, _, rest = str(spec).partition(":")
     if kind != "eagle3" or not rest:
         return None
-    from specrank.decode.loading.eagle3 import default_head_dir
+    from specrank.decode.loading.eagle3 import head_dir
 
-    return default_head_dir() if rest == "default" else Path(rest)
+    return head_dir(rest)
 
 
 def trained_on(spec: str, prompts) -> list[str] | None:

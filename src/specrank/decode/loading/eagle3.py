@@ -43,6 +43,7 @@ from specrank.decode.loading.eagle3_formats import (  # noqa: F401  (read_state,
     read_head,
     read_state,
 )
+from specrank.decode.loading.hub import revision_of
 from specrank.decode.loading.standalone import TokenizerMismatchError
 from specrank.decode.loading.targets import ModelLoadError, additive_mask, crop_cache, sha256_files
 from specrank.decode.engine.pool import Drafter, RootStep, causal_mask, draft_log_probs
@@ -67,6 +68,17 @@ def default_head_dir() -> Path:
     return cached if (cached / "config.json").is_file() else shipped_head_dir()
 
 
+def head_dir(spec) -> Path:
+    """The local directory of an ``eagle3:`` spec's rest: ``default``, a path, or a hub id (its snapshot)."""
+    from specrank.decode.loading.hub import parse_hub_id, snapshot
+
+    if str(spec) == "default":
+        return default_head_dir()
+    if parse_hub_id(spec) is not None:
+        return snapshot(spec, "EAGLE-3 head")
+    return Path(spec)
+
+
 def has_default_head() -> bool:
     """Whether ``eagle3:default`` names a head (the cached one or the shipped one)."""
     return (default_head_dir() / "config.json").is_file()
@@ -85,12 +97,32 @@ FLAGS = {
 }
 
 
-def eagle3_config(cfg: dict):
-    """A one-layer ``LlamaConfig`` from a canonical EAGLE-3 config dict (sdpa attention)."""
-    from transformers import LlamaConfig
+LAYER_TYPES = ("llama", "qwen3")  # draft decoder layers: Llama, or Qwen3 (q_norm / k_norm on each head)
 
-    known = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type", "torch_dtype", "dtype")}
-    config = LlamaConfig(**known)
+
+def layer_classes(layer_type: str):
+    """(config class, attention class, decoder layer class) of a draft layer type."""
+    if layer_type == "qwen3":
+        from transformers import Qwen3Config
+        from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention, Qwen3DecoderLayer
+
+        return Qwen3Config, Qwen3Attention, Qwen3DecoderLayer
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecoderLayer
+
+    return LlamaConfig, LlamaAttention, LlamaDecoderLayer
+
+
+def eagle3_config(cfg: dict):
+    """The draft layers' ``LlamaConfig`` / ``Qwen3Config`` from a canonical EAGLE-3 config dict (sdpa
+    attention); fields the dict lacks take that class's defaults, as speculators' ``to_diff_dict`` assumes."""
+    config_class = layer_classes(cfg.get("draft_layer_type", "llama"))[0]
+    skip = ("architectures", "model_type", "torch_dtype", "dtype", "draft_layer_type")
+    config = config_class(**{k: v for k, v in cfg.items() if k not in skip})
+    config.num_hidden_layers = int(cfg.get("num_hidden_layers") or 1)  # draft layers, not the target's
+    config.draft_layer_type = cfg.get("draft_layer_type", "llama")
+    if not hasattr(config, "mlp_bias"):  # Qwen3's MLP has no bias: LlamaMLP reads the flag
+        config.mlp_bias = False
     config.draft_vocab_size = int(cfg.get("draft_vocab_size") or config.vocab_size)
     config.target_hidden_size = int(cfg.get("target_hidden_size") or config.hidden_size)
     for name, default in FLAGS.items():
@@ -103,11 +135,11 @@ class Eagle3Layer(nn.Module):
     """The EAGLE-3 decoder layer: attention over [norm(embedding), norm(hidden)] (2H), residual on hidden."""
 
     def __init__(self, config):
-        from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm
+        from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
 
         super().__init__()
         h, eps = config.hidden_size, config.rms_norm_eps
-        self.self_attn = LlamaAttention(config, layer_idx=0)
+        self.self_attn = layer_classes(config.draft_layer_type)[1](config, layer_idx=0)
         for name in ("q_proj", "k_proj", "v_proj"):
             old = getattr(self.self_attn, name)
             setattr(self.self_attn, name, nn.Linear(2 * h, old.out_features, bias=old.bias is not None))
@@ -120,12 +152,16 @@ class Eagle3Layer(nn.Module):
         normed = self.hidden_norm(hidden)
         residual = normed if self.norm_before_residual else hidden  # vllm llama_eagle3.py _norm_before_residual
         x = torch.cat([self.input_layernorm(embeds), normed], -1)  # (1, n, 2H)
-        hidden = residual + self.self_attn(x, position_embeddings, mask, cache=cache)[0]
+        attn = self.self_attn(hidden_states=x, position_embeddings=position_embeddings, attention_mask=mask,
+                              cache=cache)[0]
+        hidden = residual + attn
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
 class Eagle3Head(nn.Module):
-    """fc (3 H_target -> H, optionally normed first), one Eagle3Layer, norm and a draft-vocabulary lm head."""
+    """fc (3 H_target -> H, optionally normed first), an Eagle3Layer, then ``num_hidden_layers - 1`` plain
+    decoder layers on its output (``layers.1`` ...: vLLM PR #26164, speculators ``models/eagle3/core.py``),
+    norm and a draft-vocabulary lm head."""
 
     def __init__(self, config):
         from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
@@ -140,6 +176,8 @@ class Eagle3Head(nn.Module):
         if config.fc_norm:  # SpecForge llama3_eagle.py ``fc_norm``: one norm per fused state
             self.fc_norm = nn.ModuleList(LlamaRMSNorm(ht, eps=eps) for _ in range(3))
         self.midlayer = Eagle3Layer(config)
+        decoder = layer_classes(config.draft_layer_type)[2]
+        self.layers = nn.ModuleDict({str(i): decoder(config, i) for i in range(1, config.num_hidden_layers)})
         self.norm = LlamaRMSNorm(h, eps=eps)
         self.lm_head = nn.Linear(h, config.draft_vocab_size, bias=False)
         self.rotary_emb = LlamaRotaryEmbedding(config)
@@ -166,6 +204,8 @@ class Eagle3Head(nn.Module):
         embeds = self.embed_tokens(input_ids)[None].to(hidden.dtype)
         position_embeddings = self.rotary_emb(hidden, positions[None])
         out = self.midlayer(embeds, hidden, position_embeddings, mask[None, None], cache)
+        for layer in self.layers.values():  # (1, n, H) -> (1, n, H)
+            out = layer(out, attention_mask=mask[None, None], cache=cache, position_embeddings=position_embeddings)
         logits, fed = self.read_out(out)
         return logits[0], fed[0]
 
@@ -178,6 +218,7 @@ class Eagle3Drafter(Drafter):
         self.draft_to_target = draft_to_target.to(next(head.parameters()).device)
         self.hidden_layers = tuple(int(i) for i in hidden_layers)
         self.cache, self.committed = None, 0
+        self.revision = revision_of(path) if path else None  # the hub commit a snapshot resolved to
 
     @functools.cached_property
     def source_hash(self) -> str:
@@ -260,16 +301,16 @@ def build_head(ckpt, embedding) -> tuple[Eagle3Head, bool]:
     return head, shared
 
 
-def load_eagle3(directory, target, spec: str = "", eagle3_layers=None) -> Eagle3Drafter:
+def load_eagle3(directory, target, spec: str = "", eagle3_layers=None, norm_output_rule=None) -> Eagle3Drafter:
     """Load an EAGLE-3 head for ``target`` from a local checkpoint directory in any dialect of
-    ``eagle3_formats``; ``eagle3_layers`` (``hidden_states`` indices) overrides the config's choice.
-    Says once, on stderr, which dialect and which target layers were chosen."""
-    if str(directory) == "default":
-        directory = default_head_dir()
-        if not has_default_head():
-            raise FileNotFoundError(f"no default EAGLE-3 head in {directory} nor in {shipped_head_dir()}: run `make drafter`")
-    directory = Path(directory)
-    ckpt = read_head(directory)
+    ``eagle3_formats``; ``eagle3_layers`` (``hidden_states`` indices) overrides the config's choice and
+    ``norm_output_rule`` says which SpecForge wrote ``norm_output``. Says once, on stderr, which dialect and
+    which target layers were chosen."""
+    if str(directory) == "default" and not has_default_head():
+        raise FileNotFoundError(f"no default EAGLE-3 head in {default_head_dir()} nor in {shipped_head_dir()}: "
+                                "run `make drafter`")
+    named, directory = str(directory), head_dir(directory)
+    ckpt = read_head(directory, norm_output_rule)
     config = eagle3_config(ckpt.config)
     if config.vocab_size != target.vocab_size:
         raise TokenizerMismatchError(
@@ -292,7 +333,9 @@ def load_eagle3(directory, target, spec: str = "", eagle3_layers=None) -> Eagle3
     print(f"EAGLE-3 head {directory}: {DIALECT_NAMES[ckpt.dialect]} layout, target hidden_states "
           f"{list(layers)} from {how}{notes}", file=sys.stderr)
     if not spec:
-        spec = f"eagle3:{directory}"
+        spec = f"eagle3:{directory if named == 'default' else named}"
     if eagle3_layers is not None:
         spec += f" --eagle3-layers {','.join(map(str, layers))}"  # part of a run's identity
+    if norm_output_rule is not None:
+        spec += f" --specforge-norm-output {norm_output_rule}"
     return Eagle3Drafter(head, target.vocab_size, d2t, layers, directory, spec)

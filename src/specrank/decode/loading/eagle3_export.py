@@ -2,10 +2,12 @@
 
 - ``sglang``: SpecForge's export (``specforge/export/to_sglang.py``): ``LlamaForCausalLMEagle3``, the draft
   module's own names (``midlayer.*``, ``fc``, ``norm``, ``lm_head``, ``d2t``, ``t2d``, no embedding) in
-  ``model.safetensors``, ids as outputs of layers (``hidden_states`` index - 1) in ``eagle_config``.
+  ``model.safetensors``, ids in ``eagle_config`` that SGLang before and after its PR #25454 read as the same
+  layers when such ids exist (index - 1, the first being 1), else those of the chosen rule, recorded.
 - ``vllm``: the vLLM speculators layout (``speculators/convert/eagle/eagle3_converter.py``):
   ``Eagle3Speculator`` with ``transformer_layer_config``, ``layers.0.*`` and top-level
-  ``eagle_aux_hidden_state_layer_ids`` as ``hidden_states`` indices (vLLM's capture rule).
+  ``eagle_aux_hidden_state_layer_ids`` as ``hidden_states`` indices (vLLM's capture rule); several draft
+  layers (``layers.0..N-1``) and Qwen3 ones (``model_type`` qwen3) only here.
 - ``eagle``: SafeAILab EAGLE (``eagle/traineagle3/main.py``, ``config.json``): ``pytorch_model.bin`` and a
   ``LlamaForCausalLM`` config without ``target_hidden_size`` (``cnets.py`` would then skip the target's
   embedding); EAGLE hard-codes the layers, so only heads drafting from (2, L//2, L-3) export.
@@ -27,14 +29,19 @@ from specrank.decode.loading.eagle3_formats import (
     EAGLE3_ARCH,
     SPECULATOR_ARCH,
     HeadCheckpoint,
+    RULE_KEY,
+    SGLANG_RULES,
     layers_to_sglang_ids,
     read_head,
+    rules_agree,
 )
 
 FORMATS = ("sglang", "vllm", "eagle")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 SPECULATORS_VERSION = "0.7.0"  # the speculators release whose layout this writes
+RULE_NOTE = "SGLang layer ids"  # the note saying which SGLang rule an export assumes
+RULE_WHEN = {"current": "SGLang releases with PR #25454", "legacy": "SGLang releases before PR #25454"}
 
 # Flags (specrank's names, their plain-EAGLE-3 value) and the engines implementing them: SGLang
 # models/llama_eagle3.py (fc bias = config.bias, tied lm head); vLLM models/llama_eagle3.py +
@@ -76,13 +83,18 @@ def cast(state: dict, dtype) -> dict:
 
 
 def _check(ckpt: HeadCheckpoint, fmt: str) -> None:
+    layers, layer_type = int(ckpt.config.get("num_hidden_layers") or 1), ckpt.config.get("draft_layer_type", "llama")
+    if fmt != "vllm" and (layers != 1 or layer_type != "llama"):  # SGLang llama_eagle3.py, EAGLE cnets.py
+        what = f"{layers} draft layers" if layers != 1 else f"{layer_type} draft layers (q_norm, k_norm)"
+        raise ExportError(f"cannot export to {fmt}: its loader builds one Llama draft layer, not the head's {what}")
     unsupported = [f for f in set_flags(ckpt.config) if f not in SUPPORTED[fmt]]
     if unsupported:
         raise ExportError(f"cannot export to {fmt}: its loader does not implement the head's {unsupported[0]}")
 
 
-def sglang_files(ckpt: HeadCheckpoint, dtype) -> tuple[dict, dict, list[str]]:
-    """``config.json`` and tensors of the SpecForge/SGLang layout, and notes on how engines read them."""
+def sglang_files(ckpt: HeadCheckpoint, dtype, rule: str = "current") -> tuple[dict, dict, list[str]]:
+    """``config.json`` and tensors of the SpecForge/SGLang layout, and notes on how engines read them (the
+    first: which SGLang rule the layer ids assume)."""
     c, notes = ckpt.config, []
     if "embed_tokens.weight" in ckpt.state:  # sglang models/llama.py set_embed: the target's replaces it
         raise ExportError("cannot export to sglang: the head has its own embed_tokens, which SGLang replaces "
@@ -95,10 +107,18 @@ def sglang_files(ckpt: HeadCheckpoint, dtype) -> tuple[dict, dict, list[str]]:
     if c.get("fc_bias"):
         cfg["bias"] = True
     if ckpt.layers is not None:
-        ids = layers_to_sglang_ids(ckpt.layers)
+        ids = layers_to_sglang_ids(ckpt.layers, rule)
+        if ids is None:
+            raise ExportError(f"cannot export to sglang: no layer ids make SGLang's {rule} rule read hidden_states "
+                              f"{list(ckpt.layers)}" + (" (try --sglang-rule legacy)" if rule == "current" else ""))
         cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids}
-        if ids[0] != 1:  # sglang PR #25454 adds the +1 only when the first id is 1
-            notes.append(f"SGLang after PR #25454 reads ids {ids} as hidden_states {ids} (first id is not 1)")
+        if rules_agree(ids):
+            notes.append(f"{RULE_NOTE}: ids {ids} read as hidden_states {list(ckpt.layers)} by SGLang before "
+                         "and after PR #25454")
+        else:
+            cfg["eagle_config"][RULE_KEY] = rule
+            notes.append(f"{RULE_NOTE}: ids {ids} assume SGLang's {rule} rule ({RULE_WHEN[rule]}); the other "
+                         "rule reads other layers")
         notes.append("vLLM (since PR #42764) reads these nested ids as hidden_states indices: use --format vllm there")
     return cfg, cast(ckpt.state, dtype), notes
 
@@ -106,7 +126,8 @@ def sglang_files(ckpt: HeadCheckpoint, dtype) -> tuple[dict, dict, list[str]]:
 def vllm_files(ckpt: HeadCheckpoint, dtype, verifier: str | None = None) -> tuple[dict, dict, list[str]]:
     """``config.json`` and tensors of the vLLM speculators layout."""
     c = ckpt.config
-    layer = {"model_type": "llama", **llama_fields(c), "num_hidden_layers": 1, "tie_word_embeddings": False,
+    layer = {"model_type": c.get("draft_layer_type", "llama"), **llama_fields(c),
+             "num_hidden_layers": int(c.get("num_hidden_layers") or 1), "tie_word_embeddings": False,
              "attention_bias": bool(c.get("attention_bias")), "mlp_bias": bool(c.get("mlp_bias")),
              "torch_dtype": DTYPE_NAMES[dtype]}
     cfg = {"architectures": [SPECULATOR_ARCH], "speculators_model_type": "eagle3",
@@ -152,16 +173,22 @@ def eagle_files(ckpt: HeadCheckpoint, dtype) -> tuple[dict, dict, list[str]]:
 WEIGHTS = {"sglang": "model.safetensors", "vllm": "model.safetensors", "eagle": "pytorch_model.bin"}
 
 
-def export_files(ckpt: HeadCheckpoint, fmt: str, dtype="fp32", verifier=None) -> tuple[dict, dict, list[str]]:
-    """``(config, tensors, notes)`` of ``ckpt`` in format ``fmt`` (sglang, vllm, eagle), ``dtype`` bf16|fp16|fp32."""
+def export_files(ckpt: HeadCheckpoint, fmt: str, dtype="fp32", verifier=None,
+                 sglang_rule="current") -> tuple[dict, dict, list[str]]:
+    """``(config, tensors, notes)`` of ``ckpt`` in format ``fmt`` (sglang, vllm, eagle), ``dtype`` bf16|fp16|fp32;
+    ``sglang_rule`` (current|legacy): which SGLang reading of the layer ids to write for, when they differ."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r} (use {', '.join(FORMATS)})")
     if dtype not in DTYPES:
         raise ExportError(f"unknown dtype {dtype!r} (use {', '.join(DTYPES)})")
+    if sglang_rule not in SGLANG_RULES:
+        raise ExportError(f"unknown SGLang rule {sglang_rule!r} (use {', '.join(SGLANG_RULES)})")
     _check(ckpt, fmt)
     if fmt == "vllm":
         return vllm_files(ckpt, DTYPES[dtype], verifier)
-    return (sglang_files if fmt == "sglang" else eagle_files)(ckpt, DTYPES[dtype])
+    if fmt == "sglang":
+        return sglang_files(ckpt, DTYPES[dtype], sglang_rule)
+    return eagle_files(ckpt, DTYPES[dtype])
 
 
 def write_head(directory, config: dict, state: dict, weights: str) -> Path:
@@ -180,16 +207,17 @@ def write_head(directory, config: dict, state: dict, weights: str) -> Path:
     return directory
 
 
-def export_head(source, out, fmt: str, dtype: str = "fp32", verifier=None) -> tuple[Path, list[str]]:
+def export_head(source, out, fmt: str, dtype: str = "fp32", verifier=None, sglang_rule: str = "current",
+                norm_output_rule=None) -> tuple[Path, list[str]]:
     """Read the head in ``source`` (any dialect) and write it for ``fmt`` into the new directory ``out``,
     whole or not at all; returns ``out`` and notes on how the engines read it."""
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out} exists and is not empty; export writes a new directory")
-    ckpt = read_head(source)
+    ckpt = read_head(source, norm_output_rule)
     with torch.device("meta"):  # the tensors must make a complete head before anything is written
         build_head(ckpt, torch.nn.Embedding(int(ckpt.config["vocab_size"]), int(ckpt.config["hidden_size"])))
-    config, state, notes = export_files(ckpt, fmt, dtype, verifier)
+    config, state, notes = export_files(ckpt, fmt, dtype, verifier, sglang_rule)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     try:

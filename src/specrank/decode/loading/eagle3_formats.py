@@ -9,9 +9,14 @@ i = the output of layer i - 1), the convention of ``Target.forward``. Four layou
   input of layers 2, L//2, L-3, i.e. ``hidden_states`` (2, L//2, L-3).
 - ``sglang`` (SpecForge / SGLang): ``LlamaForCausalLMEagle3`` or an ``eagle_config``; id k is the output
   of layer k, ``hidden_states[k + 1]`` (SGLang ``models/llama.py`` ``set_eagle3_layers_to_capture``
-  adds 1; SpecForge ``modeling/target/eagle3_target_model.py`` reads ``hidden_states[k + 1]``).
+  adds 1; SpecForge ``modeling/target/eagle3_target_model.py`` reads ``hidden_states[k + 1]``), unless
+  specrank's ``eagle_config.layer_id_rule`` says the ids were written for SGLang's rule since PR #25454.
+  One Llama draft layer.
 - ``speculators`` (vLLM speculators): ``Eagle3Speculator`` / ``speculators_model_type``; id k is
   ``hidden_states[k]`` (vLLM ``models/llama.py`` captures ``hidden_states + residual`` before layer k).
+  Llama or Qwen3 draft layers, any number of them.
+
+Index L (the target's layer count) is the last layer's output before the final norm (``Target.forward``).
 - ``specrank-legacy``: heads specrank saved before it wrote the SGLang layout: an ``eagle_config``
   whose ids equal the ``gen_layers`` of the ``training.json`` beside it (HF indices).
 
@@ -41,11 +46,11 @@ DIALECT_NAMES = {"eagle": "SafeAILab EAGLE", "sglang": "SpecForge/SGLang", "spec
 # The Llama shape of the head (read into ``eagle3_config``).
 SHAPE = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
          "rms_norm_eps", "max_position_embeddings", "vocab_size", "hidden_act", "rope_theta", "rope_scaling",
-         "rope_parameters", "attention_bias", "mlp_bias", "draft_vocab_size", "target_hidden_size")
+         "rope_parameters", "attention_bias", "mlp_bias", "draft_vocab_size", "target_hidden_size", "num_hidden_layers")
 # Written by transformers or the trainers, read by nobody when drafting.
 INERT = ("architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "bos_token_id",
          "eos_token_id", "pad_token_id", "initializer_range", "use_cache", "attention_dropout", "pretraining_tp",
-         "_name_or_path", "max_window_layers", "num_hidden_layers", "use_sliding_window", "sliding_window",
+         "_name_or_path", "max_window_layers", "use_sliding_window", "sliding_window",
          "layer_types", "tie_word_embeddings")
 SPECULATORS_INERT = ("speculators_model_type", "speculators_version", "speculators_config", "embed_requires_grad",
                      "has_no_defaults_at_init", "transformer_layer_config")
@@ -70,14 +75,33 @@ def default_layers(num_layers: int) -> tuple[int, int, int]:
     return (2, num_layers // 2, num_layers - 3)
 
 
-def sglang_ids_to_layers(ids) -> tuple[int, ...]:
-    """SpecForge/SGLang ids (output of layer k) -> ``hidden_states`` indices (k + 1)."""
+# How SGLang reads ``eagle_aux_hidden_state_layer_ids`` (``models/llama.py`` ``set_eagle3_layers_to_capture``):
+# ``legacy`` adds 1 to every id (SpecForge's meaning, output of layer k); ``current`` (since SGLang PR #25454)
+# keeps the +1 only when the first id is 1 and otherwise reads the ids as ``hidden_states`` indices.
+SGLANG_RULES = ("current", "legacy")
+RULE_KEY = "layer_id_rule"  # in ``eagle_config``, written by specrank when the two rules read the ids apart
+
+
+def sglang_ids_to_layers(ids, rule: str = "legacy") -> tuple[int, ...]:
+    """SGLang ids -> ``hidden_states`` indices under ``rule`` (SpecForge's own files: ``legacy``)."""
+    if rule == "current" and int(ids[0]) != 1:
+        return tuple(int(k) for k in ids)
     return tuple(int(k) + 1 for k in ids)
 
 
-def layers_to_sglang_ids(layers) -> list[int]:
-    """``hidden_states`` indices -> SpecForge/SGLang ids (output of layer i - 1)."""
-    return [int(i) - 1 for i in layers]
+def rules_agree(ids) -> bool:
+    """Whether SGLang before and after PR #25454 read ``ids`` as the same layers (the first id is 1)."""
+    return int(ids[0]) == 1
+
+
+def layers_to_sglang_ids(layers, rule: str = "legacy") -> list[int] | None:
+    """``hidden_states`` indices -> ids that SGLang's ``rule`` reads as them, the ids both rules read
+    alike whenever such ids exist; None when ``rule`` cannot name ``layers`` (legacy: index 0; current:
+    a first index of 1, which it always shifts)."""
+    legacy = [int(i) - 1 for i in layers]
+    if rules_agree(legacy) or rule == "legacy":
+        return legacy if min(legacy) >= 0 else None
+    return [int(i) for i in layers] if int(layers[0]) != 1 else None
 
 
 def detect_dialect(cfg: dict) -> str:
@@ -104,11 +128,13 @@ def _check_known(cfg: dict, allowed, where: str) -> None:
                             "flags and metadata fields only)")
 
 
-def _llama_part(cfg: dict) -> dict:
-    """The shape fields, after refusing values that change the head beyond one full-attention layer."""
-    if int(cfg.get("num_hidden_layers", 1)) != 1:
-        _refuse("num_hidden_layers", f"{cfg['num_hidden_layers']} draft layers; specrank drafts with one "
-                                     "(SGLang and vLLM stack extra layers differently)")
+def _llama_part(cfg: dict, stacked: bool = False) -> dict:
+    """The shape fields, after refusing values that change the head beyond full-attention layers (one
+    unless ``stacked``: the layouts whose engine stacks more)."""
+    n = cfg.get("num_hidden_layers", 1)
+    if not isinstance(n, int) or n < 1 or (n != 1 and not stacked):
+        _refuse("num_hidden_layers", f"{n} draft layers: this layout's engine drafts with one (multi-layer heads "
+                                     "load in the speculators layout, vLLM PR #26164)")
     if cfg.get("use_sliding_window") or any(t != "full_attention" for t in cfg.get("layer_types") or []):
         _refuse("use_sliding_window" if cfg.get("use_sliding_window") else "layer_types",
                 "sliding-window draft attention is not supported")
@@ -150,11 +176,36 @@ def _eagle(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | None]:
     return out, None
 
 
-def _sglang(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | None]:
+# What SpecForge's ``norm_output`` means (``modeling/draft/llama3_eagle.py``): up to a6b6b023 it chose whether
+# the lm head reads the normed output (default true), the raw output being fed back either way; since PR #879
+# the lm head always reads the normed output and ``norm_output`` (default false) feeds the normed one back
+# (EAGLE 3.1), as SGLang's ``llama_eagle3.py`` reads it. A file without the field drafts alike under both.
+NORM_OUTPUT_RULES = ("after-pr879", "before-pr879")
+
+
+def specforge_norm_output(cfg: dict, rule: str | None, notes: list) -> dict:
+    """``logits_from_norm`` and ``feedback_post_norm`` of a SpecForge/SGLang config under ``rule`` (None:
+    the current SpecForge's, said in a note when the file's ``norm_output`` makes the two differ)."""
+    if "norm_output" not in cfg:
+        return {"logits_from_norm": True, "feedback_post_norm": False}
+    value = _flag(cfg, "norm_output")
+    if rule is None:
+        rule = NORM_OUTPUT_RULES[0]
+        notes.append(f"norm_output {str(value).lower()} read as SpecForge after PR #879 "
+                     "(--specforge-norm-output before-pr879 for heads trained before it)")
+    if rule == "after-pr879":
+        return {"logits_from_norm": True, "feedback_post_norm": value}
+    return {"logits_from_norm": value, "feedback_post_norm": False}
+
+
+def _sglang(cfg: dict, state: dict, notes: list, norm_rule: str | None = None) -> tuple[dict, tuple | None]:
     flags = ("eagle_config", "bias", "fc_norm", "norm_output", "norm_before_fc", "norm_before_residual")
     _check_known(cfg, SHAPE + INERT + flags, "SpecForge/SGLang")
     eagle = cfg.get("eagle_config") or {}
-    _check_known(eagle, ("eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state"), "eagle_config of the SGLang")
+    _check_known(eagle, ("eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state", RULE_KEY),
+                 "eagle_config of the SGLang")
+    if eagle.get(RULE_KEY, "legacy") not in SGLANG_RULES:
+        _refuse(RULE_KEY, f"{eagle[RULE_KEY]!r} (expected {' or '.join(SGLANG_RULES)})")
     if eagle.get("use_aux_hidden_state") is False:
         _refuse("use_aux_hidden_state", "false: heads without fused target states are not EAGLE-3")
     if _flag(cfg, "norm_before_residual"):  # read by vLLM, not by SGLang llama_eagle3.py nor SpecForge
@@ -163,9 +214,9 @@ def _sglang(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | None]:
     _no_layer_bias(cfg, "SGLang's llama_eagle3.py")
     out = _llama_part(cfg)
     # SGLang llama_eagle3.py: fc bias = config.bias, lm_head = embed_tokens when tied; SpecForge
-    # llama3_eagle.py: fc_norm (one norm per state), norm_output (default true: norm before lm_head).
+    # llama3_eagle.py: fc_norm (one norm per state), norm_output (see NORM_OUTPUT_RULES).
     out.update(fc_bias=_flag(cfg, "bias"), fc_norm=_flag(cfg, "fc_norm"), norm_before_fc=_flag(cfg, "norm_before_fc"),
-               logits_from_norm=_flag(cfg, "norm_output", True), tie_word_embeddings=_flag(cfg, "tie_word_embeddings"))
+               tie_word_embeddings=_flag(cfg, "tie_word_embeddings"), **specforge_norm_output(cfg, norm_rule, notes))
     if out["fc_bias"] != ("fc.bias" in state):
         _refuse("bias", f"{out['fc_bias']} but the weights {'have' if 'fc.bias' in state else 'lack'} fc.bias "
                         "(SGLang would drop or miss it)")
@@ -186,7 +237,12 @@ def _speculators(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | Non
     _check_known(layer_cfg, SHAPE + INERT, "speculators transformer_layer_config of the")
     if layer_cfg.get("tie_word_embeddings"):
         _refuse("tie_word_embeddings", "vLLM's Eagle3LlamaForCausalLM has its own lm_head")
-    out = _llama_part(layer_cfg)
+    # speculators models/eagle3/config.py validate_transformer_config: no model_type means Qwen3Config
+    # (its default since speculators #620); model_definitions.py builds llama and qwen3 draft layers.
+    layer_type = layer_cfg.get("model_type", "qwen3")
+    if layer_type not in ("llama", "qwen3"):
+        _refuse("model_type", f"{layer_type!r} draft layers (speculators builds llama or qwen3)")
+    out = {**_llama_part(layer_cfg, stacked=True), "draft_layer_type": layer_type}
     out.update({k: cfg[k] for k in ("draft_vocab_size", "target_hidden_size") if cfg.get(k) is not None})
     # vllm transformers_utils/configs/speculators/algos.py update_eagle3: norm_before_residual defaults
     # to true when absent; norm_output (EAGLE 3.1) feeds the normed output to the next step.
@@ -199,17 +255,25 @@ def _speculators(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | Non
     return out, tuple(ids) if ids else None
 
 
+# EAGLE's training module (``eagle/traineagle3/cnets.py`` ``Model``) holds the frozen target as
+# ``target_model``; ``save_16bit_model(exclude_frozen_parameters=True)`` in ``traineagle3/main.py`` drops its
+# parameters but keeps its persistent buffers (``traineagle3/modeling_llama_kv.py`` registers
+# ``rotary_emb.inv_freq`` persistent). EAGLE's inference ``Model`` has no ``target_model``, and its
+# ``load_state_dict(strict=False)`` (``eagle/model/ea_model.py``, cb7e0841) drops exactly these keys.
+EAGLE_TARGET_PREFIX = "target_model."
+
+
 def canonical_state(dialect: str, state: dict) -> dict:
-    """Tensors renamed to ``Eagle3Head``'s names (speculators' ``layers.0.`` is ``midlayer.``)."""
+    """Tensors renamed to ``Eagle3Head``'s names (speculators' ``layers.0.`` is ``midlayer.``); an EAGLE
+    training checkpoint's copy of the target left out."""
+    if dialect == "eagle":
+        return {k: v for k, v in state.items() if not k.startswith(EAGLE_TARGET_PREFIX)}
     if dialect != "speculators":
         return dict(state)
-    deeper = [k for k in state if k.startswith("layers.") and not k.startswith("layers.0.")]
-    if deeper:
-        raise ModelLoadError(f"EAGLE-3 checkpoint has more than one draft layer ({deeper[0]})")
     return {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in state.items()}
 
 
-def _legacy_layers(directory: Path, ids) -> bool:
+def _legacy_layers(directory: Path, ids, rule: str) -> bool:
     """Whether ``training.json`` beside the config says the ids are the trained ``hidden_states`` indices."""
     path = directory / "training.json"
     if ids is None or not path.is_file():
@@ -218,7 +282,7 @@ def _legacy_layers(directory: Path, ids) -> bool:
     if trained is None:
         return False
     trained = tuple(int(i) for i in trained)
-    if trained == sglang_ids_to_layers(ids):
+    if trained == sglang_ids_to_layers(ids, rule):
         return False
     if trained == tuple(ids):
         return True
@@ -254,8 +318,11 @@ def draft_vocab_map(state: dict, config) -> torch.Tensor:
     return ids
 
 
-def read_head(directory) -> HeadCheckpoint:
-    """Read ``directory`` (``config.json`` + weights) into the canonical form."""
+def read_head(directory, norm_output_rule: str | None = None) -> HeadCheckpoint:
+    """Read ``directory`` (``config.json`` + weights) into the canonical form; ``norm_output_rule`` (one of
+    ``NORM_OUTPUT_RULES``) says which SpecForge wrote a SpecForge/SGLang head's ``norm_output``."""
+    if norm_output_rule not in (None, *NORM_OUTPUT_RULES):
+        raise ModelLoadError(f"unknown --specforge-norm-output {norm_output_rule!r} (use {', '.join(NORM_OUTPUT_RULES)})")
     directory = Path(directory)
     path = directory / "config.json"
     if not path.is_file():
@@ -265,17 +332,25 @@ def read_head(directory) -> HeadCheckpoint:
     except json.JSONDecodeError as exc:
         raise ModelLoadError(f"EAGLE-3 config {path} is not JSON: {exc}") from None
     dialect = detect_dialect(cfg)
-    state, notes = canonical_state(dialect, read_state(directory)), []
-    config, ids = {"eagle": _eagle, "sglang": _sglang, "speculators": _speculators}[dialect](cfg, state, notes)
+    raw, notes = read_state(directory), []
+    state = canonical_state(dialect, raw)
+    if len(state) < len(raw) and dialect == "eagle":
+        notes.append(f"{len(raw) - len(state)} {EAGLE_TARGET_PREFIX}* buffers ignored, as EAGLE's loader does")
+    if dialect == "sglang":
+        config, ids = _sglang(cfg, state, notes, norm_output_rule)
+    else:
+        config, ids = {"eagle": _eagle, "speculators": _speculators}[dialect](cfg, state, notes)
     if ids is not None and (len(ids) != 3 or not all(isinstance(i, int) and i >= 0 for i in ids)):
         _refuse("eagle_aux_hidden_state_layer_ids", f"{list(ids)}: EAGLE-3 fuses three layers")
     layers = None
     if dialect == "speculators":
         layers = ids
-    elif dialect == "sglang" and _legacy_layers(directory, ids):
-        dialect, layers = "specrank-legacy", ids
-    elif ids is not None:
-        layers = sglang_ids_to_layers(ids)
+    elif dialect == "sglang":
+        rule = (cfg.get("eagle_config") or {}).get(RULE_KEY, "legacy")
+        if _legacy_layers(directory, ids, rule):
+            dialect, layers = "specrank-legacy", ids
+        elif ids is not None:
+            layers = sglang_ids_to_layers(ids, rule)
     verifier = ((cfg.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
     return HeadCheckpoint(dialect, config, state, layers, ids, verifier, notes)
 
@@ -288,7 +363,10 @@ def choose_layers(head: HeadCheckpoint, num_layers: int, override=None) -> tuple
             how += f" (overriding the config's {head.layers})"
     elif head.layers is not None:
         layers = head.layers
-        how = f"config ids {list(head.written_ids)}" + (" (outputs of those layers)" if head.dialect == "sglang" else "")
+        how = f"config ids {list(head.written_ids)}"
+        if head.dialect == "sglang":
+            shifted = layers == sglang_ids_to_layers(head.written_ids)
+            how += " (outputs of those layers)" if shifted else " (hidden_states indices: SGLang's rule since PR #25454)"
     else:
         layers, how = default_layers(num_layers), "EAGLE-3 default (2, L//2, L-3)"
     if len(layers) != 3 or not all(0 <= i <= num_layers for i in layers):

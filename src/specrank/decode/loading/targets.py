@@ -24,7 +24,7 @@ from specrank.errors import first_line
 
 DEFAULT_TARGET = "smollm2"
 SOURCE_FILE = "specrank_source.json"  # written last: marks a finished conversion
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # EAGLE trains in fp16
 GGUF_MAGIC = b"GGUF"
 
 
@@ -46,12 +46,12 @@ def parse_device(device) -> torch.device:
 
 
 def parse_dtype(dtype) -> torch.dtype:
-    """``float32`` / ``bfloat16`` (names or torch dtypes)."""
+    """``float32`` / ``bfloat16`` / ``float16`` (names or torch dtypes)."""
     if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
         return dtype
     if dtype in DTYPES:
         return DTYPES[dtype]
-    raise ModelLoadError(f"unsupported dtype {dtype!r} (use float32 or bfloat16)")
+    raise ModelLoadError(f"unsupported dtype {dtype!r} (use {', '.join(DTYPES)})")
 
 
 def sha256_files(paths) -> str:
@@ -135,10 +135,17 @@ def check_model_dir(path: Path, what: str) -> None:
 
 def check_target_spec(spec) -> Path | None:
     """Refuse, before anything loads, a target that is missing or cannot be a model: the path of a local
-    directory or ``.gguf`` file, None for the embedded default."""
+    directory, ``.gguf`` file or hub snapshot (``ORG/NAME[@REVISION]``, see ``hub``), None for the embedded
+    default."""
+    from specrank.decode.loading.hub import parse_hub_id, snapshot
+
     if str(spec) == DEFAULT_TARGET:
         default_gguf()
         return None
+    if parse_hub_id(spec) is not None:
+        path = snapshot(spec, "target")
+        check_model_dir(path, "target")
+        return path
     path = Path(spec)
     if not path.exists():
         raise FileNotFoundError(f"target not found: {spec}")
@@ -189,7 +196,8 @@ def load_target_tokenizer(spec=DEFAULT_TARGET):
 
 
 def load_target(spec=DEFAULT_TARGET, device="cpu", dtype="float32") -> Target:
-    """Load a target from a local HF directory, a ``.gguf`` file, or ``"smollm2"`` (the default)."""
+    """Load a target from a local HF directory, a ``.gguf`` file, a hub id ``ORG/NAME[@REVISION]`` or
+    ``"smollm2"`` (the default)."""
     dev, dt = parse_device(device), parse_dtype(dtype)
     path = resolve_target(spec)
     model, tokenizer = load_causal_lm(path, dev, dt)
@@ -204,8 +212,11 @@ class Target:
     """
 
     def __init__(self, model, tokenizer, path: Path | None = None, name: str | None = None):
+        from specrank.decode.loading.hub import revision_of
+
         self.model, self.tokenizer = model, tokenizer
         self.path, self.name = path, name or (str(path) if path else type(model).__name__)
+        self.revision = revision_of(path) if path else None  # the hub commit a snapshot resolved to
         config = model.config
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.num_layers = int(config.num_hidden_layers)
@@ -242,14 +253,18 @@ class Target:
         return DynamicCache(config=self.model.config)
 
     @torch.inference_mode()
-    def forward(self, input_ids, position_ids, mask, cache, hidden_layers=None, all_logits: bool = True):
+    def forward(self, input_ids, position_ids, mask, cache, hidden_layers=None, all_logits: bool = True,
+                final_normed: bool = False):
         """Score ``n`` new tokens after the cached ones; append their KV to ``cache``.
 
         input_ids, position_ids: (n,); mask: (n, past + n) additive (0 attend, -inf not).
         Returns logits (n, V) float32 and, when ``hidden_layers`` is given, the
         concatenated hidden states (n, len(hidden_layers) * H) in float32; layer ``i``
-        means the input of decoder layer ``i`` (Hugging Face ``hidden_states[i]``;
-        ``i = num_layers`` is the final, normed state). With ``all_logits=False`` (a prefill whose rows nobody
+        means the residual stream entering decoder layer ``i`` (Hugging Face ``hidden_states[i]``
+        for ``i < num_layers``), and ``i = num_layers`` the last layer's output *before* the final norm,
+        which is what vLLM (``models/llama.py``, PR #36063) and SGLang capture for the id at the end of the
+        stack (HF's ``hidden_states[num_layers]`` is after the norm). ``final_normed`` appends the
+        final normed state (n, H) after them. With ``all_logits=False`` (a prefill whose rows nobody
         reads) the lm head runs on the last position only and the logits returned are None.
         """
         n, past = input_ids.shape[0], cache.get_seq_length()
@@ -262,18 +277,41 @@ class Target:
         if any(not 0 <= i <= self.num_layers for i in layers):
             raise ValueError(f"hidden_layers {layers} outside 0..{self.num_layers}")
         dev, dt = self.device, self.dtype
-        out = self.model(
-            input_ids=input_ids.to(dev)[None],
-            position_ids=position_ids.to(dev)[None],
-            attention_mask=additive_mask(mask, dt).to(dev)[None, None],
-            cache=cache,
-            use_cache=True,
-            output_hidden_states=bool(layers),
-            logits_to_keep=0 if all_logits else 1,
-        )
+        pre_norm = []
+
+        def keep_input(_, args):  # returns None: the norm's input is read, never replaced
+            pre_norm.append(args[0])
+
+        hook = None
+        if self.num_layers in layers:  # the final norm's input: the residual stream after the last layer
+            hook = self.final_norm.register_forward_pre_hook(keep_input)
+        try:
+            out = self.model(
+                input_ids=input_ids.to(dev)[None],
+                position_ids=position_ids.to(dev)[None],
+                attention_mask=additive_mask(mask, dt).to(dev)[None, None],
+                cache=cache,
+                use_cache=True,
+                output_hidden_states=bool(layers) or final_normed,
+                logits_to_keep=0 if all_logits else 1,
+            )
+        finally:
+            if hook is not None:
+                hook.remove()
         logits = out.logits[0].float() if all_logits else None  # (n, V)
-        hidden = torch.cat([out.hidden_states[i][0] for i in layers], -1).float() if layers else None
+        states = [pre_norm[0] if i == self.num_layers else out.hidden_states[i] for i in layers]
+        states += [out.hidden_states[-1]] if final_normed else []
+        hidden = torch.cat([s[0] for s in states], -1).float() if states else None
         return logits, hidden
+
+    @property
+    def final_norm(self):
+        """The norm between the last decoder layer and the lm head."""
+        norm = getattr(self.model.base_model, "norm", None)
+        if norm is None:
+            raise ModelLoadError(f"{self.name}: no final norm found (model.norm), so layer {self.num_layers} "
+                                 "(before the norm) cannot be read")
+        return norm
 
     @staticmethod
     def commit(cache, past_len: int, keep) -> None:

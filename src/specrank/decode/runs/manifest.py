@@ -19,11 +19,14 @@ def build_manifest(target, drafter, config: DecodeConfig, prompts_path, shard_si
 def model_identity(target, drafter) -> dict:
     """The manifest's fields known where the models are loaded (a Ray worker's, on a cluster): target and
     drafter with their hashes, tokenizer, dtype, library versions."""
+    revisions = {f"{name}_revision": rev for name, model in (("target", target), ("drafter", drafter))
+                 if (rev := getattr(model, "revision", None))}  # hub commits, for models given as hub ids
     return {
         "target": target.name,
         "target_sha256": getattr(target, "source_hash", ""),
         "drafter": getattr(drafter, "spec", type(drafter).__name__),
         "drafter_sha256": getattr(drafter, "source_hash", ""),
+        **revisions,
         "tokenizer": getattr(target.tokenizer, "name_or_path", ""),
         "dtype": str(target.dtype).removeprefix("torch."),
         "versions": {name: metadata.version(name) for name in VERSIONED},

@@ -34,12 +34,13 @@ class Models:
     device: str = "cpu"
     dtype: str = "float32"
     eagle3_layers: tuple[int, int, int] | None = None
+    norm_output_rule: str | None = None
 
     def load(self):
         from specrank.decode.loading import load_drafter, load_target
 
         target = load_target(self.target, self.device, self.dtype)
-        return target, load_drafter(self.drafter, target, self.eagle3_layers)
+        return target, load_drafter(self.drafter, target, self.eagle3_layers, self.norm_output_rule)
 
 
 @dataclass(frozen=True)
