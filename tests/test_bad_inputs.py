@@ -184,6 +184,7 @@ def world(tmp_path_factory):
     (w.models_damaged / "isotonic-fold0" / "arrays.npz").write_bytes(b"PK\x03\x04 damaged")
     w.models_empty = r / "models_empty"
     w.models_empty.mkdir()
+    edited_models(w, read_table(w.features).to_pandas())
     w.eval_bad_meta = r / "eval_bad_meta"
     shutil.copytree(w.evald, w.eval_bad_meta)
     (w.eval_bad_meta / "meta.json").write_text('{"law": "greedy",\n')
@@ -211,6 +212,44 @@ def world(tmp_path_factory):
     server.shutdown()
     for path in read_only:
         make_writable(path)
+
+
+def _edit_meta(path: Path, edit) -> None:
+    meta = json.loads((path / "reranker.json").read_text())
+    edit(meta)
+    (path / "reranker.json").write_text(json.dumps(meta))
+
+
+def edited_models(w, feats) -> None:
+    """Saved rerankers edited by hand (``w.rr[...]``) and models/ directories holding one (``w.mm[...]``)."""
+    from specrank.featurize.features import META_KEY
+    from specrank.rerankers import GBMReranker
+
+    feats.attrs[META_KEY] = {"label_kind": "probability", "topk": 3, "temperature": 1.0, "version": "0.1.0"}
+    gbm = GBMReranker(features="rows", n_estimators=3, num_leaves=3, n_jobs=1).fit(feats)
+    other = GBMReranker(features="rows", n_estimators=4, num_leaves=3, n_jobs=1).fit(feats)
+    edits = {
+        "param_unknown": ("iso", lambda m: m["params"].update(depth=3)),
+        "state_empty": ("gbm", lambda m: m.update(state={})),
+        "backend_switched": ("gbm", lambda m: m["params"].update(backend="sklearn")),
+        "files_empty": ("iso", lambda m: m.update(files={})),
+        "booster_unlisted": ("gbm", lambda m: m["files"].pop("lightgbm.txt")),
+    }
+    w.rr, w.mm = {}, {}
+    for name, (source, edit) in edits.items():
+        w.mm[name] = w.root / f"models_{name}"
+        shutil.copytree(w.models, w.mm[name])
+        path = w.mm[name] / "isotonic-fold0"
+        if source == "gbm":
+            shutil.rmtree(path)
+            gbm.save(path)
+        _edit_meta(path, edit)
+        w.rr[name] = path
+    (w.rr["booster_unlisted"] / "lightgbm.txt").write_text(other.model_.model_to_string())
+    w.mm["unlisted_file"] = w.root / "models_unlisted_file"
+    shutil.copytree(w.models, w.mm["unlisted_file"])
+    w.rr["unlisted_file"] = w.mm["unlisted_file"] / "isotonic-fold0"
+    (w.rr["unlisted_file"] / "notes.txt").write_text("not listed")
 
 
 def snapshot(root: Path) -> dict:
@@ -423,6 +462,17 @@ CASES = [
     ("evaluate-models-empty", lambda w, o: evaluate(w, o, "--models", str(w.models_empty)), "--models"),
     ("evaluate-models-pickle", lambda w, o: evaluate(w, o, "--models", str(w.models_pickle)), "--trust-pickle"),
     ("evaluate-models-damaged", lambda w, o: evaluate(w, o, "--models", str(w.models_damaged)), "damaged"),
+    ("evaluate-models-param-unknown", lambda w, o: evaluate(w, o, "--models", str(w.mm["param_unknown"])),
+     "params.depth"),
+    ("evaluate-models-state-empty", lambda w, o: evaluate(w, o, "--models", str(w.mm["state_empty"])),
+     "state.task_categories"),
+    ("evaluate-models-backend-switched", lambda w, o: evaluate(w, o, "--models", str(w.mm["backend_switched"])),
+     "params.backend"),
+    ("evaluate-models-files-empty", lambda w, o: evaluate(w, o, "--models", str(w.mm["files_empty"])), "files"),
+    ("evaluate-models-booster-unlisted",
+     lambda w, o: evaluate(w, o, "--models", str(w.mm["booster_unlisted"])), "lightgbm.txt"),
+    ("evaluate-models-unlisted-file", lambda w, o: evaluate(w, o, "--models", str(w.mm["unlisted_file"])),
+     "notes.txt"),
     ("evaluate-tracking-garbage-scheme", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", "foo:bar"),
      "tracking URI"),
     ("evaluate-tracking-read-only-sqlite", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", str(w.ro_db)),
@@ -454,6 +504,11 @@ CASES = [
                                                     str(w.root / "nope"), "--no-tracking"), "no reranker"),
     ("online-reranker-pickle", lambda w, o: online(w, o, "--rules", "reranked", "--reranker", str(w.pickle),
                                                    "--no-tracking"), "--trust-pickle"),
+    *[(f"online-reranker-{name.replace('_', '-')}",
+       lambda w, o, name=name: online(w, o, "--rules", "reranked", "--reranker", str(w.rr[name]), "--no-tracking"),
+       field) for name, field in [("param_unknown", "params.depth"), ("state_empty", "state.task_categories"),
+                                  ("backend_switched", "params.backend"), ("booster_unlisted", "lightgbm.txt"),
+                                  ("unlisted_file", "notes.txt")]],
     ("online-reranker-models-uri-nothing",
      lambda w, o: online(w, o, "--rules", "reranked", "--reranker", "models:/rows/3", "--tracking-uri", str(w.db),
                          "--no-tracking"), "models:/rows/3"),

@@ -36,6 +36,11 @@ def real(low: float, open_low: bool = False):
     return (f"a finite number {'>' if open_low else '>='} {low:g}", ok)
 
 
+def boolean():
+    """A hyper-parameter constraint: true or false (not 0 or 1)."""
+    return ("true or false", lambda v: isinstance(v, (bool, np.bool_)))
+
+
 def input_columns(features) -> list[str]:
     """Columns a reranker reads from a features table (the prior is computed from ``token``)."""
     return [("token" if f == PRIOR_FEATURE else f) for f in features]
