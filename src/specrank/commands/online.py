@@ -126,7 +126,7 @@ def run(args) -> int:
     with staged(args.out) as stage:  # the local outputs appear only once MLflow has them too
         _write(tables, stage)
         if uri is not None:
-            _track(args, uri, tables, config, target, drafter, compare)
+            _track(args, uri, tables, config, target, drafter, compare, strategies)
     _print(tables)
     return 0
 
@@ -159,13 +159,16 @@ def _write(tables: dict, out_dir) -> None:
     atomic_write(out / "realized_acceptance.png", lambda tmp: fig.savefig(tmp, format="png", dpi=120))
 
 
-def _track(args, uri, tables, config, target, drafter, compare) -> None:
+def _track(args, uri, tables, config, target, drafter, compare, strategies) -> None:
     from dataclasses import asdict
 
     from specrank import tracking
     from specrank.evaluation.figures import acceptance_figure
 
+    reranked = strategies.get("reranked")
+    digest = getattr(getattr(reranked, "reranker", None), "meta_", {}).get("format_digest", "")
     params = {"stage": "online", "rules": args.rules, "compare": ",".join(compare), "reranker": args.reranker or "",
+              "reranker_format_digest": digest,
               "target": target.name, "target_sha256": target.source_hash, "drafter": drafter.spec,
               "config": asdict(config), "prompts": str(args.prompts or default_prompts_path()),
               "warmup": args.warmup, "bootstrap": args.bootstrap, "pipeline": args.pipeline,
