@@ -105,6 +105,7 @@ def world(tmp_path_factory):
     w.gguf_fake.write_text("not a gguf")
     w.text = r / "notes.txt"
     w.text.write_text("the cat is big and the dog is small\n" * 20)
+    pickled_weights(w)
     w.head_not_safetensors = r / "head.safetensors"
     w.head_not_safetensors.write_bytes(b"\x93NUMPY this is not safetensors")
     # a recorded run, its features, a model directory, an evaluation
@@ -212,6 +213,28 @@ def world(tmp_path_factory):
     server.shutdown()
     for path in read_only:
         make_writable(path)
+
+
+def pickled_weights(w) -> None:
+    """Targets, a standalone drafter and an EAGLE-3 head whose only weights are a ``.bin`` pickle that is not
+    a plain state dict (``w.bins[...]``)."""
+    import argparse
+
+    import torch
+    from transformers import AutoConfig
+
+    from eagle3_fixtures import write_eagle_head
+
+    foreign = {"model": argparse.Namespace(layers=2)}  # a global the weights-only unpickler refuses
+    w.bins = {}
+    for name, content in (("tgt_pickled", foreign), ("tgt_not_tensors", {"step": 3}), ("drf_pickled", foreign)):
+        w.bins[name] = w.root / name
+        shutil.copytree(w.drf if name.startswith("drf") else w.tgt, w.bins[name])
+        (w.bins[name] / "model.safetensors").unlink()
+        torch.save(content, w.bins[name] / "pytorch_model.bin")
+    w.bins["eagle3_pickled"] = w.root / "eagle3_pickled"
+    write_eagle_head(w.bins["eagle3_pickled"], AutoConfig.from_pretrained(w.tgt))
+    torch.save(foreign, w.bins["eagle3_pickled"] / "pytorch_model.bin")
 
 
 def _edit_meta(path: Path, edit) -> None:
@@ -369,6 +392,16 @@ CASES = [
     ("decode-target-truncated-gguf", lambda w, o: with_arg(decode(w, o), "--target", str(w.gguf_truncated)),
      "truncated.gguf"),
     ("decode-target-fake-gguf", lambda w, o: with_arg(decode(w, o), "--target", str(w.gguf_fake)), "GGUF"),
+    ("decode-target-pickled-bin", lambda w, o: with_arg(decode(w, o), "--target", str(w.bins["tgt_pickled"])),
+     "tgt_pickled/pytorch_model.bin"),
+    ("decode-target-bin-not-tensors",
+     lambda w, o: with_arg(decode(w, o), "--target", str(w.bins["tgt_not_tensors"])), "tgt_not_tensors/pytorch_model.bin"),
+    ("decode-drafter-pickled-bin",
+     lambda w, o: with_arg(decode(w, o), "--drafter", f"standalone:{w.bins['drf_pickled']}"),
+     "drf_pickled/pytorch_model.bin"),
+    ("decode-eagle3-pickled-bin",
+     lambda w, o: with_arg(decode(w, o), "--drafter", f"eagle3:{w.bins['eagle3_pickled']}"),
+     "eagle3_pickled/pytorch_model.bin"),
     ("decode-target-plain-file", lambda w, o: with_arg(decode(w, o), "--target", str(w.text)), "target"),
     # decode: prompts
     ("decode-prompts-missing", lambda w, o: with_arg(decode(w, o), "--prompts", f"{w.root}/nope.jsonl"),
