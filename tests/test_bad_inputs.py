@@ -105,6 +105,8 @@ def world(tmp_path_factory):
     w.gguf_fake.write_text("not a gguf")
     w.text = r / "notes.txt"
     w.text.write_text("the cat is big and the dog is small\n" * 20)
+    w.text_short = r / "short.txt"
+    w.text_short.write_text("a")
     pickled_weights(w)
     w.head_not_safetensors = r / "head.safetensors"
     w.head_not_safetensors.write_bytes(b"\x93NUMPY this is not safetensors")
@@ -131,6 +133,9 @@ def world(tmp_path_factory):
     write_parquet_atomic(preds[["prompt_id"]], r / "preds_no_keys.parquet")
     write_parquet_atomic(preds.assign(isotonic=np.nan), r / "preds_nan.parquet")
     write_parquet_atomic(preds.assign(prompt_id="elsewhere"), r / "preds_other_run.parquet")
+    w.features_named_predictions = r / "features_here" / "predictions.parquet"
+    w.features_named_predictions.parent.mkdir()
+    shutil.copy(w.features, w.features_named_predictions)
     w.preds_no_keys, w.preds_nan = r / "preds_no_keys.parquet", r / "preds_nan.parquet"
     w.preds_other_run = r / "preds_other_run.parquet"
     w.not_parquet = r / "not.parquet"
@@ -441,6 +446,11 @@ CASES = [
     ("featurize-edges-out-read-only",
      lambda w, o: ["featurize", str(w.run), "--out", str(o / "f.parquet"), "--edges-out", str(w.ro / "e.parquet")],
      "--edges-out"),
+    ("featurize-edges-out-is-out",
+     lambda w, o: ["featurize", str(w.run), "--out", str(o / "f.parquet"), "--edges-out", str(o / "f.parquet")],
+     "--edges-out"),
+    ("featurize-out-is-a-shard",
+     lambda w, o: ["featurize", str(w.run), "--out", str(w.run / "rounds" / "shard-00000.parquet")], "run file"),
     # train
     ("train-features-missing", lambda w, o: replaced(train(w, o), str(w.features), str(w.root / "nope.parquet")),
      "features"),
@@ -466,6 +476,9 @@ CASES = [
      "--edges"),
     ("train-per-depth-edges-are-features",
      lambda w, o: with_arg(train(w, o, "--edges", str(w.features)), "--rerankers", "isotonic,per_depth"), "edges"),
+    ("train-out-dir-holds-the-features",
+     lambda w, o: replaced(train(w, w.features_named_predictions.parent), str(w.features),
+                           str(w.features_named_predictions)), "features"),
     ("train-out-dir-file", lambda w, o: train(w, w.file), "--out-dir"),
     ("train-out-dir-read-only", lambda w, o: train(w, w.ro / "out"), "--out-dir"),
     ("train-tracking-garbage-scheme", lambda w, o: train(w, o, "--tracking-uri", "foo://bar"), "tracking URI"),
@@ -489,6 +502,7 @@ CASES = [
     ("evaluate-predictions-other-run", lambda w, o: evaluate(w, o, predictions=w.preds_other_run), "predictions"),
     ("evaluate-budgets-0", lambda w, o: evaluate(w, o, "--budgets", "0"), "--budgets"),
     ("evaluate-bootstrap-0", lambda w, o: with_arg(evaluate(w, o), "--bootstrap", "0"), "--bootstrap"),
+    ("evaluate-out-is-the-run", lambda w, o: evaluate(w, w.run), "run directory"),
     ("evaluate-out-file", lambda w, o: evaluate(w, w.file), "--out"),
     ("evaluate-out-read-only", lambda w, o: evaluate(w, w.ro / "eval"), "--out"),
     ("evaluate-models-missing", lambda w, o: evaluate(w, o, "--models", str(w.root / "nope")), "--models"),
@@ -578,6 +592,10 @@ CASES = [
     ("fit-exit-head-ridge-negative", lambda w, o: fit_head(w, o / "h.safetensors", "--ridge", "-1"), "--ridge"),
     ("fit-exit-head-out-read-only", lambda w, o: fit_head(w, w.ro / "h.safetensors"), "--out"),
     ("fit-exit-head-out-is-dir", lambda w, o: fit_head(w, w.ro), "--out"),
+    ("fit-exit-head-out-is-text", lambda w, o: fit_head(w, w.text), "--text"),
+    ("fit-exit-head-out-is-target-weights", lambda w, o: fit_head(w, w.tgt / "model.safetensors"), "target weights"),
+    ("fit-exit-head-text-too-short", lambda w, o: with_arg(fit_head(w, o / "h.safetensors"), "--text",
+                                                           str(w.text_short)), "--text"),
     ("fit-exit-head-target-missing", lambda w, o: with_arg(fit_head(w, o / "h"), "--target", str(w.root / "nope")),
      "target"),
     # drafter train
@@ -586,6 +604,8 @@ CASES = [
     ("drafter-train-steps-0", lambda w, o: with_arg(drafter_train(w, o), "--steps", "0"), "steps"),
     ("drafter-train-lr-0", lambda w, o: drafter_train(w, o, "--lr", "0"), "lr"),
     ("drafter-train-max-new-tokens-0", lambda w, o: drafter_train(w, o, "--max-new-tokens", "0"), "--max-new-tokens"),
+    ("drafter-train-layers-over-target", lambda w, o: drafter_train(w, o, "--layers", "0", "1", "99"), "--layers"),
+    ("drafter-train-draft-vocab-0", lambda w, o: drafter_train(w, o, "--draft-vocab", "0"), "--draft-vocab"),
     ("drafter-train-out-file", lambda w, o: drafter_train(w, w.file), "--out"),
     ("drafter-train-prompts-missing", lambda w, o: with_arg(drafter_train(w, o), "--prompts", str(w.root / "no.jsonl")),
      "prompt file"),

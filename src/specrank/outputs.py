@@ -58,6 +58,23 @@ def check_output_file(path, what: str = "--out") -> Path:
     return path
 
 
+def check_distinct(outputs: dict, inputs: dict | None = None) -> None:
+    """Refuse two outputs that are one file, and an output that is one of ``inputs`` (writing it would
+    replace what is being read). Both map a flag (``--out``) to a path or None; paths are compared resolved."""
+    seen: dict[Path, str] = {}
+    for what, path in outputs.items():
+        if path is None:
+            continue
+        key = Path(path).expanduser().resolve()
+        if key in seen:
+            raise OutputError(f"{what} {path}: the same file as {seen[key]}; give each output its own path")
+        seen[key] = what
+    for what, path in (inputs or {}).items():
+        key = Path(path).expanduser().resolve() if path is not None else None
+        if key in seen:
+            raise OutputError(f"{seen[key]} {path}: is the input {what}, which writing would replace")
+
+
 @contextmanager
 def removing_new_dirs(path):
     """On failure, remove ``path`` (if the block created it: with its empty subdirectories) and the parents

@@ -35,7 +35,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from specrank.evaluation import evaluate_run, save_evaluation, write_report
     from specrank.evaluation.figures import FIGURES
-    from specrank.outputs import check_output_dir, staged
+    from specrank.outputs import check_distinct, check_output_dir, staged
 
     run_dir, predictions = Path(args.run_dir), Path(args.predictions)
     if not run_dir.is_dir():
@@ -43,6 +43,7 @@ def run(args) -> int:
     if not predictions.is_file():
         raise FileNotFoundError(f"predictions file {predictions} does not exist")
     out = check_output_dir(args.out)
+    check_distinct({"--out": out}, {"run directory": run_dir, "--predictions": predictions, "--models": args.models})
     models = _read_models(args.models) if args.models else {}
     uri = None
     if not args.no_tracking:

@@ -19,12 +19,15 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from specrank.featurize import edges_run, featurize_run, write_features
-    from specrank.outputs import check_output_file
+    from specrank.outputs import check_distinct, check_output_file
 
     if not Path(args.run_dir).is_dir():
         raise FileNotFoundError(f"no run directory {args.run_dir}")
     out = check_output_file(args.out or Path(args.run_dir, "features.parquet"))
     edges_out = check_output_file(args.edges_out, "--edges-out") if args.edges_out else None
+    run_files = sorted(Path(args.run_dir).glob("*.json")) + sorted(Path(args.run_dir, "rounds").glob("*"))
+    check_distinct({"--out": out, "--edges-out": edges_out},
+                   {f"run file {p.relative_to(args.run_dir)}": p for p in run_files})
     uri = None
     if args.tracking_uri is not None:
         from specrank.tracking.uri import optional_uri

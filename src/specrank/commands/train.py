@@ -149,7 +149,7 @@ def run(args) -> int:
 
     from specrank.atomic import write_parquet_atomic
     from specrank.featurize import read_features
-    from specrank.outputs import check_output_dir, staged
+    from specrank.outputs import check_distinct, check_output_dir, staged
 
     names = _names(args.rerankers)
     if args.register_reranker and args.register_reranker not in names:
@@ -159,6 +159,8 @@ def run(args) -> int:
     for name in names:
         make_reranker(name, args).check_params()  # hyper-parameters refused before any work
     out_dir = check_output_dir(args.out_dir or Path(args.features).parent / "rerankers", "--out-dir")
+    check_distinct({"--out-dir": out_dir, "--out-dir predictions": out_dir / "predictions.parquet"},
+                   {"features": args.features, "--edges": args.edges})
     tracker = _tracker(args)  # an unreachable store fails here, before any output
     feats = read_features(args.features)
     edges = read_features(args.edges) if "per_depth" in names else None

@@ -191,6 +191,30 @@ def resolve_target(spec) -> Path:
     return convert_gguf(path) if path.is_file() else path
 
 
+def target_config(spec) -> dict:
+    """The target's ``config.json`` (a GGUF converted first, as loading would): what layer indices and
+    vocabulary sizes are checked against before the model loads."""
+    from specrank.files import read_json
+
+    path = resolve_target(spec)
+    config = read_json(path / "config.json", "target config")
+    for key in ("num_hidden_layers", "vocab_size"):
+        if not isinstance(config.get(key), int) or config[key] < 1:
+            raise ModelLoadError(f"target config {path / 'config.json'}: no positive integer {key!r}")
+    return config
+
+
+def target_tokenizer(spec):
+    """The target's tokenizer alone (text lengths are checked with it before the model loads)."""
+    from transformers import AutoTokenizer
+
+    path = resolve_target(spec)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path}: cannot load the tokenizer: {first_line(exc)}") from None
+
+
 def load_causal_lm(path: Path, device, dtype):
     """A Hugging Face causal LM and its tokenizer from a local directory, in eval mode, sdpa attention."""
     from safetensors import SafetensorError
