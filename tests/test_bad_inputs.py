@@ -63,6 +63,36 @@ class Forbidden(BaseHTTPRequestHandler):
         pass
 
 
+class NotMLflow(BaseHTTPRequestHandler):
+    """A web server that answers everything with a page: reachable, but no MLflow tracking server."""
+
+    def _answer(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(b"<html><body>hello</body></html>")
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args):
+        pass
+
+
+def missing_scheme() -> str:
+    """A model URI scheme whose client library is not installed here."""
+    import importlib.util
+
+    from specrank.rerankers.persist import MODEL_SCHEMES
+
+    for scheme, needs in MODEL_SCHEMES.items():
+        try:
+            if needs and importlib.util.find_spec(needs[0]) is None:
+                return scheme
+        except ModuleNotFoundError:
+            return scheme
+    pytest.skip("every model URI scheme's client library is installed")
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """Every input of the cases, built once; the cases must leave all of it as it was."""
@@ -214,7 +244,11 @@ def world(tmp_path_factory):
     server = ThreadingHTTPServer(("127.0.0.1", free_port()), Forbidden)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     w.forbidden = f"http://127.0.0.1:{server.server_address[1]}"
+    web = ThreadingHTTPServer(("127.0.0.1", free_port()), NotMLflow)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    w.not_mlflow = f"http://127.0.0.1:{web.server_address[1]}"
     yield w
+    web.shutdown()
     server.shutdown()
     for path in read_only:
         make_writable(path)
@@ -408,6 +442,9 @@ CASES = [
      lambda w, o: with_arg(decode(w, o), "--drafter", f"eagle3:{w.bins['eagle3_pickled']}"),
      "eagle3_pickled/pytorch_model.bin"),
     ("decode-target-plain-file", lambda w, o: with_arg(decode(w, o), "--target", str(w.text)), "target"),
+    ("decode-tracking-not-mlflow", lambda w, o: decode(w, o, "--tracking-uri", w.not_mlflow), "not an MLflow tracking server"),
+    ("decode-experiment-empty", lambda w, o: decode(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
+     "--experiment"),
     # decode: prompts
     ("decode-prompts-missing", lambda w, o: with_arg(decode(w, o), "--prompts", f"{w.root}/nope.jsonl"),
      "prompt file"),
@@ -451,6 +488,11 @@ CASES = [
      "--edges-out"),
     ("featurize-out-is-a-shard",
      lambda w, o: ["featurize", str(w.run), "--out", str(w.run / "rounds" / "shard-00000.parquet")], "run file"),
+    ("featurize-tracking-not-mlflow",
+     lambda w, o: ["featurize", str(w.run), "--out", str(o / "f.parquet"), "--tracking-uri", w.not_mlflow], "not an MLflow tracking server"),
+    ("featurize-experiment-empty",
+     lambda w, o: ["featurize", str(w.run), "--out", str(o / "f.parquet"), "--tracking-uri", str(w.db),
+                   "--experiment", " "], "--experiment"),
     # train
     ("train-features-missing", lambda w, o: replaced(train(w, o), str(w.features), str(w.root / "nope.parquet")),
      "features"),
@@ -491,6 +533,9 @@ CASES = [
     ("train-tracking-not-sqlite", lambda w, o: train(w, o, "--tracking-uri", str(w.fake_db)), "SQLite"),
     ("train-tracking-unreachable", lambda w, o: train(w, o, "--tracking-uri", f"http://127.0.0.1:{free_port()}"),
      "unreachable"),
+    ("train-tracking-not-mlflow", lambda w, o: train(w, o, "--tracking-uri", w.not_mlflow), "not an MLflow tracking server"),
+    ("train-experiment-empty", lambda w, o: train(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
+     "--experiment"),
     # evaluate
     ("evaluate-run-missing", lambda w, o: replaced(evaluate(w, o), str(w.run), str(w.root / "nope")),
      "run directory"),
@@ -525,6 +570,9 @@ CASES = [
     ("evaluate-tracking-read-only-sqlite", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", str(w.ro_db)),
      "tracking URI"),
     ("evaluate-tracking-store-refuses", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", w.forbidden), "MLflow"),
+    ("evaluate-tracking-not-mlflow", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", w.not_mlflow), "not an MLflow tracking server"),
+    ("evaluate-experiment-empty", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
+     "--experiment"),
     # report
     ("report-eval-missing", lambda w, o: ["report", str(w.root / "nope"), "--out", str(o)], "evaluation directory"),
     ("report-eval-is-run", lambda w, o: ["report", str(w.run), "--out", str(o)], "evaluation directory"),
@@ -556,6 +604,16 @@ CASES = [
        field) for name, field in [("param_unknown", "params.depth"), ("state_empty", "state.task_categories"),
                                   ("backend_switched", "params.backend"), ("booster_unlisted", "lightgbm.txt"),
                                   ("unlisted_file", "notes.txt")]],
+    ("online-reranker-scheme-without-its-library",
+     lambda w, o: online(w, o, "--rules", "reranked", "--reranker", f"{missing_scheme()}://bucket/rows",
+                         "--no-tracking"), "pip install"),
+    ("online-reranker-http-url", lambda w, o: online(w, o, "--rules", "reranked", "--reranker",
+                                                     f"{w.not_mlflow}/rows.zip", "--no-tracking"), "http(s) URL"),
+    ("online-reranker-unknown-scheme", lambda w, o: online(w, o, "--rules", "reranked", "--reranker",
+                                                           "ftp://host/rows.zip", "--no-tracking"), "ftp"),
+    ("online-tracking-not-mlflow", lambda w, o: online(w, o, "--tracking-uri", w.not_mlflow), "not an MLflow tracking server"),
+    ("online-experiment-empty", lambda w, o: online(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
+     "--experiment"),
     ("online-reranker-models-uri-nothing",
      lambda w, o: online(w, o, "--rules", "reranked", "--reranker", "models:/rows/3", "--tracking-uri", str(w.db),
                          "--no-tracking"), "models:/rows/3"),
@@ -723,6 +781,21 @@ def test_debug_shows_the_traceback(world, sandbox, capfd, monkeypatch, how):
     assert rc == 2 and "Traceback (most recent call last)" in err
     assert err.strip().splitlines()[-1].startswith("specrank train: error: The 'learning_rate' parameter")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_mlflow_notices_stay_off_stderr_unless_debug(world, sandbox, capfd, debug):
+    """Creating a new store logs MLflow INFO lines; stderr shows them only with ``--debug``."""
+    out, _ = sandbox
+    out.mkdir()
+    argv = ["featurize", str(world.run), "--out", str(out / "f.parquet"), "--tracking-uri", str(out / "new.db")]
+    capfd.readouterr()
+    assert main(argv + ["--debug"] * debug) == 0
+    err = capfd.readouterr().err
+    assert ("Creating initial MLflow database tables" in err) == debug, err
+    if not debug:
+        assert err == ""
+    shutil.rmtree(out)
 
 
 def test_a_later_failure_of_train_leaves_no_models(world, sandbox, capfd):

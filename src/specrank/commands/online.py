@@ -6,7 +6,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-from specrank.commands.args import at_least
+from specrank.commands.args import at_least, experiment_name
 from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode.prompts import default_prompts_path
 
@@ -49,7 +49,7 @@ def add_arguments(parser) -> None:
                         help="--pipeline: the worker's torch CPU threads (default: torch's)")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
-    parser.add_argument("--experiment", default="specrank", help="MLflow experiment name (default specrank)")
+    parser.add_argument("--experiment", type=experiment_name, default="specrank", help="MLflow experiment name (default specrank)")
     parser.add_argument("--run-name", default=None, help="MLflow run name (default online-<rules>)")
     parser.add_argument("--no-tracking", action="store_true", help="write local outputs only")
 

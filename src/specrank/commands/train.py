@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrank.commands.args import at_least
+from specrank.commands.args import at_least, experiment_name
 
 HELP = "Cross-fit rerankers on a features table; write predictions.parquet (keys + one column per reranker) and models."
 NAMES = ("isotonic", "base", "rows", "per_depth")
@@ -50,7 +50,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI, or 'default' for MLflow's default store (default: log nothing)")
-    parser.add_argument("--experiment", default="specrank-train",
+    parser.add_argument("--experiment", type=experiment_name, default="specrank-train",
                         help="MLflow experiment name (default specrank-train)")
     parser.add_argument("--run-name", default=None, help="MLflow parent run name")
     parser.add_argument("--model-prefix", default=None,

@@ -270,6 +270,40 @@ def load_format2(path) -> object:
     return est
 
 
+# The URI schemes a reranker is read from, with the module MLflow needs for each and its package.
+MODEL_SCHEMES = {
+    "models": None, "runs": None, "mlflow-artifacts": None, "file": None,
+    "s3": ("boto3", "boto3"),
+    "gs": ("google.cloud.storage", "google-cloud-storage"),
+    "wasbs": ("azure.storage.blob", "azure-storage-blob"),
+    "abfss": ("azure.storage.filedatalake", "azure-storage-file-datalake"),
+}
+
+
+def check_model_uri(uri: str) -> None:
+    """Refuse, before anything is downloaded, a model URI whose scheme is not one of ``MODEL_SCHEMES`` or whose
+    client library is not installed. An http(s) URL is refused: nothing would check what it serves before
+    it is read, so it is downloaded by hand and given as a path."""
+    import importlib.util
+
+    scheme = uri.split(":", 1)[0].lower()
+    if scheme in ("http", "https"):
+        raise RerankerFileError(f"{uri}: an http(s) URL is not a reranker source; download the file and give its "
+                                "path, or give a models:/ or runs:/ URI with --tracking-uri")
+    if scheme not in MODEL_SCHEMES:
+        raise RerankerFileError(f"{uri}: unsupported scheme {scheme}: (use a path or one of "
+                                f"{', '.join(s + ':' for s in MODEL_SCHEMES)})")
+    if MODEL_SCHEMES[scheme] is None:
+        return
+    module, package = MODEL_SCHEMES[scheme]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package (google, azure) is missing too
+        found = False
+    if not found:
+        raise RerankerFileError(f"{uri}: reading {scheme}:// needs the {package} package (pip install {package})")
+
+
 def load_reranker(source, *, tracking_uri: str | None = None, trust_pickle: bool = False):
     """A fitted reranker from ``source``: the estimator itself, a format-2 directory or zip, an MLflow model
     directory, or an MLflow model URI (``models:/...``, ``runs:/ID/NAME``) resolved against ``tracking_uri``
@@ -295,6 +329,7 @@ def load_reranker(source, *, tracking_uri: str | None = None, trust_pickle: bool
         return load_pickle(path, trust_pickle)
     if path.exists() or not URI.match(str(source)):
         raise FileNotFoundError(f"no reranker at {source} (neither a saved reranker nor an MLflow model)")
+    check_model_uri(str(source))
     from specrank.tracking.models import load_pyfunc_reranker
 
     return load_pyfunc_reranker(str(source), tracking_uri, trust_pickle=trust_pickle)

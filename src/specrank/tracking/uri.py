@@ -96,17 +96,47 @@ def check_reachable(uri: str, timeout: float = 5.0, *, write: bool = True) -> st
     return uri
 
 
+READ_CALL = "/api/2.0/mlflow/experiments/search?max_results=1"  # the cheapest read every MLflow server answers
+
+
+def _auth_headers() -> dict:
+    """The credentials MLflow's own client would send (``MLFLOW_TRACKING_TOKEN``, or username and password)."""
+    import base64
+
+    token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if token:
+        return {"Authorization": f"Bearer {token}"}
+    if user and password:
+        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+    return {}
+
+
 def _check_server(uri: str, timeout: float) -> None:
-    """Any HTTP answer from ``<uri>/health`` counts as reachable; no answer does not."""
-    url = uri.rstrip("/") + "/health"
+    """The server must answer a read call as MLflow does (a JSON object): a web server that is not MLflow, or
+    one that refuses the read, is refused here rather than after the work it would have logged."""
+    import json
+
+    url = uri.rstrip("/") + READ_CALL
     try:
-        with urllib.request.urlopen(url, timeout=timeout):
-            pass
-    except urllib.error.HTTPError:
-        return  # the server answered, even if not with 200
+        with urllib.request.urlopen(urllib.request.Request(url, headers=_auth_headers()), timeout=timeout) as resp:
+            body = resp.read(1 << 20)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise TrackingError(f"MLflow tracking server {uri} refused a read (HTTP {exc.code}; "
+                                "credentials in MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD?)") from None
+        raise TrackingError(f"tracking URI {uri} answers HTTP but is not an MLflow tracking server "
+                            f"(HTTP {exc.code} for {READ_CALL.split('?')[0]})") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise TrackingError(f"MLflow tracking server {uri} is unreachable ({reason})") from None
+    try:
+        answer = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        answer = None
+    if not isinstance(answer, dict):
+        raise TrackingError(f"tracking URI {uri} answers HTTP but is not an MLflow tracking server "
+                            f"(no JSON answer to {READ_CALL.split('?')[0]})")
 
 
 def _check_writable(directory: Path, uri: str) -> None:
