@@ -150,6 +150,7 @@ def world(tmp_path_factory):
     assert main(["evaluate", str(w.run), "--predictions", str(w.preds), "--out", str(r / "eval"), "--bootstrap",
                  "50", "--no-tracking"]) == 0
     w.evald = r / "eval"
+    another_run(w)
     feats = read_table(w.features).to_pandas()
     write_parquet_atomic(feats.drop(columns=["q"]), r / "features_no_q.parquet")  # keeps no specrank metadata
     w.features_no_q = r / "features_no_q.parquet"
@@ -252,6 +253,22 @@ def world(tmp_path_factory):
     server.shutdown()
     for path in read_only:
         make_writable(path)
+
+
+def another_run(w) -> None:
+    """A second recorded run of the same shape (prompt ids, round counts) and its features, edges, predictions
+    and models: each fits the first run's keys, and only the rounds digest tells them apart."""
+    from specrank.featurize.storage import rounds_digest
+    from specrank.featurize.synthetic import write_synthetic_run
+
+    b = w.root / "run_b"
+    write_synthetic_run(b, n_prompts=6, rounds_per_prompt=5, topk=3, depth=3, seed=8)
+    assert main(["featurize", str(b), "--edges-out", str(b / "edges.parquet")]) == 0
+    assert main(["train", str(b / "features.parquet"), "--rerankers", "isotonic", "--out-dir", str(b / "trained")]) == 0
+    w.b = SimpleNamespace(run=b, edges=b / "edges.parquet", preds=b / "trained" / "predictions.parquet",
+                          models=b / "trained" / "models")
+    w.digest, w.b.digest = rounds_digest(w.run), rounds_digest(b)
+    assert w.digest != w.b.digest
 
 
 def pickled_weights(w) -> None:
@@ -518,6 +535,9 @@ CASES = [
      "--edges"),
     ("train-per-depth-edges-are-features",
      lambda w, o: with_arg(train(w, o, "--edges", str(w.features)), "--rerankers", "isotonic,per_depth"), "edges"),
+    ("train-edges-from-another-run",
+     lambda w, o: with_arg(train(w, o, "--edges", str(w.b.edges)), "--rerankers", "isotonic,per_depth"),
+     lambda w: (w.digest, w.b.digest, "--edges")),
     ("train-out-dir-holds-the-features",
      lambda w, o: replaced(train(w, w.features_named_predictions.parent), str(w.features),
                            str(w.features_named_predictions)), "features"),
@@ -545,6 +565,10 @@ CASES = [
     ("evaluate-predictions-no-keys", lambda w, o: evaluate(w, o, predictions=w.preds_no_keys), "missing columns"),
     ("evaluate-predictions-nan", lambda w, o: evaluate(w, o, predictions=w.preds_nan), "NaN"),
     ("evaluate-predictions-other-run", lambda w, o: evaluate(w, o, predictions=w.preds_other_run), "predictions"),
+    ("evaluate-predictions-from-another-run", lambda w, o: evaluate(w, o, predictions=w.b.preds),
+     lambda w: (w.digest, w.b.digest, "--predictions")),
+    ("evaluate-models-from-another-run", lambda w, o: evaluate(w, o, "--models", str(w.b.models)),
+     lambda w: (w.digest, w.b.digest, "--models")),
     ("evaluate-budgets-0", lambda w, o: evaluate(w, o, "--budgets", "0"), "--budgets"),
     ("evaluate-bootstrap-0", lambda w, o: with_arg(evaluate(w, o), "--bootstrap", "0"), "--bootstrap"),
     ("evaluate-out-is-the-run", lambda w, o: evaluate(w, w.run), "run directory"),
@@ -718,10 +742,12 @@ def sandbox(world, tmp_path, monkeypatch):
 
 
 def assert_one_line_error(rc, err, field):
+    """``field``: the text the line must name, or a tuple of texts it must all name."""
     lines = err.strip().splitlines()
     assert rc == 2, err
     assert len(lines) == 1, err
-    assert "Traceback" not in err and field in lines[0], lines[0]
+    assert "Traceback" not in err and all(f in lines[0] for f in (field if isinstance(field, tuple) else (field,))), \
+        lines[0]
     assert lines[0].startswith("specrank"), lines[0]
 
 
@@ -731,7 +757,7 @@ def test_bad_input(world, sandbox, capfd, case_id, argv, field):
     argv = argv(world, out)
     capfd.readouterr()
     rc = main(argv)
-    assert_one_line_error(rc, capfd.readouterr().err, field)
+    assert_one_line_error(rc, capfd.readouterr().err, field(world) if callable(field) else field)
     assert not out.exists(), f"left {sorted(p.name for p in out.rglob('*'))}"
     assert not any(cwd.iterdir()), f"left {sorted(p.name for p in cwd.iterdir())} in the working directory"
 

@@ -45,6 +45,14 @@ def run(args) -> int:
     out = check_output_dir(args.out)
     check_distinct({"--out": out}, {"run directory": run_dir, "--predictions": predictions, "--models": args.models})
     models = _read_models(args.models) if args.models else {}
+    if models:
+        from specrank.featurize.storage import check_same_rounds, rounds_digest
+
+        digest = rounds_digest(run_dir)
+        for fold, named in models.items():
+            for name, model in named.items():
+                check_same_rounds(f"--models {args.models}: {name}-fold{fold}", getattr(model, "rounds_digest_", None),
+                                  digest, f"run directory {run_dir} holds rounds")
     uri = None
     if not args.no_tracking:
         from specrank.tracking import check_reachable, resolve_tracking_uri

@@ -147,8 +147,9 @@ def _cross_fit_all(names, feats, edges, args, tracker):
 def run(args) -> int:
     from contextlib import nullcontext
 
-    from specrank.atomic import write_parquet_atomic
-    from specrank.featurize import read_features
+    from specrank.featurize import features_meta, read_features, write_features
+    from specrank.featurize.features import META_KEY
+    from specrank.featurize.storage import check_same_rounds, rounds_of
     from specrank.outputs import check_distinct, check_output_dir, staged
 
     names = _names(args.rerankers)
@@ -165,13 +166,18 @@ def run(args) -> int:
     feats = read_features(args.features)
     edges = read_features(args.edges) if "per_depth" in names else None
     check_inputs(names, feats, edges)
+    if edges is not None:
+        check_same_rounds(f"--edges {args.edges}", rounds_of(edges), rounds_of(feats),
+                          f"features {args.features} from rounds")
     tracked = tracker.run(_params(args, feats, names), Path(args.features)) if tracker else nullcontext()
     with tracked, staged(out_dir, "--out-dir") as stage:
         fits, preds, edge_preds = _cross_fit_all(names, feats, edges, args, tracker)
         save_models(fits, stage / "models")
-        write_parquet_atomic(preds, stage / "predictions.parquet")
+        preds.attrs = {META_KEY: features_meta(feats)}  # its rounds digest: evaluate checks it against the run
+        write_features(preds, stage / "predictions.parquet")
         if edge_preds is not None:
-            write_parquet_atomic(edge_preds, stage / "edge_predictions.parquet")
+            edge_preds.attrs = {META_KEY: features_meta(edges)}
+            write_features(edge_preds, stage / "edge_predictions.parquet")
         if tracker:
             for key, uri in tracker.log_training(fits, preds, feats, stage / "predictions.parquet").items():
                 print(f"model {key}: {uri}")

@@ -85,6 +85,7 @@ class Reranker(BaseEstimator):
         meta = features_meta(X)
         self.label_kind_, self.topk_ = meta["label_kind"], int(meta["topk"])
         self.version_ = specrank.__version__
+        self.rounds_digest_ = meta.get("rounds_digest")  # the recorded run it learned from (None: not known)
         self._fit(X, labels_of(X, y, self.label_kind_))
         return self
 

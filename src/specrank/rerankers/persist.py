@@ -51,8 +51,8 @@ def check_version(path, version: str) -> None:
 
 
 def describe(est) -> dict:
-    """The metadata recorded with a fitted reranker."""
-    return {
+    """The metadata recorded with a fitted reranker (``rounds_digest``: of the run it was fitted on, when known)."""
+    meta = {
         "class": type(est).__name__,
         "features": list(est.features_),
         "label_kind": est.label_kind_,
@@ -61,6 +61,9 @@ def describe(est) -> dict:
         "params": est.get_params(),
         "feature_schema_hash": feature_schema_hash(est.features_, est.label_kind_, est.topk_),
     }
+    if getattr(est, "rounds_digest_", None):
+        meta["rounds_digest"] = est.rounds_digest_
+    return meta
 
 
 def _versions() -> dict:
@@ -154,8 +157,9 @@ META_SCHEMA = {
               lambda v: isinstance(v, dict) and all(isinstance(d, str) and SHA256.fullmatch(d) for d in v.values())),
     "versions": ("an object of package -> version",
                  lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
+    "rounds_digest": ("a sha256 (64 hex digits)", lambda v: isinstance(v, str) and SHA256.fullmatch(v)),
 }
-OPTIONAL_META = ("versions",)
+OPTIONAL_META = ("versions", "rounds_digest")
 
 
 def check_meta(where: str, meta: dict) -> None:
@@ -265,7 +269,8 @@ def load_format2(path) -> object:
         raise RerankerFileError(f"{path}: {exc}") from None
     est.features_, est.label_kind_, est.topk_, est.version_ = list(meta["features"]), meta["label_kind"], \
         int(meta["topk"]), meta["version"]
-    est.meta_ = {k: meta.get(k) for k in META_KEYS[:7] + ("versions",)}
+    est.rounds_digest_ = meta.get("rounds_digest")
+    est.meta_ = {k: meta.get(k) for k in META_KEYS[:7] + OPTIONAL_META}
     est.meta_["format_digest"] = format_digest(files)
     return est
 
