@@ -164,6 +164,18 @@ def world(tmp_path_factory):
     write_parquet_atomic(preds[["prompt_id"]], r / "preds_no_keys.parquet")
     write_parquet_atomic(preds.assign(isotonic=np.nan), r / "preds_nan.parquet")
     write_parquet_atomic(preds.assign(prompt_id="elsewhere"), r / "preds_other_run.parquet")
+    from specrank.featurize import read_features
+
+    feats = read_features(w.features)
+    text_q = feats.assign(log_q=feats["log_q"].astype(str))
+    text_q.loc[text_q.index[3], "log_q"] = "n/a"
+    text_q.attrs = feats.attrs
+    write_features(text_q, r / "features_text_column.parquet")
+    w.features_text_column = r / "features_text_column.parquet"
+    nan_rows = feats.assign(cache_logp=np.nan)
+    nan_rows.attrs = feats.attrs
+    write_features(nan_rows, r / "features_nan_rows.parquet")
+    w.features_nan_rows = r / "features_nan_rows.parquet"
     w.features_named_predictions = r / "features_here" / "predictions.parquet"
     w.features_named_predictions.parent.mkdir()
     shutil.copy(w.features, w.features_named_predictions)
@@ -519,6 +531,11 @@ CASES = [
      "features_no_q.parquet"),
     ("train-features-without-q", lambda w, o: replaced(train(w, o), str(w.features), str(w.features_meta_no_q)),
      "missing columns q"),
+    ("train-features-text-in-a-numeric-column",
+     lambda w, o: replaced(train(w, o), str(w.features), str(w.features_text_column)), ("log_q", "'n/a'")),
+    ("train-sklearn-feature-all-nan",
+     lambda w, o: with_arg(replaced(train(w, o, "--backend", "sklearn"), str(w.features), str(w.features_nan_rows)),
+                           "--rerankers", "rows"), "cache_logp"),
     ("train-rerankers-unknown", lambda w, o: with_arg(train(w, o), "--rerankers", "isotonic,forest"), "forest"),
     ("train-rerankers-empty", lambda w, o: with_arg(train(w, o), "--rerankers", ","), "reranker"),
     ("train-learning-rate-0", lambda w, o: train(w, o, "--learning-rate", "0"), "learning_rate"),

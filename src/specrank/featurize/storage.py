@@ -129,4 +129,19 @@ def read_features(path) -> pd.DataFrame:
         raise schema.SchemaError(f"{path}: not a specrank features table (no specrank metadata)")
     df = table.to_pandas()
     df.attrs = attrs
+    check_numeric(df, path)
     return df
+
+
+def check_numeric(df: pd.DataFrame, path) -> None:
+    """Refuse a features column that should hold numbers but holds text, naming the column and a value (a
+    reranker would fail on it later without saying where)."""
+    from specrank.featurize.sets import CATEGORICAL_FEATURES, DESCRIPTIONS, PRIOR_FEATURE
+
+    numeric = [c for c in DESCRIPTIONS if c not in CATEGORICAL_FEATURES and c != PRIOR_FEATURE]
+    for col in [c for c in (*numeric, schema.LABEL_COLUMN) if c in df.columns]:
+        if not pd.api.types.is_numeric_dtype(df[col]):
+            values = pd.to_numeric(df[col], errors="coerce")
+            bad = df[col][values.isna() & df[col].notna()]
+            example = f", e.g. {bad.iloc[0]!r}" if len(bad) else ""
+            raise schema.SchemaError(f"{path}: column {col!r} holds {df[col].dtype} values, not numbers{example}")

@@ -144,6 +144,10 @@ class GBMReranker(Reranker):
             return lgb.train(params, data, num_boost_round=self.n_estimators)
         from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
+        empty = [f for i, f in enumerate(self.features_) if np.isnan(m[:, i]).all()]
+        if empty:  # sklearn's binning has nothing to cut and fails without naming the column
+            raise ValueError(f"features: column {input_columns([empty[0]])[0]!r} is all NaN in the training rows; "
+                             "the sklearn backend cannot use it (drop it from the features, or use lightgbm)")
         cls = HistGradientBoostingClassifier if self.label_kind_ == "argmax" else HistGradientBoostingRegressor
         mask = np.isin(np.arange(m.shape[1]), categorical)
         model = cls(max_iter=self.n_estimators, learning_rate=self.learning_rate, max_leaf_nodes=self.num_leaves,
