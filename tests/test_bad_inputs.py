@@ -411,6 +411,8 @@ def replaced(argv, old, new):
     return [new if a == old else a for a in argv]
 
 
+NOT_MLFLOW = "not an MLflow tracking server"
+
 # (id, argv(world, out), text the one error line must contain)
 CASES = [
     # decode: decoding parameters
@@ -463,7 +465,8 @@ CASES = [
     ("decode-target-pickled-bin", lambda w, o: with_arg(decode(w, o), "--target", str(w.bins["tgt_pickled"])),
      "tgt_pickled/pytorch_model.bin"),
     ("decode-target-bin-not-tensors",
-     lambda w, o: with_arg(decode(w, o), "--target", str(w.bins["tgt_not_tensors"])), "tgt_not_tensors/pytorch_model.bin"),
+     lambda w, o: with_arg(decode(w, o), "--target", str(w.bins["tgt_not_tensors"])),
+     "tgt_not_tensors/pytorch_model.bin"),
     ("decode-drafter-pickled-bin",
      lambda w, o: with_arg(decode(w, o), "--drafter", f"standalone:{w.bins['drf_pickled']}"),
      "drf_pickled/pytorch_model.bin"),
@@ -471,7 +474,7 @@ CASES = [
      lambda w, o: with_arg(decode(w, o), "--drafter", f"eagle3:{w.bins['eagle3_pickled']}"),
      "eagle3_pickled/pytorch_model.bin"),
     ("decode-target-plain-file", lambda w, o: with_arg(decode(w, o), "--target", str(w.text)), "target"),
-    ("decode-tracking-not-mlflow", lambda w, o: decode(w, o, "--tracking-uri", w.not_mlflow), "not an MLflow tracking server"),
+    ("decode-tracking-not-mlflow", lambda w, o: decode(w, o, "--tracking-uri", w.not_mlflow), NOT_MLFLOW),
     ("decode-experiment-empty", lambda w, o: decode(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
      "--experiment"),
     # decode: prompts
@@ -518,7 +521,7 @@ CASES = [
     ("featurize-out-is-a-shard",
      lambda w, o: ["featurize", str(w.run), "--out", str(w.run / "rounds" / "shard-00000.parquet")], "run file"),
     ("featurize-tracking-not-mlflow",
-     lambda w, o: ["featurize", str(w.run), "--out", str(o / "f.parquet"), "--tracking-uri", w.not_mlflow], "not an MLflow tracking server"),
+     lambda w, o: ["featurize", str(w.run), "--out", str(o / "f.parquet"), "--tracking-uri", w.not_mlflow], NOT_MLFLOW),
     ("featurize-experiment-empty",
      lambda w, o: ["featurize", str(w.run), "--out", str(o / "f.parquet"), "--tracking-uri", str(w.db),
                    "--experiment", " "], "--experiment"),
@@ -570,7 +573,7 @@ CASES = [
     ("train-tracking-not-sqlite", lambda w, o: train(w, o, "--tracking-uri", str(w.fake_db)), "SQLite"),
     ("train-tracking-unreachable", lambda w, o: train(w, o, "--tracking-uri", f"http://127.0.0.1:{free_port()}"),
      "unreachable"),
-    ("train-tracking-not-mlflow", lambda w, o: train(w, o, "--tracking-uri", w.not_mlflow), "not an MLflow tracking server"),
+    ("train-tracking-not-mlflow", lambda w, o: train(w, o, "--tracking-uri", w.not_mlflow), NOT_MLFLOW),
     ("train-experiment-empty", lambda w, o: train(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
      "--experiment"),
     # evaluate
@@ -611,7 +614,7 @@ CASES = [
     ("evaluate-tracking-read-only-sqlite", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", str(w.ro_db)),
      "tracking URI"),
     ("evaluate-tracking-store-refuses", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", w.forbidden), "MLflow"),
-    ("evaluate-tracking-not-mlflow", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", w.not_mlflow), "not an MLflow tracking server"),
+    ("evaluate-tracking-not-mlflow", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", w.not_mlflow), NOT_MLFLOW),
     ("evaluate-experiment-empty", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
      "--experiment"),
     # report
@@ -652,7 +655,7 @@ CASES = [
                                                      f"{w.not_mlflow}/rows.zip", "--no-tracking"), "http(s) URL"),
     ("online-reranker-unknown-scheme", lambda w, o: online(w, o, "--rules", "reranked", "--reranker",
                                                            "ftp://host/rows.zip", "--no-tracking"), "ftp"),
-    ("online-tracking-not-mlflow", lambda w, o: online(w, o, "--tracking-uri", w.not_mlflow), "not an MLflow tracking server"),
+    ("online-tracking-not-mlflow", lambda w, o: online(w, o, "--tracking-uri", w.not_mlflow), NOT_MLFLOW),
     ("online-experiment-empty", lambda w, o: online(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
      "--experiment"),
     ("online-reranker-models-uri-nothing",

@@ -381,6 +381,12 @@ def test_every_file_of_a_saved_reranker_is_covered(fitted, tmp_path):
         zf.writestr("extra.bin", b"x")
     with pytest.raises(RerankerFileError, match="extra.bin is not listed"):
         load_reranker(tmp_path / "rows.zip")
+    rows.save(tmp_path / "rows.zip")
+    with warnings.catch_warnings(), zipfile.ZipFile(tmp_path / "rows.zip", "a") as zf:
+        warnings.simplefilter("ignore")  # zipfile's own notice of a duplicate name
+        zf.writestr("arrays.npz", b"a second arrays.npz")
+    with pytest.raises(RerankerFileError, match="'arrays.npz'"):
+        load_reranker(tmp_path / "rows.zip")
 
 
 def test_the_class_and_backend_name_their_files(fitted, tmp_path):

@@ -44,7 +44,8 @@ def add_arguments(parser) -> None:
     add_worker_arguments(parser)
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI (default sqlite:///mlflow.db in the working directory)")
-    parser.add_argument("--experiment", type=experiment_name, default="specrank", help="MLflow experiment name (default specrank)")
+    parser.add_argument("--experiment", type=experiment_name, default="specrank",
+                        help="MLflow experiment name (default specrank)")
     parser.add_argument("--run-name", default=None, help="MLflow run name (default decode-<out dir name>)")
     parser.add_argument("--no-tracking", action="store_true", help="record the run directory only, log nothing")
 

@@ -22,7 +22,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI (default sqlite:///mlflow.db in the working directory)")
-    parser.add_argument("--experiment", type=experiment_name, default="specrank", help="MLflow experiment name (default specrank)")
+    parser.add_argument("--experiment", type=experiment_name, default="specrank",
+                        help="MLflow experiment name (default specrank)")
     parser.add_argument("--run-name", default=None, help="MLflow parent run name (default evaluate-<run dir name>)")
     parser.add_argument("--no-tracking", action="store_true", help="write local outputs only, log nothing to MLflow")
     parser.add_argument("--models", default=None,

@@ -15,7 +15,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--edges-out", help="also write one row per pool edge (for per-depth calibration)")
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI, or 'default' for MLflow's default store (default: log nothing)")
-    parser.add_argument("--experiment", type=experiment_name, default="specrank", help="MLflow experiment name (default specrank)")
+    parser.add_argument("--experiment", type=experiment_name, default="specrank",
+                        help="MLflow experiment name (default specrank)")
     parser.add_argument("--run-name", default=None, help="MLflow run name (default featurize-<run dir name>)")
 
 

@@ -49,7 +49,8 @@ def add_arguments(parser) -> None:
                         help="--pipeline: the worker's torch CPU threads (default: torch's)")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
-    parser.add_argument("--experiment", type=experiment_name, default="specrank", help="MLflow experiment name (default specrank)")
+    parser.add_argument("--experiment", type=experiment_name, default="specrank",
+                        help="MLflow experiment name (default specrank)")
     parser.add_argument("--run-name", default=None, help="MLflow run name (default online-<rules>)")
     parser.add_argument("--no-tracking", action="store_true", help="write local outputs only")
 

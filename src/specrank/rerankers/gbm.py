@@ -49,7 +49,8 @@ class GBMReranker(Reranker):
 
     _constraints = {
         "features": ("a feature-set name or a list of feature names",
-                     lambda v: isinstance(v, str) or (isinstance(v, (list, tuple)) and all(isinstance(f, str) for f in v))),
+                     lambda v: isinstance(v, str)
+                     or (isinstance(v, (list, tuple)) and all(isinstance(f, str) for f in v))),
         "backend": (f"one of {', '.join(BACKENDS)}", lambda v: isinstance(v, str) and v in BACKENDS),
         "n_estimators": integer(1),
         "learning_rate": real(0.0, open_low=True),

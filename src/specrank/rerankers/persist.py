@@ -117,8 +117,9 @@ def _write_zip(target, files: dict[str, bytes]) -> None:
 
 
 def _members(path: Path) -> dict[str, bytes]:
-    """Name -> bytes of every entry of a format-2 directory or zip; an entry that is not a plain top-level
-    file (a subdirectory, a nested or hidden name) is refused, since nothing would vouch for it."""
+    """Name -> bytes of every entry of a format-2 directory or zip. An entry that is not a plain top-level
+    file (a subdirectory, a link, a nested name, a name given twice) is refused, since nothing would vouch
+    for it; hidden files are read like the others, for the listing check to refuse."""
     if path.is_dir():
         entries = sorted(path.iterdir())
         odd = [p.name for p in entries if not p.is_file() or p.is_symlink()]
@@ -126,7 +127,7 @@ def _members(path: Path) -> dict[str, bytes]:
     else:
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
-            odd = [n for n in names if "/" in n or "\\" in n]
+            odd = [n for n in names if "/" in n or "\\" in n or names.count(n) > 1]  # nested, or given twice
             files = {n: zf.read(n) for n in names if n not in odd}
     if odd:
         raise RerankerFileError(f"{path}: holds {odd[0]!r}, which is not a file of a saved reranker")
@@ -146,7 +147,8 @@ LABEL_KINDS = ("probability", "argmax")
 META_SCHEMA = {
     "format": ("a string", lambda v: isinstance(v, str)),
     "class": ("a string", lambda v: isinstance(v, str)),
-    "features": ("a non-empty list of strings", lambda v: isinstance(v, list) and v and all(isinstance(f, str) for f in v)),
+    "features": ("a non-empty list of strings",
+                 lambda v: isinstance(v, list) and v and all(isinstance(f, str) for f in v)),
     "label_kind": (f"one of {', '.join(LABEL_KINDS)}", lambda v: isinstance(v, str) and v in LABEL_KINDS),
     "topk": ("an integer >= 1", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1),
     "version": ("a string", lambda v: isinstance(v, str)),
