@@ -46,14 +46,7 @@ def run(args) -> int:
     out = check_output_dir(args.out)
     check_distinct({"--out": out}, {"run directory": run_dir, "--predictions": predictions, "--models": args.models})
     models = _read_models(args.models) if args.models else {}
-    if models:
-        from specrank.featurize.storage import check_same_rounds, rounds_digest
-
-        digest = rounds_digest(run_dir)
-        for fold, named in models.items():
-            for name, model in named.items():
-                check_same_rounds(f"--models {args.models}: {name}-fold{fold}", getattr(model, "rounds_digest_", None),
-                                  digest, f"run directory {run_dir} holds rounds")
+    _check_models_rounds(models, args.models, run_dir)
     uri = None
     if not args.no_tracking:
         from specrank.tracking import check_reachable, resolve_tracking_uri
@@ -77,6 +70,18 @@ def run(args) -> int:
     print(f"{evaluation.meta['rounds']} rounds, {evaluation.meta['prompts']} prompts -> {args.out}/report.md"
           + (f" (MLflow: {uri})" if uri else ""))
     return 0
+
+
+def _check_models_rounds(models: dict, models_dir, run_dir: Path) -> None:
+    """Refuse models fitted on other rounds than the run's (models that record none are not refused)."""
+    from specrank.featurize.storage import check_same_rounds, rounds_digest
+
+    recorded = {f"{name}-fold{fold}": getattr(m, "rounds_digest_", None)
+                for fold, named in models.items() for name, m in named.items()}
+    if any(recorded.values()):  # hashing the shards only when there is a digest to compare with
+        digest = rounds_digest(run_dir)
+        for key, value in recorded.items():
+            check_same_rounds(f"--models {models_dir}: {key}", value, digest, f"run directory {run_dir} holds rounds")
 
 
 def _read_models(models_dir) -> dict[str, dict]:
