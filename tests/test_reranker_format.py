@@ -401,3 +401,20 @@ def test_the_class_and_backend_name_their_files(fitted, tmp_path):
     (path / META).write_text(json.dumps({**meta, "params": {**meta["params"], "depth": 3}}))
     with pytest.raises(RerankerFileError, match="params.depth: not a parameter of GBMReranker"):
         load_reranker(path)
+
+
+def test_arrays_of_the_wrong_shape_or_type_are_refused(fitted, tmp_path):
+    """A forger who re-lists ``arrays.npz`` still cannot hand the loader tables it would crash on."""
+    path = fitted["isotonic"][0].save(tmp_path / "iso")
+    with np.load(path / "arrays.npz", allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    buf = io.BytesIO()
+    np.savez(buf, **{**arrays, "iso.X_thresholds_": arrays["iso.X_thresholds_"].reshape(1, -1)})
+    _rewrite(path, "arrays.npz", buf.getvalue())
+    with pytest.raises(RerankerFileError, match="'iso.X_thresholds_' must be a non-empty vector"):
+        load_reranker(path)
+    buf = io.BytesIO()
+    np.savez(buf, **{**arrays, "iso.y_thresholds_": arrays["iso.y_thresholds_"][:-1]})
+    _rewrite(path, "arrays.npz", buf.getvalue())
+    with pytest.raises(RerankerFileError, match="differ in length"):
+        load_reranker(path)

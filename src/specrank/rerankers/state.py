@@ -155,6 +155,27 @@ def check_state(name: str, params: dict, state: dict, arrays: dict) -> None:
     if extra:  # e.g. the tables of a depth that state.depths no longer names
         raise StateError(f"{ARRAYS}: array {extra[0]!r} is not part of the state (state.depths edited?)"
                          if name == "PerDepthCalibration" else f"{ARRAYS}: array {extra[0]!r} is not part of the state")
+    for key in wanted:
+        _check_array(key, arrays[key])
+    pairs = [(f"{p}.X_thresholds_", f"{p}.y_thresholds_") for p in prefixes] + [("prior.tokens", "prior.means")]
+    for first, second in pairs:
+        if first in arrays and len(arrays[first]) != len(arrays[second]):
+            raise StateError(f"{ARRAYS}: {first!r} and {second!r} differ in length")
+
+
+# (number of dimensions, numpy kinds) of each array of the state, by the last part of its name
+ARRAY_SHAPES = {
+    "X_thresholds_": (1, "f"), "y_thresholds_": (1, "f"), "X_min_": (0, "f"), "X_max_": (0, "f"),
+    "increasing_": (0, "b"), "tokens": (1, "iu"), "means": (1, "f"), "mean": (0, "f"),
+}
+
+
+def _check_array(key: str, value: np.ndarray) -> None:
+    ndim, kinds = ARRAY_SHAPES[key.rsplit(".", 1)[1]]
+    if value.ndim != ndim or value.dtype.kind not in kinds or (ndim and not len(value) and "thresholds" in key):
+        shape = "a scalar" if ndim == 0 else "a non-empty vector" if "thresholds" in key else "a vector"
+        raise StateError(f"{ARRAYS}: array {key!r} must be {shape} of kind {kinds!r}; "
+                         f"got shape {value.shape}, dtype {value.dtype}")
 
 
 def decode(name: str, params: dict, state: dict, arrays: dict, files: dict[str, bytes]):
