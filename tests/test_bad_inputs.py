@@ -93,6 +93,18 @@ def missing_scheme() -> str:
     pytest.skip("every model URI scheme's client library is installed")
 
 
+def missing_driver() -> str:
+    """A database tracking-URI scheme whose default driver is not installed here."""
+    from sqlalchemy.engine import make_url
+
+    for scheme in ("postgresql", "mysql", "mssql"):
+        try:
+            make_url(f"{scheme}://h/db").get_dialect().import_dbapi()
+        except ModuleNotFoundError:
+            return scheme
+    pytest.skip("every database driver is installed")
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """Every input of the cases, built once; the cases must leave all of it as it was."""
@@ -573,6 +585,8 @@ CASES = [
     ("train-tracking-not-sqlite", lambda w, o: train(w, o, "--tracking-uri", str(w.fake_db)), "SQLite"),
     ("train-tracking-unreachable", lambda w, o: train(w, o, "--tracking-uri", f"http://127.0.0.1:{free_port()}"),
      "unreachable"),
+    ("train-tracking-database-without-driver",
+     lambda w, o: train(w, o, "--tracking-uri", f"{missing_driver()}://u:p@127.0.0.1:1/db"), "pip install"),
     ("train-tracking-not-mlflow", lambda w, o: train(w, o, "--tracking-uri", w.not_mlflow), NOT_MLFLOW),
     ("train-experiment-empty", lambda w, o: train(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
      "--experiment"),

@@ -87,6 +87,8 @@ def check_reachable(uri: str, timeout: float = 5.0, *, write: bool = True) -> st
     if parsed.scheme not in SCHEMES:
         raise TrackingError(f"tracking URI {uri}: unknown scheme {parsed.scheme!r}"
                             " (use http(s)://HOST:PORT, sqlite:///FILE.db, file:///DIR or a local path)")
+    if parsed.scheme in DATABASES:
+        _check_driver(uri)
     if parsed.scheme in ("http", "https"):
         _check_server(uri, timeout)
     elif parsed.scheme == "sqlite":
@@ -94,6 +96,26 @@ def check_reachable(uri: str, timeout: float = 5.0, *, write: bool = True) -> st
     elif parsed.scheme == "file":
         _check_file_store(Path(urllib.request.url2pathname(parsed.path)), uri, write)
     return uri
+
+
+DATABASES = ("postgresql", "mysql", "mssql")
+# pip package of the database drivers SQLAlchemy imports by default, where it differs from the module name
+DRIVER_PACKAGES = {"MySQLdb": "mysqlclient", "psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]"}
+
+
+def _check_driver(uri: str) -> None:
+    """A database store needs the driver SQLAlchemy picks for its URL: a missing one is named with its package."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        make_url(uri).get_dialect().import_dbapi()
+    except ModuleNotFoundError as exc:
+        package = DRIVER_PACKAGES.get(exc.name, exc.name)
+        raise TrackingError(f"tracking URI {uri}: this store needs the {exc.name} driver "
+                            f"(pip install '{package}')") from None
+    except (ArgumentError, NoSuchModuleError) as exc:
+        raise TrackingError(f"tracking URI {uri}: not a database URL SQLAlchemy knows ({exc})") from None
 
 
 READ_CALL = "/api/2.0/mlflow/experiments/search?max_results=1"  # the cheapest read every MLflow server answers
