@@ -78,6 +78,26 @@ class NotMLflow(BaseHTTPRequestHandler):
         pass
 
 
+class ReadOnlyMLflow(BaseHTTPRequestHandler):
+    """An MLflow server as a read-only token sees it: the read call answers, every write is refused."""
+
+    def do_GET(self):
+        ok = self.path.startswith("/api/2.0/mlflow/experiments/search")
+        self.send_response(200 if ok else 403)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"experiments": []}' if ok else b'{"error_code": "PERMISSION_DENIED"}')
+
+    def do_POST(self):
+        self.send_response(403)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"error_code": "PERMISSION_DENIED", "message": "read-only token"}')
+
+    def log_message(self, *args):
+        pass
+
+
 def missing_scheme() -> str:
     """A model URI scheme whose client library is not installed here."""
     import importlib.util
@@ -272,7 +292,11 @@ def world(tmp_path_factory):
     web = ThreadingHTTPServer(("127.0.0.1", free_port()), NotMLflow)
     threading.Thread(target=web.serve_forever, daemon=True).start()
     w.not_mlflow = f"http://127.0.0.1:{web.server_address[1]}"
+    ro_server = ThreadingHTTPServer(("127.0.0.1", free_port()), ReadOnlyMLflow)
+    threading.Thread(target=ro_server.serve_forever, daemon=True).start()
+    w.read_only_mlflow = f"http://127.0.0.1:{ro_server.server_address[1]}"
     yield w
+    ro_server.shutdown()
     web.shutdown()
     server.shutdown()
     for path in read_only:
@@ -534,6 +558,11 @@ CASES = [
      lambda w, o: ["featurize", str(w.run), "--out", str(w.run / "rounds" / "shard-00000.parquet")], "run file"),
     ("featurize-tracking-not-mlflow",
      lambda w, o: ["featurize", str(w.run), "--out", str(o / "f.parquet"), "--tracking-uri", w.not_mlflow], NOT_MLFLOW),
+    ("featurize-tracking-read-only",
+     lambda w, o: ["featurize", str(w.run), "--out", str(o / "f.parquet"), "--edges-out", str(o / "e.parquet"),
+                   "--tracking-uri", w.read_only_mlflow], "MLflow"),
+    ("featurize-tracking-read-only-over-features",  # the features file it would replace is put back
+     lambda w, o: ["featurize", str(w.run), "--tracking-uri", w.read_only_mlflow], "MLflow"),
     ("featurize-experiment-empty",
      lambda w, o: ["featurize", str(w.run), "--out", str(o / "f.parquet"), "--tracking-uri", str(w.db),
                    "--experiment", " "], "--experiment"),
@@ -588,6 +617,7 @@ CASES = [
     ("train-tracking-database-without-driver",
      lambda w, o: train(w, o, "--tracking-uri", f"{missing_driver()}://u:p@127.0.0.1:1/db"), "pip install"),
     ("train-tracking-not-mlflow", lambda w, o: train(w, o, "--tracking-uri", w.not_mlflow), NOT_MLFLOW),
+    ("train-tracking-read-only", lambda w, o: train(w, o, "--tracking-uri", w.read_only_mlflow), "MLflow"),
     ("train-experiment-empty", lambda w, o: train(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
      "--experiment"),
     # evaluate
@@ -629,6 +659,8 @@ CASES = [
      "tracking URI"),
     ("evaluate-tracking-store-refuses", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", w.forbidden), "MLflow"),
     ("evaluate-tracking-not-mlflow", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", w.not_mlflow), NOT_MLFLOW),
+    ("evaluate-tracking-read-only", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", w.read_only_mlflow),
+     "MLflow"),
     ("evaluate-experiment-empty", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
      "--experiment"),
     # report

@@ -22,7 +22,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from specrank.featurize import edges_run, featurize_run, write_features
-    from specrank.outputs import check_distinct, check_output_file
+    from specrank.outputs import check_distinct, check_output_file, restoring_files
 
     if not Path(args.run_dir).is_dir():
         raise FileNotFoundError(f"no run directory {args.run_dir}")
@@ -38,14 +38,16 @@ def run(args) -> int:
         uri = optional_uri(args.tracking_uri)  # an unreachable store fails before any output
     df = featurize_run(args.run_dir)
     edges = edges_run(args.run_dir) if edges_out else None  # both computed before either is written
-    write_features(df, out)
+    with restoring_files([out, edges_out]):  # a store that refuses the run leaves the files as they were
+        write_features(df, out)
+        if edges_out:
+            write_features(edges, edges_out)
+        if uri is not None:
+            from specrank.tracking.featurize import log_featurize
+
+            log_featurize(uri, args.experiment, args.run_name, args.run_dir, out, df)
     meta = df.attrs["specrank"]
     print(f"{out}: {len(df)} candidate rows, {df.prompt_id.nunique()} prompts, {meta['label_kind']} labels")
     if edges_out:
-        write_features(edges, edges_out)
         print(f"{edges_out}: {len(edges)} pool edges")
-    if uri is not None:
-        from specrank.tracking.featurize import log_featurize
-
-        log_featurize(uri, args.experiment, args.run_name, args.run_dir, out, df)
     return 0
