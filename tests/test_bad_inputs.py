@@ -63,6 +63,68 @@ class Forbidden(BaseHTTPRequestHandler):
         pass
 
 
+class NotMLflow(BaseHTTPRequestHandler):
+    """A web server that answers everything with a page: reachable, but no MLflow tracking server."""
+
+    def _answer(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(b"<html><body>hello</body></html>")
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args):
+        pass
+
+
+class ReadOnlyMLflow(BaseHTTPRequestHandler):
+    """An MLflow server as a read-only token sees it: the read call answers, every write is refused."""
+
+    def do_GET(self):
+        ok = self.path.startswith("/api/2.0/mlflow/experiments/search")
+        self.send_response(200 if ok else 403)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"experiments": []}' if ok else b'{"error_code": "PERMISSION_DENIED"}')
+
+    def do_POST(self):
+        self.send_response(403)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"error_code": "PERMISSION_DENIED", "message": "read-only token"}')
+
+    def log_message(self, *args):
+        pass
+
+
+def missing_scheme() -> str:
+    """A model URI scheme whose client library is not installed here."""
+    import importlib.util
+
+    from specrank.rerankers.persist import MODEL_SCHEMES
+
+    for scheme, needs in MODEL_SCHEMES.items():
+        try:
+            if needs and importlib.util.find_spec(needs[0]) is None:
+                return scheme
+        except ModuleNotFoundError:
+            return scheme
+    pytest.skip("every model URI scheme's client library is installed")
+
+
+def missing_driver() -> str:
+    """A database tracking-URI scheme whose default driver is not installed here."""
+    from sqlalchemy.engine import make_url
+
+    for scheme in ("postgresql", "mysql", "mssql"):
+        try:
+            make_url(f"{scheme}://h/db").get_dialect().import_dbapi()
+        except ModuleNotFoundError:
+            return scheme
+    pytest.skip("every database driver is installed")
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """Every input of the cases, built once; the cases must leave all of it as it was."""
@@ -105,6 +167,9 @@ def world(tmp_path_factory):
     w.gguf_fake.write_text("not a gguf")
     w.text = r / "notes.txt"
     w.text.write_text("the cat is big and the dog is small\n" * 20)
+    w.text_short = r / "short.txt"
+    w.text_short.write_text("a")
+    pickled_weights(w)
     w.head_not_safetensors = r / "head.safetensors"
     w.head_not_safetensors.write_bytes(b"\x93NUMPY this is not safetensors")
     # a recorded run, its features, a model directory, an evaluation
@@ -117,6 +182,7 @@ def world(tmp_path_factory):
     assert main(["evaluate", str(w.run), "--predictions", str(w.preds), "--out", str(r / "eval"), "--bootstrap",
                  "50", "--no-tracking"]) == 0
     w.evald = r / "eval"
+    another_run(w)
     feats = read_table(w.features).to_pandas()
     write_parquet_atomic(feats.drop(columns=["q"]), r / "features_no_q.parquet")  # keeps no specrank metadata
     w.features_no_q = r / "features_no_q.parquet"
@@ -130,6 +196,21 @@ def world(tmp_path_factory):
     write_parquet_atomic(preds[["prompt_id"]], r / "preds_no_keys.parquet")
     write_parquet_atomic(preds.assign(isotonic=np.nan), r / "preds_nan.parquet")
     write_parquet_atomic(preds.assign(prompt_id="elsewhere"), r / "preds_other_run.parquet")
+    from specrank.featurize import read_features
+
+    feats = read_features(w.features)
+    text_q = feats.assign(log_q=feats["log_q"].astype(str))
+    text_q.loc[text_q.index[3], "log_q"] = "n/a"
+    text_q.attrs = feats.attrs
+    write_features(text_q, r / "features_text_column.parquet")
+    w.features_text_column = r / "features_text_column.parquet"
+    nan_rows = feats.assign(cache_logp=np.nan)
+    nan_rows.attrs = feats.attrs
+    write_features(nan_rows, r / "features_nan_rows.parquet")
+    w.features_nan_rows = r / "features_nan_rows.parquet"
+    w.features_named_predictions = r / "features_here" / "predictions.parquet"
+    w.features_named_predictions.parent.mkdir()
+    shutil.copy(w.features, w.features_named_predictions)
     w.preds_no_keys, w.preds_nan = r / "preds_no_keys.parquet", r / "preds_nan.parquet"
     w.preds_other_run = r / "preds_other_run.parquet"
     w.not_parquet = r / "not.parquet"
@@ -184,6 +265,7 @@ def world(tmp_path_factory):
     (w.models_damaged / "isotonic-fold0" / "arrays.npz").write_bytes(b"PK\x03\x04 damaged")
     w.models_empty = r / "models_empty"
     w.models_empty.mkdir()
+    edited_models(w, read_table(w.features).to_pandas())
     w.eval_bad_meta = r / "eval_bad_meta"
     shutil.copytree(w.evald, w.eval_bad_meta)
     (w.eval_bad_meta / "meta.json").write_text('{"law": "greedy",\n')
@@ -207,10 +289,94 @@ def world(tmp_path_factory):
     server = ThreadingHTTPServer(("127.0.0.1", free_port()), Forbidden)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     w.forbidden = f"http://127.0.0.1:{server.server_address[1]}"
+    web = ThreadingHTTPServer(("127.0.0.1", free_port()), NotMLflow)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    w.not_mlflow = f"http://127.0.0.1:{web.server_address[1]}"
+    ro_server = ThreadingHTTPServer(("127.0.0.1", free_port()), ReadOnlyMLflow)
+    threading.Thread(target=ro_server.serve_forever, daemon=True).start()
+    w.read_only_mlflow = f"http://127.0.0.1:{ro_server.server_address[1]}"
     yield w
+    ro_server.shutdown()
+    web.shutdown()
     server.shutdown()
     for path in read_only:
         make_writable(path)
+
+
+def another_run(w) -> None:
+    """A second recorded run of the same shape (prompt ids, round counts) and its features, edges, predictions
+    and models: each fits the first run's keys, and only the rounds digest tells them apart."""
+    from specrank.featurize.storage import rounds_digest
+    from specrank.featurize.synthetic import write_synthetic_run
+
+    b = w.root / "run_b"
+    write_synthetic_run(b, n_prompts=6, rounds_per_prompt=5, topk=3, depth=3, seed=8)
+    assert main(["featurize", str(b), "--edges-out", str(b / "edges.parquet")]) == 0
+    assert main(["train", str(b / "features.parquet"), "--rerankers", "isotonic", "--out-dir", str(b / "trained")]) == 0
+    w.b = SimpleNamespace(run=b, edges=b / "edges.parquet", preds=b / "trained" / "predictions.parquet",
+                          models=b / "trained" / "models")
+    w.digest, w.b.digest = rounds_digest(w.run), rounds_digest(b)
+    assert w.digest != w.b.digest
+
+
+def pickled_weights(w) -> None:
+    """Targets, a standalone drafter and an EAGLE-3 head whose only weights are a ``.bin`` pickle that is not
+    a plain state dict (``w.bins[...]``)."""
+    import argparse
+
+    import torch
+    from transformers import AutoConfig
+
+    from eagle3_fixtures import write_eagle_head
+
+    foreign = {"model": argparse.Namespace(layers=2)}  # a global the weights-only unpickler refuses
+    w.bins = {}
+    for name, content in (("tgt_pickled", foreign), ("tgt_not_tensors", {"step": 3}), ("drf_pickled", foreign)):
+        w.bins[name] = w.root / name
+        shutil.copytree(w.drf if name.startswith("drf") else w.tgt, w.bins[name])
+        (w.bins[name] / "model.safetensors").unlink()
+        torch.save(content, w.bins[name] / "pytorch_model.bin")
+    w.bins["eagle3_pickled"] = w.root / "eagle3_pickled"
+    write_eagle_head(w.bins["eagle3_pickled"], AutoConfig.from_pretrained(w.tgt))
+    torch.save(foreign, w.bins["eagle3_pickled"] / "pytorch_model.bin")
+
+
+def _edit_meta(path: Path, edit) -> None:
+    meta = json.loads((path / "reranker.json").read_text())
+    edit(meta)
+    (path / "reranker.json").write_text(json.dumps(meta))
+
+
+def edited_models(w, feats) -> None:
+    """Saved rerankers edited by hand (``w.rr[...]``) and models/ directories holding one (``w.mm[...]``)."""
+    from specrank.featurize.features import META_KEY
+    from specrank.rerankers import GBMReranker
+
+    feats.attrs[META_KEY] = {"label_kind": "probability", "topk": 3, "temperature": 1.0, "version": "0.1.0"}
+    gbm = GBMReranker(features="rows", n_estimators=3, num_leaves=3, n_jobs=1).fit(feats)
+    other = GBMReranker(features="rows", n_estimators=4, num_leaves=3, n_jobs=1).fit(feats)
+    edits = {
+        "param_unknown": ("iso", lambda m: m["params"].update(depth=3)),
+        "state_empty": ("gbm", lambda m: m.update(state={})),
+        "backend_switched": ("gbm", lambda m: m["params"].update(backend="sklearn")),
+        "files_empty": ("iso", lambda m: m.update(files={})),
+        "booster_unlisted": ("gbm", lambda m: m["files"].pop("lightgbm.txt")),
+    }
+    w.rr, w.mm = {}, {}
+    for name, (source, edit) in edits.items():
+        w.mm[name] = w.root / f"models_{name}"
+        shutil.copytree(w.models, w.mm[name])
+        path = w.mm[name] / "isotonic-fold0"
+        if source == "gbm":
+            shutil.rmtree(path)
+            gbm.save(path)
+        _edit_meta(path, edit)
+        w.rr[name] = path
+    (w.rr["booster_unlisted"] / "lightgbm.txt").write_text(other.model_.model_to_string())
+    w.mm["unlisted_file"] = w.root / "models_unlisted_file"
+    shutil.copytree(w.models, w.mm["unlisted_file"])
+    w.rr["unlisted_file"] = w.mm["unlisted_file"] / "isotonic-fold0"
+    (w.rr["unlisted_file"] / "notes.txt").write_text("not listed")
 
 
 def snapshot(root: Path) -> dict:
@@ -281,6 +447,8 @@ def replaced(argv, old, new):
     return [new if a == old else a for a in argv]
 
 
+NOT_MLFLOW = "not an MLflow tracking server"
+
 # (id, argv(world, out), text the one error line must contain)
 CASES = [
     # decode: decoding parameters
@@ -330,7 +498,21 @@ CASES = [
     ("decode-target-truncated-gguf", lambda w, o: with_arg(decode(w, o), "--target", str(w.gguf_truncated)),
      "truncated.gguf"),
     ("decode-target-fake-gguf", lambda w, o: with_arg(decode(w, o), "--target", str(w.gguf_fake)), "GGUF"),
+    ("decode-target-pickled-bin", lambda w, o: with_arg(decode(w, o), "--target", str(w.bins["tgt_pickled"])),
+     "tgt_pickled/pytorch_model.bin"),
+    ("decode-target-bin-not-tensors",
+     lambda w, o: with_arg(decode(w, o), "--target", str(w.bins["tgt_not_tensors"])),
+     "tgt_not_tensors/pytorch_model.bin"),
+    ("decode-drafter-pickled-bin",
+     lambda w, o: with_arg(decode(w, o), "--drafter", f"standalone:{w.bins['drf_pickled']}"),
+     "drf_pickled/pytorch_model.bin"),
+    ("decode-eagle3-pickled-bin",
+     lambda w, o: with_arg(decode(w, o), "--drafter", f"eagle3:{w.bins['eagle3_pickled']}"),
+     "eagle3_pickled/pytorch_model.bin"),
     ("decode-target-plain-file", lambda w, o: with_arg(decode(w, o), "--target", str(w.text)), "target"),
+    ("decode-tracking-not-mlflow", lambda w, o: decode(w, o, "--tracking-uri", w.not_mlflow), NOT_MLFLOW),
+    ("decode-experiment-empty", lambda w, o: decode(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
+     "--experiment"),
     # decode: prompts
     ("decode-prompts-missing", lambda w, o: with_arg(decode(w, o), "--prompts", f"{w.root}/nope.jsonl"),
      "prompt file"),
@@ -369,6 +551,21 @@ CASES = [
     ("featurize-edges-out-read-only",
      lambda w, o: ["featurize", str(w.run), "--out", str(o / "f.parquet"), "--edges-out", str(w.ro / "e.parquet")],
      "--edges-out"),
+    ("featurize-edges-out-is-out",
+     lambda w, o: ["featurize", str(w.run), "--out", str(o / "f.parquet"), "--edges-out", str(o / "f.parquet")],
+     "--edges-out"),
+    ("featurize-out-is-a-shard",
+     lambda w, o: ["featurize", str(w.run), "--out", str(w.run / "rounds" / "shard-00000.parquet")], "run file"),
+    ("featurize-tracking-not-mlflow",
+     lambda w, o: ["featurize", str(w.run), "--out", str(o / "f.parquet"), "--tracking-uri", w.not_mlflow], NOT_MLFLOW),
+    ("featurize-tracking-read-only",
+     lambda w, o: ["featurize", str(w.run), "--out", str(o / "f.parquet"), "--edges-out", str(o / "e.parquet"),
+                   "--tracking-uri", w.read_only_mlflow], "MLflow"),
+    ("featurize-tracking-read-only-over-features",  # the features file it would replace is put back
+     lambda w, o: ["featurize", str(w.run), "--tracking-uri", w.read_only_mlflow], "MLflow"),
+    ("featurize-experiment-empty",
+     lambda w, o: ["featurize", str(w.run), "--out", str(o / "f.parquet"), "--tracking-uri", str(w.db),
+                   "--experiment", " "], "--experiment"),
     # train
     ("train-features-missing", lambda w, o: replaced(train(w, o), str(w.features), str(w.root / "nope.parquet")),
      "features"),
@@ -378,6 +575,11 @@ CASES = [
      "features_no_q.parquet"),
     ("train-features-without-q", lambda w, o: replaced(train(w, o), str(w.features), str(w.features_meta_no_q)),
      "missing columns q"),
+    ("train-features-text-in-a-numeric-column",
+     lambda w, o: replaced(train(w, o), str(w.features), str(w.features_text_column)), ("log_q", "'n/a'")),
+    ("train-sklearn-feature-all-nan",
+     lambda w, o: with_arg(replaced(train(w, o, "--backend", "sklearn"), str(w.features), str(w.features_nan_rows)),
+                           "--rerankers", "rows"), "cache_logp"),
     ("train-rerankers-unknown", lambda w, o: with_arg(train(w, o), "--rerankers", "isotonic,forest"), "forest"),
     ("train-rerankers-empty", lambda w, o: with_arg(train(w, o), "--rerankers", ","), "reranker"),
     ("train-learning-rate-0", lambda w, o: train(w, o, "--learning-rate", "0"), "learning_rate"),
@@ -394,6 +596,12 @@ CASES = [
      "--edges"),
     ("train-per-depth-edges-are-features",
      lambda w, o: with_arg(train(w, o, "--edges", str(w.features)), "--rerankers", "isotonic,per_depth"), "edges"),
+    ("train-edges-from-another-run",
+     lambda w, o: with_arg(train(w, o, "--edges", str(w.b.edges)), "--rerankers", "isotonic,per_depth"),
+     lambda w: (w.digest, w.b.digest, "--edges")),
+    ("train-out-dir-holds-the-features",
+     lambda w, o: replaced(train(w, w.features_named_predictions.parent), str(w.features),
+                           str(w.features_named_predictions)), "features"),
     ("train-out-dir-file", lambda w, o: train(w, w.file), "--out-dir"),
     ("train-out-dir-read-only", lambda w, o: train(w, w.ro / "out"), "--out-dir"),
     ("train-tracking-garbage-scheme", lambda w, o: train(w, o, "--tracking-uri", "foo://bar"), "tracking URI"),
@@ -406,6 +614,12 @@ CASES = [
     ("train-tracking-not-sqlite", lambda w, o: train(w, o, "--tracking-uri", str(w.fake_db)), "SQLite"),
     ("train-tracking-unreachable", lambda w, o: train(w, o, "--tracking-uri", f"http://127.0.0.1:{free_port()}"),
      "unreachable"),
+    ("train-tracking-database-without-driver",
+     lambda w, o: train(w, o, "--tracking-uri", f"{missing_driver()}://u:p@127.0.0.1:1/db"), "pip install"),
+    ("train-tracking-not-mlflow", lambda w, o: train(w, o, "--tracking-uri", w.not_mlflow), NOT_MLFLOW),
+    ("train-tracking-read-only", lambda w, o: train(w, o, "--tracking-uri", w.read_only_mlflow), "MLflow"),
+    ("train-experiment-empty", lambda w, o: train(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
+     "--experiment"),
     # evaluate
     ("evaluate-run-missing", lambda w, o: replaced(evaluate(w, o), str(w.run), str(w.root / "nope")),
      "run directory"),
@@ -415,19 +629,40 @@ CASES = [
     ("evaluate-predictions-no-keys", lambda w, o: evaluate(w, o, predictions=w.preds_no_keys), "missing columns"),
     ("evaluate-predictions-nan", lambda w, o: evaluate(w, o, predictions=w.preds_nan), "NaN"),
     ("evaluate-predictions-other-run", lambda w, o: evaluate(w, o, predictions=w.preds_other_run), "predictions"),
+    ("evaluate-predictions-from-another-run", lambda w, o: evaluate(w, o, predictions=w.b.preds),
+     lambda w: (w.digest, w.b.digest, "--predictions")),
+    ("evaluate-models-from-another-run", lambda w, o: evaluate(w, o, "--models", str(w.b.models)),
+     lambda w: (w.digest, w.b.digest, "--models")),
     ("evaluate-budgets-0", lambda w, o: evaluate(w, o, "--budgets", "0"), "--budgets"),
     ("evaluate-bootstrap-0", lambda w, o: with_arg(evaluate(w, o), "--bootstrap", "0"), "--bootstrap"),
+    ("evaluate-out-is-the-run", lambda w, o: evaluate(w, w.run), "run directory"),
     ("evaluate-out-file", lambda w, o: evaluate(w, w.file), "--out"),
     ("evaluate-out-read-only", lambda w, o: evaluate(w, w.ro / "eval"), "--out"),
     ("evaluate-models-missing", lambda w, o: evaluate(w, o, "--models", str(w.root / "nope")), "--models"),
     ("evaluate-models-empty", lambda w, o: evaluate(w, o, "--models", str(w.models_empty)), "--models"),
     ("evaluate-models-pickle", lambda w, o: evaluate(w, o, "--models", str(w.models_pickle)), "--trust-pickle"),
     ("evaluate-models-damaged", lambda w, o: evaluate(w, o, "--models", str(w.models_damaged)), "damaged"),
+    ("evaluate-models-param-unknown", lambda w, o: evaluate(w, o, "--models", str(w.mm["param_unknown"])),
+     "params.depth"),
+    ("evaluate-models-state-empty", lambda w, o: evaluate(w, o, "--models", str(w.mm["state_empty"])),
+     "state.task_categories"),
+    ("evaluate-models-backend-switched", lambda w, o: evaluate(w, o, "--models", str(w.mm["backend_switched"])),
+     "params.backend"),
+    ("evaluate-models-files-empty", lambda w, o: evaluate(w, o, "--models", str(w.mm["files_empty"])), "files"),
+    ("evaluate-models-booster-unlisted",
+     lambda w, o: evaluate(w, o, "--models", str(w.mm["booster_unlisted"])), "lightgbm.txt"),
+    ("evaluate-models-unlisted-file", lambda w, o: evaluate(w, o, "--models", str(w.mm["unlisted_file"])),
+     "notes.txt"),
     ("evaluate-tracking-garbage-scheme", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", "foo:bar"),
      "tracking URI"),
     ("evaluate-tracking-read-only-sqlite", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", str(w.ro_db)),
      "tracking URI"),
     ("evaluate-tracking-store-refuses", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", w.forbidden), "MLflow"),
+    ("evaluate-tracking-not-mlflow", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", w.not_mlflow), NOT_MLFLOW),
+    ("evaluate-tracking-read-only", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", w.read_only_mlflow),
+     "MLflow"),
+    ("evaluate-experiment-empty", lambda w, o: evaluate_tracked(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
+     "--experiment"),
     # report
     ("report-eval-missing", lambda w, o: ["report", str(w.root / "nope"), "--out", str(o)], "evaluation directory"),
     ("report-eval-is-run", lambda w, o: ["report", str(w.run), "--out", str(o)], "evaluation directory"),
@@ -454,6 +689,21 @@ CASES = [
                                                     str(w.root / "nope"), "--no-tracking"), "no reranker"),
     ("online-reranker-pickle", lambda w, o: online(w, o, "--rules", "reranked", "--reranker", str(w.pickle),
                                                    "--no-tracking"), "--trust-pickle"),
+    *[(f"online-reranker-{name.replace('_', '-')}",
+       lambda w, o, name=name: online(w, o, "--rules", "reranked", "--reranker", str(w.rr[name]), "--no-tracking"),
+       field) for name, field in [("param_unknown", "params.depth"), ("state_empty", "state.task_categories"),
+                                  ("backend_switched", "params.backend"), ("booster_unlisted", "lightgbm.txt"),
+                                  ("unlisted_file", "notes.txt")]],
+    ("online-reranker-scheme-without-its-library",
+     lambda w, o: online(w, o, "--rules", "reranked", "--reranker", f"{missing_scheme()}://bucket/rows",
+                         "--no-tracking"), "pip install"),
+    ("online-reranker-http-url", lambda w, o: online(w, o, "--rules", "reranked", "--reranker",
+                                                     f"{w.not_mlflow}/rows.zip", "--no-tracking"), "http(s) URL"),
+    ("online-reranker-unknown-scheme", lambda w, o: online(w, o, "--rules", "reranked", "--reranker",
+                                                           "ftp://host/rows.zip", "--no-tracking"), "ftp"),
+    ("online-tracking-not-mlflow", lambda w, o: online(w, o, "--tracking-uri", w.not_mlflow), NOT_MLFLOW),
+    ("online-experiment-empty", lambda w, o: online(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
+     "--experiment"),
     ("online-reranker-models-uri-nothing",
      lambda w, o: online(w, o, "--rules", "reranked", "--reranker", "models:/rows/3", "--tracking-uri", str(w.db),
                          "--no-tracking"), "models:/rows/3"),
@@ -490,6 +740,10 @@ CASES = [
     ("fit-exit-head-ridge-negative", lambda w, o: fit_head(w, o / "h.safetensors", "--ridge", "-1"), "--ridge"),
     ("fit-exit-head-out-read-only", lambda w, o: fit_head(w, w.ro / "h.safetensors"), "--out"),
     ("fit-exit-head-out-is-dir", lambda w, o: fit_head(w, w.ro), "--out"),
+    ("fit-exit-head-out-is-text", lambda w, o: fit_head(w, w.text), "--text"),
+    ("fit-exit-head-out-is-target-weights", lambda w, o: fit_head(w, w.tgt / "model.safetensors"), "target weights"),
+    ("fit-exit-head-text-too-short", lambda w, o: with_arg(fit_head(w, o / "h.safetensors"), "--text",
+                                                           str(w.text_short)), "--text"),
     ("fit-exit-head-target-missing", lambda w, o: with_arg(fit_head(w, o / "h"), "--target", str(w.root / "nope")),
      "target"),
     # drafter train
@@ -498,6 +752,8 @@ CASES = [
     ("drafter-train-steps-0", lambda w, o: with_arg(drafter_train(w, o), "--steps", "0"), "steps"),
     ("drafter-train-lr-0", lambda w, o: drafter_train(w, o, "--lr", "0"), "lr"),
     ("drafter-train-max-new-tokens-0", lambda w, o: drafter_train(w, o, "--max-new-tokens", "0"), "--max-new-tokens"),
+    ("drafter-train-layers-over-target", lambda w, o: drafter_train(w, o, "--layers", "0", "1", "99"), "--layers"),
+    ("drafter-train-draft-vocab-0", lambda w, o: drafter_train(w, o, "--draft-vocab", "0"), "--draft-vocab"),
     ("drafter-train-out-file", lambda w, o: drafter_train(w, w.file), "--out"),
     ("drafter-train-prompts-missing", lambda w, o: with_arg(drafter_train(w, o), "--prompts", str(w.root / "no.jsonl")),
      "prompt file"),
@@ -552,10 +808,12 @@ def sandbox(world, tmp_path, monkeypatch):
 
 
 def assert_one_line_error(rc, err, field):
+    """``field``: the text the line must name, or a tuple of texts it must all name."""
     lines = err.strip().splitlines()
     assert rc == 2, err
     assert len(lines) == 1, err
-    assert "Traceback" not in err and field in lines[0], lines[0]
+    assert "Traceback" not in err and all(f in lines[0] for f in (field if isinstance(field, tuple) else (field,))), \
+        lines[0]
     assert lines[0].startswith("specrank"), lines[0]
 
 
@@ -565,7 +823,7 @@ def test_bad_input(world, sandbox, capfd, case_id, argv, field):
     argv = argv(world, out)
     capfd.readouterr()
     rc = main(argv)
-    assert_one_line_error(rc, capfd.readouterr().err, field)
+    assert_one_line_error(rc, capfd.readouterr().err, field(world) if callable(field) else field)
     assert not out.exists(), f"left {sorted(p.name for p in out.rglob('*'))}"
     assert not any(cwd.iterdir()), f"left {sorted(p.name for p in cwd.iterdir())} in the working directory"
 
@@ -615,6 +873,21 @@ def test_debug_shows_the_traceback(world, sandbox, capfd, monkeypatch, how):
     assert rc == 2 and "Traceback (most recent call last)" in err
     assert err.strip().splitlines()[-1].startswith("specrank train: error: The 'learning_rate' parameter")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_mlflow_notices_stay_off_stderr_unless_debug(world, sandbox, capfd, debug):
+    """Creating a new store logs MLflow INFO lines; stderr shows them only with ``--debug``."""
+    out, _ = sandbox
+    out.mkdir()
+    argv = ["featurize", str(world.run), "--out", str(out / "f.parquet"), "--tracking-uri", str(out / "new.db")]
+    capfd.readouterr()
+    assert main(argv + ["--debug"] * debug) == 0
+    err = capfd.readouterr().err
+    assert ("Creating initial MLflow database tables" in err) == debug, err
+    if not debug:
+        assert err == ""
+    shutil.rmtree(out)
 
 
 def test_a_later_failure_of_train_leaves_no_models(world, sandbox, capfd):

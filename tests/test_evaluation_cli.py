@@ -86,6 +86,9 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
     saved = load_reranker(predictions.parent / "models" / "rows-fold1")
     logged = load_reranker(uris["rows-fold1"], tracking_uri=f"sqlite:///{mlflow_db}")
     np.testing.assert_array_equal(logged.predict_first_factor(feats), saved.predict_first_factor(feats))
+    tags = {m.name: m.tags for m in client.search_logged_models([exp.experiment_id])}
+    assert tags["evaluate-run-rows-fold1"]["specrank.format_digest"] == logged.meta_["format_digest"]
+    assert logged.meta_["format_digest"] == saved.meta_["format_digest"]  # the same files as saved by train
     figures = {a.path for a in client.list_artifacts(run.info.run_id, "figures")}
     assert figures == {"figures/gain_vs_budget.png", "figures/root_share_by_task.png"}
     assert "tables/summary.parquet" in {a.path for a in client.list_artifacts(run.info.run_id, "tables")}

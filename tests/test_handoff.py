@@ -54,9 +54,18 @@ def train_and_hand_off(world, store_uri, tmp_path, monkeypatch, capsys):
     uri = re.search(r"model isotonic-fold0: (models:/\S+)", capsys.readouterr().out)[1]
     monkeypatch.chdir(online_dir)
     out = tmp_path / "online"
-    assert main(online + ["--rules", "draft,reranked", "--reranker", uri, "--tracking-uri", store_uri,
-                          "--out", str(out)]) == 0
+    tracked = [a for a in online if a != "--no-tracking"]  # the online run is logged to the same store
+    assert main(tracked + ["--rules", "draft,reranked", "--reranker", uri, "--tracking-uri", store_uri,
+                           "--out", str(out)]) == 0
     assert set(pd.read_parquet(out / "online_decodes.parquet")["decoder"]) == {"draft", "reranked"}
+    import mlflow
+
+    from specrank.rerankers import load_reranker
+
+    client = mlflow.MlflowClient(store_uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], "params.stage = 'online'")
+    saved = load_reranker(tmp_path / "rerankers" / "models" / "isotonic-fold0").meta_["format_digest"]
+    assert runs[0].data.params["reranker_format_digest"] == saved  # the run names the files it decoded with
     target = load_target(d / "tgt")
     dec = Decoder(target, load_drafter(f"standalone:{d / 'drf'}", target), "reranked", reranker=uri,
                   tracking_uri=store_uri, budget=4, shape=PoolShape(3, 3, 3), temperature=1.0)

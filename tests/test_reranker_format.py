@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import pickle
+import shutil
 import warnings
 from pathlib import Path
 
@@ -214,3 +215,206 @@ def test_every_reranker_reloads_identically_from_a_real_mlflow_server(fitted, ta
         pyfunc = mlflow.pyfunc.load_model(uris["isotonic"])  # MLflow's loader runs our code on the same artifact
     est, X = fitted["isotonic"]
     np.testing.assert_allclose(pyfunc.predict(X[["q"]].head(40)), est.predict_first_factor(X.head(40)), atol=1e-12)
+
+
+# --- reranker.json is checked whole: a hand edit loads to the model it describes, or is one line naming a key
+
+EDITED = ("isotonic", "per_depth", "lightgbm_greedy_boosted", "sklearn_rows")
+
+
+def _paths(node, path=()):
+    """Every path into a JSON tree (keys of objects, indices of lists), the root excluded."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, child in items:
+        yield path + (key,)
+        yield from _paths(child, path + (key,))
+
+
+def _retyped(value) -> list:
+    """The value in other JSON types, keeping what it says where a type can (7 -> 7.0, "7", [7])."""
+    out = [None, True, [value], {"v": value}, 0 if isinstance(value, str) else json.dumps(value)]
+    if isinstance(value, int) and not isinstance(value, bool):
+        out.append(float(value))
+    if isinstance(value, float) and value.is_integer():
+        out.append(int(value))
+    return [v for v in out if type(v) is not type(value)]
+
+
+def _edit(meta: dict, how: str, path: tuple, choice: int):
+    """(edited copy of ``meta``, the keys the error must name one of)."""
+    meta = json.loads(json.dumps(meta))
+    *parents, last = path
+    node = meta
+    for key in parents:
+        node = node[key]
+    keys = [k for k in path if isinstance(k, str)]
+    if how == "add":
+        target = node[last] if isinstance(node[last], dict) else node
+        target["extra_key"] = choice
+        return meta, keys + ["extra_key"]
+    if how == "retype":
+        options = _retyped(node[last])
+        node[last] = options[choice % len(options)]
+    elif isinstance(node, dict) and how == "remove":
+        del node[last]
+    elif isinstance(node, dict):  # rename
+        node[f"{last}_renamed"] = node.pop(last)
+    else:  # a list element removed or renamed: the list shrinks
+        node.pop(last)
+    return meta, keys or [str(path[0])]
+
+
+def _canonical(meta: dict) -> str:
+    """reranker.json as compared: versions (rewritten at every save) and the sha256 of files (skops does not
+    write the same bytes twice) left out; 1, 1.0 and true all differ."""
+    return json.dumps({k: v for k, v in meta.items() if k not in ("versions", "files")}, sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def saved(fitted, tmp_path_factory):
+    root = tmp_path_factory.mktemp("saved")
+    return {name: fitted[name][0].save(root / name) for name in EDITED}
+
+
+@pytest.mark.parametrize("name", EDITED)
+def test_a_hand_edited_reranker_json_loads_as_written_or_fails_in_one_line(fitted, saved, tmp_path_factory, name):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from specrank.rerankers.persist import reranker_files
+
+    est, X = fitted[name]
+    original = json.loads((saved[name] / META).read_text())
+    paths = sorted(_paths(original), key=repr)
+    root = tmp_path_factory.mktemp(f"edits_{name}")
+    outcomes = {"loaded": 0, "refused": 0}
+
+    @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(how=st.sampled_from(["remove", "add", "retype", "rename"]), path=st.sampled_from(paths),
+           choice=st.integers(0, 5))
+    def check(how, path, choice):
+        if isinstance(path[-1], int):  # list elements are values, not keys: only their type is edited
+            how = "retype"
+        edited, keys = _edit(original, how, path, choice)
+        target = root / f"{len(list(root.iterdir()))}"
+        shutil.copytree(saved[name], target)
+        (target / META).write_text(json.dumps(edited))
+        try:
+            back = load_reranker(target)
+        except RerankerFileError as exc:
+            message = str(exc)
+            assert "\n" not in message and any(str(k) in message for k in keys), (how, path, message)
+            outcomes["refused"] += 1
+            return
+        assert _canonical(json.loads(reranker_files(back)[META])) == _canonical(edited), (how, path)
+        assert edited["files"] == original["files"]
+        assert_same_predictions(est, back, X)
+        outcomes["loaded"] += 1
+
+    check()
+    assert outcomes["refused"] > 20  # the edits do reach the checks (and some, as of versions, load)
+
+
+def _listed(path: Path, **changes) -> None:
+    """Rewrite ``files`` of ``reranker.json`` (a name -> sha256, or None to drop the name)."""
+    meta = json.loads((path / META).read_text())
+    for name, digest in changes.items():
+        if digest is None:
+            meta["files"].pop(name.replace("_", "."), None)
+        else:
+            meta["files"][name.replace("_", ".")] = digest
+    (path / META).write_text(json.dumps(meta))
+
+
+def test_every_file_of_a_saved_reranker_is_covered(fitted, tmp_path):
+    """Closed integrity: a file added, removed (from the directory or from the listing), or swapped is
+    refused, and the format digest changes with any file that a forger re-lists."""
+    from specrank.rerankers.persist import format_digest
+
+    rows, other = fitted["lightgbm_rows"][0], fitted["lightgbm_greedy_boosted"][0]
+    path = rows.save(tmp_path / "rows")
+    digest = load_reranker(path).meta_["format_digest"]
+    assert digest == format_digest({p.name: p.read_bytes() for p in path.iterdir()})
+    zipped = load_reranker(rows.save(tmp_path / "rows.zip")).meta_["format_digest"]
+    assert zipped == digest  # the same files, whatever holds them
+
+    (path / "notes.txt").write_text("hello")
+    with pytest.raises(RerankerFileError, match="notes.txt is not listed"):
+        load_reranker(path)
+    (path / "notes.txt").unlink()
+    (path / "sub").mkdir()
+    with pytest.raises(RerankerFileError, match="'sub'"):
+        load_reranker(path)
+    (path / "sub").rmdir()
+    for name in ("arrays.npz", "lightgbm.txt"):
+        data = (path / name).read_bytes()
+        (path / name).unlink()
+        with pytest.raises(RerankerFileError, match=f"{name} is missing"):
+            load_reranker(path)
+        (path / name).write_bytes(data)
+    # another model's booster put in, and its entry deleted from the listing
+    (path / "lightgbm.txt").write_bytes(other.model_.model_to_string().encode())
+    _listed(path, lightgbm_txt=None)
+    with pytest.raises(RerankerFileError, match="lightgbm.txt is not listed"):
+        load_reranker(path)
+    _listed(path, lightgbm_txt=hashlib.sha256((path / "lightgbm.txt").read_bytes()).hexdigest())
+    forged = load_reranker(path).meta_["format_digest"]  # a consistent forgery loads, under another digest
+    assert forged != digest
+    meta = json.loads((path / META).read_text())
+    (path / META).write_text(json.dumps({**meta, "files": {}}))
+    with pytest.raises(RerankerFileError, match="arrays.npz is not listed"):
+        load_reranker(path)
+    path = rows.save(tmp_path / "rows")
+    a, b = (path / "arrays.npz").read_bytes(), (path / "lightgbm.txt").read_bytes()
+    (path / "arrays.npz").write_bytes(b)
+    (path / "lightgbm.txt").write_bytes(a)
+    with pytest.raises(RerankerFileError, match="is damaged"):
+        load_reranker(path)
+    path = rows.save(tmp_path / "rows")  # each file, and reranker.json itself, moves the digest
+    for p in sorted(path.iterdir()):
+        files = {q.name: q.read_bytes() for q in path.iterdir()}
+        files[p.name] += b" "
+        assert format_digest(files) != digest, p.name
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "rows.zip", "a") as zf:
+        zf.writestr("extra.bin", b"x")
+    with pytest.raises(RerankerFileError, match="extra.bin is not listed"):
+        load_reranker(tmp_path / "rows.zip")
+    rows.save(tmp_path / "rows.zip")
+    with warnings.catch_warnings(), zipfile.ZipFile(tmp_path / "rows.zip", "a") as zf:
+        warnings.simplefilter("ignore")  # zipfile's own notice of a duplicate name
+        zf.writestr("arrays.npz", b"a second arrays.npz")
+    with pytest.raises(RerankerFileError, match="'arrays.npz'"):
+        load_reranker(tmp_path / "rows.zip")
+
+
+def test_the_class_and_backend_name_their_files(fitted, tmp_path):
+    path = fitted["lightgbm_rows"][0].save(tmp_path / "rows")
+    meta = json.loads((path / META).read_text())
+    (path / META).write_text(json.dumps({**meta, "params": {**meta["params"], "backend": "sklearn"}}))
+    with pytest.raises(RerankerFileError, match="sklearn.skops is not listed.*params.backend is 'sklearn'"):
+        load_reranker(path)
+    (path / META).write_text(json.dumps({**meta, "state": {}}))
+    with pytest.raises(RerankerFileError, match="state.task_categories: missing"):
+        load_reranker(path)
+    (path / META).write_text(json.dumps({**meta, "params": {**meta["params"], "depth": 3}}))
+    with pytest.raises(RerankerFileError, match="params.depth: not a parameter of GBMReranker"):
+        load_reranker(path)
+
+
+def test_arrays_of_the_wrong_shape_or_type_are_refused(fitted, tmp_path):
+    """A forger who re-lists ``arrays.npz`` still cannot hand the loader tables it would crash on."""
+    path = fitted["isotonic"][0].save(tmp_path / "iso")
+    with np.load(path / "arrays.npz", allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    buf = io.BytesIO()
+    np.savez(buf, **{**arrays, "iso.X_thresholds_": arrays["iso.X_thresholds_"].reshape(1, -1)})
+    _rewrite(path, "arrays.npz", buf.getvalue())
+    with pytest.raises(RerankerFileError, match="'iso.X_thresholds_' must be a non-empty vector"):
+        load_reranker(path)
+    buf = io.BytesIO()
+    np.savez(buf, **{**arrays, "iso.y_thresholds_": arrays["iso.y_thresholds_"][:-1]})
+    _rewrite(path, "arrays.npz", buf.getvalue())
+    with pytest.raises(RerankerFileError, match="differ in length"):
+        load_reranker(path)

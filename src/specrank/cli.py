@@ -17,6 +17,7 @@ import importlib
 import os
 import sys
 import traceback
+from contextlib import contextmanager
 
 from specrank.errors import user_message
 
@@ -33,6 +34,7 @@ COMMANDS = {
     "study": "specrank.commands.study",
 }
 DEBUG_ENV = "SPECRANK_DEBUG"
+MLFLOW_LEVEL_ENV = "MLFLOW_LOGGING_LEVEL"
 
 
 class CommandError(ValueError):
@@ -89,6 +91,27 @@ def _error(prog: str, message: str) -> int:
     return 2
 
 
+@contextmanager
+def _mlflow_notices(shown: bool):
+    """MLflow's INFO lines (creating a store's tables, ...) kept off stderr for the command unless ``shown``
+    (``--debug``) or the user chose a level in ``MLFLOW_LOGGING_LEVEL``: stderr is for errors."""
+    import logging
+
+    if shown or MLFLOW_LEVEL_ENV in os.environ:
+        yield
+        return
+    os.environ[MLFLOW_LEVEL_ENV] = "WARNING"  # read when mlflow is first imported
+    logger = logging.getLogger("mlflow")  # and the level of an mlflow imported already
+    imported, level = "mlflow" in sys.modules, logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        os.environ.pop(MLFLOW_LEVEL_ENV, None)
+        # an mlflow first imported by the command configured itself quiet: back to the level it defaults to
+        logger.setLevel(level if imported or "mlflow" not in sys.modules else logging.INFO)
+
+
 def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -99,7 +122,8 @@ def main(argv=None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)[1:]  # after the command name: for records of the run
     debug = args.debug or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
     try:
-        return int(args._run(args) or 0)
+        with _mlflow_notices(debug):
+            return int(args._run(args) or 0)
     except KeyboardInterrupt:
         print(f"specrank {args.command}: interrupted (finished shards are kept)", file=sys.stderr)
         return 130

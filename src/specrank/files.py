@@ -8,6 +8,7 @@ in a page are caught, not decoded into wrong values.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -16,6 +17,15 @@ from specrank.errors import first_line
 
 class DataFileError(ValueError):
     """A file that exists but cannot be read as what it should be."""
+
+
+def file_hash(path: str | Path, digest=None) -> str:
+    """SHA-256 of one file's bytes (or feed them into ``digest``)."""
+    digest = hashlib.sha256() if digest is None else digest
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_json(path, what: str = "JSON file"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from specrank.atomic import make_parents, remove_empty, replace_dir
@@ -56,6 +56,54 @@ def check_output_file(path, what: str = "--out") -> Path:
         raise OutputError(f"{what} {path}: is a directory, expected a file name")
     check_output_dir(path.parent, what)
     return path
+
+
+def check_distinct(outputs: dict, inputs: dict | None = None) -> None:
+    """Refuse two outputs that are one file, and an output that is one of ``inputs`` (writing it would
+    replace what is being read). Both map a flag (``--out``) to a path or None; paths are compared resolved."""
+    seen: dict[Path, str] = {}
+    for what, path in outputs.items():
+        if path is None:
+            continue
+        key = Path(path).expanduser().resolve()
+        if key in seen:
+            raise OutputError(f"{what} {path}: the same file as {seen[key]}; give each output its own path")
+        seen[key] = what
+    for what, path in (inputs or {}).items():
+        key = Path(path).expanduser().resolve() if path is not None else None
+        if key in seen:
+            raise OutputError(f"{seen[key]} {path}: is the input {what}, which writing would replace")
+
+
+@contextmanager
+def restoring_files(paths):
+    """Undo, if the block fails, what it wrote at ``paths`` (None entries skipped): a new file is removed, with
+    the parent directories the block made; a file that was there is put back. The old one is kept meanwhile as
+    a hard link (an atomic write replaces the name, not the inode) named like a temporary file."""
+    paths = [Path(p) for p in paths if p is not None]
+    with ExitStack() as stack:
+        for path in paths:
+            stack.enter_context(removing_new_dirs(path.parent))
+        kept = {}
+        for path in paths:
+            if path.is_file():
+                kept[path] = path.with_name(f".{path.name}.before.tmp")
+                try:
+                    os.link(path, kept[path])
+                except OSError:  # a file system without hard links
+                    shutil.copy2(path, kept[path])
+        try:
+            yield
+        except BaseException:
+            for path in paths:
+                if path in kept:
+                    os.replace(kept.pop(path), path)
+                elif path.exists():
+                    path.unlink()
+            raise
+        finally:
+            for backup in kept.values():
+                backup.unlink(missing_ok=True)
 
 
 @contextmanager

@@ -41,3 +41,13 @@ def finite_float(low: float = -math.inf, high: float = math.inf, *, low_open: bo
 
     parse.__name__ = f"number in {interval}"
     return parse
+
+
+def experiment_name(text: str) -> str:
+    """An MLflow experiment name: refused here when empty or blank (MLflow would refuse it only once the
+    work it was to record is done)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must be a non-empty MLflow experiment name, got {text!r}")
+    if any(ord(c) < 32 for c in text):
+        raise argparse.ArgumentTypeError(f"must not hold control characters, got {text!r}")
+    return text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrank.commands.args import DTYPE_NAMES, at_least
+from specrank.commands.args import DTYPE_NAMES, at_least, experiment_name
 from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode.prompts import default_prompts_path
 from specrank.scale import add_worker_arguments
@@ -44,7 +44,8 @@ def add_arguments(parser) -> None:
     add_worker_arguments(parser)
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI (default sqlite:///mlflow.db in the working directory)")
-    parser.add_argument("--experiment", default="specrank", help="MLflow experiment name (default specrank)")
+    parser.add_argument("--experiment", type=experiment_name, default="specrank",
+                        help="MLflow experiment name (default specrank)")
     parser.add_argument("--run-name", default=None, help="MLflow run name (default decode-<out dir name>)")
     parser.add_argument("--no-tracking", action="store_true", help="record the run directory only, log nothing")
     add_seen_prompts_argument(parser)

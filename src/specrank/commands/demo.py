@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from specrank.commands.args import at_least
+from specrank.commands.args import at_least, experiment_name
 from specrank.commands.decode import add_seen_prompts_argument
 from specrank.commands.drafter import add_eagle3_layers
 
@@ -44,7 +44,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tune-trials", type=at_least(0), default=12,
                         help="Optuna trials per fold of Base and Rows (default 12)")
     parser.add_argument("--tracking-uri", default=None, help="MLflow URI (default sqlite:///mlflow.db here)")
-    parser.add_argument("--experiment", default="specrank-demo")
+    parser.add_argument("--experiment", type=experiment_name, default="specrank-demo")
     parser.add_argument("--device", default="cpu")
     add_seen_prompts_argument(parser)
 

@@ -113,8 +113,11 @@ def run_fit_exit_head(args) -> int:
         save_exit_head,
         solve_exit_head,
     )
-    from specrank.decode.loading.targets import check_target_spec, load_target, parse_device, parse_dtype
-    from specrank.outputs import check_output_file
+    from transformers.utils import logging as hf_logging
+
+    from specrank.decode.loading.targets import (check_target_spec, load_target, parse_device, parse_dtype,
+                                                 target_config, target_tokenizer, weight_files)
+    from specrank.outputs import check_distinct, check_output_file
 
     missing = [str(p) for p in args.text if not p.is_file()]
     if missing:
@@ -122,14 +125,20 @@ def run_fit_exit_head(args) -> int:
     check_output_file(args.out)
     parse_device(args.device)
     parse_dtype(args.dtype)
-    check_target_spec(args.target)
-    target = load_target(args.target, args.device, args.dtype)
-    if not 1 <= args.layers < target.num_layers:
-        raise ValueError(f"--layers must be in 1..{target.num_layers - 1}, got {args.layers}")
-    windows = text_windows(target.tokenizer, args.text, args.window, args.max_tokens)
+    path = check_target_spec(args.target)
+    weights = weight_files(path) if path is not None and path.is_dir() else []
+    check_distinct({"--out": args.out}, {**{f"--text {p}": p for p in args.text},
+                                        **{f"target weights {p.name}": p for p in weights}})
+    hf_logging.disable_progress_bar()  # a refusal below is the only line on stderr
+    num_layers = target_config(args.target)["num_hidden_layers"]
+    if not 1 <= args.layers < num_layers:
+        raise ValueError(f"--layers must be in 1..{num_layers - 1} (the target has {num_layers}), got {args.layers}")
+    windows = text_windows(target_tokenizer(args.target), args.text, args.window, args.max_tokens)
     n_held = int(round(len(windows) * args.holdout)) if len(windows) > 1 else 0
     if len(windows) - n_held < 1:
-        raise ValueError("not enough text: need at least one window to fit on")
+        raise ValueError(f"--text: not enough text: need at least one window of 2 tokens to fit on "
+                         f"({', '.join(str(p) for p in args.text)})")
+    target = load_target(args.target, args.device, args.dtype)
     x, y = exit_regression_data(target, args.layers, windows[: len(windows) - n_held])
     head = solve_exit_head(target, x, y, args.ridge)
     save_exit_head(args.out, head, args.layers, target)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrank.commands.args import at_least
+from specrank.commands.args import at_least, experiment_name
 
 HELP = "Evaluate every selection rule offline on a run's recorded rounds, with paired prompt-bootstrap intervals."
 
@@ -22,7 +22,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI (default sqlite:///mlflow.db in the working directory)")
-    parser.add_argument("--experiment", default="specrank", help="MLflow experiment name (default specrank)")
+    parser.add_argument("--experiment", type=experiment_name, default="specrank",
+                        help="MLflow experiment name (default specrank)")
     parser.add_argument("--run-name", default=None, help="MLflow parent run name (default evaluate-<run dir name>)")
     parser.add_argument("--no-tracking", action="store_true", help="write local outputs only, log nothing to MLflow")
     parser.add_argument("--models", default=None,
@@ -35,7 +36,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from specrank.evaluation import evaluate_run, save_evaluation, write_report
     from specrank.evaluation.figures import FIGURES
-    from specrank.outputs import check_output_dir, staged
+    from specrank.outputs import check_distinct, check_output_dir, staged
 
     run_dir, predictions = Path(args.run_dir), Path(args.predictions)
     if not run_dir.is_dir():
@@ -43,7 +44,9 @@ def run(args) -> int:
     if not predictions.is_file():
         raise FileNotFoundError(f"predictions file {predictions} does not exist")
     out = check_output_dir(args.out)
+    check_distinct({"--out": out}, {"run directory": run_dir, "--predictions": predictions, "--models": args.models})
     models = _read_models(args.models) if args.models else {}
+    _check_models_rounds(models, args.models, run_dir)
     uri = None
     if not args.no_tracking:
         from specrank.tracking import check_reachable, resolve_tracking_uri
@@ -67,6 +70,18 @@ def run(args) -> int:
     print(f"{evaluation.meta['rounds']} rounds, {evaluation.meta['prompts']} prompts -> {args.out}/report.md"
           + (f" (MLflow: {uri})" if uri else ""))
     return 0
+
+
+def _check_models_rounds(models: dict, models_dir, run_dir: Path) -> None:
+    """Refuse models fitted on other rounds than the run's (models that record none are not refused)."""
+    from specrank.featurize.storage import check_same_rounds, rounds_digest
+
+    recorded = {f"{name}-fold{fold}": getattr(m, "rounds_digest_", None)
+                for fold, named in models.items() for name, m in named.items()}
+    if any(recorded.values()):  # hashing the shards only when there is a digest to compare with
+        digest = rounds_digest(run_dir)
+        for key, value in recorded.items():
+            check_same_rounds(f"--models {models_dir}: {key}", value, digest, f"run directory {run_dir} holds rounds")
 
 
 def _read_models(models_dir) -> dict[str, dict]:

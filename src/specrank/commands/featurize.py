@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specrank.commands.args import experiment_name
+
 HELP = "Featurize a run directory: one row per (round, first-level candidate) with every SPEC §5 feature."
 
 
@@ -13,18 +15,22 @@ def add_arguments(parser) -> None:
     parser.add_argument("--edges-out", help="also write one row per pool edge (for per-depth calibration)")
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI, or 'default' for MLflow's default store (default: log nothing)")
-    parser.add_argument("--experiment", default="specrank", help="MLflow experiment name (default specrank)")
+    parser.add_argument("--experiment", type=experiment_name, default="specrank",
+                        help="MLflow experiment name (default specrank)")
     parser.add_argument("--run-name", default=None, help="MLflow run name (default featurize-<run dir name>)")
 
 
 def run(args) -> int:
     from specrank.featurize import edges_run, featurize_run, write_features
-    from specrank.outputs import check_output_file
+    from specrank.outputs import check_distinct, check_output_file, restoring_files
 
     if not Path(args.run_dir).is_dir():
         raise FileNotFoundError(f"no run directory {args.run_dir}")
     out = check_output_file(args.out or Path(args.run_dir, "features.parquet"))
     edges_out = check_output_file(args.edges_out, "--edges-out") if args.edges_out else None
+    run_files = sorted(Path(args.run_dir).glob("*.json")) + sorted(Path(args.run_dir, "rounds").glob("*"))
+    check_distinct({"--out": out, "--edges-out": edges_out},
+                   {f"run file {p.relative_to(args.run_dir)}": p for p in run_files})
     uri = None
     if args.tracking_uri is not None:
         from specrank.tracking.uri import optional_uri
@@ -32,14 +38,16 @@ def run(args) -> int:
         uri = optional_uri(args.tracking_uri)  # an unreachable store fails before any output
     df = featurize_run(args.run_dir)
     edges = edges_run(args.run_dir) if edges_out else None  # both computed before either is written
-    write_features(df, out)
+    with restoring_files([out, edges_out]):  # a store that refuses the run leaves the files as they were
+        write_features(df, out)
+        if edges_out:
+            write_features(edges, edges_out)
+        if uri is not None:
+            from specrank.tracking.featurize import log_featurize
+
+            log_featurize(uri, args.experiment, args.run_name, args.run_dir, out, df)
     meta = df.attrs["specrank"]
     print(f"{out}: {len(df)} candidate rows, {df.prompt_id.nunique()} prompts, {meta['label_kind']} labels")
     if edges_out:
-        write_features(edges, edges_out)
         print(f"{edges_out}: {len(edges)} pool edges")
-    if uri is not None:
-        from specrank.tracking.featurize import log_featurize
-
-        log_featurize(uri, args.experiment, args.run_name, args.run_dir, out, df)
     return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-from specrank.commands.args import DTYPE_NAMES, at_least
+from specrank.commands.args import DTYPE_NAMES, at_least, experiment_name
 from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode.prompts import default_prompts_path
 
@@ -49,7 +49,8 @@ def add_arguments(parser) -> None:
                         help="--pipeline: the worker's torch CPU threads (default: torch's)")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
-    parser.add_argument("--experiment", default="specrank", help="MLflow experiment name (default specrank)")
+    parser.add_argument("--experiment", type=experiment_name, default="specrank",
+                        help="MLflow experiment name (default specrank)")
     parser.add_argument("--run-name", default=None, help="MLflow run name (default online-<rules>)")
     parser.add_argument("--no-tracking", action="store_true", help="write local outputs only")
 
@@ -126,7 +127,7 @@ def run(args) -> int:
     with staged(args.out) as stage:  # the local outputs appear only once MLflow has them too
         _write(tables, stage)
         if uri is not None:
-            _track(args, uri, tables, config, target, drafter, compare)
+            _track(args, uri, tables, config, target, drafter, compare, strategies)
     _print(tables)
     return 0
 
@@ -159,13 +160,16 @@ def _write(tables: dict, out_dir) -> None:
     atomic_write(out / "realized_acceptance.png", lambda tmp: fig.savefig(tmp, format="png", dpi=120))
 
 
-def _track(args, uri, tables, config, target, drafter, compare) -> None:
+def _track(args, uri, tables, config, target, drafter, compare, strategies) -> None:
     from dataclasses import asdict
 
     from specrank import tracking
     from specrank.evaluation.figures import acceptance_figure
 
+    reranked = strategies.get("reranked")
+    digest = getattr(getattr(reranked, "reranker", None), "meta_", {}).get("format_digest", "")
     params = {"stage": "online", "rules": args.rules, "compare": ",".join(compare), "reranker": args.reranker or "",
+              "reranker_format_digest": digest,
               "target": target.name, "target_sha256": target.source_hash, "drafter": drafter.spec,
               "config": asdict(config), "prompts": str(args.prompts or default_prompts_path()),
               "warmup": args.warmup, "bootstrap": args.bootstrap, "pipeline": args.pipeline,

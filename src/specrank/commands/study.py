@@ -20,7 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from specrank.commands.args import at_least
+from specrank.commands.args import DTYPE_NAMES, at_least, experiment_name
 from specrank.commands.decode import add_seen_prompts_argument
 from specrank.commands.drafter import add_eagle3_layers
 from specrank.scale import add_worker_arguments
@@ -62,14 +62,14 @@ def add_arguments(parser) -> None:
                         help="boosting iterations of Base and Rows (default 400, the paper's)")
     parser.add_argument("--seed", type=int, default=0, help="prompt order, decoding and bootstrap seed (default 0)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--dtype", default="float32", choices=DTYPE_NAMES)
     parser.add_argument("--threads", type=at_least(1), default=None,
                         help="torch CPU threads (per worker with --workers)")
     add_worker_arguments(parser)
     add_seen_prompts_argument(parser)
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI (default: sqlite:///OUT/mlflow.db, the study's own store)")
-    parser.add_argument("--experiment", default="specrank-study", help="MLflow experiment (default specrank-study)")
+    parser.add_argument("--experiment", type=experiment_name, default="specrank-study", help="MLflow experiment (default specrank-study)")
     parser.add_argument("--no-tracking", action="store_true", help="write the study directory only, log nothing")
 
 

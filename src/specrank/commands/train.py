@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrank.commands.args import at_least
+from specrank.commands.args import at_least, experiment_name
 
 HELP = "Cross-fit rerankers on a features table; write predictions.parquet (keys + one column per reranker) and models."
 NAMES = ("isotonic", "base", "rows", "per_depth")
@@ -50,7 +50,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking URI, or 'default' for MLflow's default store (default: log nothing)")
-    parser.add_argument("--experiment", default="specrank-train",
+    parser.add_argument("--experiment", type=experiment_name, default="specrank-train",
                         help="MLflow experiment name (default specrank-train)")
     parser.add_argument("--run-name", default=None, help="MLflow parent run name")
     parser.add_argument("--model-prefix", default=None,
@@ -147,9 +147,10 @@ def _cross_fit_all(names, feats, edges, args, tracker):
 def run(args) -> int:
     from contextlib import nullcontext
 
-    from specrank.atomic import write_parquet_atomic
-    from specrank.featurize import read_features
-    from specrank.outputs import check_output_dir, staged
+    from specrank.featurize import features_meta, read_features, write_features
+    from specrank.featurize.features import META_KEY
+    from specrank.featurize.storage import check_same_rounds, rounds_of
+    from specrank.outputs import check_distinct, check_output_dir, staged
 
     names = _names(args.rerankers)
     if args.register_reranker and args.register_reranker not in names:
@@ -159,17 +160,24 @@ def run(args) -> int:
     for name in names:
         make_reranker(name, args).check_params()  # hyper-parameters refused before any work
     out_dir = check_output_dir(args.out_dir or Path(args.features).parent / "rerankers", "--out-dir")
+    check_distinct({"--out-dir": out_dir, "--out-dir predictions": out_dir / "predictions.parquet"},
+                   {"features": args.features, "--edges": args.edges})
     tracker = _tracker(args)  # an unreachable store fails here, before any output
     feats = read_features(args.features)
     edges = read_features(args.edges) if "per_depth" in names else None
     check_inputs(names, feats, edges)
+    if edges is not None:
+        check_same_rounds(f"--edges {args.edges}", rounds_of(edges), rounds_of(feats),
+                          f"features {args.features} from rounds")
     tracked = tracker.run(_params(args, feats, names), Path(args.features)) if tracker else nullcontext()
     with tracked, staged(out_dir, "--out-dir") as stage:
         fits, preds, edge_preds = _cross_fit_all(names, feats, edges, args, tracker)
         save_models(fits, stage / "models")
-        write_parquet_atomic(preds, stage / "predictions.parquet")
+        preds.attrs = {META_KEY: features_meta(feats)}  # its rounds digest: evaluate checks it against the run
+        write_features(preds, stage / "predictions.parquet")
         if edge_preds is not None:
-            write_parquet_atomic(edge_preds, stage / "edge_predictions.parquet")
+            edge_preds.attrs = {META_KEY: features_meta(edges)}
+            write_features(edge_preds, stage / "edge_predictions.parquet")
         if tracker:
             for key, uri in tracker.log_training(fits, preds, feats, stage / "predictions.parquet").items():
                 print(f"model {key}: {uri}")

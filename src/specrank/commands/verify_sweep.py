@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from specrank.commands.args import DTYPE_NAMES, at_least
+from specrank.commands.args import DTYPE_NAMES, at_least, experiment_name
 from specrank.commands.drafter import add_eagle3_layers
 
 HELP = "sweep verification rules (tree and chain decoders): block efficiency vs exact distortion, logged to MLflow"
@@ -40,7 +40,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
-    parser.add_argument("--experiment", default="specrank", help="MLflow experiment (default specrank)")
+    parser.add_argument("--experiment", type=experiment_name, default="specrank",
+                        help="MLflow experiment (default specrank)")
     parser.add_argument("--run-name", default=None, help="MLflow run name (default verify-sweep-<out name>)")
     parser.add_argument("--no-tracking", action="store_true", help="write local outputs only")
     from specrank.scale import add_worker_arguments

@@ -60,7 +60,9 @@ def run_train(args) -> int:
 
     from specrank.decode.config import check_temperature
     from specrank.decode.loading.eagle3 import default_hidden_layers
-    from specrank.decode.loading.targets import check_target_spec, load_target, parse_device
+    from transformers.utils import logging as hf_logging
+
+    from specrank.decode.loading.targets import check_target_spec, load_target, parse_device, target_config
     from specrank.decode.prompts import drafter_prompts_path, read_prompts
     from specrank.drafter_training.data import GenerationSpec
     from specrank.drafter_training.fit import fit_drafter
@@ -85,8 +87,17 @@ def run_train(args) -> int:
     prompts = read_prompts(args.prompts or drafter_prompts_path(), args.limit)
     parse_device(args.device)
     check_target_spec(args.target)
+    hf_logging.disable_progress_bar()  # until the checks against the target's config have passed
+    config = target_config(args.target)
+    layers = tuple(args.layers or default_hidden_layers(config, config["num_hidden_layers"]))
+    if any(not 0 <= i <= config["num_hidden_layers"] for i in layers):
+        raise ValueError(f"--layers {' '.join(map(str, layers))}: hidden_states indices of this target are "
+                         f"0..{config['num_hidden_layers']} (its config.json)")
+    if args.draft_vocab < 1:
+        raise ValueError(f"--draft-vocab must be at least 1, got {args.draft_vocab}")
+    if not args.no_progress:
+        hf_logging.enable_progress_bar()
     target = load_target(args.target, args.device, "float32")
-    layers = tuple(args.layers or default_hidden_layers(target.model.config, target.num_layers))
     spec = GenerationSpec(layers, args.samples, args.temperature, args.max_new_tokens, args.gen_batch, args.seed)
     extra = read_prompts(args.train_prompts, args.train_limit) if args.train_prompts else []
     extra_spec = GenerationSpec(layers, args.train_samples, args.temperature, args.train_max_new_tokens,

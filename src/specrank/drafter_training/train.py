@@ -192,7 +192,11 @@ def load_checkpoint(path: Path, head, opt, identity: dict) -> dict:
     """Restore a checkpoint into ``head`` and ``opt``; a fresh start when there is none."""
     if not path.exists():
         return {"step": 0, "elapsed": 0.0, "history": []}
-    state = torch.load(path, weights_only=True)
+    from specrank.decode.loading.targets import read_bin
+
+    state = read_bin(path, tensors_only=False)
+    if not isinstance(state, dict) or not {"config", "head", "optimizer", "torch_rng"} <= set(state):
+        raise TrainError(f"{path}: not a checkpoint of specrank drafter train (remove it or use a new --out)")
     if state["config"] != identity:
         diff = sorted(k for k in identity if state["config"].get(k) != identity[k])
         raise TrainError(f"{path} was made with other settings ({', '.join(diff)}); use a new --out or the same settings")

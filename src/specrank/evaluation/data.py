@@ -12,7 +12,7 @@ from specrank import schema
 from specrank.featurize.arrays import check_pool, label_kind, manifest_value, round_arrays
 from specrank.featurize.context import prompt_index
 from specrank.featurize.rows import ROW_SOURCES
-from specrank.featurize.storage import read_manifest, read_rounds_table
+from specrank.featurize.storage import read_manifest, read_rounds_table, table_meta
 from specrank.files import read_csv, read_table
 from specrank.selection import PoolBatch
 
@@ -89,7 +89,12 @@ def read_predictions(path) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"predictions file {path} does not exist")
-    frame = read_csv(path) if path.suffix == ".csv" else read_table(path).to_pandas()
+    if path.suffix == ".csv":
+        frame = read_csv(path)
+    else:
+        table = read_table(path)
+        frame = table.to_pandas()
+        frame.attrs = table_meta(table, path)  # the rounds digest that ``specrank train`` recorded
     schema.require_columns(frame.columns, schema.FEATURE_KEYS, f"predictions ({path.name})")
     return frame
 

@@ -179,8 +179,13 @@ def _weights_frame(weights: dict, budgets) -> pd.DataFrame:
 
 def evaluate_run(run_dir, predictions, **kwargs) -> Evaluation:
     """``evaluate`` on a run directory and a predictions file (or DataFrame)."""
+    from specrank.featurize.storage import check_same_rounds, rounds_digest, rounds_of
+
     rounds = load_rounds(run_dir)
     frame = predictions if isinstance(predictions, pd.DataFrame) else read_predictions(predictions)
+    where = "predictions" if isinstance(predictions, pd.DataFrame) else f"--predictions {predictions}"
+    if rounds_of(frame):  # hashing the shards only when there is a digest to compare with
+        check_same_rounds(where, rounds_of(frame), rounds_digest(run_dir), f"run directory {run_dir} holds rounds")
     return evaluate(rounds, align_predictions(rounds, frame), **kwargs)
 
 

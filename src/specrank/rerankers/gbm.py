@@ -8,7 +8,7 @@ from threadpoolctl import threadpool_limits
 from specrank import schema
 from specrank.featurize.prior import TokenPrior
 from specrank.featurize.sets import CATEGORICAL_FEATURES, PRIOR_FEATURE, resolve_features
-from specrank.rerankers.online import Reranker, input_columns, integer, real
+from specrank.rerankers.online import Reranker, boolean, input_columns, integer, real
 
 BACKENDS = ("lightgbm", "sklearn")
 MONOTONE_FEATURES = ("q", "log_q")  # the draft probability of the candidate
@@ -48,12 +48,17 @@ class GBMReranker(Reranker):
     """
 
     _constraints = {
-        "backend": (f"one of {', '.join(BACKENDS)}", lambda v: v in BACKENDS),
+        "features": ("a feature-set name or a list of feature names",
+                     lambda v: isinstance(v, str)
+                     or (isinstance(v, (list, tuple)) and all(isinstance(f, str) for f in v))),
+        "backend": (f"one of {', '.join(BACKENDS)}", lambda v: isinstance(v, str) and v in BACKENDS),
         "n_estimators": integer(1),
         "learning_rate": real(0.0, open_low=True),
         "num_leaves": integer(2),
         "min_child_samples": integer(1),
         "reg_lambda": real(0.0),
+        "monotone_draft": boolean(),
+        "boost_from_draft": boolean(),
         "prior_pseudo_count": real(0.0),
         "n_jobs": integer(1, optional=True),
         "random_state": integer(0),
@@ -140,6 +145,10 @@ class GBMReranker(Reranker):
             return lgb.train(params, data, num_boost_round=self.n_estimators)
         from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
+        empty = [f for i, f in enumerate(self.features_) if np.isnan(m[:, i]).all()]
+        if empty:  # sklearn's binning has nothing to cut and fails without naming the column
+            raise ValueError(f"features: column {input_columns([empty[0]])[0]!r} is all NaN in the training rows; "
+                             "the sklearn backend cannot use it (drop it from the features, or use lightgbm)")
         cls = HistGradientBoostingClassifier if self.label_kind_ == "argmax" else HistGradientBoostingRegressor
         mask = np.isin(np.arange(m.shape[1]), categorical)
         model = cls(max_iter=self.n_estimators, learning_rate=self.learning_rate, max_leaf_nodes=self.num_leaves,

@@ -36,6 +36,11 @@ def real(low: float, open_low: bool = False):
     return (f"a finite number {'>' if open_low else '>='} {low:g}", ok)
 
 
+def boolean():
+    """A hyper-parameter constraint: true or false (not 0 or 1)."""
+    return ("true or false", lambda v: isinstance(v, (bool, np.bool_)))
+
+
 def input_columns(features) -> list[str]:
     """Columns a reranker reads from a features table (the prior is computed from ``token``)."""
     return [("token" if f == PRIOR_FEATURE else f) for f in features]
@@ -80,6 +85,7 @@ class Reranker(BaseEstimator):
         meta = features_meta(X)
         self.label_kind_, self.topk_ = meta["label_kind"], int(meta["topk"])
         self.version_ = specrank.__version__
+        self.rounds_digest_ = meta.get("rounds_digest")  # the recorded run it learned from (None: not known)
         self._fit(X, labels_of(X, y, self.label_kind_))
         return self
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import specrank
 from specrank.atomic import atomic_write, atomic_write_dir
+from specrank.errors import first_line
 
 FORMAT = "specrank-reranker/2"
 META = "reranker.json"
@@ -45,12 +46,13 @@ def feature_schema_hash(features, label_kind: str, topk: int) -> str:
 def check_version(path, version: str) -> None:
     """Refuse a reranker saved by another major version of specrank."""
     if str(version).split(".")[0] != specrank.__version__.split(".")[0]:
-        raise RerankerFileError(f"{path}: saved by specrank {version}, incompatible with {specrank.__version__}")
+        raise RerankerFileError(f"{path}: version {version!r}: saved by a specrank incompatible with "
+                                f"{specrank.__version__}")
 
 
 def describe(est) -> dict:
-    """The metadata recorded with a fitted reranker."""
-    return {
+    """The metadata recorded with a fitted reranker (``rounds_digest``: of the run it was fitted on, when known)."""
+    meta = {
         "class": type(est).__name__,
         "features": list(est.features_),
         "label_kind": est.label_kind_,
@@ -59,6 +61,9 @@ def describe(est) -> dict:
         "params": est.get_params(),
         "feature_schema_hash": feature_schema_hash(est.features_, est.label_kind_, est.topk_),
     }
+    if getattr(est, "rounds_digest_", None):
+        meta["rounds_digest"] = est.rounds_digest_
+    return meta
 
 
 def _versions() -> dict:
@@ -112,15 +117,128 @@ def _write_zip(target, files: dict[str, bytes]) -> None:
 
 
 def _members(path: Path) -> dict[str, bytes]:
-    """Name -> bytes of the files of a format-2 directory or zip (only plain top-level names are read)."""
+    """Name -> bytes of every entry of a format-2 directory or zip. An entry that is not a plain top-level
+    file (a subdirectory, a link, a nested name, a name given twice) is refused, since nothing would vouch
+    for it; hidden files are read like the others, for the listing check to refuse."""
     if path.is_dir():
-        return {p.name: p.read_bytes() for p in path.iterdir() if p.is_file()}
-    with zipfile.ZipFile(path) as zf:
-        return {n: zf.read(n) for n in zf.namelist() if "/" not in n and not n.startswith(".")}
+        entries = sorted(path.iterdir())
+        odd = [p.name for p in entries if not p.is_file() or p.is_symlink()]
+        files = {p.name: p.read_bytes() for p in entries if p.name not in odd}
+    else:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            odd = [n for n in names if "/" in n or "\\" in n or names.count(n) > 1]  # nested, or given twice
+            files = {n: zf.read(n) for n in names if n not in odd}
+    if odd:
+        raise RerankerFileError(f"{path}: holds {odd[0]!r}, which is not a file of a saved reranker")
+    return files
+
+
+def format_digest(files: dict[str, bytes]) -> str:
+    """sha256 over every file of a saved reranker, ``reranker.json`` included (name and content of each):
+    one value that changes whenever any file is added, removed, swapped or edited."""
+    listing = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    return hashlib.sha256(json.dumps(listing, sort_keys=True).encode()).hexdigest()
+
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
+LABEL_KINDS = ("probability", "argmax")
+# reranker.json: key -> (description, predicate), all required but ``versions``; other keys are refused.
+META_SCHEMA = {
+    "format": ("a string", lambda v: isinstance(v, str)),
+    "class": ("a string", lambda v: isinstance(v, str)),
+    "features": ("a non-empty list of strings",
+                 lambda v: isinstance(v, list) and v and all(isinstance(f, str) for f in v)),
+    "label_kind": (f"one of {', '.join(LABEL_KINDS)}", lambda v: isinstance(v, str) and v in LABEL_KINDS),
+    "topk": ("an integer >= 1", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+    "version": ("a string", lambda v: isinstance(v, str)),
+    "params": ("an object", lambda v: isinstance(v, dict)),
+    "feature_schema_hash": ("a sha256 (64 hex digits)", lambda v: isinstance(v, str) and SHA256.fullmatch(v)),
+    "state": ("an object", lambda v: isinstance(v, dict)),
+    "files": ("an object of file name -> sha256",
+              lambda v: isinstance(v, dict) and all(isinstance(d, str) and SHA256.fullmatch(d) for d in v.values())),
+    "versions": ("an object of package -> version",
+                 lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
+    "rounds_digest": ("a sha256 (64 hex digits)", lambda v: isinstance(v, str) and SHA256.fullmatch(v)),
+}
+OPTIONAL_META = ("versions", "rounds_digest")
+
+
+def check_meta(where: str, meta: dict) -> None:
+    """Refuse a ``reranker.json`` outside ``META_SCHEMA``, naming the first key at fault."""
+    for key in META_SCHEMA:
+        if key not in meta and key not in OPTIONAL_META:
+            raise RerankerFileError(f"{where}: {key}: missing")
+    for key in meta:
+        if key not in META_SCHEMA:
+            raise RerankerFileError(f"{where}: {key}: not a key of {META}")
+    for key, (expected, ok) in META_SCHEMA.items():
+        if key in meta and not ok(meta[key]):
+            raise RerankerFileError(f"{where}: {key}: must be {expected}; got {_short(meta[key])}")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_params(where: str, cls, params: dict, features: list) -> None:
+    """``params`` must name every parameter of ``cls.__init__`` and nothing else, each within the class's
+    constraints; a set name in ``params.features`` must resolve to the saved ``features``."""
+    import inspect
+
+    from specrank.featurize.sets import resolve_features
+
+    names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+    for name in names:
+        if name not in params:
+            raise RerankerFileError(f"{where}: params.{name}: missing")
+    for name in params:
+        if name not in names:
+            raise RerankerFileError(f"{where}: params.{name}: not a parameter of {cls.__name__} "
+                                    f"(expected {', '.join(names)})")
+    for name, (expected, ok) in cls._constraints.items():
+        if not ok(params[name]):
+            raise RerankerFileError(f"{where}: params.{name}: must be {expected}; got {_short(params[name])}")
+    if "features" in params:
+        try:
+            resolved = resolve_features(params["features"])
+        except ValueError as exc:
+            raise RerankerFileError(f"{where}: params.features: {first_line(exc)}") from None
+        if resolved != features:
+            raise RerankerFileError(f"{where}: params.features: {_short(params['features'])} is not the saved features")
+    try:  # the rules across parameters (boost_from_draft only with LightGBM)
+        cls(**params).check_params()
+    except ValueError as exc:
+        raise RerankerFileError(f"{where}: params: {first_line(exc)}") from None
+
+
+def _check_files(path, meta: dict, files: dict[str, bytes]) -> None:
+    """Closed integrity: the files present are exactly those listed, each with its sha256, and exactly the
+    files of the class (and backend) that ``reranker.json`` names."""
+    from specrank.rerankers.state import required_files
+
+    listed, present = set(meta["files"]), set(files) - {META}
+    needed = required_files(meta["class"], meta["params"].get("backend"))
+    for name in sorted(needed - listed):
+        why = f" (params.backend is {meta['params'].get('backend')!r})" if meta["class"] == "GBMReranker" else ""
+        raise RerankerFileError(f"{path}/{META}: files: {name} is not listed, and a {meta['class']} needs it{why}")
+    for name in sorted(listed - needed):
+        why = f" with params.backend {meta['params'].get('backend')!r}" if meta["class"] == "GBMReranker" else ""
+        raise RerankerFileError(f"{path}/{META}: files: {name} is not a file of a {meta['class']}{why}")
+    for name in sorted(present - listed):
+        raise RerankerFileError(f"{path}: {name} is not listed in {META} (a file nothing vouches for)")
+    for name in sorted(listed - present):
+        raise RerankerFileError(f"{path}: {name} is missing")
+    for name in sorted(listed):
+        if hashlib.sha256(files[name]).hexdigest() != meta["files"][name]:
+            raise RerankerFileError(f"{path}: {name} is damaged (its sha256 differs from {META})")
 
 
 def load_format2(path) -> object:
-    """A reranker saved in format 2 (a directory or zip); ``meta_`` holds its metadata."""
+    """A reranker saved in format 2 (a directory or zip), checked whole before anything is built: the
+    schema of ``reranker.json``, every file listed with its sha256 and nothing else present. ``meta_``
+    holds its metadata and ``format_digest``."""
     from specrank.rerankers.state import ARRAYS, CLASSES, StateError, decode, npz_arrays
 
     path = Path(path)
@@ -130,34 +248,67 @@ def load_format2(path) -> object:
         raise RerankerFileError(f"{path}: damaged zip ({exc})") from None
     if META not in files:
         raise RerankerFileError(f"{path}: no {META} (not a specrank reranker)")
+    where = f"{path}/{META}"
     try:
         meta = json.loads(files[META])
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RerankerFileError(f"{path}/{META}: malformed ({exc})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise RerankerFileError(f"{where}: malformed ({exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-        raise RerankerFileError(f"{path}: format {got!r}, expected {FORMAT}")
-    missing = [k for k in META_KEYS if k not in meta]
-    if missing:
-        raise RerankerFileError(f"{path}/{META}: missing {', '.join(missing)}")
+        raise RerankerFileError(f"{path}: format {_short(got)}, expected {FORMAT}")
+    check_meta(where, meta)
     if meta["class"] not in CLASSES:
-        raise RerankerFileError(f"{path}: unknown reranker class {meta['class']!r} (format 2 knows {', '.join(CLASSES)})")
-    for name, digest in meta["files"].items():
-        if name not in files:
-            raise RerankerFileError(f"{path}: {name} is missing")
-        if hashlib.sha256(files[name]).hexdigest() != digest:
-            raise RerankerFileError(f"{path}: {name} is damaged (its sha256 differs from {META})")
+        raise RerankerFileError(f"{where}: class: unknown reranker class {_short(meta['class'])} "
+                                f"(format 2 knows {', '.join(CLASSES)})")
+    _check_files(path, meta, files)
     check_version(path, meta["version"])
     if feature_schema_hash(meta["features"], meta["label_kind"], meta["topk"]) != meta["feature_schema_hash"]:
-        raise RerankerFileError(f"{path}: feature-schema hash does not match its features ({META} edited?)")
+        raise RerankerFileError(f"{where}: feature_schema_hash does not match its features, label_kind and topk")
+    check_params(where, CLASSES[meta["class"]], meta["params"], meta["features"])
     try:
         est = decode(meta["class"], meta["params"], meta["state"], npz_arrays(files[ARRAYS]), files)
     except StateError as exc:
         raise RerankerFileError(f"{path}: {exc}") from None
     est.features_, est.label_kind_, est.topk_, est.version_ = list(meta["features"]), meta["label_kind"], \
         int(meta["topk"]), meta["version"]
-    est.meta_ = {k: meta.get(k) for k in META_KEYS[:7] + ("versions",)}
+    est.rounds_digest_ = meta.get("rounds_digest")
+    est.meta_ = {k: meta.get(k) for k in META_KEYS[:7] + OPTIONAL_META}
+    est.meta_["format_digest"] = format_digest(files)
     return est
+
+
+# The URI schemes a reranker is read from, with the module MLflow needs for each and its package.
+MODEL_SCHEMES = {
+    "models": None, "runs": None, "mlflow-artifacts": None, "file": None,
+    "s3": ("boto3", "boto3"),
+    "gs": ("google.cloud.storage", "google-cloud-storage"),
+    "wasbs": ("azure.storage.blob", "azure-storage-blob"),
+    "abfss": ("azure.storage.filedatalake", "azure-storage-file-datalake"),
+}
+
+
+def check_model_uri(uri: str) -> None:
+    """Refuse, before anything is downloaded, a model URI whose scheme is not one of ``MODEL_SCHEMES`` or whose
+    client library is not installed. An http(s) URL is refused: nothing would check what it serves before
+    it is read, so it is downloaded by hand and given as a path."""
+    import importlib.util
+
+    scheme = uri.split(":", 1)[0].lower()
+    if scheme in ("http", "https"):
+        raise RerankerFileError(f"{uri}: an http(s) URL is not a reranker source; download the file and give its "
+                                "path, or give a models:/ or runs:/ URI with --tracking-uri")
+    if scheme not in MODEL_SCHEMES:
+        raise RerankerFileError(f"{uri}: unsupported scheme {scheme}: (use a path or one of "
+                                f"{', '.join(s + ':' for s in MODEL_SCHEMES)})")
+    if MODEL_SCHEMES[scheme] is None:
+        return
+    module, package = MODEL_SCHEMES[scheme]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package (google, azure) is missing too
+        found = False
+    if not found:
+        raise RerankerFileError(f"{uri}: reading {scheme}:// needs the {package} package (pip install {package})")
 
 
 def load_reranker(source, *, tracking_uri: str | None = None, trust_pickle: bool = False):
@@ -185,6 +336,7 @@ def load_reranker(source, *, tracking_uri: str | None = None, trust_pickle: bool
         return load_pickle(path, trust_pickle)
     if path.exists() or not URI.match(str(source)):
         raise FileNotFoundError(f"no reranker at {source} (neither a saved reranker nor an MLflow model)")
+    check_model_uri(str(source))
     from specrank.tracking.models import load_pyfunc_reranker
 
     return load_pyfunc_reranker(str(source), tracking_uri, trust_pickle=trust_pickle)

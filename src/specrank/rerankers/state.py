@@ -14,6 +14,7 @@ import numpy as np
 from sklearn.isotonic import IsotonicRegression
 
 from specrank.featurize.prior import TokenPrior
+from specrank.featurize.sets import PRIOR_FEATURE, resolve_features
 from specrank.rerankers.gbm import GBMReranker
 from specrank.rerankers.isotonic import IsotonicFirstFactor, PerDepthCalibration
 
@@ -30,6 +31,7 @@ SKOPS_TRUSTED = (
     "sklearn.utils.validation.check_array",
 )
 ISOTONIC_FITTED = ("X_thresholds_", "y_thresholds_", "X_min_", "X_max_", "increasing_")
+OUT_OF_BOUNDS = ("nan", "clip", "raise")
 
 
 class StateError(ValueError):
@@ -89,10 +91,98 @@ def encode(est) -> tuple[dict, dict[str, np.ndarray], dict[str, bytes]]:
     raise StateError(f"cannot save a {type(est).__name__} (format 2 knows {', '.join(CLASSES)})")
 
 
+def required_files(name: str, backend) -> set[str]:
+    """The files (besides ``reranker.json``) a saved reranker of class ``name`` consists of, no more."""
+    if name != "GBMReranker":
+        return {ARRAYS}
+    return {ARRAYS, LIGHTGBM if backend == "lightgbm" else SKLEARN}
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+
+
+# What each class's ``state`` holds: key -> (description, predicate). Types are strict (a bool is not an
+# integer, a string is not a number) so that a hand-edited value is refused rather than coerced.
+ISO_STATE = {
+    "increasing": ("true, false or 'auto'", lambda v: isinstance(v, bool) or v == "auto"),
+    "out_of_bounds": (f"one of {', '.join(OUT_OF_BOUNDS)}", lambda v: isinstance(v, str) and v in OUT_OF_BOUNDS),
+    "y_min": ("a finite number or null", lambda v: v is None or _is_number(v)),
+    "y_max": ("a finite number or null", lambda v: v is None or _is_number(v)),
+}
+STATE = {
+    "IsotonicFirstFactor": {"iso": ("an object", lambda v: isinstance(v, dict))},
+    "PerDepthCalibration": {
+        "depths": ("a non-empty list of distinct integers >= 1",
+                   lambda v: isinstance(v, list) and v and len(set(map(repr, v))) == len(v)
+                   and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in v)),
+        "iso": ("an object", lambda v: isinstance(v, dict)),
+    },
+    "GBMReranker": {
+        "task_categories": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v)),
+        "prior_pseudo_count": ("a finite number >= 0", lambda v: _is_number(v) and v >= 0),
+    },
+}
+
+
+def _check_keys(where: str, got: dict, rules: dict) -> None:
+    """Exactly the keys of ``rules``, each value passing its predicate; the first violation names its key."""
+    for key in rules:
+        if key not in got:
+            raise StateError(f"{where}.{key}: missing")
+    for key in got:
+        if key not in rules:
+            raise StateError(f"{where}.{key}: not a key of this class (expected {', '.join(rules)})")
+    for key, (expected, ok) in rules.items():
+        if not ok(got[key]):
+            raise StateError(f"{where}.{key}: must be {expected}; got {got[key]!r}")
+
+
+def check_state(name: str, params: dict, state: dict, arrays: dict) -> None:
+    """Refuse a ``state`` (or arrays) that does not describe a fitted ``name``, naming the key."""
+    _check_keys("state", state, STATE[name])
+    prefixes = []
+    if "iso" in state:
+        _check_keys("state.iso", state["iso"], ISO_STATE)
+        prefixes = ["iso"] if name == "IsotonicFirstFactor" else [f"depth{d}" for d in state["depths"]]
+    wanted = [f"{p}.{k}" for p in prefixes for k in ISOTONIC_FITTED]
+    if name == "GBMReranker" and PRIOR_FEATURE in resolve_features(params["features"]):
+        wanted = ["prior.tokens", "prior.means", "prior.mean"]
+    missing = [k for k in wanted if k not in arrays]
+    if missing:
+        raise StateError(f"{ARRAYS}: no array {missing[0]!r}")
+    extra = sorted(set(arrays) - set(wanted))
+    if extra:  # e.g. the tables of a depth that state.depths no longer names
+        raise StateError(f"{ARRAYS}: array {extra[0]!r} is not part of the state (state.depths edited?)"
+                         if name == "PerDepthCalibration" else f"{ARRAYS}: array {extra[0]!r} is not part of the state")
+    for key in wanted:
+        _check_array(key, arrays[key])
+    pairs = [(f"{p}.X_thresholds_", f"{p}.y_thresholds_") for p in prefixes] + [("prior.tokens", "prior.means")]
+    for first, second in pairs:
+        if first in arrays and len(arrays[first]) != len(arrays[second]):
+            raise StateError(f"{ARRAYS}: {first!r} and {second!r} differ in length")
+
+
+# (number of dimensions, numpy kinds) of each array of the state, by the last part of its name
+ARRAY_SHAPES = {
+    "X_thresholds_": (1, "f"), "y_thresholds_": (1, "f"), "X_min_": (0, "f"), "X_max_": (0, "f"),
+    "increasing_": (0, "b"), "tokens": (1, "iu"), "means": (1, "f"), "mean": (0, "f"),
+}
+
+
+def _check_array(key: str, value: np.ndarray) -> None:
+    ndim, kinds = ARRAY_SHAPES[key.rsplit(".", 1)[1]]
+    if value.ndim != ndim or value.dtype.kind not in kinds or (ndim and not len(value) and "thresholds" in key):
+        shape = "a scalar" if ndim == 0 else "a non-empty vector" if "thresholds" in key else "a vector"
+        raise StateError(f"{ARRAYS}: array {key!r} must be {shape} of kind {kinds!r}; "
+                         f"got shape {value.shape}, dtype {value.dtype}")
+
+
 def decode(name: str, params: dict, state: dict, arrays: dict, files: dict[str, bytes]):
     """The estimator of class ``name`` (one of ``CLASSES``) with ``params`` and its fitted state."""
     if name not in CLASSES:
         raise StateError(f"unknown reranker class {name!r} (format 2 knows {', '.join(CLASSES)})")
+    check_state(name, params, state, arrays)
     est = CLASSES[name](**params)
     if name == "IsotonicFirstFactor":
         est.iso_ = isotonic_from(arrays, "iso", state["iso"])

@@ -30,6 +30,7 @@ _REQUIREMENTS = ("numpy", "pandas", "scikit-learn", "lightgbm", "skops", "mlflow
 ARTIFACT = "reranker"  # the artifact key of the format-2 files
 MODEL_CODE = Path(__file__).with_name("reranker_model.py")
 PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+DIGEST_TAG = "specrank.format_digest"
 
 
 class RerankerModel(mlflow.pyfunc.PythonModel):
@@ -100,7 +101,7 @@ def log_reranker(reranker, name: str, input_example: pd.DataFrame, *, tags: dict
                  params: dict | None = None) -> str:
     """Log ``reranker`` to the active run as a pyfunc model named ``name`` with an inferred signature;
     return its model URI. ``tags`` and ``params`` go on the logged model (its page in the Models tab)."""
-    from specrank.rerankers.persist import save_reranker
+    from specrank.rerankers.persist import format_digest, save_reranker
 
     if mlflow.active_run() is None:
         raise RuntimeError("log_reranker needs an active run (use experiment_run first)")
@@ -108,6 +109,8 @@ def log_reranker(reranker, name: str, input_example: pd.DataFrame, *, tags: dict
     example = _model_input(reranker, input_example.head(20).reset_index(drop=True))
     with tempfile.TemporaryDirectory() as tmp, quiet_pyfunc_logging():
         files = save_reranker(reranker, Path(tmp) / ARTIFACT)
+        # the digest a loaded copy reports (``meta_["format_digest"]``): which logged model a run used
+        tags = {**(tags or {}), DIGEST_TAG: format_digest({p.name: p.read_bytes() for p in files.iterdir()})}
         signature = infer_signature(example, wrapper.predict(None, example))
         info = mlflow.pyfunc.log_model(
             name=name,

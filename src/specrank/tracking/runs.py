@@ -12,6 +12,7 @@ from pathlib import Path
 
 import mlflow
 
+from specrank.files import file_hash  # noqa: F401  (re-exported)
 from specrank.tracking.uri import TrackingError, check_reachable, resolve_tracking_uri, tracking_store
 
 _PARAM_VALUE_MAX = 6000  # MLflow's limit on one parameter value
@@ -173,15 +174,6 @@ def log_figure(figure, name: str) -> None:
 def log_report(markdown: str, name: str = "report.md") -> None:
     """Log a Markdown report at the artifact root."""
     mlflow.log_text(markdown, name)
-
-
-def file_hash(path: str | Path, digest=None) -> str:
-    """SHA-256 of one file's bytes (or feed them into ``digest``)."""
-    digest = hashlib.sha256() if digest is None else digest
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def directory_hash(path: str | Path) -> str:

@@ -87,6 +87,8 @@ def check_reachable(uri: str, timeout: float = 5.0, *, write: bool = True) -> st
     if parsed.scheme not in SCHEMES:
         raise TrackingError(f"tracking URI {uri}: unknown scheme {parsed.scheme!r}"
                             " (use http(s)://HOST:PORT, sqlite:///FILE.db, file:///DIR or a local path)")
+    if parsed.scheme in DATABASES:
+        _check_driver(uri)
     if parsed.scheme in ("http", "https"):
         _check_server(uri, timeout)
     elif parsed.scheme == "sqlite":
@@ -96,17 +98,67 @@ def check_reachable(uri: str, timeout: float = 5.0, *, write: bool = True) -> st
     return uri
 
 
-def _check_server(uri: str, timeout: float) -> None:
-    """Any HTTP answer from ``<uri>/health`` counts as reachable; no answer does not."""
-    url = uri.rstrip("/") + "/health"
+DATABASES = ("postgresql", "mysql", "mssql")
+# pip package of the database drivers SQLAlchemy imports by default, where it differs from the module name
+DRIVER_PACKAGES = {"MySQLdb": "mysqlclient", "psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]"}
+
+
+def _check_driver(uri: str) -> None:
+    """A database store needs the driver SQLAlchemy picks for its URL: a missing one is named with its package."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
     try:
-        with urllib.request.urlopen(url, timeout=timeout):
-            pass
-    except urllib.error.HTTPError:
-        return  # the server answered, even if not with 200
+        make_url(uri).get_dialect().import_dbapi()
+    except ModuleNotFoundError as exc:
+        package = DRIVER_PACKAGES.get(exc.name, exc.name)
+        raise TrackingError(f"tracking URI {uri}: this store needs the {exc.name} driver "
+                            f"(pip install '{package}')") from None
+    except (ArgumentError, NoSuchModuleError) as exc:
+        raise TrackingError(f"tracking URI {uri}: not a database URL SQLAlchemy knows ({exc})") from None
+
+
+READ_CALL = "/api/2.0/mlflow/experiments/search?max_results=1"  # the cheapest read every MLflow server answers
+
+
+def _auth_headers() -> dict:
+    """The credentials MLflow's own client would send (``MLFLOW_TRACKING_TOKEN``, or username and password)."""
+    import base64
+
+    token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if token:
+        return {"Authorization": f"Bearer {token}"}
+    if user and password:
+        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+    return {}
+
+
+def _check_server(uri: str, timeout: float) -> None:
+    """The server must answer a read call as MLflow does (a JSON object): a web server that is not MLflow, or
+    one that refuses the read, is refused here rather than after the work it would have logged."""
+    import json
+
+    url = uri.rstrip("/") + READ_CALL
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=_auth_headers()), timeout=timeout) as resp:
+            body = resp.read(1 << 20)
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise TrackingError(f"MLflow tracking server {uri} refused a read (HTTP {exc.code}; "
+                                "credentials in MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD?)") from None
+        raise TrackingError(f"tracking URI {uri} answers HTTP but is not an MLflow tracking server "
+                            f"(HTTP {exc.code} for {READ_CALL.split('?')[0]})") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise TrackingError(f"MLflow tracking server {uri} is unreachable ({reason})") from None
+    try:
+        answer = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        answer = None
+    if not isinstance(answer, dict):
+        raise TrackingError(f"tracking URI {uri} answers HTTP but is not an MLflow tracking server "
+                            f"(no JSON answer to {READ_CALL.split('?')[0]})")
 
 
 def _check_writable(directory: Path, uri: str) -> None:

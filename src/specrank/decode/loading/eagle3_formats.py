@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from specrank.decode.loading.targets import ModelLoadError
+from specrank.decode.loading.targets import ModelLoadError, read_bin
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
@@ -298,7 +298,7 @@ def read_state(directory: Path) -> dict:
                 from safetensors.torch import load_file
 
                 return load_file(str(path))
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return read_bin(path)
     raise ModelLoadError(f"EAGLE-3 checkpoint {directory} has no {' or '.join(WEIGHT_FILES)}")
 
 

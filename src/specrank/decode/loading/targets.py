@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import pickle
 import shutil
 import struct
 import tempfile
@@ -70,6 +71,35 @@ def weight_files(directory: Path) -> list[Path]:
     if not files:
         raise ModelLoadError(f"no weight files (*.safetensors, *.bin) in {directory}")
     return files
+
+
+# What torch's weights-only unpickler raises on a file it refuses or cannot read (a pickle of other
+# objects, a truncated archive, not a pickle at all).
+BIN_ERRORS = (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError, ImportError, TypeError)
+
+
+def read_bin(path: Path, *, tensors_only: bool = True):
+    """What a pickled ``.bin`` checkpoint holds, read as data (``weights_only=True``: no code runs); with
+    ``tensors_only`` it must be a flat dict of name -> tensor. Anything else is one line naming the file."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except BIN_ERRORS as exc:
+        raise ModelLoadError(f"{path}: not a checkpoint of plain tensors ({first_line(exc)}); "
+                             "safetensors is preferred") from None
+    if tensors_only and not (isinstance(state, dict) and state and all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())):
+        raise ModelLoadError(f"{path}: holds {type(state).__name__} that is not a dict of name -> tensor; "
+                             "safetensors is preferred")
+    return state
+
+
+def check_bin_weights(directory: Path) -> None:
+    """Read each ``.bin`` of a directory that has no safetensors (which transformers prefers) as data, so
+    that a refused pickle is one line naming the file before transformers reads it."""
+    files = weight_files(directory)
+    if not any(p.suffix == ".safetensors" for p in files):
+        for path in files:
+            read_bin(path)
 
 
 def cache_root() -> Path:
@@ -168,11 +198,36 @@ def resolve_target(spec) -> Path:
     return convert_gguf(path) if path.is_file() else path
 
 
+def target_config(spec) -> dict:
+    """The target's ``config.json`` (a GGUF converted first, as loading would): what layer indices and
+    vocabulary sizes are checked against before the model loads."""
+    from specrank.files import read_json
+
+    path = resolve_target(spec)
+    config = read_json(path / "config.json", "target config")
+    for key in ("num_hidden_layers", "vocab_size"):
+        if not isinstance(config.get(key), int) or config[key] < 1:
+            raise ModelLoadError(f"target config {path / 'config.json'}: no positive integer {key!r}")
+    return config
+
+
+def target_tokenizer(spec):
+    """The target's tokenizer alone (text lengths are checked with it before the model loads)."""
+    from transformers import AutoTokenizer
+
+    path = resolve_target(spec)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path}: cannot load the tokenizer: {first_line(exc)}") from None
+
+
 def load_causal_lm(path: Path, device, dtype):
     """A Hugging Face causal LM and its tokenizer from a local directory, in eval mode, sdpa attention."""
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_bin_weights(path)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
         tokenizer = AutoTokenizer.from_pretrained(path)
