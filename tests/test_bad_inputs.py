@@ -435,6 +435,11 @@ def demo(w, out, *extra):
     return ["demo", "--out", str(out), "--tracking-uri", str(w.db), *extra]
 
 
+def study(w, out, *extra):
+    return ["study", "--out", str(out), "--target", str(w.tgt), "--drafter", f"standalone:{w.drf}", "--prompts",
+            str(w.prompts), "--tracking-uri", str(w.db), *extra]
+
+
 def with_arg(argv, flag, value):
     """``argv`` with ``flag``'s value replaced."""
     argv = list(argv)
@@ -779,6 +784,17 @@ CASES = [
     ("demo-out-file", lambda w, o: demo(w, w.file), "--out"),
     ("demo-drafter-spec", lambda w, o: demo(w, o, "--drafter", "nope"), "drafter spec"),
     ("demo-tracking-garbage", lambda w, o: with_arg(demo(w, o), "--tracking-uri", "foo://x"), "tracking URI"),
+    # study
+    ("study-rounds-0", lambda w, o: study(w, o, "--rounds", "0"), "--rounds"),
+    ("study-greedy-rounds-text", lambda w, o: study(w, o, "--greedy-rounds", "many"), "--greedy-rounds"),
+    ("study-temperatures-text", lambda w, o: study(w, o, "--temperatures", "1,warm"), "--temperatures"),
+    ("study-out-file", lambda w, o: study(w, w.file), "--out"),
+    ("study-drafter-spec", lambda w, o: study(w, o, "--drafter", "nope"), "drafter spec"),
+    ("study-prompts-missing", lambda w, o: with_arg(study(w, o), "--prompts", str(w.root / "nope.jsonl")), "nope.jsonl"),
+    ("study-prompts-malformed", lambda w, o: with_arg(study(w, o), "--prompts", str(w.p_malformed)), "malformed"),
+    ("study-experiment-blank", lambda w, o: study(w, o, "--experiment", " "), "--experiment"),
+    ("study-tracking-garbage", lambda w, o: with_arg(study(w, o), "--tracking-uri", "foo://x"), "tracking URI"),
+    ("study-workers-0", lambda w, o: study(w, o, "--workers", "0"), "workers"),
     # the command line itself
     ("cli-unknown-command", lambda w, o: ["deploy"], "deploy"),
     ("cli-no-command", lambda w, o: [], "COMMAND"),
