@@ -57,8 +57,9 @@ def model_card(training: dict, size_mib: float) -> str:
         f"- draft vocabulary coverage of the target's argmax tokens: {final['heldout_vocab_coverage']:.3f};",
         f"- greedy tokens per target pass at B = 59 (710-candidate pool, 7 held-out prompts, 64 tokens each): "
         f"{final.get('tokens_per_pass_b59', float('nan')):.2f};",
-        f"- {final['step']} training steps in {final.get('minutes', float('nan')):.1f} minutes after "
-        f"{final['generation_minutes']:.1f} minutes of data generation, on 2 CPU cores.",
+        f"- {final['step']} training steps (batches of {params['batch_size']} windows of {params['max_len']} tokens, "
+        f"{params['unroll']} training-time-test steps) in {final.get('minutes', float('nan')):.1f} minutes on one "
+        "CPU thread.",
         "",
         f"Weights: `model.safetensors`, bfloat16 ({size_mib:.1f} MiB; the integer tables `d2t` and `t2d` keep the "
         "dtypes the engines read). Layout and config: SpecForge / SGLang (`specrank drafter export` writes the "

@@ -221,7 +221,8 @@ def test_the_shipped_head_is_eagle3_default_on_an_empty_cache(tmp_path, monkeypa
     monkeypatch.setenv("SPECRANK_CACHE", str(tmp_path))
     assert default_head_dir() == shipped_head_dir()
     head = read_head(shipped_head_dir())
-    assert head.config["vocab_size"] == 49152 and head.config["draft_vocab_size"] == 16384
+    record = json.loads((shipped_head_dir() / "training.json").read_text())
+    assert head.config["vocab_size"] == 49152 and head.config["draft_vocab_size"] == record["params"]["draft_vocab_size"]
     weights = shipped_head_dir() / "model.safetensors"
     assert weights.stat().st_size < 16 * 2**20  # bf16
     (tmp_path / "drafters" / "smollm2-eagle3").mkdir(parents=True)
