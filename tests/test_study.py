@@ -63,7 +63,7 @@ def test_study_writes_every_figure(reference):
     for t, goal in (("1", 90), ("0", 60)):
         r = results["temperatures"][t]
         assert r["rounds"] >= goal or r["prompts_decoded"] == len(WORDS)  # stopped at the first chunk past the goal
-        assert r["prompts_decoded"] % 4 == 0
+        assert r["prompts_decoded"] % 4 == 0  # whole shards
         for b in ("8", "59"):
             f = r["budgets"][b]
             assert set(f["rules"]) >= {"draft", "isotonic", "per_depth", "base", "rows", "rows+per_depth", "root",
@@ -242,3 +242,14 @@ def test_the_shipped_head_never_trained_on_an_evaluation_prompt():
     assert trained_on(spec, read_prompts(default_prompts_path())) == []
     assert trained_on(spec, read_prompts(spec_bench_path())) == []
     assert len(trained_on(spec, read_prompts(drafter_prompts_path()))) == len(record)  # the control: it sees its own
+
+
+def test_decoding_calls_are_sized_by_the_rounds_recorded_so_far():
+    from specrank.commands.study import next_limit
+
+    assert next_limit(0, 0, 10_000, 480, 120) == 24
+    assert next_limit(24, 1_000, 10_000, 480, 120) == 144  # 216 more wanted, 120 at most a call
+    assert next_limit(144, 6_000, 10_000, 480, 120) == 144 + 96  # 96 = 4000 / (6000 / 144), in whole shards
+    assert next_limit(240, 9_990, 10_000, 480, 120) == 244  # at least one shard
+    assert next_limit(476, 9_000, 10_000, 480, 120) == 480  # never past the prompts
+    assert next_limit(0, 0, 100, 480, 4) == 4

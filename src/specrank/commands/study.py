@@ -5,15 +5,17 @@ the shipped head trained on) until a round target is met, featurize, cross-fit t
 rerankers, evaluate every rule offline, then gather the figures at B = 8 and 59 (``specrank.evaluation.study``)
 into ``OUT/results.json``, ``OUT/results.md`` and ``OUT/learning-curve.png``.
 
-The prompts are decoded in a fixed, seeded order, ``--chunk`` at a time, and decoding stops at the first chunk
-boundary where the recorded rounds reach the target: the same command always decodes the same prompts, so a
-run interrupted anywhere and rerun gives the same results. Each stage after decoding is redone only when its
+The prompts are decoded in a fixed, seeded order; the first call decodes 24 of them, and each later call as
+many more as the rounds per prompt so far say the round target needs (whole shards, at most ``--chunk``), until
+the target is met. The same command always decodes the same prompts, so a run interrupted anywhere and rerun
+gives the same results. Each stage after decoding is redone only when its
 input changed (digests in ``OUT/<temperature>/stages.json``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import platform
 import shlex
 import subprocess
@@ -26,10 +28,12 @@ from specrank.commands.drafter import add_eagle3_layers
 from specrank.scale import add_worker_arguments
 
 HELP = "the pipeline at scale (decode to a round target, featurize, cross-fit, evaluate) -> one results JSON"
-CHUNK = 24  # prompts decoded between two looks at the round count (a multiple of the shard size)
+FIRST_CHUNK = 24  # prompts of the first decoding call, whose rounds per prompt size the next calls
+CHUNK = 120  # the most prompts one decoding call adds
 SHARD_SIZE = 4
-# Sized on this 2-core machine: ~10,000 rounds at T = 1 and ~4,000 greedy with the shipped head in about
-# 150 minutes on 2 Ray workers (benchmarks/results/study.json holds the measured run).
+# Sized on this 2-core machine: with the shipped head on Spec-Bench a round costs ~0.58 s on 2 Ray workers of one
+# thread each (1,026 rounds in 598 s, docs/results/study.json), so 10,000 rounds at T = 1 and 4,000 greedy decode
+# in ~135 minutes and the study ends in about 150.
 DEFAULT_ROUNDS = 10_000
 DEFAULT_GREEDY_ROUNDS = 4_000
 DEFAULT_MAX_NEW_TOKENS = 64
@@ -54,10 +58,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-new-tokens", type=at_least(1), default=DEFAULT_MAX_NEW_TOKENS,
                         help=f"tokens per prompt (default {DEFAULT_MAX_NEW_TOKENS})")
     parser.add_argument("--chunk", type=at_least(1), default=CHUNK,
-                        help=f"prompts decoded between two looks at the round count (default {CHUNK})")
+                        help=f"the most prompts one decoding call adds (default {CHUNK}); the first call decodes "
+                             f"{FIRST_CHUNK} (or fewer, with a smaller --chunk)")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
-    parser.add_argument("--tune-trials", type=at_least(0), default=8,
-                        help="Optuna trials per fold of Base and Rows (default 8)")
+    parser.add_argument("--tune-trials", type=at_least(0), default=4,
+                        help="Optuna trials per fold of Base and Rows (default 4)")
     parser.add_argument("--n-estimators", type=at_least(1), default=400,
                         help="boosting iterations of Base and Rows (default 400, the paper's)")
     parser.add_argument("--seed", type=int, default=0, help="prompt order, decoding and bootstrap seed (default 0)")
@@ -178,22 +183,34 @@ def write_study_prompts(out: Path, prompts, seed: int) -> Path:
 
 
 def decode_until(args, prompts_path: Path, n_prompts: int, run_dir: Path, temp: float, goal: int) -> int:
-    """Decode ``prompts_path`` ``--chunk`` prompts at a time until ``goal`` rounds are recorded (or the prompts run
-    out); return how many prompts were decoded. Chunks already recorded are not decoded again."""
+    """Decode ``prompts_path`` in order until ``goal`` rounds are recorded (or the prompts run out); return how many
+    prompts were decoded. Each call's size comes from the rounds recorded so far (``next_limit``), so the same
+    study always decodes the same prompts; prompts already recorded are not decoded again."""
     from specrank.decode.runs.shards import done_prompts
 
     limit = 0
     while limit < n_prompts:
-        limit = min(n_prompts, limit + args.chunk)
+        limit = next_limit(limit, recorded_rounds(run_dir, limit), goal, n_prompts, args.chunk)
         if not set(range(limit)) <= (done_prompts(run_dir) if run_dir.exists() else set()):
             _stage(["decode", "--target", args.target, "--drafter", args.drafter, "--prompts", str(prompts_path),
                     "--out", str(run_dir), "--temperature", f"{temp:g}", "--limit", str(limit),
                     "--max-new-tokens", str(args.max_new_tokens), "--seed", str(args.seed), "--device", args.device,
                     "--dtype", args.dtype, "--shard-size", str(SHARD_SIZE), "--no-tracking", "--no-progress",
                     *_options(args)])
-        if recorded_rounds(run_dir) >= goal:
+        if recorded_rounds(run_dir, limit) >= goal:
             break
     return limit
+
+
+def next_limit(limit: int, rounds: int, goal: int, n_prompts: int, chunk: int) -> int:
+    """The next number of prompts to have decoded: ``FIRST_CHUNK`` (at most ``chunk``) to start, then as many
+    more as the rounds per prompt so far say the goal needs, in whole shards, at most ``chunk`` more a call (a
+    call starts the workers and loads the models, so few large calls cost less)."""
+    if limit == 0:
+        return min(n_prompts, FIRST_CHUNK, chunk)
+    need = math.ceil((goal - rounds) * limit / max(rounds, 1))
+    need = SHARD_SIZE * math.ceil(max(need, 1) / SHARD_SIZE)
+    return min(n_prompts, limit + min(need, chunk))
 
 
 def _options(args) -> list[str]:
@@ -211,11 +228,19 @@ def _options(args) -> list[str]:
     return opts
 
 
-def recorded_rounds(run_dir: Path) -> int:
-    """Rounds in the run directory's finished shards (read from the Parquet footers)."""
+def recorded_rounds(run_dir: Path, below: int) -> int:
+    """Rounds of prompts ``0..below-1`` in the run directory's finished shards (from the Parquet footers); a shard
+    of later prompts, left by an interrupted call, does not count."""
     import pyarrow.parquet as pq
 
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in sorted(Path(run_dir, "rounds").glob("shard-*.parquet")))
+    from specrank.decode.runs.shards import SHARD
+
+    total = 0
+    for f in sorted(Path(run_dir, "rounds").glob("shard-*.parquet")):
+        m = SHARD.fullmatch(f.name)
+        if m and int(m.group(2)) < below:
+            total += pq.ParquetFile(f).metadata.num_rows
+    return total
 
 
 def analyse(args, run_dir: Path, uri: str | None, name: str) -> dict:
