@@ -305,7 +305,7 @@ def render_results(results: dict, figure: str | None = None) -> str:
                 "| Base share, % |", "|---|---|---|---|---|"]
         for point in r["learning_curve"]:
             for b, f in point["budgets"].items():
-                out.append(f"| {point['training_rounds']} ({point['fraction']:g} of them) | {b} | "
+                out.append(f"| {point['training_rounds']} ({point['fraction']:g} of the training prompts) | {b} | "
                            f"{_ci(f['rows_minus_base_pct_of_draft'], 2)} | {f['rows_root_share'][0]:.1f} | "
                            f"{f['base_root_share'][0]:.1f} |")
         out += ["", "### What the rows are", "",
