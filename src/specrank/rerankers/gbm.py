@@ -103,15 +103,32 @@ class GBMReranker(Reranker):
         prior = self.prior_.fit_transform(X["token"].to_numpy(), y) if PRIOR_FEATURE in self.features_ else None
         margin = draft_margin(X) if self.boost_from_draft else None
         self.model_ = self._fit_backend(self._matrix(X, prior), y, margin)
+        self.trees_ = None  # compiled trees of an earlier fit would score the old model
+
+    def compile(self):
+        """Score with the booster's trees compiled to a shared library from now on (``rerankers.compiled``);
+        where that is unavailable, LightGBM's own predict stays. ``inference_`` says which; returns self."""
+        self.trees_, self.inference_ = None, "LightGBM predict"
+        if self.backend != "lightgbm":
+            self.inference_ = "sklearn predict (compiled trees are for LightGBM boosters)"
+            return self
+        from specrank.rerankers.compiled import compile_booster
+
+        self.trees_, self.inference_ = compile_booster(self.model_)
+        return self
+
+    def margin(self, m) -> np.ndarray:
+        """(n,) raw LightGBM margins of the feature matrix ``m`` (n, F): compiled trees when built."""
+        trees = getattr(self, "trees_", None)
+        raw = trees.raw(m) if trees is not None else None
+        return self.model_.predict(m, raw_score=True) if raw is None else raw
 
     def _predict(self, X):
         prior = self.prior_.transform(np.asarray(X["token"])) if PRIOR_FEATURE in self.features_ else None
         m = self._matrix(X, prior)
-        if self.backend == "lightgbm" and getattr(self, "boost_from_draft", False):
-            raw = self.model_.predict(m, raw_score=True) + draft_margin(X)
+        if self.backend == "lightgbm":  # both objectives map the margin through the logistic function
+            raw = self.margin(m) + (draft_margin(X) if getattr(self, "boost_from_draft", False) else 0.0)
             return 1.0 / (1.0 + np.exp(-raw))
-        if self.backend == "lightgbm":
-            return self.model_.predict(m)
         with threadpool_limits(self.n_jobs, user_api="openmp"):
             if self.label_kind_ == "argmax":
                 return self.model_.predict_proba(m)[:, list(self.model_.classes_).index(1.0)]

@@ -3,6 +3,8 @@ verification (seed 000 App. D.8)."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from specrank.decode.strategies.base import SelectionStrategy, StrategyError, round_batch, top_tree
@@ -19,6 +21,9 @@ class RerankedSelection(SelectionStrategy):
 
     def __init__(self, reranker, source: str = ""):
         check_predictor(reranker, source)
+        if callable(getattr(reranker, "compile", None)):  # once, at load: the rounds then pay no setup
+            reranker.compile()
+            print(f"reranker {source or type(reranker).__name__}: {reranker.inference_}", file=sys.stderr)
         self.reranker, self.source = reranker, source
         from specrank.featurize.rows import ROW_FEATURES
 
