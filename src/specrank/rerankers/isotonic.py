@@ -81,6 +81,8 @@ class PerDepthCalibration(Reranker):
     def _predict(self, X):
         return self._map(X["depth"].to_numpy(), X["q_edge"].to_numpy())
 
+    first_factor_features_ = ("q",)  # what predict_first_factor reads, whatever the edges it was fitted on
+
     def predict_first_factor(self, features) -> np.ndarray:
         """First-level features (column ``q``) -> the depth-1 map's calibrated probability."""
         self.check_meta(features)

@@ -27,7 +27,7 @@ class RerankedSelection(SelectionStrategy):
         self.reranker, self.source = reranker, source
         from specrank.featurize.rows import ROW_FEATURES
 
-        self.needs_rows = any(f in ROW_FEATURES for f in reranker.features_)
+        self.needs_rows = any(f in ROW_FEATURES for f in online_features(reranker))
 
     def check(self, config) -> None:
         check_reranker(self.reranker, config, self.source)
@@ -50,6 +50,11 @@ def check_predictor(reranker, source: str = "") -> None:
         raise StrategyError(f"{where}: not a fitted specrank reranker (no {missing[0]})")
 
 
+def online_features(reranker) -> list[str]:
+    """The features ``predict_first_factor`` reads (per-depth calibration fits on edges, predicts from ``q``)."""
+    return list(getattr(reranker, "first_factor_features_", reranker.features_))
+
+
 def check_reranker(reranker, config, source: str = "") -> None:
     """One-line StrategyError unless the reranker fits this run's label kind, pool topk and features."""
     from specrank.featurize.sets import resolve_features
@@ -63,6 +68,6 @@ def check_reranker(reranker, config, source: str = "") -> None:
         raise StrategyError(f"{where}: trained for pools with topk={reranker.topk_}, this run has topk="
                             f"{config.shape.topk}")
     try:
-        resolve_features(list(reranker.features_))
+        resolve_features(online_features(reranker))
     except ValueError as exc:
         raise StrategyError(f"{where}: feature schema mismatch: {exc}") from None
