@@ -7,7 +7,8 @@ publishes for it (one layer, draft vocabulary 32,000, features from 3 target lay
 agrees with a random target about never, so every round emits one token: ``--rounds`` rounds run.
 The reranker is a Rows LightGBM reranker of the paper's size (400 trees, 63 leaves) fitted on
 synthetic rounds. Each decoder runs twice: once as users run it (its total per round), once with the
-device synchronised at every span boundary (the split).
+device synchronised at every span boundary (the split). ``reranker_share_of_round`` is the reranked
+decoder's reranker milliseconds over its round's (split run), also printed per budget on stderr.
 
     python benchmarks/bench_gpu.py --shape tiny                     # CPU smoke test (a test runs it)
     python benchmarks/bench_gpu.py --device cuda --shape llama-3.1-8b --rounds 100   # B = 59 and 8
@@ -160,13 +161,18 @@ def main(argv=None) -> int:
     prompt = torch.randint(0, target.vocab_size, (args.prompt_len,), generator=torch.Generator().manual_seed(1)).tolist()
     result = {"device": str(device), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
               "shape": args.shape, "dtype": str(dtype).removeprefix("torch."), "prompt_len": args.prompt_len,
-              "rounds": args.rounds, "build_seconds": built, "budgets": {}}
+              "rounds": args.rounds, "build_seconds": built, "budgets": {},
+              "reranker_share_of_round": {}}
     for budget in args.budget or [59, 8]:
         decoders = {"draft": Decoder(target, drafter, "draft", budget=budget),
                     "reranked": Decoder(target, drafter, "reranked", reranker=reranker, budget=budget)}
         for d in decoders.values():  # warm-up: kernels, allocator, LightGBM
             run_decoder(d, prompt[:64], 3, sync)
         result["budgets"][budget] = {name: run_decoder(d, prompt, args.rounds, sync) for name, d in decoders.items()}
+        split = result["budgets"][budget]["reranked"]["split"]
+        result["reranker_share_of_round"][budget] = split["rerank"] / split["total"]
+        print(f"B = {budget}: reranker {split['rerank']:.3f} ms of a {split['total']:.2f} ms round "
+              f"({100 * split['rerank'] / split['total']:.2f}%)", file=sys.stderr)
     result["goals"] = {"bookkeeping_ms_per_round": args.max_bookkeeping_ms, "rerank_ms_per_round": args.max_rerank_ms}
     worst = max(r["split"]["bookkeeping"] for b in result["budgets"].values() for r in b.values())
     rerank = max(b["reranked"]["split"]["rerank"] for b in result["budgets"].values())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -85,6 +86,7 @@ def build(booster, path: Path) -> None:
     import tl2cgen
     import treelite
 
+    print(f"compiling {booster.num_trees()} trees to {path} (once per model)", file=sys.stderr, flush=True)
     model = treelite.frontend.from_lightgbm(booster)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
