@@ -1,6 +1,8 @@
 """Compiled inference: the shared-library trees against LightGBM's own predict, the cache, the fallback, and
 the isotonic rerankers' array lookups against sklearn's predict."""
 
+import pickle
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -94,6 +96,9 @@ def test_gbm_reranker_compiled_and_fallback_agree_and_name_their_path(tmp_path, 
     np.testing.assert_allclose(est.predict(X), fallback, rtol=0, atol=1e-12)
     np.testing.assert_allclose(fallback, est.model_.predict(est._matrix(X, est.prior_.transform(X["token"]))),
                                rtol=0, atol=1e-12)
+    copy = pickle.loads(pickle.dumps(est))  # the library stays behind; the copy predicts through LightGBM
+    assert getattr(copy, "trees_", None) is None and not hasattr(copy, "inference_")
+    np.testing.assert_allclose(copy.predict(X), fallback, rtol=0, atol=1e-12)
     est.fit(X.assign(label=1.0 - X["label"]))  # a refit drops the compiled trees of the old model
     assert est.trees_ is None
 

@@ -117,6 +117,12 @@ class GBMReranker(Reranker):
         self.trees_, self.inference_ = compile_booster(self.model_)
         return self
 
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("trees_", None)  # a loaded library does not pickle: LightGBM predicts until compile() again
+        state.pop("inference_", None)
+        return state
+
     def margin(self, m) -> np.ndarray:
         """(n,) raw LightGBM margins of the feature matrix ``m`` (n, F): compiled trees when built."""
         trees = getattr(self, "trees_", None)
