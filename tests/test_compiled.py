@@ -92,7 +92,12 @@ def test_gbm_reranker_compiled_and_fallback_agree_and_name_their_path(tmp_path, 
     est = GBMReranker(features=["q", "log_q", "sib_rank", "position", "task", "token_prior"], n_estimators=20,
                       num_leaves=7, min_child_samples=5, n_jobs=1).fit(X)
     fallback = est.predict(X)
-    assert est.compile().inference_.startswith("compiled trees") and est.trees_ is not None
+    assert est.compile("lightgbm").inference_ == "LightGBM predict" and est.trees_ is None
+    fastest = est.compile().inference_  # timed against LightGBM: either path, with its timing
+    assert " ms, LightGBM " in fastest and (est.trees_ is not None) == fastest.startswith("compiled trees")
+    with pytest.raises(ValueError, match="'gpu' is not one of fastest, compiled, lightgbm"):
+        est.compile("gpu")
+    assert est.compile("compiled").inference_.startswith("compiled trees") and est.trees_ is not None
     np.testing.assert_allclose(est.predict(X), fallback, rtol=0, atol=1e-12)
     np.testing.assert_allclose(fallback, est.model_.predict(est._matrix(X, est.prior_.transform(X["token"]))),
                                rtol=0, atol=1e-12)

@@ -3,10 +3,11 @@ library once (cached by the model text's sha256 under ``$SPECRANK_CACHE/treelite
 calling the library's per-row ``predict`` through ctypes into preallocated buffers.
 
 Why not ``treelite.gtil.predict`` or tl2cgen's own ``Predictor``: on ~10 rows their per-call setup (a
-DMatrix, a thread pool, a JSON config) costs more than the trees (``benchmarks/bench_online.py`` compares
+DMatrix, a thread pool, a JSON config) costs more than the trees (``benchmarks/bench_online.py`` times
 them). The per-row call sums the trees in LightGBM's order, so margins match ``Booster.predict`` to
-rounding. Where treelite, tl2cgen or a C compiler is missing, ``compile_booster`` says why and the
-reranker keeps LightGBM's own ``predict``.
+rounding. A large ensemble compiles to megabytes of branches, and single-threaded LightGBM can then be
+as fast, so ``faster_than_lightgbm`` times both at load. Where treelite, tl2cgen or a C compiler is
+missing, ``compile_booster`` says why and the reranker keeps LightGBM's own ``predict``.
 """
 
 from __future__ import annotations
@@ -99,3 +100,23 @@ def build(booster, path: Path) -> None:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def faster_than_lightgbm(trees: CompiledTrees, booster, rows: int, calls: int = 30) -> tuple[bool, str]:
+    """(the library is faster, the timing line): median of ``calls`` scorings of ``rows`` random rows each."""
+    import time
+
+    m = np.random.default_rng(0).normal(size=(rows, trees.n_features))
+
+    def median_ms(fn) -> float:
+        fn()
+        times = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return 1000 * float(np.median(times))
+
+    lib = median_ms(lambda: trees.raw(m))
+    own = median_ms(lambda: booster.predict(m, raw_score=True, num_threads=1))
+    return lib < own, f"{rows} rows: library {lib:.3f} ms, LightGBM {own:.3f} ms"
