@@ -35,8 +35,8 @@ GPU_ROUND_MS = 14.5  # EAGLE-3, Llama-3.1-8B, SGLang, one H100: 373 tokens/s at 
 RERANKERS = ("rows", "base", "isotonic", "per-depth")
 
 
-def fit_rerankers(run_dir) -> dict:
-    """The four rerankers fitted on one recorded run (GBMs at the paper's size)."""
+def fit_rerankers(run_dir):
+    """({name: reranker}, features): the four rerankers fitted on one recorded run (GBMs at the paper's size)."""
     from specrank.featurize import featurize_run
     from specrank.featurize.edges import edge_frame
     from specrank.decode.runs.tables import read_rounds
@@ -70,7 +70,8 @@ def inference_ms(reranker, features, topk: int) -> dict:
     import numpy as np
 
     m = reranker._matrix(features.iloc[:topk], reranker.prior_.transform(features["token"].to_numpy()[:topk]))
-    out = {"lightgbm_predict": best_ms(lambda: reranker.model_.predict(m, raw_score=True))}
+    out = {"lightgbm_predict": best_ms(lambda: reranker.model_.predict(m, raw_score=True, num_threads=1)),
+           "lightgbm_predict_default_threads": best_ms(lambda: reranker.model_.predict(m, raw_score=True))}
     try:
         import treelite
         import treelite.gtil
@@ -79,9 +80,12 @@ def inference_ms(reranker, features, topk: int) -> dict:
         out["treelite_gtil"] = best_ms(lambda: treelite.gtil.predict(model, m, nthread=1, pred_margin=True))
     except ImportError:
         pass
-    if reranker.trees_ is not None:
-        out["compiled_library"] = best_ms(lambda: reranker.trees_.raw(m))
-        assert np.allclose(reranker.trees_.raw(m), reranker.model_.predict(m, raw_score=True), rtol=0, atol=1e-9)
+    from specrank.rerankers.compiled import compile_booster
+
+    trees, _ = compile_booster(reranker.model_)  # built (or found in the cache) at the reranker's load
+    if trees is not None:
+        out["compiled_library"] = best_ms(lambda: trees.raw(m))
+        assert np.allclose(trees.raw(m), reranker.model_.predict(m, raw_score=True), rtol=0, atol=1e-9)
     return out
 
 
