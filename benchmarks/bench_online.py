@@ -128,7 +128,9 @@ def main(argv=None) -> int:
             rerankers, features = fit_rerankers(run_dir)
         config = DecodeConfig(budget=budget, extra=0, max_new_tokens=args.max_new_tokens)
         strategies = {"draft": make_strategy("draft")}
-        strategies |= {f"reranked-{k}": make_strategy("reranked", r, k) for k, r in rerankers.items()}
+        for k, r in rerankers.items():
+            strategies[f"reranked-{k}"] = make_strategy("reranked", r, k)
+            strategies[f"reranked-{k}"].name = f"reranked-{k}"  # the rounds table tells the four apart by name
         rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, warmup=1)
         table = decoder_table(decodes).set_index("decoder")
         acc = acceptance_summary(rounds, args.bootstrap).set_index(["decoder", "statistic"])
