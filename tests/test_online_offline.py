@@ -66,7 +66,7 @@ class CapturingReranked(RerankedSelection):
 
     def first_factor(self, pool, ctx):
         factor = super().first_factor(pool, ctx)
-        self.seen.append((ctx.features(), factor))
+        self.seen.append((ctx.features(self.groups), factor))  # the features it predicted from (cached)
         return factor
 
     def select(self, pool, ctx):
@@ -111,7 +111,8 @@ def test_online_features_predictions_and_trees_equal_offline_on_recorded_rounds(
     columns = [c for c in strategy.seen[0][0].columns if c != "task"]  # token and every numeric feature
     online = np.concatenate([np.column_stack([f[c] for c in columns]) for f, _ in strategy.seen])
     np.testing.assert_array_equal(online, offline[columns].to_numpy(float))
-    assert all((f["task"] == "t").all() for f, _ in strategy.seen)
+    assert all((f["task"] == "t").all() for f, _ in strategy.seen if "task" in f)
+    assert ("task" in strategy.seen[0][0]) == (kind in ("base", "rows"))  # only what the reranker reads
     online_pred = np.concatenate([p for _, p in strategy.seen])
     offline_pred = reranker.predict_first_factor(offline)
     np.testing.assert_allclose(online_pred, offline_pred, rtol=0, atol=1e-12)

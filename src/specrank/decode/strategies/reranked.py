@@ -28,13 +28,16 @@ class RerankedSelection(SelectionStrategy):
         from specrank.featurize.rows import ROW_FEATURES
 
         self.needs_rows = any(f in ROW_FEATURES for f in online_features(reranker))
+        from specrank.featurize.features import feature_groups
+
+        self.groups = feature_groups(online_features(reranker))  # compute only what the reranker reads
 
     def check(self, config) -> None:
         check_reranker(self.reranker, config, self.source)
 
     def first_factor(self, pool, ctx) -> np.ndarray:
         """(topk,) predicted first factors of this round's first-level candidates."""
-        return np.asarray(self.reranker.predict_first_factor(ctx.features()), dtype=np.float64)
+        return np.asarray(self.reranker.predict_first_factor(ctx.features(self.groups)), dtype=np.float64)
 
     def select(self, pool, ctx):
         factor = self.first_factor(pool, ctx)[None]
