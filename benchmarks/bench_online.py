@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     result["goals"] = {"rerank_ms_per_round": args.max_rerank_ms}
     worst = max(d["ms_per_round"]["rerank"] for b in result["budgets"].values()
                 for n, d in b["decoders"].items() if n != "draft")
-    result["met"] = worst <= args.max_rerank_ms
+    result["met"] = bool(worst <= args.max_rerank_ms)
     text = json.dumps(result, indent=2)
     print(text)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
