@@ -104,8 +104,8 @@ def test_online_features_predictions_and_trees_equal_offline_on_recorded_rounds(
         monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     reranker = _reranker(kind, training_rounds)
     strategy = CapturingReranked(reranker)
-    assert reranker.inference_.startswith(path)
     records = _run(*pair, strategy, GREEDY, PROMPTS[6:9])
+    assert reranker.inference_.startswith(path)  # prepared once, when the first decode checked it
     table = rounds_table(records, SHAPE.size, SHAPE.topk)
     offline = featurize_rounds(table, MANIFEST, labels=False)
     columns = [c for c in strategy.seen[0][0].columns if c != "task"]  # token and every numeric feature

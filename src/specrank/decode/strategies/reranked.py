@@ -21,10 +21,7 @@ class RerankedSelection(SelectionStrategy):
 
     def __init__(self, reranker, source: str = ""):
         check_predictor(reranker, source)
-        if callable(getattr(reranker, "compile", None)):  # once, at load: the rounds then pay no setup
-            reranker.compile()
-            print(f"reranker {source or type(reranker).__name__}: {reranker.inference_}", file=sys.stderr)
-        self.reranker, self.source = reranker, source
+        self.reranker, self.source, self.prepared = reranker, source, False
         from specrank.featurize.rows import ROW_FEATURES
 
         self.needs_rows = any(f in ROW_FEATURES for f in online_features(reranker))
@@ -34,6 +31,15 @@ class RerankedSelection(SelectionStrategy):
 
     def check(self, config) -> None:
         check_reranker(self.reranker, config, self.source)
+        self.prepare()
+
+    def prepare(self) -> None:
+        """Once, before the first round of a checked reranker: compile its inference, name the path (one line)."""
+        if self.prepared or not callable(getattr(self.reranker, "compile", None)):
+            return
+        self.reranker.compile()
+        self.prepared = True
+        print(f"reranker {self.source or type(self.reranker).__name__}: {self.reranker.inference_}", file=sys.stderr)
 
     def first_factor(self, pool, ctx) -> np.ndarray:
         """(topk,) predicted first factors of this round's first-level candidates."""
