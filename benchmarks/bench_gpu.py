@@ -7,7 +7,8 @@ publishes for it (one layer, draft vocabulary 32,000, features from 3 target lay
 agrees with a random target about never, so every round emits one token: ``--rounds`` rounds run.
 The reranker is a Rows LightGBM reranker of the paper's size (400 trees, 63 leaves) fitted on
 synthetic rounds. Each decoder runs twice: once as users run it (its total per round), once with the
-device synchronised at every span boundary (the split).
+device synchronised at every span boundary (the split). ``reranker_share_of_round`` is the reranked
+decoder's reranker milliseconds over its round's (split run), also printed per budget on stderr.
 
     python benchmarks/bench_gpu.py --shape tiny                     # CPU smoke test (a test runs it)
     python benchmarks/bench_gpu.py --device cuda --shape llama-3.1-8b --rounds 100   # B = 59 and 8
@@ -228,7 +229,8 @@ def main(argv=None) -> int:
               "shape": args.shape, "target_layers": target.num_layers, "head_layers": list(drafter.hidden_layers),
               "dtype": str(dtype).removeprefix("torch."), "prompt_len": args.prompt_len,
               "threads": torch.get_num_threads(),
-              "rounds": args.rounds, "build_seconds": built, "peak_mib_built": peak_memory_mib(device), "budgets": {}}
+              "rounds": args.rounds, "build_seconds": built, "peak_mib_built": peak_memory_mib(device), "budgets": {},
+              "reranker_share_of_round": {}}
     if args.record_rounds:
         reset_peak(device)
         result["record"] = record_rounds(target, drafter, prompt, args.record_rounds, 8, sync)
@@ -243,6 +245,11 @@ def main(argv=None) -> int:
                 run_decoder(d, prompt[:64], args.warmup_rounds, sync)
         result["budgets"][budget] = {name: run_decoder(d, prompt, args.rounds, sync) for name, d in decoders.items()}
         result["budgets"][budget]["peak_mib"] = peak_memory_mib(device)
+        if "reranked" in decoders:
+            split = result["budgets"][budget]["reranked"]["split"]
+            result["reranker_share_of_round"][budget] = split["rerank"] / split["total"]
+            print(f"B = {budget}: reranker {split['rerank']:.3f} ms of a {split['total']:.2f} ms round "
+                  f"({100 * split['rerank'] / split['total']:.2f}%)", file=sys.stderr)
     result["goals"] = {"bookkeeping_ms_per_round": args.max_bookkeeping_ms, "rerank_ms_per_round": args.max_rerank_ms}
     runs = [r for b in result["budgets"].values() for name, r in b.items() if name in names]
     worst = max(r["split"]["bookkeeping"] for r in runs)

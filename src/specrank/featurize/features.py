@@ -45,14 +45,34 @@ def _slice(rounds, start: int, stop: int):
     return rounds.iloc[start:stop]
 
 
-def candidate_features(a: dict, topk: int, kind: str, labels: bool) -> dict[str, np.ndarray]:
-    """Every per-candidate array of a chunk of rounds, each (n, topk)."""
+FEATURE_GROUPS = ("draft", "subtree", "context", "rows")
+
+
+def feature_groups(names) -> tuple[str, ...]:
+    """The groups of ``FEATURE_GROUPS`` that compute ``names`` (the token prior needs only ``token``)."""
+    from specrank.featurize.context import CONTEXT_FEATURES
+    from specrank.featurize.draft import DRAFT_FEATURES
+    from specrank.featurize.rows import ROW_FEATURES
+    from specrank.featurize.subtree import SUBTREE_FEATURES
+
+    members = dict(zip(FEATURE_GROUPS, (DRAFT_FEATURES, SUBTREE_FEATURES, CONTEXT_FEATURES, ROW_FEATURES)))
+    return tuple(g for g in FEATURE_GROUPS if any(n in members[g] for n in names))
+
+
+def candidate_features(a: dict, topk: int, kind: str, labels: bool,
+                       groups=FEATURE_GROUPS) -> dict[str, np.ndarray]:
+    """The per-candidate arrays of ``groups`` (all by default) of a chunk of rounds, each (n, topk)."""
     token1 = a["token"][:, :topk]  # (n, K)
     feats = {"token": token1.astype(np.int64)}
-    feats.update(draft_features(a["q_edge"][:, :topk]))
-    feats.update(subtree_features(a["parent"], a["depth"], a["q_edge"], a["draft_logp"], topk))
-    feats.update(context_features(token1, a["root_token"], a["prompt_len"], a["position"], a["prev_accepted"]))
-    feats.update(row_features({s: a[f"{s}_logp"] for s in ROW_SOURCES}, a["cache_age"], a["prev_tree_root_token_count"]))
+    if "draft" in groups:
+        feats.update(draft_features(a["q_edge"][:, :topk]))
+    if "subtree" in groups:
+        feats.update(subtree_features(a["parent"], a["depth"], a["q_edge"], a["draft_logp"], topk))
+    if "context" in groups:
+        feats.update(context_features(token1, a["root_token"], a["prompt_len"], a["position"], a["prev_accepted"]))
+    if "rows" in groups:
+        feats.update(row_features({s: a[f"{s}_logp"] for s in ROW_SOURCES}, a["cache_age"],
+                                  a["prev_tree_root_token_count"]))
     if labels:
         feats[schema.LABEL_COLUMN] = a[LABEL_SOURCE[kind]][:, :topk].astype(np.float64)
     return feats
@@ -128,19 +148,22 @@ class FeatureArrays(dict):
         return len(next(iter(self.values()))) if dict.__len__(self) else 0
 
 
-def round_features(pool: dict, context: dict, rows: dict, *, task: str, topk: int, temperature: float) -> FeatureArrays:
+def round_features(pool: dict, context: dict, rows: dict | None, *, task: str, topk: int, temperature: float,
+                   groups=FEATURE_GROUPS) -> FeatureArrays:
     """Features of one round's ``topk`` first-level candidates, computed by the offline featurizer's own
     functions (so they equal ``featurize_rounds`` on the recorded round, bit for bit).
 
     ``pool``: ``token, parent, depth, q_edge, draft_logp`` (M,); ``context``: ``root_token, prompt_len,
-    position, prev_accepted`` scalars; ``rows``: the retained-row columns of ``specrank.schema``.
+    position, prev_accepted`` scalars; ``rows``: the retained-row columns of ``specrank.schema`` (None when
+    ``groups`` leaves them out). Only ``groups`` are computed (a reranker reads the columns it was fitted on).
     """
     kind = "argmax" if temperature == 0 else "probability"
     a = {k: np.asarray(v)[None] for k, v in pool.items()}
     a.update({k: np.asarray([v]) for k, v in context.items()})
-    a.update({k: np.asarray(v)[None] for k, v in rows.items()})
-    cols = {k: v.reshape(-1) for k, v in candidate_features(a, topk, kind, labels=False).items()}
-    cols["task"] = np.full(topk, task, dtype=object)
+    a.update({k: np.asarray(v)[None] for k, v in (rows or {}).items()})
+    cols = {k: v.reshape(-1) for k, v in candidate_features(a, topk, kind, False, groups).items()}
+    if "context" in groups:
+        cols["task"] = np.full(topk, task, dtype=object)
     return FeatureArrays(cols, {META_KEY: feature_meta(kind, topk, temperature)})
 
 

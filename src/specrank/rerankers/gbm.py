@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from threadpoolctl import threadpool_limits
 
@@ -12,6 +14,8 @@ from specrank.rerankers.online import Reranker, boolean, input_columns, integer,
 
 BACKENDS = ("lightgbm", "sklearn")
 MONOTONE_FEATURES = ("q", "log_q")  # the draft probability of the candidate
+SMALL_BATCH = 1024  # rows LightGBM scores on one thread
+TREE_PATHS = ("fastest", "compiled", "lightgbm")
 MARGIN_CLIP = 1e-6  # q is clipped to [c, 1 - c] before its logit becomes the starting margin
 
 
@@ -108,15 +112,56 @@ class GBMReranker(Reranker):
         prior = self.prior_.fit_transform(X["token"].to_numpy(), y) if PRIOR_FEATURE in self.features_ else None
         margin = draft_margin(X) if self.boost_from_draft else None
         self.model_ = self._fit_backend(self._matrix(X, prior), y, margin)
+        self.trees_ = None  # compiled trees of an earlier fit would score the old model
+
+    def compile(self, trees: str | None = None):
+        """Prepare per-round scoring; ``inference_`` names the path; returns self.
+
+        ``trees`` (default ``$SPECRANK_TREES``, else ``fastest``): ``compiled`` scores through the trees
+        compiled to a shared library (``rerankers.compiled``) where they build; ``lightgbm`` keeps
+        LightGBM's predict (one thread on a round's rows); ``fastest`` builds the library, times both on
+        one round's worth of rows and keeps the faster (a 400-tree library of branches can lose to
+        LightGBM's own node arrays). The two agree to rounding (``tests/test_compiled.py``).
+        """
+        choice = trees or os.environ.get("SPECRANK_TREES") or "fastest"
+        if choice not in TREE_PATHS:
+            raise ValueError(f"trees: {choice!r} is not one of {', '.join(TREE_PATHS)}")
+        self.trees_, self.inference_ = None, "LightGBM predict"
+        if self.backend != "lightgbm":
+            self.inference_ = "sklearn predict (compiled trees are for LightGBM boosters)"
+            return self
+        if choice == "lightgbm":
+            return self
+        from specrank.rerankers.compiled import compile_booster, faster_than_lightgbm
+
+        self.trees_, self.inference_ = compile_booster(self.model_)
+        if self.trees_ is not None and choice == "fastest":
+            keep, timing = faster_than_lightgbm(self.trees_, self.model_, self.topk_)
+            self.trees_, self.inference_ = (self.trees_, f"{self.inference_}, {timing}") if keep else (
+                None, f"LightGBM predict ({timing})")
+        return self
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("trees_", None)  # a loaded library does not pickle: LightGBM predicts until compile() again
+        state.pop("inference_", None)
+        return state
+
+    def margin(self, m) -> np.ndarray:
+        """(n,) raw LightGBM margins of the feature matrix ``m`` (n, F): compiled trees when built."""
+        trees = getattr(self, "trees_", None)
+        raw = trees.raw(m) if trees is not None else None
+        if raw is not None:
+            return raw
+        threads = 1 if len(m) <= SMALL_BATCH else (self.n_jobs or 0)  # a thread pool costs more than ~10 rows
+        return self.model_.predict(m, raw_score=True, num_threads=threads)
 
     def _predict(self, X):
         prior = self.prior_.transform(np.asarray(X["token"])) if PRIOR_FEATURE in self.features_ else None
         m = self._matrix(X, prior)
-        if self.backend == "lightgbm" and getattr(self, "boost_from_draft", False):
-            raw = self.model_.predict(m, raw_score=True) + draft_margin(X)
+        if self.backend == "lightgbm":  # both objectives map the margin through the logistic function
+            raw = self.margin(m) + (draft_margin(X) if getattr(self, "boost_from_draft", False) else 0.0)
             return 1.0 / (1.0 + np.exp(-raw))
-        if self.backend == "lightgbm":
-            return self.model_.predict(m)
         with threadpool_limits(self.n_jobs, user_api="openmp"):
             if self.label_kind_ == "argmax":
                 return self.model_.predict_proba(m)[:, list(self.model_.classes_).index(1.0)]

@@ -23,6 +23,14 @@ def binned_isotonic(q, y, n_bins: int) -> IsotonicRegression:
     return iso.fit(q_mean, y_mean, sample_weight=count)
 
 
+def isotonic_lookup(iso: IsotonicRegression, q) -> np.ndarray:
+    """``iso.predict(q)`` as one np.interp on its fitted thresholds (no input validation, no scipy
+    interpolator per call): inputs clipped to the fitted range, NaN stays NaN."""
+    x, y = iso.X_thresholds_, iso.y_thresholds_
+    q = np.clip(np.asarray(q, dtype=np.float64), iso.X_min_, iso.X_max_)
+    return np.full(q.shape, float(y[0])) if len(x) == 1 else np.interp(q, x, y)
+
+
 class IsotonicFirstFactor(Reranker):
     """Replaces q1 by an isotonic estimate of the target probability (200 equal-count bins)."""
 
@@ -37,7 +45,7 @@ class IsotonicFirstFactor(Reranker):
         self.iso_ = binned_isotonic(X["q"].to_numpy(), y, self.n_bins)
 
     def _predict(self, X):
-        return self.iso_.predict(np.asarray(X["q"], dtype=np.float64))
+        return isotonic_lookup(self.iso_, X["q"])
 
 
 class PerDepthCalibration(Reranker):
@@ -62,18 +70,22 @@ class PerDepthCalibration(Reranker):
 
     def _map(self, depth, q):
         depth = np.clip(np.asarray(depth), min(self.maps_), max(self.maps_))
+        q = np.asarray(q, dtype=np.float64)
         out = np.full(len(q), np.nan)
         for d, iso in self.maps_.items():  # a handful of depths
             sel = depth == d
             if sel.any():
-                out[sel] = iso.predict(np.asarray(q, dtype=np.float64)[sel])
+                out[sel] = isotonic_lookup(iso, q[sel])
         return out
 
     def _predict(self, X):
         return self._map(X["depth"].to_numpy(), X["q_edge"].to_numpy())
 
+    first_factor_features_ = ("q",)  # what predict_first_factor reads, whatever the edges it was fitted on
+
     def predict_first_factor(self, features) -> np.ndarray:
         """First-level features (column ``q``) -> the depth-1 map's calibrated probability."""
         self.check_meta(features)
         schema.require_columns(features.columns, ["q"], "features")
-        return np.clip(self._map(np.ones(len(features)), np.asarray(features["q"])), 0.0, 1.0)
+        first = self.maps_[int(np.clip(1, min(self.maps_), max(self.maps_)))]  # as ``_map`` clips depth 1
+        return np.clip(isotonic_lookup(first, features["q"]), 0.0, 1.0)

@@ -98,6 +98,12 @@ class Reranker(BaseEstimator):
         """Online interface: features of one or more rounds' first-level candidates -> predictions."""
         return self.predict(features)
 
+    def compile(self):
+        """Prepare inference for per-round use; ``inference_`` names the path. Here the fitted tables are
+        already arrays (np.interp lookups); GBM rerankers compile their trees. Returns self."""
+        self.inference_ = "array lookup (np.interp on the fitted isotonic thresholds)"
+        return self
+
     def check_features(self, X) -> None:
         """Raise RerankerError unless ``X`` has this reranker's label kind, pool topk and columns."""
         self.check_meta(X)

@@ -140,6 +140,7 @@ def decode_round(target, drafter, state: PromptState, config: DecodeConfig, veri
     """One round: grow the pool, a root pass if the strategy needs the root row, select, one tree pass
     (root + tree, plus an observer's prefixes), verify, commit. Returns (tokens emitted, the observer's record)."""
     from specrank.decode.strategies.features import first_level_features
+    from specrank.featurize.features import FEATURE_GROUPS
 
     root_known = state.root_logits is not None
     rule = strategy.plan(root_known)
@@ -147,7 +148,7 @@ def decode_round(target, drafter, state: PromptState, config: DecodeConfig, veri
     pool, root_known = draft_phase(target, drafter, state, config, rule, timer)
     drawn = rule.draw(state.root_logits, pool, verifier, state.generator) if rule.draws_first else -1
     node = drawn_node(pool, drawn, config.shape.topk) if rule.draws_first else -1
-    features = once(lambda: first_level_features(state, pool, config))
+    features = once(lambda groups=FEATURE_GROUPS: first_level_features(state, pool, config, groups))
     ctx = RoundContext(config.budget, config.law, config.temperature, state.root_logits, node, features)
     with timer.span("rerank") if rule.reranks else nullcontext():
         tree, score = rule.select(pool, ctx)

@@ -5,23 +5,25 @@ from __future__ import annotations
 
 import numpy as np
 
+from specrank.featurize.features import FEATURE_GROUPS
 from specrank.schema import ROW_COLUMNS, ROW_SCALARS
 
 POOL_FIELDS = ("token", "parent", "depth", "q_edge", "draft_logp")
 _ABSENT_ROWS = {**{k: np.nan for k in ROW_COLUMNS}, **{k: -1 for k in ROW_SCALARS}}
 
 
-def first_level_features(state, pool, config):
-    """Features of this round's ``topk`` first-level candidates (rows absent when no caches are kept)."""
+def first_level_features(state, pool, config, groups=FEATURE_GROUPS):
+    """Features of ``groups`` of this round's ``topk`` first-level candidates (rows absent when no caches are
+    kept; not read unless ``groups`` has them)."""
     from specrank.featurize import round_features
 
     topk = config.shape.topk
-    if state.caches is not None:
+    rows = None
+    if "rows" in groups and state.caches is not None:
         rows = state.caches.read(state.rounds, state.root, pool.token[:topk])
-        rows = {k: rows[k] for k in (*ROW_COLUMNS, *ROW_SCALARS)}
-    else:
+    elif "rows" in groups:
         rows = {k: np.full(topk, v, np.float32) if k in ROW_COLUMNS else v for k, v in _ABSENT_ROWS.items()}
     context = {"root_token": state.root, "prompt_len": len(state.prompt_ids), "position": len(state.output),
                "prev_accepted": state.prev_accepted}
     return round_features({k: getattr(pool, k) for k in POOL_FIELDS}, context, rows, task=state.task, topk=topk,
-                          temperature=config.temperature)
+                          temperature=config.temperature, groups=groups)

@@ -3,6 +3,8 @@ verification (seed 000 App. D.8)."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from specrank.decode.strategies.base import SelectionStrategy, StrategyError, round_batch, top_tree
@@ -19,17 +21,29 @@ class RerankedSelection(SelectionStrategy):
 
     def __init__(self, reranker, source: str = ""):
         check_predictor(reranker, source)
-        self.reranker, self.source = reranker, source
+        self.reranker, self.source, self.prepared = reranker, source, False
         from specrank.featurize.rows import ROW_FEATURES
 
-        self.needs_rows = any(f in ROW_FEATURES for f in reranker.features_)
+        self.needs_rows = any(f in ROW_FEATURES for f in online_features(reranker))
+        from specrank.featurize.features import feature_groups
+
+        self.groups = feature_groups(online_features(reranker))  # compute only what the reranker reads
 
     def check(self, config) -> None:
         check_reranker(self.reranker, config, self.source)
+        self.prepare()
+
+    def prepare(self) -> None:
+        """Once, before the first round of a checked reranker: compile its inference, name the path (one line)."""
+        if self.prepared or not callable(getattr(self.reranker, "compile", None)):
+            return
+        self.reranker.compile()
+        self.prepared = True
+        print(f"reranker {self.source or type(self.reranker).__name__}: {self.reranker.inference_}", file=sys.stderr)
 
     def first_factor(self, pool, ctx) -> np.ndarray:
         """(topk,) predicted first factors of this round's first-level candidates."""
-        return np.asarray(self.reranker.predict_first_factor(ctx.features()), dtype=np.float64)
+        return np.asarray(self.reranker.predict_first_factor(ctx.features(self.groups)), dtype=np.float64)
 
     def select(self, pool, ctx):
         factor = self.first_factor(pool, ctx)[None]
@@ -45,6 +59,11 @@ def check_predictor(reranker, source: str = "") -> None:
         raise StrategyError(f"{where}: not a fitted specrank reranker (no {missing[0]})")
 
 
+def online_features(reranker) -> list[str]:
+    """The features ``predict_first_factor`` reads (per-depth calibration fits on edges, predicts from ``q``)."""
+    return list(getattr(reranker, "first_factor_features_", reranker.features_))
+
+
 def check_reranker(reranker, config, source: str = "") -> None:
     """One-line StrategyError unless the reranker fits this run's label kind, pool topk and features."""
     from specrank.featurize.sets import resolve_features
@@ -58,6 +77,6 @@ def check_reranker(reranker, config, source: str = "") -> None:
         raise StrategyError(f"{where}: trained for pools with topk={reranker.topk_}, this run has topk="
                             f"{config.shape.topk}")
     try:
-        resolve_features(list(reranker.features_))
+        resolve_features(online_features(reranker))
     except ValueError as exc:
         raise StrategyError(f"{where}: feature schema mismatch: {exc}") from None
