@@ -12,6 +12,7 @@ missing, ``compile_booster`` says why and the reranker keeps LightGBM's own ``pr
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -88,18 +89,34 @@ def build(booster, path: Path) -> None:
     import treelite
 
     print(f"compiling {booster.num_trees()} trees to {path} (once per model)", file=sys.stderr, flush=True)
-    model = treelite.frontend.from_lightgbm(booster)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
     os.close(fd)
     try:
-        jobs = max(1, min(8, booster.num_trees() // 100))
-        tl2cgen.export_lib(model, toolchain=os.environ.get("CC", "gcc"), libpath=tmp,
-                           params={"parallel_comp": jobs} if jobs > 1 else {}, nthread=1, verbose=False)
+        with native_output_to_stderr():
+            model = treelite.frontend.from_lightgbm(booster)
+            jobs = max(1, min(8, booster.num_trees() // 100))
+            tl2cgen.export_lib(model, toolchain=os.environ.get("CC", "gcc"), libpath=tmp,
+                               params={"parallel_comp": jobs} if jobs > 1 else {}, nthread=1, verbose=False)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+@contextlib.contextmanager
+def native_output_to_stderr():
+    """Send what native code writes to standard output (treelite's and tl2cgen's C++ log lines) to standard error,
+    so that a command's standard output (a benchmark's JSON) stays its own."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def faster_than_lightgbm(trees: CompiledTrees, booster, rows: int, calls: int = 30) -> tuple[bool, str]:
