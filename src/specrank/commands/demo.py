@@ -35,10 +35,10 @@ def add_arguments(parser) -> None:
                              "`make drafter` trained into the cache)")
     add_eagle3_layers(parser)
     parser.add_argument("--limit", type=at_least(MIN_PROMPTS), default=None,
-                        help="prompts of the bundled set to decode (default 40 with the EAGLE-3 head, 24 without;"
+                        help="prompts of the bundled set to decode (default 32 with the EAGLE-3 head, 24 without;"
                              f" at least {MIN_PROMPTS}: tuning inside each cross-fitting half needs two prompts)")
     parser.add_argument("--max-new-tokens", type=at_least(1), default=None,
-                        help="tokens per prompt (default 20 with the EAGLE-3 head, 14 without)")
+                        help="tokens per prompt (default 14 with the EAGLE-3 head, 14 without)")
     parser.add_argument("--temperatures", default="1,0", help="comma-separated temperatures (default 1,0)")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000)
     parser.add_argument("--tune-trials", type=at_least(0), default=12,
@@ -52,7 +52,7 @@ def add_arguments(parser) -> None:
 # Sized so the whole demo (two decodes, both temperatures) fits in ~10 minutes on 2 CPU cores: a round
 # of the default 710-candidate pool costs ~0.75 s with the EAGLE-3 head (~2 tokens) and ~1.4 s with
 # early-exit:8 (~1 token). Raise both for real studies.
-DEMO_SIZE = {"eagle3:default": (40, 20)}
+DEMO_SIZE = {"eagle3:default": (32, 14)}
 FALLBACK_SIZE = (24, 14)
 
 
