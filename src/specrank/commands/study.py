@@ -24,6 +24,7 @@ from pathlib import Path
 
 from specrank.commands.args import DTYPE_NAMES, at_least, experiment_name
 from specrank.commands.decode import add_seen_prompts_argument
+from specrank.commands.demo import _stage
 from specrank.commands.drafter import add_eagle3_layers
 from specrank.scale import add_worker_arguments
 
@@ -299,12 +300,6 @@ class _Stages:
         _stage(argv)
         self.done[stage] = digest
         write_json_atomic(self.path, self.done)
-
-
-def _stage(argv: list[str]) -> None:
-    from specrank.commands.demo import _stage as demo_stage
-
-    demo_stage(argv)
 
 
 def write_results(out: Path, results: dict) -> None:

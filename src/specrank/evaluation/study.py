@@ -22,7 +22,7 @@ from sklearn.base import clone
 
 from specrank.evaluation.data import Rounds, align_predictions
 from specrank.evaluation.offline import first_factor_table
-from specrank.evaluation.values import rule_inputs, rule_values
+from specrank.evaluation.values import per_depth_edges, rule_inputs, rule_values
 from specrank.featurize.context import previous_acceptance, prompt_index
 from specrank.featurize.rows import ROW_SOURCES
 from specrank.selection.stats import PromptBootstrap
@@ -32,6 +32,7 @@ RERANKERS = ("isotonic", "base", "rows")
 RULES = ("draft", "isotonic", "per_depth", "base", "rows", "root", "oracle")
 STACKED = {"rows+per_depth": "rows"}  # a reranker's first factor, every deeper factor calibrated per depth
 CURVE_FRACTIONS = (0.25, 0.5, 1.0)
+CURVE_RULES = ("draft", "base", "rows", "root")
 ESTIMATES = ("draft", "isotonic", "per_depth", "base", "rows")
 # What the target-row reuse paper (arXiv 2610.29210) reports for its six targets (App. D.8, Table 4).
 PAPER = {
@@ -52,13 +53,14 @@ def triple(iv) -> list[float]:
     return [float(iv.point), float(iv.low), float(iv.high)]
 
 
-def study_values(rounds: Rounds, first_factors: dict[str, np.ndarray], budgets=STUDY_BUDGETS) -> dict[str, np.ndarray]:
-    """Rule -> (N, len(budgets)) expected accepted draft tokens: ``RULES`` that have inputs, and the stacked rules."""
-    inputs = rule_inputs(rounds, first_factors)
-    values = rule_values(rounds, {r: inputs[r] for r in RULES if r in inputs}, budgets)
-    edges = inputs["per_depth"][1]["edge_factor"]  # (N, M) per-depth calibrated factors, cross-fitted
+def study_values(rounds: Rounds, first_factors: dict[str, np.ndarray], edges: np.ndarray, budgets=STUDY_BUDGETS,
+                 rules=RULES) -> dict[str, np.ndarray]:
+    """Rule -> (N, len(budgets)) expected accepted draft tokens: ``rules`` that have inputs, and the stacked rules;
+    ``edges`` (N, M): the rounds' cross-fitted per-depth calibrated factors (``per_depth_edges``)."""
+    inputs = rule_inputs(rounds, first_factors, edges)
+    values = rule_values(rounds, {r: inputs[r] for r in rules if r in inputs}, budgets)
     for name, reranker in STACKED.items():
-        if reranker in first_factors:
+        if reranker in first_factors and "per_depth" in rules:
             stacked = edges.copy()
             stacked[:, : rounds.topk] = first_factors[reranker]  # pool order: the first level comes first
             values[name] = rule_values(rounds, {name: ("per_depth", {"edge_factor": stacked})}, budgets)[name]
@@ -99,9 +101,9 @@ def budget_figures(boot: PromptBootstrap, values: dict[str, np.ndarray], budgets
     return out
 
 
-def estimate_errors(boot: PromptBootstrap, rounds: Rounds, first_factors: dict[str, np.ndarray]) -> dict:
+def estimate_errors(boot: PromptBootstrap, rounds: Rounds, first_factors: dict[str, np.ndarray],
+                    edges: np.ndarray) -> dict:
     """Held-out squared error per first-level candidate (and % of draft's) of each estimate of ``ESTIMATES``."""
-    edges = rule_inputs(rounds, {})["per_depth"][1]["edge_factor"]
     calibrated = dict(first_factors, per_depth=edges[:, : rounds.topk])
     table = first_factor_table(boot, rounds, calibrated).set_index("estimate")
     return {name: {"mse": [float(table.loc[name, k]) for k in ("mse", "mse_low", "mse_high")],
@@ -146,7 +148,7 @@ def curve_subset(prompt_idx: np.ndarray, fold: np.ndarray, held_out: int, fracti
 
 
 def learning_curve(rounds: Rounds, features: pd.DataFrame, fold_models: dict[str, dict[int, object]],
-                   predictions: pd.DataFrame, n_boot: int, seed: int = 0, fractions=CURVE_FRACTIONS,
+                   predictions: pd.DataFrame, edges: np.ndarray, n_boot: int, seed: int = 0, fractions=CURVE_FRACTIONS,
                    budgets=STUDY_BUDGETS) -> list[dict]:
     """Rows - Base and the Rows share of root's gain with each fold's models refitted on a fraction of its
     training prompts (the fold models' own hyper-parameters); fraction 1 is ``predictions`` itself."""
@@ -168,8 +170,8 @@ def learning_curve(rounds: Rounds, features: pd.DataFrame, fold_models: dict[str
             preds[name] = column
         if fraction == 1.0:
             used = [len(features.loc[fold != f, ["prompt_id", "round"]].drop_duplicates()) for f in np.unique(fold)]
-        values = study_values(rounds, align_predictions(rounds, preds), budgets)
-        figures = budget_figures(boot, {r: values[r] for r in ("draft", "base", "rows", "root")}, budgets)
+        values = study_values(rounds, align_predictions(rounds, preds), edges, budgets, rules=CURVE_RULES)
+        figures = budget_figures(boot, {r: values[r] for r in CURVE_RULES}, budgets)
         points.append({
             "fraction": fraction,
             "training_rounds": int(round(float(np.mean(used)))),
@@ -185,7 +187,8 @@ def temperature_results(rounds: Rounds, predictions: pd.DataFrame, features: pd.
                         budgets=STUDY_BUDGETS) -> dict:
     """Every figure of one temperature's study (see the module docstring)."""
     first_factors = align_predictions(rounds, predictions)
-    values = study_values(rounds, first_factors, budgets)
+    edges = per_depth_edges(rounds)  # once: every rule and figure below reads the same cross-fitted factors
+    values = study_values(rounds, first_factors, edges, budgets)
     boot = PromptBootstrap(rounds.prompt_id, n_resamples=n_boot, seed=seed)
     available = row_availability(rounds, covered)
     gbm = {name: [fold_models[name][f] for f in sorted(fold_models[name])] for name in ("base", "rows")}
@@ -195,8 +198,9 @@ def temperature_results(rounds: Rounds, predictions: pd.DataFrame, features: pd.
         "prompts": int(len(np.unique(rounds.prompt_id))),
         "pool_size": int(rounds.pool.shape[1]),
         "budgets": budget_figures(boot, values, budgets, masks={"full_address_rounds": available["full_address"]}),
-        "first_factor": estimate_errors(boot, rounds, first_factors),
-        "learning_curve": learning_curve(rounds, features, fold_models, predictions, n_boot, seed, budgets=budgets),
+        "first_factor": estimate_errors(boot, rounds, first_factors, edges),
+        "learning_curve": learning_curve(rounds, features, fold_models, predictions, edges, n_boot, seed,
+                                         budgets=budgets),
         "row_availability_pct": {k: float(100.0 * v.mean()) for k, v in available.items()},
         "feature_importance": {name: feature_importances(models) for name, models in gbm.items()},
     }

@@ -58,15 +58,17 @@ def _edges(rounds: Rounds, mask: np.ndarray) -> pd.DataFrame:
     return edges
 
 
-def rule_inputs(rounds: Rounds, first_factors: dict[str, np.ndarray]) -> dict[str, tuple[str, dict]]:
-    """Rule name -> (registered rule, its inputs) for every rule evaluated on ``rounds``."""
+def rule_inputs(rounds: Rounds, first_factors: dict[str, np.ndarray], edges: np.ndarray | None = None
+                ) -> dict[str, tuple[str, dict]]:
+    """Rule name -> (registered rule, its inputs) for every rule evaluated on ``rounds``; ``edges``: the rounds'
+    ``per_depth_edges`` when the caller already has them (they cost a cross-fit over every pool edge)."""
     clash = sorted(set(first_factors) & set(RESERVED))
     if clash:
         raise ValueError(f"predictions: column {clash[0]!r} clashes with a built-in rule name")
     rules = {name: (name, {}) for name in EXACT_RULES}
     for name, factor in first_factors.items():
         rules[name] = ("reranked", {"first_factor": factor})
-    rules["per_depth"] = ("per_depth", {"edge_factor": per_depth_edges(rounds)})
+    rules["per_depth"] = ("per_depth", {"edge_factor": per_depth_edges(rounds) if edges is None else edges})
     for source in ROW_SOURCES:
         rules[f"subst_{source}"] = ("substitution", {"row_logp": rounds.rows[source]})
     return rules
