@@ -102,7 +102,7 @@ def missing_scheme() -> str:
     """A model URI scheme whose client library is not installed here."""
     import importlib.util
 
-    from specrank.rerankers.persist import MODEL_SCHEMES
+    from specrank.tracking.models import MODEL_SCHEMES
 
     for scheme, needs in MODEL_SCHEMES.items():
         try:

@@ -13,10 +13,10 @@ import pytest
 from specrank.cli import main
 from specrank.decode import Decoder
 from specrank.decode.config import DecodeConfig
-from specrank.decode.engine.pipeline import PipelineError, PipelinedDrafter, WorkerError, drafter_payload
-from specrank.decode.engine.pool import PoolShape, PoolShapeError
+from specrank.decode.pipeline import PipelineError, PipelinedDrafter, WorkerError, drafter_payload
+from specrank.decode.core import PoolShape, PoolShapeError
 from specrank.decode.engine.timer import Timer
-from specrank.decode.engine.worker import build_drafter
+from specrank.decode.worker import build_drafter
 from specrank.decode.loading import load_drafter
 from specrank.decode.strategies import STRATEGIES, make_strategy
 from specrank.testing import save_tiny_eagle3, save_tiny_llama

@@ -5,6 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from specrank.commands.args import at_least, experiment_name
+from specrank.featurize import featurize_rounds, read_manifest
+from specrank.featurize.arrays import label_kind
+from specrank.featurize.features import required_columns
+from specrank.featurize.storage import check_same_rounds, rounds_digest
+from specrank.files import read_schema, read_table
+from specrank.outputs import check_distinct, check_output_dir, staged
+from specrank.rerankers import load_reranker
 
 HELP = "Evaluate every selection rule offline on a run's recorded rounds, with paired prompt-bootstrap intervals."
 
@@ -36,7 +43,6 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from specrank.evaluation import evaluate_run, save_evaluation, write_report
     from specrank.evaluation.figures import FIGURES
-    from specrank.outputs import check_distinct, check_output_dir, staged
 
     run_dir, predictions = Path(args.run_dir), Path(args.predictions)
     if not run_dir.is_dir():
@@ -74,8 +80,6 @@ def run(args) -> int:
 
 def _check_models_rounds(models: dict, models_dir, run_dir: Path) -> None:
     """Refuse models fitted on other rounds than the run's (models that record none are not refused)."""
-    from specrank.featurize.storage import check_same_rounds, rounds_digest
-
     recorded = {f"{name}-fold{fold}": getattr(m, "rounds_digest_", None)
                 for fold, named in models.items() for name, m in named.items()}
     if any(recorded.values()):  # hashing the shards only when there is a digest to compare with
@@ -86,8 +90,6 @@ def _check_models_rounds(models: dict, models_dir, run_dir: Path) -> None:
 
 def _read_models(models_dir) -> dict[str, dict]:
     """{fold: {name: reranker}} from the ``NAME-foldF`` rerankers of ``specrank train``'s models/ (format 2)."""
-    from specrank.rerankers import load_reranker
-
     if not Path(models_dir).is_dir():
         raise FileNotFoundError(f"--models {models_dir}: no such directory")
     entries = sorted(p for p in Path(models_dir).glob("*-fold*") if not p.name.startswith("."))
@@ -102,11 +104,6 @@ def _read_models(models_dir) -> dict[str, dict]:
 
 def _example(run_dir: Path):
     """Features of a few rounds of the first shard: the input example and signature of logged rerankers."""
-    from specrank.featurize import featurize_rounds, read_manifest
-    from specrank.featurize.arrays import label_kind
-    from specrank.featurize.features import required_columns
-    from specrank.files import read_schema, read_table
-
     manifest = read_manifest(run_dir)
     shard = sorted(Path(run_dir, "rounds").glob("*.parquet"))[0]
     columns = required_columns(read_schema(shard).names, label_kind(manifest), False)
@@ -143,6 +140,4 @@ def _track(args, uri, evaluation, figures, report, html: str, run_dir: Path, pre
 
 def evaluation_manifest(run_dir: Path) -> dict:
     """The run's manifest without bulky entries (prompt lists), for MLflow parameters."""
-    from specrank.featurize import read_manifest
-
     return {k: v for k, v in read_manifest(run_dir).items() if not isinstance(v, list) or len(v) <= 32}

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from specrank.decode.engine.pool import DraftPool
+from specrank.decode.core import DraftPool
 from specrank.selection import DraftGroups, PoolBatch, rank_order, select_top
 
 
