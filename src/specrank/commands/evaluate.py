@@ -36,6 +36,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--models", default=None,
                         help="models/ directory of 'specrank train' (NAME-foldF): log each as an MLflow model"
                              " in its fold's nested run")
+    parser.add_argument("--trust-pickle", action="store_true",
+                        help="also load pickled (format 1) --models: this runs code from the files, trust them first")
     parser.add_argument("--model-prefix", default=None,
                         help="logged models are named PREFIX-NAME-foldF (default: the run name)")
 
@@ -51,7 +53,7 @@ def run(args) -> int:
         raise FileNotFoundError(f"predictions file {predictions} does not exist")
     out = check_output_dir(args.out)
     check_distinct({"--out": out}, {"run directory": run_dir, "--predictions": predictions, "--models": args.models})
-    models = _read_models(args.models) if args.models else {}
+    models = _read_models(args.models, args.trust_pickle) if args.models else {}
     _check_models_rounds(models, args.models, run_dir)
     uri = None
     if not args.no_tracking:
@@ -88,7 +90,7 @@ def _check_models_rounds(models: dict, models_dir, run_dir: Path) -> None:
             check_same_rounds(f"--models {models_dir}: {key}", value, digest, f"run directory {run_dir} holds rounds")
 
 
-def _read_models(models_dir) -> dict[str, dict]:
+def _read_models(models_dir, trust_pickle: bool = False) -> dict[str, dict]:
     """{fold: {name: reranker}} from the ``NAME-foldF`` rerankers of ``specrank train``'s models/ (format 2)."""
     if not Path(models_dir).is_dir():
         raise FileNotFoundError(f"--models {models_dir}: no such directory")
@@ -98,7 +100,7 @@ def _read_models(models_dir) -> dict[str, dict]:
     models: dict[str, dict] = {}
     for entry in entries:
         name, fold = entry.name.split(".")[0].rsplit("-fold", 1)
-        models.setdefault(fold, {})[name] = load_reranker(entry)
+        models.setdefault(fold, {})[name] = load_reranker(entry, trust_pickle=trust_pickle)
     return models
 
 

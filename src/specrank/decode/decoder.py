@@ -55,10 +55,6 @@ class GenerationStats:
         root = self.time_split.get("root", 0.0)
         return self.time_split.get("hidden_root", 0.0) / root if root > 0 else float("nan")
 
-    @property
-    def mean_accepted(self) -> float:
-        return sum(self.accepted) / len(self.accepted) if self.accepted else float("nan")
-
 
 @dataclass
 class GenerationOutput:

@@ -10,15 +10,14 @@ from specrank.decode.prompts import encode_prompts
 from specrank.decode.runs.measure import Measure
 from specrank.decode.runs.shards import open_run_dir, record_shards
 from specrank.decode.runs.tables import rounds_table
-from specrank.decode.strategies import DraftSelection, ScoreSelection
+from specrank.decode.strategies import DraftSelection
 
 
 def record_prompt(target, drafter, prompt_ids, config: DecodeConfig, prompt_id: str = "0", task: str = "",
-                  verifier=None, timer: Timer | None = None, select=None) -> tuple[list, list]:
-    """Record one prompt: (output token ids, round records). Rounds select top-B under ``select``
-    (``pool -> (M,)`` score; default: draft selection) and score every pool edge."""
-    strategy = DraftSelection() if select is None else ScoreSelection(select)
-    return decode_prompt(target, drafter, prompt_ids, config, strategy, verifier=verifier,
+                  verifier=None, timer: Timer | None = None) -> tuple[list, list]:
+    """Record one prompt: (output token ids, round records). Rounds verify draft selection's top-B and score
+    every pool edge."""
+    return decode_prompt(target, drafter, prompt_ids, config, DraftSelection(), verifier=verifier,
                          observer=Measure(record=True), prompt_id=prompt_id, task=task, timer=timer)
 
 

@@ -86,7 +86,6 @@ class SelectionStrategy:
     carries_leaf_row = False  # covering: a draw labelling a leaf is emitted, its row seeds the next round
     reranks = False  # selection runs a reranker (timed as reranker inference)
     needs_rows = False  # selection reads retained target rows (the row caches are kept)
-    lossless = True
 
     def plan(self, root_known: bool) -> "SelectionStrategy":
         """The strategy acting in a round (the covering decoder switches on a carried root row)."""
