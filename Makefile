@@ -26,6 +26,7 @@ demo: $(STAMP)
 	$(VENV)/bin/specrank demo
 
 test: $(STAMP)
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

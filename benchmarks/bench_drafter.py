@@ -48,7 +48,7 @@ def median_ms(fn, repeats: int) -> float:
 def step_costs(target, drafter, prompt_ids, nodes: int = 10, repeats: int = 20) -> tuple[float, float]:
     """Median ms of one drafting step over ``nodes`` tree nodes and of one target decode step."""
     from specrank.decode.loading.targets import crop_cache
-    from specrank.decode.engine.pool import causal_mask
+    from specrank.decode.core import causal_mask
 
     ids = torch.as_tensor(prompt_ids)
     n = len(ids) - 1

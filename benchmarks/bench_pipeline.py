@@ -190,7 +190,7 @@ def main(argv=None) -> int:
     from transformers.utils import logging as hf_logging
 
     from specrank.decode import load_drafter, load_target
-    from specrank.decode.engine.pipeline import PipelinedDrafter
+    from specrank.decode.pipeline import PipelinedDrafter
     from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
     from specrank.evaluation.figures import speed_gain_figure
 

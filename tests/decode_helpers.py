@@ -8,7 +8,7 @@ import torch
 from scipy.stats import chisquare
 
 from specrank.decode.config import DecodeConfig
-from specrank.decode.engine.pool import PoolShape
+from specrank.decode.core import PoolShape
 from specrank.decode.loading.standalone import CausalLMDrafter
 from specrank.decode.loading.targets import Target
 from specrank.decode.strategies import RootDrawSelection

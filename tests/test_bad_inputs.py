@@ -102,7 +102,7 @@ def missing_scheme() -> str:
     """A model URI scheme whose client library is not installed here."""
     import importlib.util
 
-    from specrank.rerankers.persist import MODEL_SCHEMES
+    from specrank.tracking.models import MODEL_SCHEMES
 
     for scheme, needs in MODEL_SCHEMES.items():
         try:
@@ -921,3 +921,26 @@ def test_a_later_failure_of_train_leaves_no_models(world, sandbox, capfd):
     assert "isotonic: cross-fitted" in captured.out  # the first reranker was fitted
     assert_one_line_error(rc, captured.err, "label")
     assert not out.exists()
+
+
+def test_the_pickle_advice_works(world, tmp_path, capfd):
+    """``evaluate --models`` of format-1 pickles says to pass --trust-pickle; passing it evaluates them."""
+    import pickle
+    import warnings
+
+    from specrank.rerankers import load_reranker
+    from specrank.rerankers.persist import describe
+
+    models = tmp_path / "models"
+    models.mkdir()
+    for fold in (0, 1):
+        est = load_reranker(world.models / f"isotonic-fold{fold}")
+        payload = {"format": "specrank-reranker/1", "meta": describe(est), "estimator": est}
+        (models / f"isotonic-fold{fold}.pkl").write_bytes(pickle.dumps(payload))
+    argv = evaluate(world, tmp_path / "eval", "--models", str(models))
+    assert main(argv) == 2
+    assert "--trust-pickle" in capfd.readouterr().err
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the trusted pickle's warning
+        assert main(argv + ["--trust-pickle"]) == 0
+    assert (tmp_path / "eval" / "report.md").is_file()

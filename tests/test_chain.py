@@ -11,7 +11,7 @@ from specrank import schema
 from specrank.decode.runs.chain import ChainConfigError, chain_config, decode_chain_prompt
 from specrank.decode.config import DecodeConfig
 from specrank.decode.runs.lossy import lossy_decode_run, read_diagnostics
-from specrank.decode.engine.pool import PoolShape
+from specrank.decode.core import PoolShape
 from specrank.decode.prompts import Prompt
 from specrank.decode.runs.tables import read_rounds
 from specrank.decode.verify.lossy.parse import parse_verifier

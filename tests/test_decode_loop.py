@@ -7,7 +7,7 @@ from specrank.decode.config import DecodeConfig
 from specrank.decode.engine.prompt import final_output
 from specrank.decode.runs.recorder import record_prompt as decode_prompt
 from specrank.decode.loading.targets import load_target
-from specrank.decode.engine.pool import PoolShape
+from specrank.decode.core import PoolShape
 from specrank.decode.verify import ExhaustiveVerifier
 
 from decode_helpers import RedrawVerifier, noisy_drafter, pooled_chisquare, tiny_target

@@ -12,7 +12,7 @@ import torch
 
 from specrank.decode.loading.eagle3 import load_eagle3
 from specrank.decode.loading.targets import Target
-from specrank.decode.engine.pool import PoolShape
+from specrank.decode.core import PoolShape
 from specrank.decode.prompts import Prompt, encode_prompt
 from specrank.drafter_training.batches import collate, windows
 from specrank.drafter_training.data import Corpus, DataError, GenerationSpec, generate_corpus, jobs, load_corpus

@@ -18,7 +18,7 @@ from specrank.decode.loading.early_exit import (
 )
 from specrank.decode.loading.standalone import TokenizerMismatchError
 from specrank.decode.loading.targets import ModelLoadError, load_target
-from specrank.decode.engine.pool import PoolShape, causal_mask
+from specrank.decode.core import PoolShape, causal_mask
 from specrank.testing import WORDS, save_tiny_eagle3, save_tiny_llama
 
 torch.set_num_threads(1)

@@ -22,7 +22,7 @@ from eagle3_engines import (
 )
 from eagle3_fixtures import write_eagle_head, write_specforge_head, write_speculators_head, write_speculators_trained_head
 from specrank.cli import main
-from specrank.decode.engine.pool import causal_mask
+from specrank.decode.core import causal_mask
 from specrank.decode.loading.drafters import load_drafter
 from specrank.decode.loading.eagle3 import read_state
 from specrank.decode.loading.eagle3_export import DTYPES, FORMATS, ExportError, cast, export_head

@@ -16,6 +16,7 @@ from specrank.featurize import featurize_run
 from specrank.tracking.server import free_port
 from specrank.featurize.synthetic import write_synthetic_run
 from specrank.rerankers import GBMReranker, IsotonicFirstFactor, cross_fit, load_reranker
+from specrank.tracking.models import resolve_reranker
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -84,7 +85,7 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
     logged = {m.name for m in client.search_logged_models([exp.experiment_id])}
     assert logged == {"evaluate-run-rows-fold0", "evaluate-run-rows-fold1"}  # <run name>-<reranker>-fold<f>
     saved = load_reranker(predictions.parent / "models" / "rows-fold1")
-    logged = load_reranker(uris["rows-fold1"], tracking_uri=f"sqlite:///{mlflow_db}")
+    logged = resolve_reranker(uris["rows-fold1"], tracking_uri=f"sqlite:///{mlflow_db}")
     np.testing.assert_array_equal(logged.predict_first_factor(feats), saved.predict_first_factor(feats))
     tags = {m.name: m.tags for m in client.search_logged_models([exp.experiment_id])}
     assert tags["evaluate-run-rows-fold1"]["specrank.format_digest"] == logged.meta_["format_digest"]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specrank.decode.loading.targets import ModelLoadError, Target, crop_cache, load_target
-from specrank.decode.engine.pool import causal_mask
+from specrank.decode.core import causal_mask
 from specrank.testing import save_tiny_llama
 
 torch.set_num_threads(1)

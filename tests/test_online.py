@@ -9,7 +9,7 @@ from specrank.decode.engine.timer import Timer
 from specrank.decode.strategies import STRATEGIES, DraftSelection, RootDrawSelection, StrategyError, make_strategy
 from specrank.decode.runs.measure import Measure
 from decode_helpers import decode_prompt_online
-from specrank.decode.engine.pool import PoolShape
+from specrank.decode.core import PoolShape
 from decode_helpers import PROMPT, DrafterRowDraw, greedy_reference, sampled_pvalue, tiny_pair
 
 SHAPE = PoolShape(4, 4, 4)  # 4 + 16 + 16 + 16 = 52 candidates

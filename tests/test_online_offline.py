@@ -8,7 +8,7 @@ from specrank.decode.config import DecodeConfig
 from specrank.decode.strategies import RerankedSelection, StrategyError, make_strategy
 from specrank.decode.runs.measure import Measure
 from decode_helpers import decode_prompt_online
-from specrank.decode.engine.pool import PoolShape
+from specrank.decode.core import PoolShape
 from specrank.decode.runs.tables import rounds_table
 from specrank.featurize import featurize_rounds
 from specrank.featurize.edges import edge_frame

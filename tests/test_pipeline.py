@@ -13,10 +13,10 @@ import pytest
 from specrank.cli import main
 from specrank.decode import Decoder
 from specrank.decode.config import DecodeConfig
-from specrank.decode.engine.pipeline import PipelineError, PipelinedDrafter, WorkerError, drafter_payload
-from specrank.decode.engine.pool import PoolShape, PoolShapeError
+from specrank.decode.pipeline import PipelineError, PipelinedDrafter, WorkerError, drafter_payload
+from specrank.decode.core import PoolShape, PoolShapeError
 from specrank.decode.engine.timer import Timer
-from specrank.decode.engine.worker import build_drafter
+from specrank.decode.worker import build_drafter
 from specrank.decode.loading import load_drafter
 from specrank.decode.strategies import STRATEGIES, make_strategy
 from specrank.testing import save_tiny_eagle3, save_tiny_llama
@@ -83,9 +83,7 @@ def test_root_pass_runs_while_the_worker_drafts(pair, worker):
     finally:
         del target.forward
     assert out == greedy_reference(target, PROMPT, 24)
-    assert 0 < timer.hidden_root <= timer.root
-    assert timer.hidden_root == pytest.approx(timer.drafting, rel=0.5)  # drafting lies inside the root passes
-    assert timer.draft < timer.drafting  # the target waited less for pools than the drafter worked
+    assert 0 < timer.hidden_root <= timer.root  # how much is hidden is a timing: benchmarks/bench_pipeline.py
 
 
 def test_sampled_first_tokens_follow_target_law_and_wrong_draw_fails():
@@ -115,12 +113,10 @@ def test_worker_killed_or_hung_mid_decode_is_a_one_line_error_and_reaped(pair, f
 
         target.forward = faulty
         try:
-            start = time.monotonic()
             with pytest.raises(WorkerError) as err:
                 dec.generate(PROMPT, max_new_tokens=64)
         finally:
             del target.forward
-        assert time.monotonic() - start < 30
         message = str(err.value)
         assert "\n" not in message and f"pid {pid}" in message and says in message
         assert not dec.drafter.alive and dec.drafter._process.exitcode == -signal.SIGKILL  # reaped

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from specrank.decode.loading.drafters import load_drafter
 from specrank.decode.loading.targets import load_target
-from specrank.decode.engine.pool import Drafter, DraftPool, PoolShape, PoolShapeError, RootStep, draft_log_probs
+from specrank.decode.core import Drafter, DraftPool, PoolShape, PoolShapeError, RootStep, draft_log_probs
 from specrank.testing import save_tiny_llama
 
 torch.set_num_threads(1)

@@ -18,6 +18,7 @@ from specrank.featurize import featurize_rounds
 from specrank.featurize.edges import edge_frame
 from specrank.featurize.synthetic import synthetic_rounds
 from specrank.rerankers import GBMReranker, IsotonicFirstFactor, PerDepthCalibration, RerankerFileError, load_reranker
+from specrank.tracking.models import resolve_reranker
 from specrank.rerankers.legacy import TrustedPickleWarning, UntrustedPickleError
 from specrank.rerankers.persist import META, describe
 from mlflow_store import mlflow_server  # noqa: F401  (fixture)
@@ -207,7 +208,7 @@ def test_every_reranker_reloads_identically_from_a_real_mlflow_server(fitted, ta
         for name, (est, X) in fitted.items():  # the model's input is first-level features, per_depth's too
             uris[name] = tracking.log_reranker(est, name, tables["sampling" if name == "per_depth" else MODELS[name][2]])
     for name, (est, X) in fitted.items():
-        assert_same_predictions(est, load_reranker(uris[name], tracking_uri=mlflow_server), X)
+        assert_same_predictions(est, resolve_reranker(uris[name], tracking_uri=mlflow_server), X)
     with tracking_store(mlflow_server):  # models:/ URIs resolve against the registry URI
         local = mlflow.artifacts.download_artifacts(uris["lightgbm_rows"], dst_path=str(tmp_path))
         names = {p.name for p in Path(local).rglob("*")}

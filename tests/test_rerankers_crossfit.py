@@ -91,7 +91,10 @@ def test_tune_searches_inside_the_training_part_only(feats):
 
 def test_gbm_tune_returns_usable_parameters(feats):
     best = tune(GBMReranker("base", n_jobs=1), feats[feats.fold == 0], n_trials=2)
-    GBMReranker("base", n_jobs=1).set_params(**best).fit(feats)
+    model = GBMReranker("base", n_jobs=1).set_params(**best).fit(feats)
+    assert {k: model.get_params()[k] for k in best} == best
+    pred = model.predict(feats)
+    assert pred.shape == (len(feats),) and np.isfinite(pred).all() and np.ptp(pred) > 0  # fitted, not constant
 
 
 def _values(table, predictions, topk):

@@ -19,7 +19,7 @@ import torch
 
 from specrank.cli import main
 from specrank.decode.config import DecodeConfig
-from specrank.decode.engine.pool import PoolShape
+from specrank.decode.core import PoolShape
 from specrank.decode.prompts import Prompt, read_prompts
 from specrank.scale import ScaleError, Workers, ray_session
 from specrank.testing import save_tiny_llama

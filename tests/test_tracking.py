@@ -20,6 +20,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from specrank import tracking  # noqa: E402
 from specrank.featurize.features import META_KEY, feature_meta  # noqa: E402
 from specrank.rerankers import GBMReranker, IsotonicFirstFactor, load_reranker  # noqa: E402
+from specrank.tracking.models import resolve_reranker
 from specrank.tracking.server import free_port  # noqa: E402
 from specrank.tracking.uri import tracking_store  # noqa: E402
 from mlflow_store import mlflow_db  # noqa: E402,F401  (fixture)
@@ -100,7 +101,7 @@ def check_logged(uri: str, run_id: str, model_uri: str, reranker, features) -> N
     paths = {a.path for a in client.list_artifacts(run_id)}
     assert {"figures", "tables", "report.md"} <= paths
     assert {a.path for a in client.list_artifacts(run_id, "figures")} == {"figures/gain_vs_budget.png"}
-    loaded = load_reranker(model_uri, tracking_uri=uri)
+    loaded = resolve_reranker(model_uri, tracking_uri=uri)
     np.testing.assert_array_equal(loaded.predict_first_factor(features), reranker.predict_first_factor(features))
     with tracking_store(uri):
         pyfunc = mlflow.pyfunc.load_model(model_uri)

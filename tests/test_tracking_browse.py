@@ -177,8 +177,9 @@ def test_studies_are_distinct_and_reproducible_and_champion_loads_elsewhere(demo
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     from specrank.rerankers import load_reranker
+    from specrank.tracking.models import resolve_reranker
 
-    loaded = load_reranker("models:/browse-reranker@champion", tracking_uri=server)
+    loaded = resolve_reranker("models:/browse-reranker@champion", tracking_uri=server)
     saved = load_reranker(tmp_path / "rerankers" / "models" / chosen)
     feats = pd.read_parquet(run_dir / "features.parquet")
     np.testing.assert_array_equal(loaded.predict_first_factor(feats), saved.predict_first_factor(feats))

@@ -12,6 +12,7 @@ from specrank.cli import main
 from specrank.featurize import read_features
 from specrank.featurize.synthetic import write_synthetic_run
 from specrank.rerankers import GBMReranker, cross_fit, load_reranker
+from specrank.tracking.models import resolve_reranker
 from specrank.tracking.training import fold_metrics, top1_hits
 from specrank.tracking.uri import optional_uri
 
@@ -109,7 +110,7 @@ def test_train_logs_parent_folds_trials_and_loadable_models(features, mlflow_db,
         if name == "base":  # the fold's tuned parameters are those its model was fitted with
             model = load_reranker(out / "models" / key)
             assert int(run.data.params["tuned.num_leaves"]) == model.num_leaves
-        loaded = load_reranker(printed[key], tracking_uri=uri)
+        loaded = resolve_reranker(printed[key], tracking_uri=uri)
         pickled = load_reranker(out / "models" / key)
         held = feats[feats.fold == int(fold)]
         np.testing.assert_array_equal(loaded.predict_first_factor(held), pickled.predict_first_factor(held))

@@ -13,6 +13,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 
 def make_parents(directory: Path) -> list[Path]:
     """Create ``directory`` and its missing parents; return the ones created, outermost first."""
@@ -97,9 +100,6 @@ def write_json_atomic(path, obj) -> Path:
 def write_parquet_atomic(table, path) -> Path:
     """Write an Arrow table (or a pandas DataFrame, without its index) to Parquet atomically, with page
     checksums, so a damaged file is detected when read (``specrank.parquet.read_verified``)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     if not isinstance(table, pa.Table):
         table = pa.Table.from_pandas(table, preserve_index=False)
     return atomic_write(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 import traceback
@@ -35,10 +36,6 @@ COMMANDS = {
 }
 DEBUG_ENV = "SPECRANK_DEBUG"
 MLFLOW_LEVEL_ENV = "MLFLOW_LOGGING_LEVEL"
-
-
-class CommandError(ValueError):
-    """A user-facing error: printed as one line, exit status 2."""
 
 
 class UsageError(Exception):
@@ -95,8 +92,6 @@ def _error(prog: str, message: str) -> int:
 def _mlflow_notices(shown: bool):
     """MLflow's INFO lines (creating a store's tables, ...) kept off stderr for the command unless ``shown``
     (``--debug``) or the user chose a level in ``MLFLOW_LOGGING_LEVEL``: stderr is for errors."""
-    import logging
-
     if shown or MLFLOW_LEVEL_ENV in os.environ:
         yield
         return

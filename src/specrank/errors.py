@@ -22,6 +22,10 @@ LIBRARY_ERRORS = {
 MAX_MESSAGE = 400  # a response body or a repr can be long; the line stays readable
 
 
+class CommandError(ValueError):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
 def first_line(text: str) -> str:
     """The first non-empty line of ``text``, cut to ``MAX_MESSAGE`` characters."""
     line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")

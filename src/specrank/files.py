@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from specrank.errors import first_line
 
@@ -19,12 +24,25 @@ class DataFileError(ValueError):
     """A file that exists but cannot be read as what it should be."""
 
 
+def cache_root() -> Path:
+    """Where caches live: ``$SPECRANK_CACHE``, default ``~/.cache/specrank``."""
+    return Path(os.environ.get("SPECRANK_CACHE") or Path.home() / ".cache" / "specrank")
+
+
 def file_hash(path: str | Path, digest=None) -> str:
     """SHA-256 of one file's bytes (or feed them into ``digest``)."""
     digest = hashlib.sha256() if digest is None else digest
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_files(paths) -> str:
+    """SHA-256 over the contents of ``paths`` in the given order."""
+    digest = hashlib.sha256()
+    for path in paths:
+        file_hash(path, digest)
     return digest.hexdigest()
 
 
@@ -41,8 +59,6 @@ def read_json(path, what: str = "JSON file"):
 
 def read_csv(path):
     """The CSV file ``path`` as a pandas DataFrame."""
-    import pandas as pd
-
     try:
         return pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -55,9 +71,6 @@ def _parquet_error(path, exc) -> DataFileError:
 
 def read_schema(path):
     """The Arrow schema of the Parquet file ``path``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     try:
         return pq.read_schema(path)
     except (pa.ArrowException, OSError) as exc:
@@ -66,9 +79,6 @@ def read_schema(path):
 
 def read_table(path, columns=None):
     """The Parquet file ``path`` (only ``columns`` when given) as an Arrow table, page checksums verified."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     try:
         return pq.read_table(path, columns=columns, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as exc:

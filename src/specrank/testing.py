@@ -7,9 +7,12 @@ that has a ChatML-style chat template.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
+
+from specrank.decode.loading.eagle3 import Eagle3Head, eagle3_config
 
 SPECIAL_TOKENS = ["<unk>", "<pad>", "<|im_start|>", "<|im_end|>"]
 WORDS = (
@@ -104,11 +107,7 @@ def save_tiny_eagle3(
     ``d2t`` (draft id -> target id offset) and ``t2d`` (target-vocabulary mask).
     The draft vocabulary is a random subset of the target's, in increasing id order.
     """
-    import json
-
     from safetensors.torch import save_file
-
-    from specrank.decode.loading.eagle3 import Eagle3Head, eagle3_config
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)

@@ -6,8 +6,11 @@ from pathlib import Path
 
 from specrank.commands.args import DTYPE_NAMES, at_least, experiment_name
 from specrank.commands.drafter import add_eagle3_layers
-from specrank.decode.prompts import default_prompts_path
-from specrank.scale import add_worker_arguments
+from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
+from specrank.decode.prompts import default_prompts_path, read_prompts
+from specrank.files import read_json
+from specrank.outputs import check_output_dir, removing_new_dirs
+from specrank.scale import add_worker_arguments, workers_from_args
 
 HELP = "decode prompts with a target and a drafter, recording each round's pool and target rows"
 
@@ -61,14 +64,11 @@ def run(args) -> int:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
+    from specrank.decode.core import parse_device
     from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
-    from specrank.decode.loading.targets import check_target_spec, parse_device
-    from specrank.decode.prompts import read_prompts
+    from specrank.decode.loading.targets import check_target_spec
     from specrank.decode.runs import build_manifest, record_run
     from specrank.decode.runs.manifest import with_trained_prompts
-    from specrank.outputs import check_output_dir, removing_new_dirs
-    from specrank.scale import workers_from_args
 
     check_output_dir(args.out)
     workers = workers_from_args(args)
@@ -108,7 +108,6 @@ def run(args) -> int:
                                     progress=not args.no_progress)
         print(summary(outcome, args.out))
         if uri is not None:
-            from specrank.files import read_json
             from specrank.tracking.decode import log_decode, workers_decode_metrics
 
             manifest = read_json(Path(args.out, "manifest.json"), "run manifest")

@@ -14,9 +14,13 @@ import os
 import time
 from pathlib import Path
 
+from specrank.cli import main
 from specrank.commands.args import at_least, experiment_name
 from specrank.commands.decode import add_seen_prompts_argument
 from specrank.commands.drafter import add_eagle3_layers
+from specrank.decode.prompts import default_prompts_path, read_prompts
+from specrank.errors import CommandError
+from specrank.outputs import check_output_dir
 
 MIN_PROMPTS = 4  # two cross-fitting halves, each split again in two for the hyper-parameter search
 HELP = "run the whole pipeline (decode, featurize, train, evaluate, MLflow) on the embedded default"
@@ -69,8 +73,6 @@ def default_drafter() -> str:
 
 
 def _stage(argv: list[str]) -> None:
-    from specrank.cli import CommandError, main
-
     print(f"\n$ specrank {' '.join(argv)}", flush=True)
     start = time.perf_counter()
     if main(argv) != 0:
@@ -92,12 +94,11 @@ def parse_temperatures(text: str) -> list[float]:
 
 
 def run(args) -> int:
+    from specrank.decode.core import parse_device
     from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
-    from specrank.decode.prompts import default_prompts_path, read_prompts
-    from specrank.decode.loading.targets import check_target_spec, parse_device
+    from specrank.decode.loading.targets import check_target_spec
     from specrank.evaluation import load_evaluation
     from specrank.evaluation.report import headline_table
-    from specrank.outputs import check_output_dir
     from specrank.tracking import check_reachable, resolve_tracking_uri
 
     temperatures = parse_temperatures(args.temperatures)

@@ -1,5 +1,5 @@
 """``specrank drafter``: drafter tools (``fit-exit-head`` fits an early-exit drafter's linear head;
-``train``, from ``specrank.drafter_training.command``, trains an EAGLE-3-format head; ``export`` writes
+``train``, from ``specrank.commands.drafter_train``, trains an EAGLE-3-format head; ``export`` writes
 an EAGLE-3 head for SGLang, vLLM or EAGLE). ``add_eagle3_layers`` is the ``--eagle3-layers`` option of
 every command that takes ``--drafter``."""
 
@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 from specrank.commands.args import at_least, finite_float
+from specrank.commands.drafter_train import add_train_parser
+from specrank.outputs import check_distinct, check_output_file
 
 HELP = ("Drafter tools: fit-exit-head fits a linear exit head for an early-exit drafter; train trains an EAGLE-3 "
         "head; export writes an EAGLE-3 head for SGLang, vLLM or EAGLE.")
@@ -52,7 +54,6 @@ def add_arguments(parser) -> None:
     fit.add_argument("--device", default="cpu")
     fit.add_argument("--dtype", default="float32")
     fit.set_defaults(_action=run_fit_exit_head)
-    from specrank.drafter_training.command import add_train_parser
 
     add_train_parser(actions)
     export = actions.add_parser("export", help=EXPORT_HELP, description=EXPORT_HELP)
@@ -107,17 +108,23 @@ def text_windows(tokenizer, files, window: int, max_tokens: int) -> list[list[in
 
 def run_fit_exit_head(args) -> int:
 
+    from transformers.utils import logging as hf_logging
+
+    from specrank.decode.core import parse_device
     from specrank.decode.loading.early_exit import (
         exit_agreement,
         exit_regression_data,
         save_exit_head,
         solve_exit_head,
     )
-    from transformers.utils import logging as hf_logging
-
-    from specrank.decode.loading.targets import (check_target_spec, load_target, parse_device, parse_dtype,
-                                                 target_config, target_tokenizer, weight_files)
-    from specrank.outputs import check_distinct, check_output_file
+    from specrank.decode.loading.targets import (
+        check_target_spec,
+        load_target,
+        parse_dtype,
+        target_config,
+        target_tokenizer,
+        weight_files,
+    )
 
     missing = [str(p) for p in args.text if not p.is_file()]
     if missing:

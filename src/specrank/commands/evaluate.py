@@ -5,6 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from specrank.commands.args import at_least, experiment_name
+from specrank.featurize import featurize_rounds, read_manifest
+from specrank.featurize.arrays import label_kind
+from specrank.featurize.features import required_columns
+from specrank.featurize.storage import check_same_rounds, rounds_digest
+from specrank.files import read_schema, read_table
+from specrank.outputs import check_distinct, check_output_dir, staged
+from specrank.rerankers import load_reranker
 
 HELP = "Evaluate every selection rule offline on a run's recorded rounds, with paired prompt-bootstrap intervals."
 
@@ -29,6 +36,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--models", default=None,
                         help="models/ directory of 'specrank train' (NAME-foldF): log each as an MLflow model"
                              " in its fold's nested run")
+    parser.add_argument("--trust-pickle", action="store_true",
+                        help="also load pickled (format 1) --models: this runs code from the files, trust them first")
     parser.add_argument("--model-prefix", default=None,
                         help="logged models are named PREFIX-NAME-foldF (default: the run name)")
 
@@ -36,7 +45,6 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from specrank.evaluation import evaluate_run, save_evaluation, write_report
     from specrank.evaluation.figures import FIGURES
-    from specrank.outputs import check_distinct, check_output_dir, staged
 
     run_dir, predictions = Path(args.run_dir), Path(args.predictions)
     if not run_dir.is_dir():
@@ -45,7 +53,7 @@ def run(args) -> int:
         raise FileNotFoundError(f"predictions file {predictions} does not exist")
     out = check_output_dir(args.out)
     check_distinct({"--out": out}, {"run directory": run_dir, "--predictions": predictions, "--models": args.models})
-    models = _read_models(args.models) if args.models else {}
+    models = _read_models(args.models, args.trust_pickle) if args.models else {}
     _check_models_rounds(models, args.models, run_dir)
     uri = None
     if not args.no_tracking:
@@ -74,8 +82,6 @@ def run(args) -> int:
 
 def _check_models_rounds(models: dict, models_dir, run_dir: Path) -> None:
     """Refuse models fitted on other rounds than the run's (models that record none are not refused)."""
-    from specrank.featurize.storage import check_same_rounds, rounds_digest
-
     recorded = {f"{name}-fold{fold}": getattr(m, "rounds_digest_", None)
                 for fold, named in models.items() for name, m in named.items()}
     if any(recorded.values()):  # hashing the shards only when there is a digest to compare with
@@ -84,10 +90,8 @@ def _check_models_rounds(models: dict, models_dir, run_dir: Path) -> None:
             check_same_rounds(f"--models {models_dir}: {key}", value, digest, f"run directory {run_dir} holds rounds")
 
 
-def _read_models(models_dir) -> dict[str, dict]:
+def _read_models(models_dir, trust_pickle: bool = False) -> dict[str, dict]:
     """{fold: {name: reranker}} from the ``NAME-foldF`` rerankers of ``specrank train``'s models/ (format 2)."""
-    from specrank.rerankers import load_reranker
-
     if not Path(models_dir).is_dir():
         raise FileNotFoundError(f"--models {models_dir}: no such directory")
     entries = sorted(p for p in Path(models_dir).glob("*-fold*") if not p.name.startswith("."))
@@ -96,17 +100,12 @@ def _read_models(models_dir) -> dict[str, dict]:
     models: dict[str, dict] = {}
     for entry in entries:
         name, fold = entry.name.split(".")[0].rsplit("-fold", 1)
-        models.setdefault(fold, {})[name] = load_reranker(entry)
+        models.setdefault(fold, {})[name] = load_reranker(entry, trust_pickle=trust_pickle)
     return models
 
 
 def _example(run_dir: Path):
     """Features of a few rounds of the first shard: the input example and signature of logged rerankers."""
-    from specrank.featurize import featurize_rounds, read_manifest
-    from specrank.featurize.arrays import label_kind
-    from specrank.featurize.features import required_columns
-    from specrank.files import read_schema, read_table
-
     manifest = read_manifest(run_dir)
     shard = sorted(Path(run_dir, "rounds").glob("*.parquet"))[0]
     columns = required_columns(read_schema(shard).names, label_kind(manifest), False)
@@ -143,6 +142,4 @@ def _track(args, uri, evaluation, figures, report, html: str, run_dir: Path, pre
 
 def evaluation_manifest(run_dir: Path) -> dict:
     """The run's manifest without bulky entries (prompt lists), for MLflow parameters."""
-    from specrank.featurize import read_manifest
-
     return {k: v for k, v in read_manifest(run_dir).items() if not isinstance(v, list) or len(v) <= 32}

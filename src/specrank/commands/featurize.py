@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from specrank.commands.args import experiment_name
+from specrank.featurize import edges_run, featurize_run, write_features
+from specrank.outputs import check_distinct, check_output_file, restoring_files
 
 HELP = "Featurize a run directory: one row per (round, first-level candidate) with every SPEC §5 feature."
 
@@ -21,9 +23,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from specrank.featurize import edges_run, featurize_run, write_features
-    from specrank.outputs import check_distinct, check_output_file, restoring_files
-
     if not Path(args.run_dir).is_dir():
         raise FileNotFoundError(f"no run directory {args.run_dir}")
     out = check_output_file(args.out or Path(args.run_dir, "features.parquet"))

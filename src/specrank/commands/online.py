@@ -4,11 +4,16 @@ realized vs expected acceptance at the same contexts, and time the rules against
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 
+from specrank.atomic import atomic_write, write_parquet_atomic
 from specrank.commands.args import DTYPE_NAMES, at_least, experiment_name
 from specrank.commands.drafter import add_eagle3_layers
-from specrank.decode.prompts import default_prompts_path
+from specrank.decode import RULE_NAMES, DecodeConfig, PoolShape, load_drafter, load_target, make_strategy
+from specrank.decode.prompts import default_prompts_path, encode_prompts, read_prompts
+from specrank.errors import CommandError
+from specrank.outputs import check_output_dir, staged
 
 HELP = "decode online with selection rules in the loop; realized vs expected acceptance and speed ratios"
 
@@ -57,7 +62,6 @@ def add_arguments(parser) -> None:
 
 def _strategies(args, config) -> dict:
     """{rule: strategy}, the reranker loaded and checked against the run before any decoding."""
-    from specrank.decode import RULE_NAMES, make_strategy
     from specrank.decode.runs import parse_rules
 
     rules = parse_rules(args.rules, RULE_NAMES, "--rules")
@@ -70,9 +74,9 @@ def _strategies(args, config) -> dict:
         raise ValueError("--compare reranked needs reranked in --rules (its reranker is the one compared)")
     reranker = None
     if args.reranker:
-        from specrank.rerankers import load_reranker
+        from specrank.tracking.models import resolve_reranker
 
-        reranker = load_reranker(args.reranker, tracking_uri=args.tracking_uri, trust_pickle=args.trust_pickle)
+        reranker = resolve_reranker(args.reranker, tracking_uri=args.tracking_uri, trust_pickle=args.trust_pickle)
     out = {r: make_strategy(r, reranker if r == "reranked" else None, args.reranker or "") for r in rules}
     for s in out.values():
         s.check(config)
@@ -83,13 +87,11 @@ def run(args) -> int:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
+    from specrank.decode.core import parse_device
     from specrank.decode.loading.drafters import parse_drafter_spec
-    from specrank.decode.loading.targets import check_target_spec, parse_device
-    from specrank.decode.prompts import encode_prompts, read_prompts
+    from specrank.decode.loading.targets import check_target_spec
     from specrank.decode.runs import parse_rules, run_protocol
     from specrank.evaluation.online import acceptance_summary, decoder_table, speed_ratios
-    from specrank.outputs import check_output_dir, staged
 
     check_output_dir(args.out)
     if args.threads:
@@ -138,8 +140,7 @@ def _drafter_worker(args, drafter):
     if not args.pipeline:
         yield drafter
         return
-    from specrank.cli import CommandError
-    from specrank.decode.engine.pipeline import PipelinedDrafter, WorkerError
+    from specrank.decode.pipeline import PipelinedDrafter, WorkerError
 
     try:
         with PipelinedDrafter(drafter, args.drafter_device, args.drafter_threads) as worker:
@@ -150,7 +151,6 @@ def _drafter_worker(args, drafter):
 
 def _write(tables: dict, out_dir) -> None:
     """Each table as Parquet and the figure as PNG under ``out_dir`` (each atomic)."""
-    from specrank.atomic import atomic_write, write_parquet_atomic
     from specrank.evaluation.figures import acceptance_figure
 
     out = Path(out_dir)
@@ -161,8 +161,6 @@ def _write(tables: dict, out_dir) -> None:
 
 
 def _track(args, uri, tables, config, target, drafter, compare, strategies) -> None:
-    from dataclasses import asdict
-
     from specrank import tracking
     from specrank.evaluation.figures import acceptance_figure
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from specrank.outputs import check_output_dir, staged
+
 HELP = "Re-render report.md and figures/ from the tables that 'specrank evaluate' saved."
 
 
@@ -12,7 +14,6 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from specrank.evaluation import load_evaluation, write_report
-    from specrank.outputs import check_output_dir, staged
 
     evaluation = load_evaluation(args.eval_dir)
     out = check_output_dir(args.out or args.eval_dir)

@@ -16,17 +16,30 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import shlex
+import shutil
 import subprocess
 import time
+from contextlib import nullcontext
+from importlib import metadata
 from pathlib import Path
 
+import numpy as np
+import pyarrow.parquet as pq
+
+from specrank.atomic import atomic_write, write_json_atomic
 from specrank.commands.args import DTYPE_NAMES, at_least, experiment_name
 from specrank.commands.decode import add_seen_prompts_argument
-from specrank.commands.demo import _stage
+from specrank.commands.demo import _stage, parse_temperatures
 from specrank.commands.drafter import add_eagle3_layers
-from specrank.scale import add_worker_arguments
+from specrank.decode.prompts import encode_prompt, read_prompts, spec_bench_path
+from specrank.featurize import read_features
+from specrank.featurize.storage import read_rounds_table
+from specrank.outputs import check_output_dir
+from specrank.rerankers import load_reranker
+from specrank.scale import add_worker_arguments, workers_from_args
 
 HELP = "the pipeline at scale (decode to a round target, featurize, cross-fit, evaluate) -> one results JSON"
 FIRST_CHUNK = 24  # prompts of the first decoding call, whose rounds per prompt size the next calls
@@ -80,12 +93,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from specrank.commands.demo import parse_temperatures
+    from specrank.decode.core import parse_device
     from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
-    from specrank.decode.loading.targets import check_target_spec, parse_device
-    from specrank.decode.prompts import read_prompts, spec_bench_path
-    from specrank.outputs import check_output_dir
-    from specrank.scale import workers_from_args
+    from specrank.decode.loading.targets import check_target_spec
 
     started = time.perf_counter()
     temperatures = parse_temperatures(args.temperatures)
@@ -153,7 +163,6 @@ def fitting_prompts(target: str, prompts, max_new_tokens: int, depth: int = 8) -
     """(the prompts whose chat-encoded length leaves room for ``max_new_tokens`` and a pool of ``depth`` in the
     target's context, how many were skipped); only the tokenizer loads."""
     from specrank.decode.loading.targets import load_target_tokenizer
-    from specrank.decode.prompts import encode_prompt
 
     tokenizer, context = load_target_tokenizer(target)
     if context is None:
@@ -165,10 +174,6 @@ def fitting_prompts(target: str, prompts, max_new_tokens: int, depth: int = 8) -
 def write_study_prompts(out: Path, prompts, seed: int) -> Path:
     """``OUT/prompts.jsonl``: ``prompts`` in a seeded order (any prefix mixes the tasks), in Spec-Bench form; an
     existing file must hold exactly these lines (the same study), else the study is refused."""
-    import numpy as np
-
-    from specrank.atomic import atomic_write
-
     order = np.random.default_rng(seed).permutation(len(prompts))
     lines = [json.dumps({"question_id": prompts[i].prompt_id, "category": prompts[i].task,
                          "turns": [prompts[i].text]}, ensure_ascii=False) for i in order]
@@ -232,8 +237,6 @@ def _options(args) -> list[str]:
 def recorded_rounds(run_dir: Path, below: int) -> int:
     """Rounds of prompts ``0..below-1`` in the run directory's finished shards (from the Parquet footers); a shard
     of later prompts, left by an interrupted call, does not count."""
-    import pyarrow.parquet as pq
-
     from specrank.decode.runs.shards import SHARD
 
     total = 0
@@ -248,9 +251,6 @@ def analyse(args, run_dir: Path, uri: str | None, name: str) -> dict:
     """Featurize, cross-fit, evaluate (each redone only when its input changed) and the study's figures."""
     from specrank.evaluation import load_rounds, read_predictions
     from specrank.evaluation.study import RERANKERS, temperature_results
-    from specrank.featurize import read_features
-    from specrank.featurize.storage import read_rounds_table
-    from specrank.rerankers import load_reranker
     from specrank.tracking import directory_hash, file_hash
 
     tracked = ["--tracking-uri", uri, "--experiment", args.experiment] if uri else []
@@ -288,14 +288,10 @@ class _Stages:
         self.done = json.loads(path.read_text()) if path.is_file() else {}
 
     def run(self, stage: str, digest: str, output: Path, argv: list[str], clear: Path | None = None) -> None:
-        from specrank.atomic import write_json_atomic
-
         if self.done.get(stage) == digest and output.exists():
             print(f"\n{stage}: its input is unchanged since it ran (skipped)", flush=True)
             return
         if clear is not None and clear.exists():
-            import shutil
-
             shutil.rmtree(clear)
         _stage(argv)
         self.done[stage] = digest
@@ -304,7 +300,6 @@ class _Stages:
 
 def write_results(out: Path, results: dict) -> None:
     """``results.json``, ``results.md`` and ``learning-curve.png`` in ``out`` (each written atomically)."""
-    from specrank.atomic import atomic_write, write_json_atomic
     from specrank.evaluation.study import learning_curve_figure, render_results
 
     write_json_atomic(out / "results.json", results)
@@ -315,8 +310,6 @@ def write_results(out: Path, results: dict) -> None:
 
 def source_commit() -> str:
     """The git commit of the package's checkout (with ``+dirty`` when it has changes), else its version."""
-    from importlib import metadata
-
     here = Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -330,8 +323,6 @@ def source_commit() -> str:
 
 def machine(args) -> str:
     """The machine in words: processor, cores, device, workers."""
-    import os
-
     import torch
 
     device = args.device
@@ -342,8 +333,6 @@ def machine(args) -> str:
 
 
 def _pipeline_run(uri: str | None, experiment: str, name: str, temp: float, drafter: str):
-    from contextlib import nullcontext
-
     if uri is None:
         return nullcontext()
     from specrank.tracking import experiment_run

@@ -9,9 +9,19 @@ the chosen fold model in the Model Registry under an alias (``models:/NAME@champ
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
+import pandas as pd
+
 from specrank.commands.args import at_least, experiment_name
+from specrank.featurize import features_meta, read_features, write_features
+from specrank.featurize.features import META_KEY
+from specrank.featurize.sets import input_columns, resolve_features
+from specrank.featurize.storage import check_same_rounds, rounds_of
+from specrank.outputs import check_distinct, check_output_dir, staged
+from specrank.rerankers import GBMReranker, IsotonicFirstFactor, PerDepthCalibration, cross_fit
+from specrank.schema import FEATURE_KEYS, require_columns
 
 HELP = "Cross-fit rerankers on a features table; write predictions.parquet (keys + one column per reranker) and models."
 NAMES = ("isotonic", "base", "rows", "per_depth")
@@ -19,8 +29,6 @@ NAMES = ("isotonic", "base", "rows", "per_depth")
 
 def make_reranker(name: str, args):
     """The reranker called ``name`` with the command line's boosting settings."""
-    from specrank.rerankers import GBMReranker, IsotonicFirstFactor, PerDepthCalibration
-
     if name == "isotonic":
         return IsotonicFirstFactor()
     if name == "per_depth":
@@ -79,8 +87,6 @@ def model_prefix(args) -> str:
 
 def _fit(name, table, args, tracker):
     """Cross-fit the reranker ``name`` on ``table`` (its trials tracked when tuned)."""
-    from specrank.rerankers import cross_fit
-
     trials = args.tune_trials if name in ("base", "rows") else 0
     hook = tracker.tune_callbacks(name) if tracker and trials else None
     return cross_fit(make_reranker(name, args), table, tune_trials=trials, tune_seed=args.seed, tune_callbacks=hook,
@@ -96,10 +102,6 @@ def save_models(fits: dict, models_dir: Path) -> None:
 
 def check_inputs(names, feats, edges) -> None:
     """Refuse a features (or edges) table that lacks a column some reranker or the predictions table reads."""
-    from specrank.featurize.sets import resolve_features
-    from specrank.rerankers.online import input_columns
-    from specrank.schema import FEATURE_KEYS, require_columns
-
     needed = FEATURE_KEYS + ["prompt_index", "fold", "q"]
     for name in (n for n in names if n in ("base", "rows")):
         needed += input_columns(resolve_features(name))
@@ -123,10 +125,6 @@ def _tracker(args):
 def _cross_fit_all(names, feats, edges, args, tracker):
     """{name: CrossFit}, the predictions table (keys, label, draft, one column per name) and the edge
     predictions table (None without per_depth)."""
-    import pandas as pd
-
-    from specrank.schema import FEATURE_KEYS
-
     keys = FEATURE_KEYS + ["prompt_index", "fold"] + (["label"] if "label" in feats else [])
     preds = feats[keys].assign(draft=feats["q"].to_numpy())
     fits, edge_preds = {}, None
@@ -145,13 +143,6 @@ def _cross_fit_all(names, feats, edges, args, tracker):
 
 
 def run(args) -> int:
-    from contextlib import nullcontext
-
-    from specrank.featurize import features_meta, read_features, write_features
-    from specrank.featurize.features import META_KEY
-    from specrank.featurize.storage import check_same_rounds, rounds_of
-    from specrank.outputs import check_distinct, check_output_dir, staged
-
     names = _names(args.rerankers)
     if args.register_reranker and args.register_reranker not in names:
         raise ValueError(f"--register-reranker {args.register_reranker}: not among --rerankers {args.rerankers}")

@@ -7,8 +7,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from specrank.atomic import atomic_write
 from specrank.commands.args import DTYPE_NAMES, at_least, experiment_name
 from specrank.commands.drafter import add_eagle3_layers
+from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
+from specrank.decode.prompts import default_prompts_path, read_prompts
+from specrank.outputs import check_output_dir, removing_new_dirs, staged
+from specrank.scale import add_worker_arguments, workers_from_args
 
 HELP = "sweep verification rules (tree and chain decoders): block efficiency vs exact distortion, logged to MLflow"
 
@@ -44,7 +49,6 @@ def add_arguments(parser) -> None:
                         help="MLflow experiment (default specrank)")
     parser.add_argument("--run-name", default=None, help="MLflow run name (default verify-sweep-<out name>)")
     parser.add_argument("--no-tracking", action="store_true", help="write local outputs only")
-    from specrank.scale import add_worker_arguments
 
     add_worker_arguments(parser)  # the cells' shards, all in one queue
 
@@ -78,7 +82,6 @@ def cell_dir(out: Path, cell: dict) -> Path:
 
 
 def cell_config(args, decoder: str):
-    from specrank.decode import DecodeConfig, PoolShape
     from specrank.decode.runs.chain import chain_config
 
     if decoder == "chain":
@@ -93,14 +96,11 @@ def run(args) -> int:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from specrank.decode import load_drafter, load_target
+    from specrank.decode.core import parse_device
     from specrank.decode.loading.drafters import parse_drafter_spec
-    from specrank.decode.loading.targets import check_target_spec, parse_device
-    from specrank.decode.prompts import default_prompts_path, read_prompts
+    from specrank.decode.loading.targets import check_target_spec
     from specrank.decode.runs import build_manifest, lossy_decode_run, read_diagnostics
     from specrank.evaluation.sweep import findings, sweep_report, sweep_table, tradeoff_figure
-    from specrank.outputs import check_output_dir, removing_new_dirs, staged
-    from specrank.scale import workers_from_args
 
     out = check_output_dir(args.out)
     workers = workers_from_args(args)
@@ -156,7 +156,6 @@ def run(args) -> int:
 def save_outputs(out: Path, table, report: str, figure) -> None:
     """``verify_sweep.parquet``, ``verify_sweep.csv``, ``report.md``, ``figures/tradeoff.png`` (each atomic)."""
     (out / "figures").mkdir(parents=True, exist_ok=True)
-    from specrank.atomic import atomic_write
 
     atomic_write(out / "verify_sweep.parquet", lambda tmp: table.to_parquet(tmp, index=False))
     atomic_write(out / "verify_sweep.csv", lambda tmp: table.to_csv(tmp, index=False))

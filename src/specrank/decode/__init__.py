@@ -16,7 +16,7 @@ import importlib
 _EXPORTS = {
     "ConfigError": "config", "DecodeConfig": "config",
     "Decoder": "decoder", "GenerationOutput": "decoder", "GenerationStats": "decoder",
-    "PoolShape": "engine.pool",
+    "PoolShape": "core",
     "ModelLoadError": "loading", "Target": "loading", "TokenizerMismatchError": "loading", "load_drafter": "loading",
     "load_target": "loading",
     "RULE_NAMES": "strategies", "SelectionStrategy": "strategies", "StrategyError": "strategies",

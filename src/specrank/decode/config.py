@@ -6,7 +6,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 
-from specrank.decode.engine.pool import PoolShape
+from specrank.decode.core import PoolShape
 
 MAX_TEMPERATURE = 100.0  # far beyond any useful sampling temperature; refuses typos such as 1e9
 

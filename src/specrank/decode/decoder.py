@@ -19,11 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from specrank.decode.config import DecodeConfig
-from specrank.decode.engine.pool import PoolShape
+from specrank.decode.core import PoolShape
 from specrank.decode.engine.prompt import decode_prompt, iter_rounds
 from specrank.decode.engine.round import decode_round
 from specrank.decode.engine.timer import Timer
+from specrank.decode.pipeline import PipelinedDrafter
+from specrank.decode.prompts import PromptError, check_context, encode_prompt
+from specrank.decode.runs.measure import Measure
 from specrank.decode.strategies import SelectionStrategy, StrategyError, make_strategy
+from specrank.decode.verify import ExhaustiveVerifier
 
 
 @dataclass
@@ -50,10 +54,6 @@ class GenerationStats:
         """Share of root-pass time spent while the drafter drafted (pipelined decoding; 0 when serial)."""
         root = self.time_split.get("root", 0.0)
         return self.time_split.get("hidden_root", 0.0) / root if root > 0 else float("nan")
-
-    @property
-    def mean_accepted(self) -> float:
-        return sum(self.accepted) / len(self.accepted) if self.accepted else float("nan")
 
 
 @dataclass
@@ -106,8 +106,6 @@ class Decoder:
         self.config = DecodeConfig(shape, budget, extra=0, temperature=temperature)
         self.strategy.check(self.config)
         if pipeline:
-            from specrank.decode.engine.pipeline import PipelinedDrafter
-
             self.drafter = PipelinedDrafter(drafter, drafter_device, drafter_threads)
         elif drafter_device is not None or drafter_threads is not None:
             raise ValueError("drafter_device and drafter_threads place the worker of pipeline=True")
@@ -131,8 +129,6 @@ class Decoder:
         return config
 
     def _encode(self, prompt, config: DecodeConfig, prompt_id: str) -> list[int]:
-        from specrank.decode.prompts import PromptError, check_context, encode_prompt
-
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise PromptError(f"prompt {prompt_id!r} is empty")
@@ -164,9 +160,6 @@ class Decoder:
     def rounds(self, prompt, *, max_new_tokens: int = 256, temperature: float | None = None, seed: int = 0,
                prompt_id: str = "0"):
         """Yield each round's record (pool, target probabilities where scored, acceptance) as it is decoded."""
-        from specrank.decode.runs.measure import Measure
-        from specrank.decode.verify import ExhaustiveVerifier
-
         config = self._config(max_new_tokens, temperature, seed)
         ids = self._encode(prompt, config, prompt_id)
         verifier = self.verifier or ExhaustiveVerifier(config.temperature)
@@ -199,8 +192,8 @@ def resolve_strategy(strategy, reranker, tracking_uri, *, trust_pickle: bool = F
         raise StrategyError(f"strategy must be a name or a SelectionStrategy, got {type(strategy).__name__}")
     if strategy != "reranked" or reranker is None:
         return make_strategy(strategy, reranker)
-    from specrank.rerankers import load_reranker
+    from specrank.tracking.models import resolve_reranker  # MLflow: imported only for a reranker to load
 
     source = str(reranker) if isinstance(reranker, (str, Path)) else type(reranker).__name__
-    loaded = load_reranker(reranker, tracking_uri=tracking_uri, trust_pickle=trust_pickle)
+    loaded = resolve_reranker(reranker, tracking_uri=tracking_uri, trust_pickle=trust_pickle)
     return make_strategy("reranked", loaded, source)

@@ -18,14 +18,18 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from specrank.atomic import atomic_write, remove_temps, write_json_atomic
+from specrank.decode.loading.targets import load_target
+from specrank.decode.prompts import encode_prompt
+from specrank.files import cache_root
+from specrank.scale import Shard, worker_pool
 
 FP16_MAX = 65000.0  # above this a shard keeps float32 features
 FORMAT = 2  # shard layout version, part of the cache key
@@ -75,11 +79,6 @@ class Corpus:
         return [slice(bounds[i], bounds[i + 1]) for i, (pid, _) in enumerate(self.docs) if keep(pid)]
 
 
-def cache_root() -> Path:
-    """``$SPECRANK_CACHE`` or ``~/.cache/specrank``."""
-    return Path(os.environ.get("SPECRANK_CACHE") or Path.home() / ".cache" / "specrank")
-
-
 def target_fingerprint(target) -> str:
     """A hash of the target's weights (its source file hash when known, else its parameters)."""
     known = getattr(target, "source_hash", "")
@@ -111,8 +110,6 @@ def generate_corpus(target, prompts, spec: GenerationSpec, root=None, progress=F
     """Generate (or finish generating) the shards for ``prompts``; return their directory. ``workers``
     (``specrank.scale.Workers``): generate the missing shards on Ray workers that load the target as
     ``load_target(target.name)`` on ``target``'s device type and dtype."""
-    from specrank.decode.prompts import encode_prompt
-
     if not prompts:
         raise DataError("no prompts to generate from")
     if max(spec.layers) > target.num_layers:
@@ -144,8 +141,6 @@ class CorpusWork:
     """A Ray worker's state (``specrank.scale``): the target, loaded once, writing shards by index."""
 
     def __init__(self, load, prompts, spec: GenerationSpec, out: str):
-        from specrank.decode.prompts import encode_prompt
-
         self.target, self.prompts, self.spec, self.out = load(), prompts, spec, Path(out)
         self.encoded = [encode_prompt(self.target.tokenizer, p.text) for p in prompts]
         self.shards = jobs(prompts, spec)
@@ -162,9 +157,6 @@ class CorpusWork:
 
 def generate_on_workers(workers, target, prompts, spec: GenerationSpec, out: Path, todo: list[int], progress) -> None:
     """Write the shards ``todo`` on ``workers``; a ScaleError names the shards lost to dead workers."""
-    from specrank.decode.loading.targets import load_target
-    from specrank.scale import Shard, worker_pool
-
     dtype = str(target.dtype).removeprefix("torch.")
     load = functools.partial(load_target, target.name, target.device.type, dtype)
     shards = jobs(prompts, spec)
@@ -273,6 +265,4 @@ def load_corpus(*directories) -> Corpus:
 
 
 def _progress(total: int, enabled: bool, desc: str):
-    from tqdm.auto import tqdm
-
     return tqdm(total=total, disable=not enabled, desc=desc, unit="shard")

@@ -12,7 +12,11 @@ import numpy as np
 import torch
 
 from specrank.atomic import write_json_atomic
-from specrank.decode.loading.eagle3 import default_head_dir  # noqa: F401  (re-exported)
+from specrank.decode import Decoder
+from specrank.decode.loading.eagle3 import (
+    default_head_dir,  # noqa: F401  (re-exported)
+    load_eagle3,
+)
 from specrank.decode.prompts import prompt_digests
 from specrank.drafter_training.data import GenerationSpec, generate_corpus, load_corpus
 from specrank.drafter_training.head import new_head, save_head
@@ -38,8 +42,6 @@ def split_prompts(prompts, heldout_per_task: int, seed: int = 0) -> set[str]:
 
 def tokens_per_pass(target, drafter, prompts, max_new_tokens: int, budget: int = 59) -> float:
     """Mean tokens emitted per target pass (accepted + 1 per round) in a greedy decode of ``prompts``."""
-    from specrank.decode import Decoder
-
     decoder = Decoder(target, drafter, "draft", budget=budget)
     accepted = []
     for p in prompts:
@@ -67,8 +69,6 @@ def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig
     ``prompts`` are split into training and held-out prompts per task; ``extra_prompts`` only add
     training data, continued under ``extra_spec`` (default ``spec``). ``workers`` (``specrank.scale.Workers``)
     generate the data on Ray workers."""
-    from specrank.decode.loading.eagle3 import load_eagle3
-
     if draft_vocab < 1 or heldout_per_task < 0 or decode_prompts < 0:
         raise ValueError("draft_vocab >= 1, heldout_per_task >= 0 and decode_prompts >= 0 are required")
     uri = None if tracking_uri is None else check_reachable(resolve_tracking_uri(tracking_uri))  # fail before work

@@ -7,6 +7,10 @@ from pathlib import Path
 
 import torch
 
+from specrank.decode.loading.eagle3 import Eagle3Head, eagle3_config
+from specrank.decode.loading.eagle3_export import WEIGHTS, export_files, write_head
+from specrank.decode.loading.eagle3_formats import HeadCheckpoint
+
 
 def head_config(target, draft_vocab_size: int) -> dict:
     """The canonical config of a head for ``target`` (``eagle3_config`` reads it): the target's Llama
@@ -37,8 +41,6 @@ def rope_theta(cfg) -> float:
 def new_head(target, vocab, seed: int = 0, train_lm_head: bool = False):
     """A float32 head: random fc and decoder layer (seeded), the target's frozen embedding, its
     final norm and its lm-head rows of the draft vocabulary (trainable iff ``train_lm_head``)."""
-    from specrank.decode.loading.eagle3 import Eagle3Head, eagle3_config
-
     config = head_config(target, len(vocab.ids))
     torch.manual_seed(seed)
     head = Eagle3Head(eagle3_config(config))
@@ -60,9 +62,6 @@ def save_head(directory, head, vocab, layers, dtype: str = "fp32") -> Path:
     """Write ``config.json`` and ``model.safetensors`` in the SpecForge/SGLang layout (``fc``,
     ``midlayer.*``, ``norm``, ``lm_head``, ``d2t``, ``t2d``; the embedding stays the target's; the
     ``hidden_states`` indices ``layers`` as SGLang ids), each file atomically."""
-    from specrank.decode.loading.eagle3_export import WEIGHTS, export_files, write_head
-    from specrank.decode.loading.eagle3_formats import HeadCheckpoint
-
     state = {k: v for k, v in head.state_dict().items() if not k.startswith(("embed_tokens", "rotary_emb"))}
     state["d2t"], state["t2d"] = vocab.d2t, vocab.t2d
     ckpt = HeadCheckpoint("specrank", head.config.to_dict(), state, tuple(int(i) for i in layers))

@@ -14,8 +14,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from specrank.atomic import atomic_write
+from specrank.decode.loading.targets import read_bin
 from specrank.drafter_training.batches import batch_at, collate, windows
 from specrank.drafter_training.objective import agreement, step_loss
 from specrank.drafter_training.unroll import unrolled_logits
@@ -192,7 +194,6 @@ def load_checkpoint(path: Path, head, opt, identity: dict) -> dict:
     """Restore a checkpoint into ``head`` and ``opt``; a fresh start when there is none."""
     if not path.exists():
         return {"step": 0, "elapsed": 0.0, "history": []}
-    from specrank.decode.loading.targets import read_bin
 
     state = read_bin(path, tensors_only=False)
     if not isinstance(state, dict) or not {"config", "head", "optimizer", "torch_rng"} <= set(state):
@@ -209,6 +210,4 @@ def load_checkpoint(path: Path, head, opt, identity: dict) -> dict:
 
 
 def _bar(total: int, initial: int, enabled: bool):
-    from tqdm.auto import tqdm
-
     return tqdm(total=total, initial=initial, disable=not enabled, desc="training", unit="step")

@@ -16,9 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from specrank.evaluation.data import Rounds, align_predictions, load_rounds, read_predictions
 from specrank.atomic import atomic_write
-from specrank.files import DataFileError, read_json, read_table
+from specrank.evaluation.data import Rounds, align_predictions, load_rounds, read_predictions
 from specrank.evaluation.values import (
     BUDGET_SWEEP,
     HEADLINE_BUDGETS,
@@ -28,6 +27,8 @@ from specrank.evaluation.values import (
     rule_values,
 )
 from specrank.featurize.rows import ROW_SOURCES
+from specrank.featurize.storage import check_same_rounds, rounds_digest, rounds_of
+from specrank.files import DataFileError, read_json, read_table
 from specrank.selection.rules import first_token_agreement
 from specrank.selection.stats import PromptBootstrap, quintile_labels, rule_table
 
@@ -179,8 +180,6 @@ def _weights_frame(weights: dict, budgets) -> pd.DataFrame:
 
 def evaluate_run(run_dir, predictions, **kwargs) -> Evaluation:
     """``evaluate`` on a run directory and a predictions file (or DataFrame)."""
-    from specrank.featurize.storage import check_same_rounds, rounds_digest, rounds_of
-
     rounds = load_rounds(run_dir)
     frame = predictions if isinstance(predictions, pd.DataFrame) else read_predictions(predictions)
     where = "predictions" if isinstance(predictions, pd.DataFrame) else f"--predictions {predictions}"

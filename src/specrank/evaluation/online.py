@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from specrank.selection import PromptBootstrap
+from specrank.selection.stats import _interval
 
 
 class OnlineStatsError(ValueError):
@@ -96,8 +97,6 @@ def root_overlap(decodes: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd
 def realized_gain(rounds: pd.DataFrame, decoder: str, base: str, n_boot: int = 2000, seed: int = 0):
     """Mean realized acceptance of ``decoder`` minus ``base`` at their own contexts; prompts resampled
     jointly for both (App. D.3). Returns an ``Interval``."""
-    from specrank.selection.stats import _interval
-
     parts = {d: rounds[rounds["decoder"] == d] for d in (decoder, base)}
     if any(p.empty for p in parts.values()):
         raise OnlineStatsError(f"realized gain needs rounds of both {decoder!r} and {base!r}")

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from specrank.atomic import atomic_write
 from specrank.evaluation.figures import close_figures, render_figures
 from specrank.evaluation.html import report_html
-from specrank.atomic import atomic_write
 from specrank.evaluation.names import CONTROLS, label, ordered, rerankers
+from specrank.markdown import markdown_table
 
 SPLIT_TITLES = {
     "agreement": "First-token agreement (drafter's top first token = target's argmax)",
@@ -31,13 +32,6 @@ def _ci(row, name: str, digits: int = 3, suffix: str = "") -> str:
         return "–"
     low, high = row.get(f"{name}_low"), row.get(f"{name}_high")
     return f"{_num(point, digits)}{suffix} [{_num(low, digits)}, {_num(high, digits)}]"
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    """A GitHub-flavoured Markdown table (the report's, and run descriptions in MLflow)."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def headline_table(summary: pd.DataFrame, budgets) -> str:

@@ -9,10 +9,10 @@ import pyarrow as pa
 import specrank
 from specrank import schema
 from specrank.featurize.arrays import check_pool, label_kind, manifest_value, round_arrays
-from specrank.featurize.context import context_features, previous_acceptance
-from specrank.featurize.draft import draft_features
-from specrank.featurize.rows import ROW_SOURCES, row_features
-from specrank.featurize.subtree import subtree_features
+from specrank.featurize.context import CONTEXT_FEATURES, context_features, previous_acceptance
+from specrank.featurize.draft import DRAFT_FEATURES, draft_features
+from specrank.featurize.rows import ROW_FEATURES, ROW_SOURCES, row_features
+from specrank.featurize.subtree import SUBTREE_FEATURES, subtree_features
 
 META_KEY = "specrank"
 LABEL_SOURCE = {"probability": "p_edge", "argmax": "p_argmax_child"}
@@ -50,11 +50,6 @@ FEATURE_GROUPS = ("draft", "subtree", "context", "rows")
 
 def feature_groups(names) -> tuple[str, ...]:
     """The groups of ``FEATURE_GROUPS`` that compute ``names`` (the token prior needs only ``token``)."""
-    from specrank.featurize.context import CONTEXT_FEATURES
-    from specrank.featurize.draft import DRAFT_FEATURES
-    from specrank.featurize.rows import ROW_FEATURES
-    from specrank.featurize.subtree import SUBTREE_FEATURES
-
     members = dict(zip(FEATURE_GROUPS, (DRAFT_FEATURES, SUBTREE_FEATURES, CONTEXT_FEATURES, ROW_FEATURES)))
     return tuple(g for g in FEATURE_GROUPS if any(n in members[g] for n in names))
 

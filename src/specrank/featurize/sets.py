@@ -60,3 +60,8 @@ def resolve_features(features) -> list[str]:
     if unknown:
         raise ValueError(f"unknown feature {unknown[0]!r}")
     return list(features)
+
+
+def input_columns(features) -> list[str]:
+    """Columns a reranker reads from a features table (the prior is computed from ``token``)."""
+    return [("token" if f == PRIOR_FEATURE else f) for f in features]

@@ -11,10 +11,11 @@ import pyarrow as pa
 
 from specrank import schema
 from specrank.atomic import write_parquet_atomic
-from specrank.files import file_hash, read_json, read_schema, read_table
 from specrank.featurize.arrays import label_kind
 from specrank.featurize.edges import edge_frame
 from specrank.featurize.features import LABEL_SOURCE, META_KEY, features_meta, featurize_rounds, required_columns
+from specrank.featurize.sets import CATEGORICAL_FEATURES, DESCRIPTIONS, PRIOR_FEATURE
+from specrank.files import file_hash, read_json, read_schema, read_table
 
 
 def read_manifest(run_dir) -> dict:
@@ -136,8 +137,6 @@ def read_features(path) -> pd.DataFrame:
 def check_numeric(df: pd.DataFrame, path) -> None:
     """Refuse a features column that should hold numbers but holds text, naming the column and a value (a
     reranker would fail on it later without saying where)."""
-    from specrank.featurize.sets import CATEGORICAL_FEATURES, DESCRIPTIONS, PRIOR_FEATURE
-
     numeric = [c for c in DESCRIPTIONS if c not in CATEGORICAL_FEATURES and c != PRIOR_FEATURE]
     for col in [c for c in (*numeric, schema.LABEL_COLUMN) if c in df.columns]:
         if not pd.api.types.is_numeric_dtype(df[col]):

@@ -3,8 +3,9 @@
 from specrank.rerankers.crossfit import CrossFit, FoldError, cross_fit, even_odd, fold_labels
 from specrank.rerankers.gbm import GBMReranker
 from specrank.rerankers.isotonic import IsotonicFirstFactor, PerDepthCalibration
+from specrank.rerankers.loader import load_reranker
 from specrank.rerankers.online import Reranker, RerankerError
-from specrank.rerankers.persist import RerankerFileError, load_reranker, save_reranker
+from specrank.rerankers.persist import RerankerFileError, save_reranker
 from specrank.rerankers.tune import tune
 
 __all__ = [

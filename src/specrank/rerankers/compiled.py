@@ -18,16 +18,17 @@ import hashlib
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
+
+from specrank.files import cache_root
 
 MISSING = -1  # tl2cgen's Entry union: an int of -1 in the low word marks a missing value
 
 
 def cache_dir() -> Path:
-    from specrank.drafter_training.data import cache_root
-
     return cache_root() / "treelite"
 
 
@@ -121,8 +122,6 @@ def native_output_to_stderr():
 
 def faster_than_lightgbm(trees: CompiledTrees, booster, rows: int, calls: int = 30) -> tuple[bool, str]:
     """(the library is faster, the timing line): median of ``calls`` scorings of ``rows`` random rows each."""
-    import time
-
     m = np.random.default_rng(0).normal(size=(rows, trees.n_features))
 
     def median_ms(fn) -> float:

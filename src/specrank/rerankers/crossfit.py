@@ -9,6 +9,7 @@ import pandas as pd
 from sklearn.base import clone
 
 from specrank import schema
+from specrank.rerankers.tune import study_name, tune
 
 
 class FoldError(ValueError):
@@ -72,8 +73,6 @@ def cross_fit(estimator, X: pd.DataFrame, y=None, *, folds=None, tune_trials: in
         model = clone(estimator)
         y_train = None if y is None else y[train]
         if tune_trials:
-            from specrank.rerankers.tune import study_name, tune
-
             callbacks = tune_callbacks(f) if tune_callbacks is not None else None
             name = study_name(tune_study or type(estimator).__name__, f)
             out.params[f] = tune(model, X[train], y_train, n_trials=tune_trials, seed=tune_seed, callbacks=callbacks,

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 
+import lightgbm as lgb
 import numpy as np
+from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 from threadpoolctl import threadpool_limits
 
 from specrank import schema
 from specrank.featurize.prior import TokenPrior
-from specrank.featurize.sets import CATEGORICAL_FEATURES, PRIOR_FEATURE, resolve_features
-from specrank.rerankers.online import Reranker, boolean, input_columns, integer, real
+from specrank.featurize.sets import CATEGORICAL_FEATURES, PRIOR_FEATURE, input_columns, resolve_features
+from specrank.rerankers.compiled import compile_booster, faster_than_lightgbm
+from specrank.rerankers.online import Reranker, boolean, integer, real
 
 BACKENDS = ("lightgbm", "sklearn")
 MONOTONE_FEATURES = ("q", "log_q")  # the draft probability of the candidate
@@ -132,7 +135,6 @@ class GBMReranker(Reranker):
             return self
         if choice == "lightgbm":
             return self
-        from specrank.rerankers.compiled import compile_booster, faster_than_lightgbm
 
         self.trees_, self.inference_ = compile_booster(self.model_)
         if self.trees_ is not None and choice == "fastest":
@@ -171,8 +173,6 @@ class GBMReranker(Reranker):
         categorical = [i for i, f in enumerate(self.features_) if f in CATEGORICAL_FEATURES]
         monotone = [int(self.monotone_draft and f in MONOTONE_FEATURES) for f in self.features_]
         if self.backend == "lightgbm":
-            import lightgbm as lgb
-
             params = {
                 "objective": "binary" if self.label_kind_ == "argmax" else "cross_entropy",
                 "learning_rate": self.learning_rate,
@@ -188,7 +188,6 @@ class GBMReranker(Reranker):
                 params["monotone_constraints"] = monotone
             data = lgb.Dataset(m, y, init_score=margin, categorical_feature=categorical, free_raw_data=True)
             return lgb.train(params, data, num_boost_round=self.n_estimators)
-        from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
         empty = [f for i, f in enumerate(self.features_) if np.isnan(m[:, i]).all()]
         if empty:  # sklearn's binning has nothing to cut and fails without naming the column

@@ -12,7 +12,8 @@ from sklearn.utils.validation import check_is_fitted
 import specrank
 from specrank import schema
 from specrank.featurize.features import features_meta
-from specrank.featurize.sets import PRIOR_FEATURE
+from specrank.featurize.sets import input_columns
+from specrank.rerankers.persist import save_reranker
 
 
 class RerankerError(ValueError):
@@ -39,11 +40,6 @@ def real(low: float, open_low: bool = False):
 def boolean():
     """A hyper-parameter constraint: true or false (not 0 or 1)."""
     return ("true or false", lambda v: isinstance(v, (bool, np.bool_)))
-
-
-def input_columns(features) -> list[str]:
-    """Columns a reranker reads from a features table (the prior is computed from ``token``)."""
-    return [("token" if f == PRIOR_FEATURE else f) for f in features]
 
 
 def labels_of(X, y, kind: str) -> np.ndarray:
@@ -123,6 +119,4 @@ class Reranker(BaseEstimator):
 
     def save(self, path):
         """Save in format 2: a directory at ``path``, or a zip if it ends in ``.zip`` (``specrank.rerankers.persist``)."""
-        from specrank.rerankers.persist import save_reranker
-
         return save_reranker(self, path)

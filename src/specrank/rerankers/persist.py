@@ -1,4 +1,4 @@
-"""Saving and loading rerankers, and the one loader of every reranker source.
+"""Saving and loading rerankers in their local formats.
 
 Format 2 (``specrank-reranker/2``) is a directory, or a ``.zip`` of the same files, that loading reads as
 data and never executes:
@@ -14,19 +14,24 @@ Format 1 was a pickle: it loads only with ``trust_pickle=True`` (``--trust-pickl
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import re
 import zipfile
+from importlib import metadata
 from pathlib import Path
+
+from sklearn.utils.validation import check_is_fitted
 
 import specrank
 from specrank.atomic import atomic_write, atomic_write_dir
 from specrank.errors import first_line
+from specrank.featurize.sets import CATEGORICAL_FEATURES, input_columns, resolve_features
+from specrank.rerankers.state import ARRAYS, encode, npz_bytes, required_files
 
 FORMAT = "specrank-reranker/2"
 META = "reranker.json"
 META_KEYS = ("class", "features", "label_kind", "topk", "version", "params", "feature_schema_hash", "state", "files")
-URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:/")
 
 
 class RerankerFileError(ValueError):
@@ -35,9 +40,6 @@ class RerankerFileError(ValueError):
 
 def feature_schema_hash(features, label_kind: str, topk: int) -> str:
     """sha256 of what a reranker reads: feature names in order, the columns they come from, labels and topk."""
-    from specrank.featurize.sets import CATEGORICAL_FEATURES
-    from specrank.rerankers.online import input_columns
-
     schema = {"features": list(features), "columns": input_columns(features), "label_kind": label_kind,
               "topk": int(topk), "categorical": [f for f in features if f in CATEGORICAL_FEATURES]}
     return hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest()
@@ -67,8 +69,6 @@ def describe(est) -> dict:
 
 
 def _versions() -> dict:
-    from importlib import metadata
-
     names = ("specrank", "numpy", "scikit-learn", "lightgbm", "skops")
     out = {}
     for name in names:
@@ -81,10 +81,6 @@ def _versions() -> dict:
 
 def reranker_files(est) -> dict[str, bytes]:
     """The files of ``est`` in format 2, ``reranker.json`` included."""
-    from sklearn.utils.validation import check_is_fitted
-
-    from specrank.rerankers.state import ARRAYS, encode, npz_bytes
-
     check_is_fitted(est, "features_")
     state, arrays, files = encode(est)
     files = {ARRAYS: npz_bytes(arrays), **files}
@@ -116,7 +112,7 @@ def _write_zip(target, files: dict[str, bytes]) -> None:
             zf.writestr(name, data)
 
 
-def _members(path: Path) -> dict[str, bytes]:
+def read_members(path: Path) -> dict[str, bytes]:
     """Name -> bytes of every entry of a format-2 directory or zip. An entry that is not a plain top-level
     file (a subdirectory, a link, a nested name, a name given twice) is refused, since nothing would vouch
     for it; hidden files are read like the others, for the listing check to refuse."""
@@ -174,10 +170,10 @@ def check_meta(where: str, meta: dict) -> None:
             raise RerankerFileError(f"{where}: {key}: not a key of {META}")
     for key, (expected, ok) in META_SCHEMA.items():
         if key in meta and not ok(meta[key]):
-            raise RerankerFileError(f"{where}: {key}: must be {expected}; got {_short(meta[key])}")
+            raise RerankerFileError(f"{where}: {key}: must be {expected}; got {short(meta[key])}")
 
 
-def _short(value) -> str:
+def short(value) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -185,10 +181,6 @@ def _short(value) -> str:
 def check_params(where: str, cls, params: dict, features: list) -> None:
     """``params`` must name every parameter of ``cls.__init__`` and nothing else, each within the class's
     constraints; a set name in ``params.features`` must resolve to the saved ``features``."""
-    import inspect
-
-    from specrank.featurize.sets import resolve_features
-
     names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
     for name in names:
         if name not in params:
@@ -199,25 +191,23 @@ def check_params(where: str, cls, params: dict, features: list) -> None:
                                     f"(expected {', '.join(names)})")
     for name, (expected, ok) in cls._constraints.items():
         if not ok(params[name]):
-            raise RerankerFileError(f"{where}: params.{name}: must be {expected}; got {_short(params[name])}")
+            raise RerankerFileError(f"{where}: params.{name}: must be {expected}; got {short(params[name])}")
     if "features" in params:
         try:
             resolved = resolve_features(params["features"])
         except ValueError as exc:
             raise RerankerFileError(f"{where}: params.features: {first_line(exc)}") from None
         if resolved != features:
-            raise RerankerFileError(f"{where}: params.features: {_short(params['features'])} is not the saved features")
+            raise RerankerFileError(f"{where}: params.features: {short(params['features'])} is not the saved features")
     try:  # the rules across parameters (boost_from_draft only with LightGBM)
         cls(**params).check_params()
     except ValueError as exc:
         raise RerankerFileError(f"{where}: params: {first_line(exc)}") from None
 
 
-def _check_files(path, meta: dict, files: dict[str, bytes]) -> None:
+def check_files(path, meta: dict, files: dict[str, bytes]) -> None:
     """Closed integrity: the files present are exactly those listed, each with its sha256, and exactly the
     files of the class (and backend) that ``reranker.json`` names."""
-    from specrank.rerankers.state import required_files
-
     listed, present = set(meta["files"]), set(files) - {META}
     needed = required_files(meta["class"], meta["params"].get("backend"))
     for name in sorted(needed - listed):
@@ -235,108 +225,3 @@ def _check_files(path, meta: dict, files: dict[str, bytes]) -> None:
             raise RerankerFileError(f"{path}: {name} is damaged (its sha256 differs from {META})")
 
 
-def load_format2(path) -> object:
-    """A reranker saved in format 2 (a directory or zip), checked whole before anything is built: the
-    schema of ``reranker.json``, every file listed with its sha256 and nothing else present. ``meta_``
-    holds its metadata and ``format_digest``."""
-    from specrank.rerankers.state import ARRAYS, CLASSES, StateError, decode, npz_arrays
-
-    path = Path(path)
-    try:
-        files = _members(path)
-    except zipfile.BadZipFile as exc:
-        raise RerankerFileError(f"{path}: damaged zip ({exc})") from None
-    if META not in files:
-        raise RerankerFileError(f"{path}: no {META} (not a specrank reranker)")
-    where = f"{path}/{META}"
-    try:
-        meta = json.loads(files[META])
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise RerankerFileError(f"{where}: malformed ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-        raise RerankerFileError(f"{path}: format {_short(got)}, expected {FORMAT}")
-    check_meta(where, meta)
-    if meta["class"] not in CLASSES:
-        raise RerankerFileError(f"{where}: class: unknown reranker class {_short(meta['class'])} "
-                                f"(format 2 knows {', '.join(CLASSES)})")
-    _check_files(path, meta, files)
-    check_version(path, meta["version"])
-    if feature_schema_hash(meta["features"], meta["label_kind"], meta["topk"]) != meta["feature_schema_hash"]:
-        raise RerankerFileError(f"{where}: feature_schema_hash does not match its features, label_kind and topk")
-    check_params(where, CLASSES[meta["class"]], meta["params"], meta["features"])
-    try:
-        est = decode(meta["class"], meta["params"], meta["state"], npz_arrays(files[ARRAYS]), files)
-    except StateError as exc:
-        raise RerankerFileError(f"{path}: {exc}") from None
-    est.features_, est.label_kind_, est.topk_, est.version_ = list(meta["features"]), meta["label_kind"], \
-        int(meta["topk"]), meta["version"]
-    est.rounds_digest_ = meta.get("rounds_digest")
-    est.meta_ = {k: meta.get(k) for k in META_KEYS[:7] + OPTIONAL_META}
-    est.meta_["format_digest"] = format_digest(files)
-    return est
-
-
-# The URI schemes a reranker is read from, with the module MLflow needs for each and its package.
-MODEL_SCHEMES = {
-    "models": None, "runs": None, "mlflow-artifacts": None, "file": None,
-    "s3": ("boto3", "boto3"),
-    "gs": ("google.cloud.storage", "google-cloud-storage"),
-    "wasbs": ("azure.storage.blob", "azure-storage-blob"),
-    "abfss": ("azure.storage.filedatalake", "azure-storage-file-datalake"),
-}
-
-
-def check_model_uri(uri: str) -> None:
-    """Refuse, before anything is downloaded, a model URI whose scheme is not one of ``MODEL_SCHEMES`` or whose
-    client library is not installed. An http(s) URL is refused: nothing would check what it serves before
-    it is read, so it is downloaded by hand and given as a path."""
-    import importlib.util
-
-    scheme = uri.split(":", 1)[0].lower()
-    if scheme in ("http", "https"):
-        raise RerankerFileError(f"{uri}: an http(s) URL is not a reranker source; download the file and give its "
-                                "path, or give a models:/ or runs:/ URI with --tracking-uri")
-    if scheme not in MODEL_SCHEMES:
-        raise RerankerFileError(f"{uri}: unsupported scheme {scheme}: (use a path or one of "
-                                f"{', '.join(s + ':' for s in MODEL_SCHEMES)})")
-    if MODEL_SCHEMES[scheme] is None:
-        return
-    module, package = MODEL_SCHEMES[scheme]
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # a parent package (google, azure) is missing too
-        found = False
-    if not found:
-        raise RerankerFileError(f"{uri}: reading {scheme}:// needs the {package} package (pip install {package})")
-
-
-def load_reranker(source, *, tracking_uri: str | None = None, trust_pickle: bool = False):
-    """A fitted reranker from ``source``: the estimator itself, a format-2 directory or zip, an MLflow model
-    directory, or an MLflow model URI (``models:/...``, ``runs:/ID/NAME``) resolved against ``tracking_uri``
-    (default ``$MLFLOW_TRACKING_URI``, else ``./mlflow.db``, which must exist: nothing is created).
-
-    Nothing in the file is executed, except a format-1 pickle (or an MLflow model that MLflow cloudpickled)
-    loaded with ``trust_pickle=True``, which warns. MLflow is imported only for MLflow sources.
-    """
-    if not isinstance(source, (str, Path)):
-        return source
-    path = Path(str(source)).expanduser()
-    if path.is_dir() and (path / META).is_file():
-        return load_format2(path)
-    if path.is_dir() and (path / "MLmodel").is_file():
-        from specrank.tracking.models import load_pyfunc_reranker
-
-        return load_pyfunc_reranker(str(path), trust_pickle=trust_pickle)
-    if path.is_file():
-        if zipfile.is_zipfile(path):
-            return load_format2(path)
-        from specrank.rerankers.legacy import load_pickle
-
-        return load_pickle(path, trust_pickle)
-    if path.exists() or not URI.match(str(source)):
-        raise FileNotFoundError(f"no reranker at {source} (neither a saved reranker nor an MLflow model)")
-    check_model_uri(str(source))
-    from specrank.tracking.models import load_pyfunc_reranker
-
-    return load_pyfunc_reranker(str(source), tracking_uri, trust_pickle=trust_pickle)

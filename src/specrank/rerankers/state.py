@@ -3,25 +3,25 @@ sklearn's histogram boosting through skops with an explicit list of trusted type
 
 Nothing here unpickles: arrays are read with ``allow_pickle=False``, the LightGBM text is parsed by
 LightGBM, skops rebuilds only the types named in ``SKOPS_TRUSTED`` (besides its safe defaults), and the
-estimator class comes from ``CLASSES``, never from a name in the file.
+estimator class comes from ``rerankers.loader.CLASSES``, never from a name in the file.
 """
 
 from __future__ import annotations
 
 import io
 
+import lightgbm as lgb
 import numpy as np
+import sklearn
+import skops.io
 from sklearn.isotonic import IsotonicRegression
 
-from specrank.featurize.prior import TokenPrior
 from specrank.featurize.sets import PRIOR_FEATURE, resolve_features
-from specrank.rerankers.gbm import GBMReranker
-from specrank.rerankers.isotonic import IsotonicFirstFactor, PerDepthCalibration
 
 ARRAYS = "arrays.npz"
 LIGHTGBM = "lightgbm.txt"
 SKLEARN = "sklearn.skops"
-CLASSES = {c.__name__: c for c in (IsotonicFirstFactor, PerDepthCalibration, GBMReranker)}
+CLASS_NAMES = ("IsotonicFirstFactor", "PerDepthCalibration", "GBMReranker")  # the classes format 2 knows
 # What a fitted HistGradientBoosting{Regressor,Classifier} holds beyond skops' default-trusted types
 # (sklearn estimators, numpy arrays): its trees' predictors and a functools.partial of sklearn's own
 # check_array (skops rebuilds a partial only around a function that is itself trusted).
@@ -60,8 +60,6 @@ def isotonic_arrays(iso: IsotonicRegression, prefix: str) -> dict[str, np.ndarra
 def isotonic_from(arrays: dict, prefix: str, params: dict) -> IsotonicRegression:
     """An IsotonicRegression rebuilt from its tables through sklearn's own unpickling hook (``__setstate__``
     rebuilds the interpolator), with the running sklearn's version: the tables mean the same in any."""
-    import sklearn
-
     iso = IsotonicRegression(**params)
     fitted = {k: arrays[f"{prefix}.{k}"] for k in ISOTONIC_FITTED}
     fitted = {k: (v if v.ndim else v[()]) for k, v in fitted.items()}
@@ -71,13 +69,14 @@ def isotonic_from(arrays: dict, prefix: str, params: dict) -> IsotonicRegression
 
 def encode(est) -> tuple[dict, dict[str, np.ndarray], dict[str, bytes]]:
     """(JSON state, arrays, other files) of a fitted reranker."""
-    if isinstance(est, IsotonicFirstFactor):
+    name = type(est).__name__  # by name: the classes sit above this module
+    if name == "IsotonicFirstFactor":
         return {"iso": est.iso_.get_params()}, isotonic_arrays(est.iso_, "iso"), {}
-    if isinstance(est, PerDepthCalibration):
+    if name == "PerDepthCalibration":
         depths = sorted(int(d) for d in est.maps_)
         arrays = {k: v for d in depths for k, v in isotonic_arrays(est.maps_[d], f"depth{d}").items()}
         return {"depths": depths, "iso": est.maps_[depths[0]].get_params()}, arrays, {}
-    if isinstance(est, GBMReranker):
+    if name == "GBMReranker":
         arrays = {}
         if hasattr(est.prior_, "tokens_"):
             arrays = {"prior.tokens": est.prior_.tokens_, "prior.means": est.prior_.means_,
@@ -85,10 +84,9 @@ def encode(est) -> tuple[dict, dict[str, np.ndarray], dict[str, bytes]]:
         state = {"task_categories": list(est.task_categories_), "prior_pseudo_count": est.prior_.pseudo_count}
         if est.backend == "lightgbm":
             return state, arrays, {LIGHTGBM: est.model_.model_to_string().encode()}
-        import skops.io
 
         return state, arrays, {SKLEARN: skops.io.dumps(est.model_)}
-    raise StateError(f"cannot save a {type(est).__name__} (format 2 knows {', '.join(CLASSES)})")
+    raise StateError(f"cannot save a {type(est).__name__} (format 2 knows {', '.join(CLASS_NAMES)})")
 
 
 def required_files(name: str, backend) -> set[str]:
@@ -178,38 +176,14 @@ def _check_array(key: str, value: np.ndarray) -> None:
                          f"got shape {value.shape}, dtype {value.dtype}")
 
 
-def decode(name: str, params: dict, state: dict, arrays: dict, files: dict[str, bytes]):
-    """The estimator of class ``name`` (one of ``CLASSES``) with ``params`` and its fitted state."""
-    if name not in CLASSES:
-        raise StateError(f"unknown reranker class {name!r} (format 2 knows {', '.join(CLASSES)})")
-    check_state(name, params, state, arrays)
-    est = CLASSES[name](**params)
-    if name == "IsotonicFirstFactor":
-        est.iso_ = isotonic_from(arrays, "iso", state["iso"])
-    elif name == "PerDepthCalibration":
-        est.maps_ = {int(d): isotonic_from(arrays, f"depth{d}", state["iso"]) for d in state["depths"]}
-    else:
-        est.task_categories_ = list(state["task_categories"])
-        est.prior_ = TokenPrior(state["prior_pseudo_count"])
-        if "prior.tokens" in arrays:
-            est.prior_.tokens_, est.prior_.means_ = arrays["prior.tokens"], arrays["prior.means"]
-            est.prior_.mean_ = float(arrays["prior.mean"])
-        est.model_ = _booster(files[LIGHTGBM]) if est.backend == "lightgbm" else _skops(files[SKLEARN])
-    return est
-
-
-def _booster(text: bytes):
-    import lightgbm as lgb
-
+def read_booster(text: bytes):
     try:
         return lgb.Booster(model_str=text.decode())
     except (lgb.basic.LightGBMError, UnicodeDecodeError) as exc:
         raise StateError(f"{LIGHTGBM}: not a LightGBM model ({str(exc).splitlines()[0]})") from None
 
 
-def _skops(data: bytes):
-    import skops.io
-
+def read_skops(data: bytes):
     untrusted = sorted(set(skops.io.get_untrusted_types(data=data)) - set(SKOPS_TRUSTED))
     if untrusted:
         raise StateError(f"{SKLEARN}: holds types that are not trusted: {', '.join(untrusted[:5])}")

@@ -8,6 +8,7 @@ import numpy as np
 from sklearn.base import clone
 
 from specrank import schema
+from specrank.featurize.features import features_meta
 from specrank.rerankers.online import labels_of
 
 
@@ -59,8 +60,6 @@ def tune(estimator, X, y=None, *, n_trials: int = 20, space=gbm_space, seed: int
     ``seed``, so that two studies differ and the same study repeats.
     """
     import optuna
-
-    from specrank.featurize.features import features_meta
 
     y = labels_of(X, y, features_meta(X)["label_kind"])
     inner = inner_folds(X)

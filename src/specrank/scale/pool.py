@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
+from tqdm import tqdm
+
 from specrank.scale.session import ScaleError, Workers, first_line, ray_session
 
 STOP_TIMEOUT_S = 30.0  # how long Ctrl-C waits for killed workers to be gone
@@ -176,8 +178,6 @@ class Pool:
         """Run ``shards`` (one in flight per worker) with a bar over ``total`` units (``done`` already done).
         ``tidy(unfinished shards)`` runs once no worker can write any more (their killed writes' temporary
         files are the caller's to remove). A shard that raises stops the run with its error."""
-        from tqdm import tqdm
-
         bar = tqdm(total=total, initial=done, unit=unit, disable=not progress, dynamic_ncols=True)
         queue, inflight, idle = deque(shards), {}, list(range(len(self.actors)))[::-1]
         outcome, start, error = Outcome(self.timings, 0.0), time.perf_counter(), None

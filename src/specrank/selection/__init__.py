@@ -1,7 +1,7 @@
 """Vectorized selection over N recorded rounds x M pool candidates (numpy only, no torch)."""
 
-from specrank.selection.draws import DRAW_RULES, DraftGroups, EqualMean, draw_values, equal_mean, pearl_curves
-from specrank.selection.pool import LAWS, PoolBatch, PoolError
+from specrank.selection.draws import DRAW_RULES, DraftGroups, draw_values, equal_mean, pearl_curves
+from specrank.selection.pool import PoolBatch, PoolError
 from specrank.selection.rules import (
     MIXTURE_WEIGHTS,
     RULES,
@@ -19,16 +19,14 @@ from specrank.selection.select import (
     select_top,
     value,
 )
-from specrank.selection.stats import Interval, PromptBootstrap, Totals, quintile_labels, rule_table
+from specrank.selection.stats import Interval, PromptBootstrap, quintile_labels, rule_table
 from specrank.selection.synthetic import SyntheticRounds, random_pool, synthetic_pools
 from specrank.selection.values import cross_fit_choice, evaluate_rules
 
 __all__ = [
     "DRAW_RULES",
     "DraftGroups",
-    "EqualMean",
     "Interval",
-    "LAWS",
     "MIXTURE_WEIGHTS",
     "PoolBatch",
     "PoolError",
@@ -37,7 +35,6 @@ __all__ = [
     "Rule",
     "SelectionError",
     "SyntheticRounds",
-    "Totals",
     "budget_curve",
     "cross_fit_choice",
     "cumulate",

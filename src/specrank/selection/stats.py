@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
+import pandas as pd
 
 from specrank.selection.select import SelectionError
 
@@ -194,8 +195,6 @@ def rule_table(boot: PromptBootstrap, values: Mapping[str, np.ndarray], budgets,
     the rounds (first-token agreement, entropy quintile, task), all splits sharing resamples.
     Shares are omitted (NaN) where the rule is the reference itself.
     """
-    import pandas as pd
-
     budgets = list(budgets)
     if base not in values:
         raise SelectionError(f"values: the base rule {base!r} is missing")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from specrank.schema import POOL_COLUMNS
 from specrank.selection.pool import PoolBatch
@@ -173,8 +174,6 @@ class SyntheticRounds:
 
     def to_frame(self):
         """A ``rounds``-schema DataFrame (keys, pool lists, root summaries, retained rows)."""
-        import pandas as pd
-
         pool = self.pool
         frame = {"prompt_id": pool.prompt_id, "task": pool.task, **self.rounds}
         for name, dtype in POOL_COLUMNS.items():

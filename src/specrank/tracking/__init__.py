@@ -6,9 +6,8 @@ import os
 # MLflow's usage telemetry would reach for the network on import; this package works offline.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from specrank.tracking.models import RerankerModel, log_reranker, model_name  # noqa: E402
+from specrank.tracking.models import RerankerModel, log_reranker, model_name, resolve_reranker  # noqa: E402
 from specrank.tracking.registry import register_reranker  # noqa: E402
-from specrank.tracking.trials import TrialLogger  # noqa: E402
 from specrank.tracking.runs import (  # noqa: E402
     EXPERIMENT_KIND_TAG,
     MODEL_TRAINING,
@@ -27,6 +26,7 @@ from specrank.tracking.runs import (  # noqa: E402
     nested_run,
     set_description,
 )
+from specrank.tracking.trials import TrialLogger  # noqa: E402
 from specrank.tracking.uri import TrackingError, check_reachable, resolve_tracking_uri  # noqa: E402
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "metric_key",
     "model_name",
     "nested_run",
+    "resolve_reranker",
     "register_reranker",
     "resolve_tracking_uri",
     "set_description",

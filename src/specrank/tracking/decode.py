@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrank.evaluation.report import markdown_table
+import pyarrow.parquet as pq
+
+from specrank.markdown import markdown_table
 from specrank.tracking.lineage import file_dataset, log_dataset, rounds_dataset
 from specrank.tracking.runs import experiment_run, log_metrics, log_params
 
@@ -38,8 +40,6 @@ def _metrics(rounds: int, tokens: int, seconds: float, more: dict, run_dir) -> d
 
 def recorded_metrics(run_dir) -> dict[str, float]:
     """The whole run directory's rounds and acceptance (a resumed run's earlier shards included)."""
-    import pyarrow.parquet as pq
-
     shards = sorted(Path(run_dir, "rounds").glob("*.parquet"))
     if not shards:
         return {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrank.evaluation.report import markdown_table
+from specrank.markdown import markdown_table
 from specrank.tracking.lineage import file_dataset, log_dataset, rounds_dataset
 from specrank.tracking.runs import experiment_run, log_metrics, log_params
 

@@ -11,6 +11,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import mlflow
+import pyarrow as pa
+import pyarrow.parquet as pq
 from mlflow.data.dataset_source_registry import resolve_dataset_source
 from mlflow.data.meta_dataset import MetaDataset
 from mlflow.types import ColSpec, DataType, Schema
@@ -87,22 +89,16 @@ def log_dataset(dataset: FileDataset, context: str) -> None:
 
 
 def parquet_rows(files) -> int:
-    import pyarrow.parquet as pq
-
     return int(sum(pq.ParquetFile(f).metadata.num_rows for f in files))
 
 
 def parquet_schema(path) -> Schema:
     """The MLflow schema of a Parquet file's columns (lists as arrays, dictionaries as strings)."""
-    import pyarrow.parquet as pq
-
     typed = [(_mlflow_type(field.type), field.name) for field in pq.read_schema(path)]
     return Schema([ColSpec(kind, name) for kind, name in typed if kind is not None])
 
 
 def _mlflow_type(t):
-    import pyarrow as pa
-
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         inner = _mlflow_type(t.value_type)
         return None if inner is None else Array(inner)

@@ -8,6 +8,7 @@ model and reads its artifact with the format-2 loader, without running the model
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import re
@@ -23,8 +24,13 @@ import pandas as pd
 from mlflow.models import infer_signature
 
 from specrank.featurize.features import META_KEY
+from specrank.featurize.sets import input_columns
+from specrank.rerankers.legacy import require_trust
+from specrank.rerankers.loader import load_format2, load_reranker
+from specrank.rerankers.persist import RerankerFileError, format_digest, save_reranker
 from specrank.tracking.uri import TrackingError, check_reachable, resolve_tracking_uri, tracking_store
 
+URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:/")
 # Pinned so that MLflow does not infer requirements by importing the model in a subprocess.
 _REQUIREMENTS = ("numpy", "pandas", "scikit-learn", "lightgbm", "skops", "mlflow")
 ARTIFACT = "reranker"  # the artifact key of the format-2 files
@@ -52,8 +58,6 @@ class RerankerModel(mlflow.pyfunc.PythonModel):
         self.meta = {"label_kind": getattr(reranker, "label_kind_", None), "topk": getattr(reranker, "topk_", None)}
 
     def load_context(self, context) -> None:
-        from specrank.rerankers.persist import load_format2
-
         self._set(load_format2(context.artifacts[ARTIFACT]))
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> np.ndarray:
@@ -67,8 +71,6 @@ class RerankerModel(mlflow.pyfunc.PythonModel):
 def _model_input(reranker, features: pd.DataFrame) -> pd.DataFrame:
     """The columns the reranker reads when all are present (the signature's inputs), categories as strings."""
     if hasattr(reranker, "features_"):
-        from specrank.rerankers.online import input_columns
-
         wanted = input_columns(reranker.features_)
         if set(wanted) <= set(features.columns):  # else (per-depth maps read ``q`` online) keep every column
             features = features[wanted]
@@ -101,8 +103,6 @@ def log_reranker(reranker, name: str, input_example: pd.DataFrame, *, tags: dict
                  params: dict | None = None) -> str:
     """Log ``reranker`` to the active run as a pyfunc model named ``name`` with an inferred signature;
     return its model URI. ``tags`` and ``params`` go on the logged model (its page in the Models tab)."""
-    from specrank.rerankers.persist import format_digest, save_reranker
-
     if mlflow.active_run() is None:
         raise RuntimeError("log_reranker needs an active run (use experiment_run first)")
     wrapper = RerankerModel(reranker)
@@ -145,8 +145,56 @@ def quiet_pyfunc_logging():
             os.environ[PROGRESS_BAR] = bar
 
 
+# The URI schemes a reranker is read from, with the module MLflow needs for each and its package.
+MODEL_SCHEMES = {
+    "models": None, "runs": None, "mlflow-artifacts": None, "file": None,
+    "s3": ("boto3", "boto3"),
+    "gs": ("google.cloud.storage", "google-cloud-storage"),
+    "wasbs": ("azure.storage.blob", "azure-storage-blob"),
+    "abfss": ("azure.storage.filedatalake", "azure-storage-file-datalake"),
+}
+
+
+def check_model_uri(uri: str) -> None:
+    """Refuse, before anything is downloaded, a model URI whose scheme is not one of ``MODEL_SCHEMES`` or whose
+    client library is not installed. An http(s) URL is refused: nothing would check what it serves before
+    it is read, so it is downloaded by hand and given as a path."""
+    scheme = uri.split(":", 1)[0].lower()
+    if scheme in ("http", "https"):
+        raise RerankerFileError(f"{uri}: an http(s) URL is not a reranker source; download the file and give its "
+                                "path, or give a models:/ or runs:/ URI with --tracking-uri")
+    if scheme not in MODEL_SCHEMES:
+        raise RerankerFileError(f"{uri}: unsupported scheme {scheme}: (use a path or one of "
+                                f"{', '.join(s + ':' for s in MODEL_SCHEMES)})")
+    if MODEL_SCHEMES[scheme] is None:
+        return
+    module, package = MODEL_SCHEMES[scheme]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package (google, azure) is missing too
+        found = False
+    if not found:
+        raise RerankerFileError(f"{uri}: reading {scheme}:// needs the {package} package (pip install {package})")
+
+
+def resolve_reranker(source, *, tracking_uri: str | None = None, trust_pickle: bool = False):
+    """The one loader of every reranker source: the estimator itself, a local format (format-2 directory or
+    zip; format-1 pickle when trusted: ``specrank.rerankers.load_reranker``), an MLflow model directory, or an
+    MLflow model URI (``models:/...``, ``runs:/ID/NAME``) resolved against ``tracking_uri`` (default
+    ``$MLFLOW_TRACKING_URI``, else ``./mlflow.db``, which must exist: nothing is created)."""
+    if not isinstance(source, (str, Path)):
+        return source
+    path = Path(str(source)).expanduser()
+    if path.is_dir() and (path / "MLmodel").is_file():
+        return load_pyfunc_reranker(str(path), trust_pickle=trust_pickle)
+    if path.exists() or not URI.match(str(source)):
+        return load_reranker(source, trust_pickle=trust_pickle)
+    check_model_uri(str(source))
+    return load_pyfunc_reranker(str(source), tracking_uri, trust_pickle=trust_pickle)
+
+
 def load_pyfunc_reranker(uri: str, tracking_uri: str | None = None, *, trust_pickle: bool = False):
-    """The reranker behind an MLflow model URI or local model directory (``specrank.rerankers.load_reranker``
+    """The reranker behind an MLflow model URI or local model directory (``resolve_reranker``
     is the loader to call). Remote URIs resolve against ``tracking_uri`` (default ``$MLFLOW_TRACKING_URI``,
     else ``./mlflow.db``), which must exist; the model is downloaded and its artifact read as data."""
     if Path(uri).is_dir():
@@ -161,8 +209,6 @@ def load_pyfunc_reranker(uri: str, tracking_uri: str | None = None, *, trust_pic
 
 
 def _from_model_dir(model_dir: Path, uri: str, trust_pickle: bool):
-    from specrank.rerankers.persist import RerankerFileError, load_format2
-
     if not (model_dir / "MLmodel").is_file():
         raise RerankerFileError(f"{uri}: not an MLflow model (no MLmodel)")
     conf = mlflow.models.Model.load(str(model_dir / "MLmodel")).flavors.get("python_function", {})
@@ -170,8 +216,6 @@ def _from_model_dir(model_dir: Path, uri: str, trust_pickle: bool):
     if ARTIFACT in artifacts and MODEL_CODE.name in str(conf.get("model_code_path", "")):
         return load_format2(model_dir / artifacts[ARTIFACT]["path"])
     if conf.get("python_model") and not conf.get("model_code_path"):  # cloudpickled (specrank < format 2)
-        from specrank.rerankers.legacy import require_trust
-
         require_trust(uri, "a cloudpickled MLflow model (logged before format 2)", trust_pickle)
         inner = mlflow.pyfunc.load_model(str(model_dir)).unwrap_python_model()
         if hasattr(inner, "reranker"):

@@ -1,5 +1,5 @@
 """Rerankers in the MLflow Model Registry: a logged model becomes a version of a registered model, found by
-alias (``models:/NAME@champion``) through ``specrank.rerankers.load_reranker``."""
+alias (``models:/NAME@champion``) through ``specrank.tracking.resolve_reranker``."""
 
 from __future__ import annotations
 

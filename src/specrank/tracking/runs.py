@@ -11,8 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import mlflow
+from PIL import Image
 
 from specrank.files import file_hash  # noqa: F401  (re-exported)
+from specrank.tracking.lineage import code_version_tags
 from specrank.tracking.uri import TrackingError, check_reachable, resolve_tracking_uri, tracking_store
 
 _PARAM_VALUE_MAX = 6000  # MLflow's limit on one parameter value
@@ -79,8 +81,6 @@ def runs_page(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
 
 def run_tags(tags: Mapping[str, str] | None = None, description: str | None = None) -> dict[str, str]:
     """A run's tags: ``tags``, the code version (``specrank.tracking.lineage``) and the description."""
-    from specrank.tracking.lineage import code_version_tags
-
     out = {**code_version_tags(), **dict(tags or {})}
     if description:
         out[NOTE_TAG] = description[:_TAG_VALUE_MAX]
@@ -163,8 +163,6 @@ def log_tables(frames: Mapping[str, object]) -> None:
 def log_figure(figure, name: str) -> None:
     """Log a matplotlib figure, or a PNG file already rendered, as the image ``figures/<name>.png``."""
     if isinstance(figure, (str, Path)):
-        from PIL import Image
-
         with Image.open(figure) as image:
             mlflow.log_image(image.copy(), artifact_file=f"figures/{name}.png")
     else:

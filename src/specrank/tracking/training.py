@@ -12,10 +12,21 @@ import numpy as np
 import pandas as pd
 
 from specrank.featurize.features import META_KEY
+from specrank.featurize.sets import input_columns
+from specrank.markdown import markdown_table
+from specrank.rerankers.tune import study_name
 from specrank.tracking.lineage import file_dataset, log_dataset
 from specrank.tracking.models import log_reranker, model_name
-from specrank.tracking.runs import (NOTE_TAG, experiment_run, file_hash, log_metrics, log_params, nested_run,
-                                    set_description)
+from specrank.tracking.registry import register_reranker
+from specrank.tracking.runs import (
+    NOTE_TAG,
+    experiment_run,
+    file_hash,
+    log_metrics,
+    log_params,
+    nested_run,
+    set_description,
+)
 from specrank.tracking.trials import TrialLogger
 
 
@@ -70,7 +81,7 @@ UNITS = ("`*mse*` is the held-out squared error per first-level candidate of the
          "level do not count). Each fold's model is scored on the prompts it never saw.")
 
 
-LOAD_HINT = "Load it with `specrank.rerankers.load_reranker(URI, tracking_uri=...)` or `specrank online --reranker URI`."
+LOAD_HINT = "Load it with `specrank.tracking.resolve_reranker(URI, tracking_uri=...)` or `specrank online --reranker URI`."
 
 
 def fold_note(name: str, fold) -> str:
@@ -104,8 +115,6 @@ def fold_means(scores: Mapping[tuple[str, str], dict]) -> dict[str, float]:
 
 def training_note(metrics: Mapping[str, float], names) -> str:
     """The parent run's description: rerankers x fold-mean held-out metrics, then the units."""
-    from specrank.evaluation.report import markdown_table
-
     rows = [["draft", f"{metrics['draft_heldout_mse']:.5f}", "100.0", f"{metrics['draft_top1_hit_pct']:.1f}"]]
     rows += [[n, f"{metrics[f'{n}_heldout_mse']:.5f}", f"{metrics[f'{n}_heldout_mse_pct_of_draft']:.1f}",
               f"{metrics[f'{n}_top1_hit_pct']:.1f}"] for n in names if f"{n}_heldout_mse" in metrics]
@@ -156,10 +165,6 @@ class TrainingTracker:
         (first-level rows, with ``label`` and ``draft``), ``example`` features give the signature.
         Returns ``{"<name>-fold<f>": model URI}``.
         """
-        from specrank.evaluation.report import markdown_table
-        from specrank.rerankers.online import input_columns
-        from specrank.rerankers.tune import study_name
-
         rounds = preds.groupby(["prompt_id", "round"], sort=False, observed=True).ngroup().to_numpy()  # (n,)
         for name, fit in fits.items():
             first = next(iter(fit.models.values()))
@@ -193,8 +198,6 @@ class TrainingTracker:
     def register(self, name: str, alias: str = "champion", reranker: str | None = None):
         """Register the chosen fold model as a new version of ``name`` with ``alias``: ``reranker``'s (default:
         the lowest fold-mean held-out MSE), from the fold where it scored best. Returns the ModelVersion."""
-        from specrank.tracking.registry import register_reranker
-
         mean = {n: np.mean([m["mse"] for (k, _), m in self.scores.items() if k == n]) for n, _ in self.scores}
         if reranker is not None and reranker not in mean:
             raise ValueError(f"--register-reranker {reranker}: not among the trained rerankers ({', '.join(mean)})")

@@ -6,12 +6,16 @@ that can be written. Either way an unusable URI is a one-line ``TrackingError`` 
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import urllib.error
 import urllib.parse
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
+
+from specrank.outputs import OutputError, check_output_dir
 
 DEFAULT_DB = "mlflow.db"
 SQLITE = "sqlite:///"
@@ -123,8 +127,6 @@ READ_CALL = "/api/2.0/mlflow/experiments/search?max_results=1"  # the cheapest r
 
 def _auth_headers() -> dict:
     """The credentials MLflow's own client would send (``MLFLOW_TRACKING_TOKEN``, or username and password)."""
-    import base64
-
     token = os.environ.get("MLFLOW_TRACKING_TOKEN")
     user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
     if token:
@@ -137,8 +139,6 @@ def _auth_headers() -> dict:
 def _check_server(uri: str, timeout: float) -> None:
     """The server must answer a read call as MLflow does (a JSON object): a web server that is not MLflow, or
     one that refuses the read, is refused here rather than after the work it would have logged."""
-    import json
-
     url = uri.rstrip("/") + READ_CALL
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=_auth_headers()), timeout=timeout) as resp:
@@ -162,8 +162,6 @@ def _check_server(uri: str, timeout: float) -> None:
 
 
 def _check_writable(directory: Path, uri: str) -> None:
-    from specrank.outputs import OutputError, check_output_dir
-
     try:
         check_output_dir(directory, what=f"tracking URI {uri}:")
     except OutputError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from specrank.decode.config import DecodeConfig
 from specrank.decode.engine.round import PromptState, decode_round, start_prompt
 from specrank.decode.engine.timer import Timer
+from specrank.decode.verify import ExhaustiveVerifier
 
 
 def eos_token_ids(target) -> set:
@@ -50,8 +51,6 @@ def iter_rounds(target, drafter, prompt_ids, config: DecodeConfig, round_fn, *, 
 def decode_prompt(target, drafter, prompt_ids, config: DecodeConfig, strategy, *, verifier=None,
                   observer=None, prompt_id: str = "0", task: str = "", timer: Timer | None = None):
     """Decode one prompt with ``strategy``; return (output token ids, the observer's round records)."""
-    from specrank.decode.verify import ExhaustiveVerifier
-
     verifier = verifier or ExhaustiveVerifier(config.temperature)
     strategy.check(config)
     timer = timer or Timer()

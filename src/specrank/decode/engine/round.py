@@ -25,14 +25,20 @@ import numpy as np
 import torch
 
 from specrank.decode.config import DecodeConfig, prompt_seed
+from specrank.decode.core import DraftPool, causal_mask
 from specrank.decode.engine.caches import RowCaches
-from specrank.decode.engine.pool import DraftPool, causal_mask
 from specrank.decode.engine.timer import Timer
 from specrank.decode.engine.tree import ScoredSet, TreeError, attention_mask, scored_set
 from specrank.decode.strategies.base import (
-    RoundContext, SelectionStrategy, drawn_node, leaf_demotion, skips_tree_pass,
+    RoundContext,
+    SelectionStrategy,
+    drawn_node,
+    leaf_demotion,
+    skips_tree_pass,
 )
+from specrank.decode.strategies.features import first_level_features
 from specrank.decode.verify import Verifier, VerifyTree
+from specrank.featurize.features import FEATURE_GROUPS
 from specrank.selection.select import rank_order
 
 
@@ -117,7 +123,7 @@ def root_pass(target, drafter, state: PromptState, timer: Timer) -> None:
 def draft_phase(target, drafter, state: PromptState, config: DecodeConfig, rule: SelectionStrategy,
                 timer: Timer) -> tuple[DraftPool, bool]:
     """The round's pool and, when the rule needs the root row, the root pass, run between asking for the pool
-    and taking it: hidden under drafting when the drafter works in its own process (``engine.pipeline``).
+    and taking it: hidden under drafting when the drafter works in its own process (``decode.pipeline``).
     The pool does not depend on the root row, so the order changes no value. Returns (pool, root known)."""
     root_known, root_window = state.root_logits is not None, None
     drafter.request_pool(state.root, config.shape)
@@ -139,9 +145,6 @@ def decode_round(target, drafter, state: PromptState, config: DecodeConfig, veri
                  strategy: SelectionStrategy, timer: Timer, observer=None) -> tuple[int, dict | None]:
     """One round: grow the pool, a root pass if the strategy needs the root row, select, one tree pass
     (root + tree, plus an observer's prefixes), verify, commit. Returns (tokens emitted, the observer's record)."""
-    from specrank.decode.strategies.features import first_level_features
-    from specrank.featurize.features import FEATURE_GROUPS
-
     root_known = state.root_logits is not None
     rule = strategy.plan(root_known)
     passes = timer.passes

@@ -1,4 +1,4 @@
-"""Drafters behind one interface (``specrank.decode.engine.pool.Drafter``), loaded from a spec string.
+"""Drafters behind one interface (``specrank.decode.core.Drafter``), loaded from a spec string.
 
 Specs: ``standalone:PATH`` (a causal LM directory sharing the target's tokenizer),
 ``early-exit:K`` or ``early-exit:K:HEAD`` (the target's first K layers, optionally with a
@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrank.decode.loading.targets import ModelLoadError
+from specrank.decode.loading.eagle3 import default_head_dir, has_default_head, head_dir, load_eagle3
+from specrank.decode.loading.early_exit import check_exit_head_file, load_early_exit
+from specrank.decode.loading.standalone import load_standalone
+from specrank.decode.loading.targets import ModelLoadError, check_model_dir
+from specrank.decode.prompts import prompt_digest
+from specrank.files import read_json
 
 SPEC_FORMS = "standalone:PATH, early-exit:K, early-exit:K:HEAD_PATH, eagle3:DIR, eagle3:ORG/NAME[@REV] or eagle3:default"
 
@@ -26,8 +31,6 @@ def parse_drafter_spec(spec, eagle3_layers=None, norm_output_rule=None) -> tuple
     if norm_output_rule is not None and kind != "eagle3":
         raise ModelLoadError(f"--specforge-norm-output applies to eagle3: drafters, not {spec!r}")
     if kind == "standalone" and rest:
-        from specrank.decode.loading.targets import check_model_dir
-
         if not Path(rest).is_dir():
             raise FileNotFoundError(f"standalone drafter: no Hugging Face model directory at {rest}")
         check_model_dir(Path(rest), "standalone drafter")
@@ -36,18 +39,11 @@ def parse_drafter_spec(spec, eagle3_layers=None, norm_output_rule=None) -> tuple
         if not layers.isdigit() or int(layers) < 1:
             raise ModelLoadError(f"drafter spec {spec!r}: K must be a positive number of layers")
         if head:
-            from specrank.decode.loading.early_exit import check_exit_head_file
-
             check_exit_head_file(head)
     elif kind == "eagle3" and rest:
-        from specrank.decode.loading.eagle3 import default_head_dir, has_default_head
-
         if rest == "default" and not has_default_head():
             raise FileNotFoundError(f"no default EAGLE-3 head in {default_head_dir()}: run `make drafter`")
         if rest != "default":
-            from specrank.decode.loading.eagle3 import head_dir
-            from specrank.files import read_json
-
             directory = head_dir(rest)
             if not Path(directory, "config.json").is_file():
                 raise FileNotFoundError(f"EAGLE-3 checkpoint not found: no config.json in {rest}")
@@ -63,15 +59,10 @@ def load_drafter(spec: str, target, eagle3_layers=None, norm_output_rule=None):
     ``norm_output_rule`` how a SpecForge head's ``norm_output`` is read (``eagle3_formats.NORM_OUTPUT_RULES``)."""
     kind, rest = parse_drafter_spec(spec, eagle3_layers, norm_output_rule)
     if kind == "standalone":
-        from specrank.decode.loading.standalone import load_standalone
-
         return load_standalone(rest, target, spec)
     if kind == "early-exit":
-        from specrank.decode.loading.early_exit import load_early_exit
-
         layers, _, head = rest.partition(":")
         return load_early_exit(target, int(layers), head or None, spec)
-    from specrank.decode.loading.eagle3 import load_eagle3
 
     return load_eagle3(rest, target, spec, eagle3_layers, norm_output_rule)
 
@@ -85,7 +76,6 @@ def head_directory(spec: str) -> Path | None:
     kind, _, rest = str(spec).partition(":")
     if kind != "eagle3" or not rest:
         return None
-    from specrank.decode.loading.eagle3 import head_dir
 
     return head_dir(rest)
 
@@ -94,9 +84,6 @@ def trained_on(spec: str, prompts) -> list[str] | None:
     """Ids of ``prompts`` whose text the drafter ``spec`` was trained on, by the prompt digests its head's
     ``training.json`` records; [] for a drafter with no training record, None for a head whose ``training.json``
     (written by an older specrank) does not say which prompts it trained on."""
-    from specrank.decode.prompts import prompt_digest
-    from specrank.files import read_json
-
     head = head_directory(spec)
     if head is None or not (head / "training.json").is_file():
         return []

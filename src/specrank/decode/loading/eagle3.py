@@ -26,7 +26,6 @@ The head's position ids are those of the hidden state (t), as in EAGLE-3.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from importlib import resources
 from pathlib import Path
@@ -34,6 +33,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from specrank.decode.core import Drafter, RootStep, causal_mask, draft_log_probs
 from specrank.decode.loading.eagle3_formats import (  # noqa: F401  (read_state, draft_vocab_map: re-exported)
     DIALECT_NAMES,
     WEIGHT_FILES,
@@ -43,18 +43,17 @@ from specrank.decode.loading.eagle3_formats import (  # noqa: F401  (read_state,
     read_head,
     read_state,
 )
-from specrank.decode.loading.hub import revision_of
+from specrank.decode.loading.hub import parse_hub_id, revision_of, snapshot
 from specrank.decode.loading.standalone import TokenizerMismatchError
-from specrank.decode.loading.targets import ModelLoadError, additive_mask, crop_cache, sha256_files
-from specrank.decode.engine.pool import Drafter, RootStep, causal_mask, draft_log_probs
+from specrank.decode.loading.targets import ModelLoadError, additive_mask, crop_cache
+from specrank.files import cache_root, sha256_files
 
 DEFAULT_HEAD = "smollm2-eagle3"
 
 
 def cached_head_dir() -> Path:
     """Where ``make drafter`` trains the embedded default target's head: ``$SPECRANK_CACHE/drafters/smollm2-eagle3``."""
-    base = os.environ.get("SPECRANK_CACHE") or Path.home() / ".cache" / "specrank"
-    return Path(base) / "drafters" / DEFAULT_HEAD
+    return cache_root() / "drafters" / DEFAULT_HEAD
 
 
 def shipped_head_dir() -> Path:
@@ -70,8 +69,6 @@ def default_head_dir() -> Path:
 
 def head_dir(spec) -> Path:
     """The local directory of an ``eagle3:`` spec's rest: ``default``, a path, or a hub id (its snapshot)."""
-    from specrank.decode.loading.hub import parse_hub_id, snapshot
-
     if str(spec) == "default":
         return default_head_dir()
     if parse_hub_id(spec) is not None:

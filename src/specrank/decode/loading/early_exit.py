@@ -19,9 +19,10 @@ import torch
 from torch import nn
 
 from specrank.atomic import atomic_write
-from specrank.errors import first_line
 from specrank.decode.loading.standalone import CausalLMDrafter
-from specrank.decode.loading.targets import ModelLoadError, sha256_files
+from specrank.decode.loading.targets import ModelLoadError
+from specrank.errors import first_line
+from specrank.files import sha256_files
 
 
 class ExitHeadError(ModelLoadError):

@@ -8,11 +8,13 @@ the next round's root forward, together with the new root (one forward per round
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import torch
 
-from specrank.decode.loading.targets import ModelLoadError, additive_mask, crop_cache, load_causal_lm, sha256_files, weight_files
-from specrank.decode.engine.pool import Drafter, RootStep, causal_mask, draft_log_probs
+from specrank.decode.core import Drafter, RootStep, causal_mask, draft_log_probs
+from specrank.decode.loading.targets import ModelLoadError, additive_mask, crop_cache, load_causal_lm, weight_files
+from specrank.files import sha256_files
 
 
 class TokenizerMismatchError(ModelLoadError):
@@ -101,8 +103,6 @@ class StandaloneDrafter(CausalLMDrafter):
 
 def load_standalone(path, target, spec: str = "") -> StandaloneDrafter:
     """Load a standalone drafter from a local HF directory onto the target's device and dtype."""
-    from pathlib import Path
-
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"standalone drafter: no Hugging Face model directory at {path}")

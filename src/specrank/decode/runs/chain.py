@@ -16,12 +16,12 @@ import numpy as np
 import torch
 
 from specrank.decode.config import DecodeConfig
-from specrank.decode.engine.pool import DraftPool, PoolShape
+from specrank.decode.core import DraftPool, PoolShape
 from specrank.decode.engine.prompt import iter_rounds, run_rounds
 from specrank.decode.engine.round import PromptState, commit_round, ranked_tree, retain
 from specrank.decode.engine.timer import Timer
-from specrank.decode.runs.recorder import round_record
 from specrank.decode.engine.tree import attention_mask, scored_set
+from specrank.decode.runs.records import round_record
 from specrank.decode.verify.lossy.chain import verify_chain
 from specrank.decode.verify.lossy.emission import emission_diagnostics, target_probs
 
@@ -35,7 +35,7 @@ def tempered_log_probs(logp: torch.Tensor, temperature: float) -> torch.Tensor:
 
 def draft_chain(drafter, root_token: int, length: int, temperature: float, generator=None):
     """Sample ``length`` tokens below ``root_token``, each from the drafter's row at ``temperature`` (its argmax
-    at 0), through the hooks every :class:`~specrank.decode.engine.pool.Drafter` implements: (tokens (G,) int64,
+    at 0), through the hooks every :class:`~specrank.decode.core.Drafter` implements: (tokens (G,) int64,
     rows (G, V) float32 over the target vocabulary). The drafter's cache is left at the committed context."""
     step = drafter._draft_root(int(root_token))
     try:

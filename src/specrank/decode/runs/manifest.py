@@ -6,7 +6,7 @@ from dataclasses import asdict
 from importlib import metadata
 
 from specrank.decode.config import DecodeConfig
-from specrank.decode.loading.targets import sha256_files
+from specrank.files import sha256_files
 
 VERSIONED = ("specrank", "torch", "transformers", "numpy", "pyarrow")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specrank.decode.runs.recorder import round_record
+from specrank.decode.runs.records import round_record
 from specrank.decode.strategies.base import draft_rank, round_batch
 from specrank.schema import DIAGNOSTIC_COLUMNS, ROW_COLUMNS, ROW_SCALARS
 from specrank.selection import DraftGroups, PoolBatch, cumulate, draw_values, fixed_values, rule_score

@@ -8,6 +8,7 @@ out of the decoders' seconds, so tokens/s measures decoding alone.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from specrank.decode.config import DecodeConfig
 from specrank.decode.engine.prompt import decode_prompt
@@ -40,8 +41,6 @@ def run_protocol(target, drafter, prompts, config: DecodeConfig, strategies: dic
     ``drafters`` ({name: drafter}) gives a decoder its own drafter (a pipelined one); the rest use ``drafter``.
     Returns (rounds DataFrame: one row per round, decodes DataFrame: one row per (prompt, decoder)).
     """
-    import pandas as pd
-
     names = list(strategies)
     reranker = next((s for s in strategies.values() if isinstance(s, RerankedSelection)), None)
     for s in strategies.values():

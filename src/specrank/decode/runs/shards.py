@@ -18,9 +18,10 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from tqdm import tqdm
+
 from specrank.atomic import atomic_write, remove_temps, write_json_atomic, write_parquet_atomic
-from specrank.decode.loading.targets import sha256_files
-from specrank.files import parquet_damage, read_json
+from specrank.files import parquet_damage, read_json, sha256_files
 
 SHARD = re.compile(r"shard-(\d+)-(\d+)\.parquet")
 CHECKSUM = ".sha256"  # .shard-FIRST-LAST.parquet.sha256: the sha256 of the shard file's bytes
@@ -150,8 +151,6 @@ def record_shards(out: Path, n_prompts: int, shard_size: int, decode_one: Callab
     ``decode_one(i) -> {folder: part}`` decodes prompt ``i``; ``tables[folder](parts) -> Arrow table``
     assembles a shard's parts of that folder.
     """
-    from tqdm import tqdm
-
     if shard_size < 1:
         raise ValueError(f"shard size must be >= 1, got {shard_size}")
     done = done_prompts(out)

@@ -14,12 +14,24 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from specrank.atomic import remove_temps
 from specrank.decode.config import DecodeConfig
 from specrank.decode.engine.timer import Timer
+from specrank.decode.loading import load_drafter, load_target
+from specrank.decode.runs.chain import chain_length
 from specrank.decode.runs.lossy import DECODERS, lossy_manifest, lossy_work
 from specrank.decode.runs.manifest import model_identity, run_manifest, with_trained_prompts
 from specrank.decode.runs.recorder import recorder_work
-from specrank.decode.runs.shards import decode_shard, done_prompts, open_run_dir, pending_shards, shard_name, write_shard
+from specrank.decode.runs.shards import (
+    decode_shard,
+    done_prompts,
+    open_run_dir,
+    pending_shards,
+    shard_name,
+    write_shard,
+)
+from specrank.decode.verify.lossy.adapters import TreeRuleVerifier
+from specrank.decode.verify.lossy.parse import parse_verifier
 from specrank.scale import Outcome, ScaleError, Shard, Workers, worker_pool
 
 RECORD = "record"  # the recorder's runs: rounds only, draft selection, exhaustive verification
@@ -37,8 +49,6 @@ class Models:
     norm_output_rule: str | None = None
 
     def load(self):
-        from specrank.decode.loading import load_drafter, load_target
-
         target = load_target(self.target, self.device, self.dtype)
         return target, load_drafter(self.drafter, target, self.eagle3_layers, self.norm_output_rule)
 
@@ -55,15 +65,10 @@ class RunSpec:
     trained_prompts: int = 0  # prompts the drafter was trained on, decoded when asked explicitly
 
     def rule(self):
-        from specrank.decode.verify.lossy.parse import parse_verifier
-
         return parse_verifier(self.verifier or "lossless")
 
     def check(self) -> None:
         """Refuse an unknown decoder, a rule without a tree form or a pool that is not a chain (before Ray starts)."""
-        from specrank.decode.runs.chain import chain_length
-        from specrank.decode.verify.lossy.adapters import TreeRuleVerifier
-
         if self.decoder not in (RECORD, *DECODERS):
             raise ScaleError(f"unknown decoder {self.decoder!r} (one of {RECORD}, {', '.join(DECODERS)})")
         if self.decoder == "tree":
@@ -140,8 +145,6 @@ def rounds_postfix(totals: dict) -> dict:
 
 def remove_shard_temps(outs, unfinished: list[Shard]) -> None:
     """Delete the temporary files that the ``unfinished`` shards' killed writes left (and nothing else's)."""
-    from specrank.atomic import remove_temps
-
     for s in unfinished:
         r, shard = s.payload
         remove_temps(outs[r], f"*/.*{shard_name(shard)}.*.tmp")  # the shard's and its checksum's

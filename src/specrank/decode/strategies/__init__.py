@@ -2,7 +2,7 @@
 
 from specrank.decode.strategies.base import RoundContext, SelectionStrategy, StrategyError
 from specrank.decode.strategies.covering import CoveringDecoder
-from specrank.decode.strategies.draft import DraftSelection, ScoreSelection
+from specrank.decode.strategies.draft import DraftSelection
 from specrank.decode.strategies.reranked import RerankedSelection, check_reranker
 from specrank.decode.strategies.root import PearlSelection, RootDrawSelection, RootSelection
 
@@ -31,6 +31,6 @@ def make_strategy(name: str, reranker=None, source: str = "") -> SelectionStrate
 
 __all__ = [
     "RULE_NAMES", "STRATEGIES", "CoveringDecoder", "DraftSelection", "PearlSelection", "RerankedSelection",
-    "RootDrawSelection", "RootSelection", "RoundContext", "ScoreSelection", "SelectionStrategy", "StrategyError",
+    "RootDrawSelection", "RootSelection", "RoundContext", "SelectionStrategy", "StrategyError",
     "check_reranker", "make_strategy",
 ]

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from specrank.decode.engine.pool import DraftPool
+from specrank.decode.core import DraftPool
 from specrank.selection import DraftGroups, PoolBatch, rank_order, select_top
 
 
@@ -86,7 +86,6 @@ class SelectionStrategy:
     carries_leaf_row = False  # covering: a draw labelling a leaf is emitted, its row seeds the next round
     reranks = False  # selection runs a reranker (timed as reranker inference)
     needs_rows = False  # selection reads retained target rows (the row caches are kept)
-    lossless = True
 
     def plan(self, root_known: bool) -> "SelectionStrategy":
         """The strategy acting in a round (the covering decoder switches on a carried root row)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specrank.featurize import round_features
 from specrank.featurize.features import FEATURE_GROUPS
 from specrank.schema import ROW_COLUMNS, ROW_SCALARS
 
@@ -15,8 +16,6 @@ _ABSENT_ROWS = {**{k: np.nan for k in ROW_COLUMNS}, **{k: -1 for k in ROW_SCALAR
 def first_level_features(state, pool, config, groups=FEATURE_GROUPS):
     """Features of ``groups`` of this round's ``topk`` first-level candidates (rows absent when no caches are
     kept; not read unless ``groups`` has them)."""
-    from specrank.featurize import round_features
-
     topk = config.shape.topk
     rows = None
     if "rows" in groups and state.caches is not None:

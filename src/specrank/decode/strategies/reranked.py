@@ -8,6 +8,9 @@ import sys
 import numpy as np
 
 from specrank.decode.strategies.base import SelectionStrategy, StrategyError, round_batch, top_tree
+from specrank.featurize.features import feature_groups
+from specrank.featurize.rows import ROW_FEATURES
+from specrank.featurize.sets import resolve_features
 from specrank.selection import rule_score
 
 PREDICTOR = ("features_", "label_kind_", "topk_", "predict_first_factor")
@@ -22,10 +25,8 @@ class RerankedSelection(SelectionStrategy):
     def __init__(self, reranker, source: str = ""):
         check_predictor(reranker, source)
         self.reranker, self.source, self.prepared = reranker, source, False
-        from specrank.featurize.rows import ROW_FEATURES
 
         self.needs_rows = any(f in ROW_FEATURES for f in online_features(reranker))
-        from specrank.featurize.features import feature_groups
 
         self.groups = feature_groups(online_features(reranker))  # compute only what the reranker reads
 
@@ -66,8 +67,6 @@ def online_features(reranker) -> list[str]:
 
 def check_reranker(reranker, config, source: str = "") -> None:
     """One-line StrategyError unless the reranker fits this run's label kind, pool topk and features."""
-    from specrank.featurize.sets import resolve_features
-
     check_predictor(reranker, source)
     where = f"reranker {source}".strip()
     if reranker.label_kind_ != config.label_kind:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import pandas as pd
 import torch
 
 from specrank.decode.verify.lossy.rules import RuleError
@@ -87,8 +88,6 @@ def truncation_efficiency(p: torch.Tensor, q: torch.Tensor, allowed) -> Efficien
 
 def diagnostics_table(rules, p: torch.Tensor, q: torch.Tensor):
     """One row per (rule, position) with every diagnostic: a pandas DataFrame."""
-    import pandas as pd
-
     frames = []
     for rule in rules:
         diag = diagnose(rule, p, q)

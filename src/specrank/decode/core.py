@@ -1,4 +1,6 @@
-"""Draft pool growth (SPEC §1.1): the pool shape, the pool, and the Drafter interface.
+"""The bottom of decode: the pool shape, the pool, the Drafter interface, masks and device parsing.
+
+Draft pool growth (SPEC §1.1).
 
 Growth, for ``topk=k``, ``depth=D``, ``expand=e``: the root row gives the ``k``
 depth-1 candidates, all expanded. Each of the ``D-1`` following steps runs one
@@ -16,6 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+
+class ModelLoadError(ValueError):
+    """A target or drafter cannot be loaded as asked."""
 
 
 class PoolShapeError(ValueError):
@@ -82,6 +88,19 @@ class RootStep:
     position: int  # position id of the root
 
 
+def parse_device(device) -> torch.device:
+    """``cpu``, ``cuda`` or ``cuda:N`` as a ``torch.device``; anything else is refused."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ModelLoadError(f"unknown device {device!r} (use cpu, cuda or cuda:N)") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ModelLoadError(f"unknown device {device!r} (use cpu, cuda or cuda:N)")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} requested but CUDA is not available")
+    return dev
+
+
 def causal_mask(n: int, past: int) -> torch.Tensor:
     """(n, past + n) additive mask: n new tokens after ``past`` cached ones, causal among themselves."""
     return torch.full((n, past + n), float("-inf")).triu_(past + 1)
@@ -129,7 +148,7 @@ class Drafter:
 
     def request_pool(self, root_token, shape: PoolShape = PoolShape()) -> None:
         """Ask for the pool below ``root_token``: a drafter in its own process starts drafting now, while the
-        target works (``engine.pipeline``); an in-process drafter grows it in ``receive_pool``."""
+        target works (``decode.pipeline``); an in-process drafter grows it in ``receive_pool``."""
         self._requested = (int(root_token), shape)
 
     def receive_pool(self) -> DraftPool:

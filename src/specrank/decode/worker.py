@@ -15,13 +15,13 @@ import os
 import pickle
 import time
 
+import torch
+
+from specrank.decode.loading.standalone import CausalLMDrafter
+
 
 def build_drafter(payload: dict, device: str):
     """A causal LM drafter on ``device`` from ``payload`` (the pickled module bytes, vocabulary size, spec)."""
-    import torch
-
-    from specrank.decode.loading.standalone import CausalLMDrafter
-
     # Our own payload, written by ``pipeline.drafter_payload`` in the parent: a whole module, not weights only.
     model = torch.load(io.BytesIO(payload["model"]), map_location="cpu", weights_only=False)
     return CausalLMDrafter(model.to(device).eval().requires_grad_(False), payload["vocab_size"], payload["spec"])
@@ -38,8 +38,6 @@ def portable(exc: BaseException) -> BaseException:
 
 def serve(conn, device: str, threads: int | None) -> None:
     """The worker's main loop (the spawned process's target)."""
-    import torch
-
     try:
         if threads:
             torch.set_num_threads(threads)

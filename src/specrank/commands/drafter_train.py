@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from specrank.commands.args import at_least
+from specrank.decode.prompts import drafter_prompts_path, read_prompts
+from specrank.outputs import check_output_dir
+from specrank.scale import add_worker_arguments, preflight, workers_from_args
 
 HELP = "train an EAGLE-3-format head by self-distillation from the target (resumes in --out)"
 
@@ -49,7 +52,6 @@ def add_train_parser(actions) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (per worker with --workers)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
     p.add_argument("--no-progress", action="store_true")
-    from specrank.scale import add_worker_arguments
 
     add_worker_arguments(p)  # the self-distillation data's shards; training stays in this process
     p.set_defaults(_action=run_train)
@@ -57,18 +59,15 @@ def add_train_parser(actions) -> None:
 
 def run_train(args) -> int:
     import torch
-
-    from specrank.decode.config import check_temperature
-    from specrank.decode.loading.eagle3 import default_hidden_layers
     from transformers.utils import logging as hf_logging
 
-    from specrank.decode.loading.targets import check_target_spec, load_target, parse_device, target_config
-    from specrank.decode.prompts import drafter_prompts_path, read_prompts
+    from specrank.decode.config import check_temperature
+    from specrank.decode.core import parse_device
+    from specrank.decode.loading.eagle3 import default_hidden_layers
+    from specrank.decode.loading.targets import check_target_spec, load_target, target_config
     from specrank.drafter_training.data import GenerationSpec
     from specrank.drafter_training.fit import fit_drafter
     from specrank.drafter_training.train import TrainConfig
-    from specrank.outputs import check_output_dir
-    from specrank.scale import preflight, workers_from_args
     from specrank.tracking import check_reachable, resolve_tracking_uri
 
     check_output_dir(args.out)

@@ -22,7 +22,9 @@ from multiprocessing.connection import wait
 import numpy as np
 import torch
 
-from specrank.decode.engine.pool import Drafter, DraftPool, PoolShape
+from specrank.decode.core import Drafter, DraftPool, PoolShape, parse_device
+from specrank.decode.loading.standalone import CausalLMDrafter
+from specrank.decode.worker import serve
 
 START_TIMEOUT_S = 600.0  # spawning, importing torch and building the drafter on a loaded machine
 POOL_TIMEOUT_S = 600.0
@@ -38,8 +40,6 @@ class WorkerError(RuntimeError):
 
 def check_pipelinable(drafter) -> None:
     """Refuse, in one line, a drafter that cannot draft in a worker process."""
-    from specrank.decode.loading.standalone import CausalLMDrafter
-
     spec = drafter.spec or type(drafter).__name__
     if drafter.hidden_layers is not None:
         raise PipelineError(f"pipeline: drafter {spec} reads the target's hidden states every round, which stay in"
@@ -91,9 +91,6 @@ class PipelinedDrafter(Drafter):
     """
 
     def __init__(self, drafter, device=None, threads: int | None = None, timeout: float = POOL_TIMEOUT_S):
-        from specrank.decode.engine.worker import serve
-        from specrank.decode.loading.targets import parse_device
-
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise PipelineError(f"pipeline: drafter threads must be a positive integer, got {threads!r}")
         check_pipelinable(drafter)

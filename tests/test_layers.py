@@ -1,0 +1,109 @@
+"""The one-way layers: import-linter's contracts (pyproject.toml) hold, they catch an upward import, and no
+two modules of src/ import each other even through imports inside functions."""
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+
+
+def lint_imports(cwd: Path, src: Path) -> subprocess.CompletedProcess:
+    pytest.importorskip("importlinter")
+    env = dict(os.environ, PYTHONPATH=str(src))
+    return subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command as c; c()",
+                           "--no-cache"], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_layer_contracts_hold():
+    done = lint_imports(ROOT, SRC)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
+
+
+def test_an_upward_import_breaks_the_contracts(tmp_path):
+    shutil.copytree(SRC / "specrank", tmp_path / "src" / "specrank", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    select = tmp_path / "src" / "specrank" / "selection" / "select.py"
+    select.write_text(select.read_text() + "\n\ndef upward():\n    from specrank.commands import args  # noqa\n")
+    done = lint_imports(tmp_path, tmp_path / "src")
+    assert done.returncode != 0
+    assert "specrank.selection is not allowed to import specrank.commands" in done.stdout
+
+
+def module_of(path: Path) -> tuple[str, bool]:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    package = parts[-1] == "__init__"
+    return ".".join(parts[:-1] if package else parts), package
+
+
+def imported(module: str, package: bool, node, modules: set[str]) -> set[str]:
+    """The src modules an import statement runs (the module, and packages above it not above ``module``)."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            here = module.split(".") if package else module.split(".")[:-1]
+            base = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else []))
+        names = [base] + [f"{base}.{a.name}" for a in node.names]
+    out = set()
+    for name in names:
+        while name not in modules and "." in name:
+            name = name.rsplit(".", 1)[0]
+        if name not in modules:
+            continue
+        out.add(name)
+        while "." in name:
+            name = name.rsplit(".", 1)[0]
+            if not (module == name or module.startswith(name + ".")):
+                out.add(name)
+    return out - {module}
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {module_of(p): p for p in SRC.rglob("*.py")}
+    modules = {m for m, _ in files}
+    graph = {}
+    for (module, package), path in files.items():
+        graph[module] = set()
+        for node in ast.walk(ast.parse(path.read_text())):  # every import, inside functions too
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                graph[module] |= imported(module, package, node, modules)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(node, path):
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt, path + [nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_find_cycle_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_among_src_modules():
+    graph = import_graph()
+    assert "specrank.decode.core" in graph and graph["specrank.decode.runs.recorder"]
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
