@@ -6,7 +6,7 @@ target pass, the time split (drafting / verification pass / recording / bookkeep
 
 ``recording`` is the round records (full-vocabulary rows of every scored prefix, every pool edge's
 probability, retained-row diagnostics); ``bookkeeping`` is the decoder's own host work besides (pool
-ranking, the scored set and mask, verification, commits, row caches). Goal (issue 15): bookkeeping at
+ranking, the scored set and mask, verification, commits, row caches). Goal: bookkeeping at
 most 5 ms per round at the default pool. Prints one JSON object; exits 1 when it is missed.
 """
 

@@ -29,7 +29,7 @@ lightgbm==4.7.0`; then one run, carrying `.whl` (about 3 minutes, most of it bui
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && \
     PYTHONPATH=/tmp/site:src python3 benchmarks/bench_gpu.py --device cuda --shape llama-3.1-8b --rounds 100
 
-Goal (issue 15): host bookkeeping at most 5 ms and reranker features plus inference at most 2 ms per
+Goal: host bookkeeping at most 5 ms and reranker features plus inference at most 2 ms per
 round. Prints one JSON object.
 """
 

@@ -1,6 +1,6 @@
 """Benchmark the drafter's KV cache: Hugging Face's DynamicCache (what the drafters use) against a StaticCache
-preallocated to the longest context (seed 000 App. D.14 runs target and drafter with a static cache and CUDA
-graphs; this measures what the static cache alone gives in eager mode).
+preallocated to the longest context (target-row reuse, arXiv 2610.29210, App. D.14, runs target and drafter with a
+static cache and CUDA graphs; this measures what the static cache alone gives in eager mode).
 
 The static variant writes each forward's keys and values in place at the cache's length and rewinds a pool's
 tree by moving that length back; every forward attends over the whole preallocated buffer under the same mask
@@ -13,11 +13,11 @@ round), pools are checked to hold the same candidates, and the milliseconds per 
 
 Prints one JSON object (no goal: the static cache is optional; the number decides whether it is worth adding).
 
-Measured (issue 18; 2-core machine under load ~12, one thread, 8 pools each, same pools both ways): static
+Measured (2-core machine under load ~12, one thread, 8 pools each, same pools both ways): static
 over dynamic 0.85x (context 200, --max-len 1024), 0.96x (context 800, --max-len 1024), 1.07x (context 200,
 --max-len 320): no gain beyond the noise. A profile of drafting (--profile) puts 81% of its time in the
 weight matmuls (aten::mm), 4% in attention and ~1% in the dynamic cache's concatenations, so in eager mode a
-static cache cannot pay; its value in seed 000's runs comes with the CUDA graphs it enables. The drafters
+static cache cannot pay; its value in the paper's runs comes with the CUDA graphs it enables. The drafters
 keep the DynamicCache.
 """
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from specrank.commands.args import experiment_name
 
-HELP = "Featurize a run directory: one row per (round, first-level candidate) with every SPEC §5 feature."
+HELP = "Featurize a run directory: one row per (round, first-level candidate) with every feature of docs/design.md."
 
 
 def add_arguments(parser) -> None:
