@@ -18,6 +18,7 @@ import resource
 import sys
 import tempfile
 import time
+from record import write_results  # benchmarks/record.py, beside this script
 
 
 def main(argv=None) -> int:
@@ -65,6 +66,7 @@ def main(argv=None) -> int:
         "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     }
     print(json.dumps(result, indent=2))
+    write_results("bench_decode", result)
     return int(result["ms_per_round"]["bookkeeping"] > args.max_bookkeeping_ms)
 
 

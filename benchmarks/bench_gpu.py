@@ -39,6 +39,7 @@ import argparse
 import json
 import sys
 import time
+from record import write_results  # benchmarks/record.py, beside this script
 
 SHAPES = {
     # Llama-3.1-8B's config.json (meta-llama/Llama-3.1-8B), the fields that set compute and memory.
@@ -256,6 +257,7 @@ def main(argv=None) -> int:
     rerank = max((b["reranked"]["split"]["rerank"] for b in result["budgets"].values() if "reranked" in b), default=0.0)
     result["met"] = {"bookkeeping": worst <= args.max_bookkeeping_ms, "rerank": rerank <= args.max_rerank_ms}
     print(json.dumps(result, indent=2))
+    write_results("bench_gpu", result)
     return 0
 
 

@@ -38,6 +38,7 @@ import os
 import random
 import sys
 from pathlib import Path
+from record import write_results  # benchmarks/record.py, beside this script
 
 PIPE = "-pipelined"
 
@@ -215,9 +216,11 @@ def main(argv=None) -> int:
         write(args.out, tables, figure)
     if not args.no_tracking:
         track(args, tables, result, checks, figure, target, drafter)
-    print(json.dumps({"target": args.target, "drafter": args.drafter, "prompts": len(encoded),
-                      "max_new_tokens": args.max_new_tokens, "threads": [args.threads, args.drafter_threads],
-                      "pinned": args.pin, "results": result, "goals": checks}, indent=2, default=float))
+    figures = {"target": args.target, "drafter": args.drafter, "prompts": len(encoded),
+               "max_new_tokens": args.max_new_tokens, "threads": [args.threads, args.drafter_threads],
+               "pinned": args.pin, "results": result, "goals": checks}
+    print(json.dumps(figures, indent=2, default=float))
+    write_results("bench_pipeline", figures)
     return int(not all(c["met"] for c in checks.values()))
 
 

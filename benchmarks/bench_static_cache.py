@@ -27,6 +27,7 @@ import argparse
 import json
 import sys
 import time
+from record import write_results  # benchmarks/record.py, beside this script
 
 
 def static_drafter(drafter, max_len: int):
@@ -107,9 +108,11 @@ def main(argv=None) -> int:
     same = all(np.array_equal(a.token, b.token) and np.array_equal(a.parent, b.parent)
                for a, b in zip(result["dynamic"].pop("pools"), result["static"].pop("pools")))
     ratio = result["dynamic"]["ms_per_pool_median"] / result["static"]["ms_per_pool_median"]
-    print(json.dumps({"target": args.target, "drafter": args.drafter, "threads": args.threads,
-                      "context": [args.prompt_tokens, args.prompt_tokens + 2 * args.rounds], "max_len": args.max_len,
-                      **result, "same_pools": same, "static_speedup_median": ratio}, indent=2))
+    figures = {"target": args.target, "drafter": args.drafter, "threads": args.threads,
+               "context": [args.prompt_tokens, args.prompt_tokens + 2 * args.rounds], "max_len": args.max_len,
+               **result, "same_pools": same, "static_speedup_median": ratio}
+    print(json.dumps(figures, indent=2))
+    write_results("bench_static_cache", figures)
     return 0 if same else 1
 
 
