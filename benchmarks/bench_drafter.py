@@ -1,4 +1,4 @@
-"""Trained EAGLE-3 head benchmark (issue 6): agreement against training minutes, drafting-step
+"""Trained EAGLE-3 head benchmark: agreement against training minutes, drafting-step
 cost against a target step, and greedy decoding at B = 59 on the held-out prompts.
 
 Goals for SmolLM2-135M on held-out prompts of the bundled set, from <= 30 minutes of training

@@ -1,4 +1,4 @@
-"""A trained EAGLE-3 head saved in bf16 (issue 17): its size against the fp32 save, and greedy tokens per
+"""A trained EAGLE-3 head saved in bf16: its size against the fp32 save, and greedy tokens per
 target pass at B = 59 on the held-out prompts of its training run, bf16 head against fp32 head.
 
 Goals: the bf16 save is at most half the fp32 save's size; its tokens per pass are within 2% of the

@@ -29,7 +29,7 @@ lightgbm==4.7.0`; then one run, carrying `.whl` (about 3 minutes, most of it bui
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && \
     PYTHONPATH=/tmp/site:src python3 benchmarks/bench_gpu.py --device cuda --shape llama-3.1-8b --rounds 100
 
-Goal (issue 15): host bookkeeping at most 5 ms and reranker features plus inference at most 2 ms per
+Goal: host bookkeeping at most 5 ms and reranker features plus inference at most 2 ms per
 round. Prints one JSON object.
 """
 
@@ -39,6 +39,7 @@ import argparse
 import json
 import sys
 import time
+from record import write_results  # benchmarks/record.py, beside this script
 
 SHAPES = {
     # Llama-3.1-8B's config.json (meta-llama/Llama-3.1-8B), the fields that set compute and memory.
@@ -256,6 +257,7 @@ def main(argv=None) -> int:
     rerank = max((b["reranked"]["split"]["rerank"] for b in result["budgets"].values() if "reranked" in b), default=0.0)
     result["met"] = {"bookkeeping": worst <= args.max_bookkeeping_ms, "rerank": rerank <= args.max_rerank_ms}
     print(json.dumps(result, indent=2))
+    write_results("bench_gpu", result)
     return 0
 
 

@@ -1,5 +1,5 @@
-"""Benchmark pipelined decoding (seed 000 §5.4, App. D.14, Table 28, Figure 4): the drafter in its own process
-drafts while the target runs the root pass.
+"""Benchmark pipelined decoding (target-row reuse, arXiv 2610.29210, §5.4, App. D.14, Table 28, Figure 4): the drafter
+in its own process drafts while the target runs the root pass.
 
 Decoders: serial draft selection (the base), serial root-draw (what pipelining saves), and draft, root,
 root-draw and PEARL-style selection with the drafter in a worker process ("-pipelined"), on the embedded
@@ -25,7 +25,7 @@ All six decoders at both budgets (about an hour quiet):
 Quick look (~8 minutes loaded): python benchmarks/bench_pipeline.py --prompts 2 --warmup 1 --max-new-tokens 8 \\
     --budgets 8,59 --no-tracking
 
-Goals (issue 18), at B = 8: pipelined root-draw over serial draft and over pipelined PEARL-style with the
+Goals, at B = 8: pipelined root-draw over serial draft and over pipelined PEARL-style with the
 lower end of each paired interval above 1.0; root-pass time hidden under drafting >= 80% for every pipelined
 root-pass decoder. Prints one JSON object; exits 1 when a goal is missed.
 """
@@ -38,6 +38,7 @@ import os
 import random
 import sys
 from pathlib import Path
+from record import write_results  # benchmarks/record.py, beside this script
 
 PIPE = "-pipelined"
 
@@ -132,7 +133,7 @@ def report(args, tables) -> dict:
 
 
 def goals(args, result) -> dict:
-    """Each goal of issue 18 with its measured value and whether it holds."""
+    """Each goal with its measured value and whether it holds."""
     b8 = result.get("B=8", {})
     draw = b8.get(f"root-draw{PIPE}", {})
     checks = {}
@@ -215,9 +216,11 @@ def main(argv=None) -> int:
         write(args.out, tables, figure)
     if not args.no_tracking:
         track(args, tables, result, checks, figure, target, drafter)
-    print(json.dumps({"target": args.target, "drafter": args.drafter, "prompts": len(encoded),
-                      "max_new_tokens": args.max_new_tokens, "threads": [args.threads, args.drafter_threads],
-                      "pinned": args.pin, "results": result, "goals": checks}, indent=2, default=float))
+    figures = {"target": args.target, "drafter": args.drafter, "prompts": len(encoded),
+               "max_new_tokens": args.max_new_tokens, "threads": [args.threads, args.drafter_threads],
+               "pinned": args.pin, "results": result, "goals": checks}
+    print(json.dumps(figures, indent=2, default=float))
+    write_results("bench_pipeline", figures)
     return int(not all(c["met"] for c in checks.values()))
 
 

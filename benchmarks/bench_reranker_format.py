@@ -1,4 +1,4 @@
-"""Issue 16: the size and load time of a format-2 Rows reranker against its format-1 pickle.
+"""The size and load time of a format-2 Rows reranker against its format-1 pickle.
 
     python benchmarks/bench_reranker_format.py [--prompts 100] [--rounds-per-prompt 50] [--loads 20]
 

@@ -1,4 +1,4 @@
-"""Goals of issue 4: featurize 1M candidate rows in < 30 s and < 4 GB; cross-fit LightGBM on them in < 5 min.
+"""Goals: featurize 1M candidate rows in < 30 s and < 4 GB; cross-fit LightGBM on them in < 5 min.
 
     python benchmarks/bench_rerankers.py [--rounds 100000] [--workdir DIR] [--skip-train] [--n-jobs N]
 

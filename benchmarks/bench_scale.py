@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from record import write_results  # benchmarks/record.py, beside this script
 
 SPANS = ("draft", "root", "target", "measure", "bookkeeping", "total")
 
@@ -62,6 +63,7 @@ def main(argv=None) -> int:
         many = on_workers(args, config, prompts, path, Path(tmp) / "many")
     result = report(args, one, many)
     print(json.dumps(result, indent=2))
+    write_results("bench_scale", result)
     return int(result["ratio"]["point"] < args.goal_ratio or result["ray_overhead_share"] >= args.goal_overhead)
 
 

@@ -1,6 +1,6 @@
 """Selection engine benchmark: every rule at B = 8 and 59 on synthetic rounds of EAGLE-3's pool shape.
 
-Goals (issue 2): >= 20,000 rounds/s per (rule, budget) with values and expected sizes on
+Goals: >= 20,000 rounds/s per (rule, budget) with values and expected sizes on
 2 cores, peak memory < 3 GB for 100,000 rounds (M = 710), and a 2,000-resample prompt
 bootstrap over 650 prompts in < 5 s. Pools are generated chunk by chunk (not timed).
 

@@ -1,6 +1,6 @@
 """Benchmark the drafter's KV cache: Hugging Face's DynamicCache (what the drafters use) against a StaticCache
-preallocated to the longest context (seed 000 App. D.14 runs target and drafter with a static cache and CUDA
-graphs; this measures what the static cache alone gives in eager mode).
+preallocated to the longest context (target-row reuse, arXiv 2610.29210, App. D.14, runs target and drafter with a
+static cache and CUDA graphs; this measures what the static cache alone gives in eager mode).
 
 The static variant writes each forward's keys and values in place at the cache's length and rewinds a pool's
 tree by moving that length back; every forward attends over the whole preallocated buffer under the same mask
@@ -13,11 +13,11 @@ round), pools are checked to hold the same candidates, and the milliseconds per 
 
 Prints one JSON object (no goal: the static cache is optional; the number decides whether it is worth adding).
 
-Measured (issue 18; 2-core machine under load ~12, one thread, 8 pools each, same pools both ways): static
+Measured (2-core machine under load ~12, one thread, 8 pools each, same pools both ways): static
 over dynamic 0.85x (context 200, --max-len 1024), 0.96x (context 800, --max-len 1024), 1.07x (context 200,
 --max-len 320): no gain beyond the noise. A profile of drafting (--profile) puts 81% of its time in the
 weight matmuls (aten::mm), 4% in attention and ~1% in the dynamic cache's concatenations, so in eager mode a
-static cache cannot pay; its value in seed 000's runs comes with the CUDA graphs it enables. The drafters
+static cache cannot pay; its value in the paper's runs comes with the CUDA graphs it enables. The drafters
 keep the DynamicCache.
 """
 
@@ -27,6 +27,7 @@ import argparse
 import json
 import sys
 import time
+from record import write_results  # benchmarks/record.py, beside this script
 
 
 def static_drafter(drafter, max_len: int):
@@ -107,9 +108,11 @@ def main(argv=None) -> int:
     same = all(np.array_equal(a.token, b.token) and np.array_equal(a.parent, b.parent)
                for a, b in zip(result["dynamic"].pop("pools"), result["static"].pop("pools")))
     ratio = result["dynamic"]["ms_per_pool_median"] / result["static"]["ms_per_pool_median"]
-    print(json.dumps({"target": args.target, "drafter": args.drafter, "threads": args.threads,
-                      "context": [args.prompt_tokens, args.prompt_tokens + 2 * args.rounds], "max_len": args.max_len,
-                      **result, "same_pools": same, "static_speedup_median": ratio}, indent=2))
+    figures = {"target": args.target, "drafter": args.drafter, "threads": args.threads,
+               "context": [args.prompt_tokens, args.prompt_tokens + 2 * args.rounds], "max_len": args.max_len,
+               **result, "same_pools": same, "static_speedup_median": ratio}
+    print(json.dumps(figures, indent=2))
+    write_results("bench_static_cache", figures)
     return 0 if same else 1
 
 

@@ -1,4 +1,4 @@
-"""Issue 20: does a 12-trial Optuna study (the demo's `--tune-trials 12`) search, or only sample at random?
+"""Does a 12-trial Optuna study (the demo's `--tune-trials 12`) search, or only sample at random?
 
     python benchmarks/bench_tuning.py [--features PATH] [--trials 12] [--studies 6] [--n-jobs 1]
 

@@ -1,4 +1,4 @@
-"""Screenshots of a demo's MLflow store as a first-time visitor sees it (issue 20; not run in CI).
+"""Screenshots of a demo's MLflow store as a first-time visitor sees it (not run in CI).
 
     python scripts/mlflow_screenshots.py --backend-store-uri sqlite:////PATH/mlflow.db --out DIR \\
         [--experiment specrank-demo] [--pipeline demo-t1] [--chromium chromium]

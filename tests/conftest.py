@@ -25,3 +25,9 @@ def no_mlflow_uri(monkeypatch):
         mlflow.set_registry_uri(None)
     for key in MLFLOW_ENV:
         os.environ.pop(key, None)
+
+
+@pytest.fixture(autouse=True)
+def benchmark_results_elsewhere(monkeypatch, tmp_path_factory):
+    """Benchmarks run by tests (tiny shapes) write their results file outside ``benchmarks/results``."""
+    monkeypatch.setenv("SPECRANK_BENCH_RESULTS", str(tmp_path_factory.mktemp("bench-results")))

@@ -75,7 +75,7 @@ def test_topk_mismatch_raises(small):
 
 
 def _subtree_reference(parent, depth, q, logp, topk):
-    """Python loops over one round: the definitions of SPEC §5 read literally."""
+    """Python loops over one round: the feature definitions of docs/design.md read literally."""
     m = len(parent)
     out = {k: np.zeros(topk) for k in ("child_max_q", "child_entropy", "subtree_size", "subtree_mass", "subtree_expanded")}
     for x in range(topk):

@@ -1,4 +1,4 @@
-"""Pool growth (SPEC §1.1): counts, order, ancestor closure, expansion choice, exactness vs sequential drafting."""
+"""Pool growth (docs/design.md): counts, order, ancestor closure, expansion choice, exactness vs sequential drafting."""
 
 import time
 
@@ -42,7 +42,7 @@ class TableDrafter(Drafter):
 
 
 def reference_pool(drafter, root, shape):
-    """Naive SPEC §1.1 growth, one node at a time."""
+    """Naive pool growth, one node at a time."""
     k = shape.topk
     row = drafter.row(torch.tensor([root]), torch.tensor([7]))[0].numpy()
     nodes = [dict(tok=int(t), parent=-1, depth=1, cum=row[t]) for t in np.argsort(-row, kind="stable")[:k]]
@@ -60,7 +60,7 @@ def reference_pool(drafter, root, shape):
 
 
 def check_pool(pool: DraftPool, shape: PoolShape) -> None:
-    """Every structural property SPEC §1 requires of a pool; raises AssertionError."""
+    """Every structural property docs/design.md requires of a pool; raises AssertionError."""
     m, k = shape.size, shape.topk
     idx = np.arange(len(pool))
     assert len(pool) == m and pool.expanded.sum() == shape.n_expanded

@@ -1,4 +1,5 @@
-"""Tree forms of one-position rules as tree verifiers (seed 001 App. G.2-G.4) in the tree decoder."""
+"""Tree forms of one-position rules as tree verifiers (lossy verification, arXiv 2607.26627, App. G.2-G.4) in the tree
+decoder."""
 
 import copy
 

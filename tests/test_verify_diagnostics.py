@@ -1,4 +1,4 @@
-"""Exact diagnostics: divergences, per-rule TV / KL / acceptance, Lemma 1 of seed 001."""
+"""Exact diagnostics: divergences, per-rule TV / KL / acceptance, Lemma 1 of lossy verification, arXiv 2607.26627."""
 
 import math
 

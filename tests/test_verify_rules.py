@@ -1,4 +1,5 @@
-"""One-position verification rules: closed forms vs mechanism vs seeded draws (seed 001 §2-§3)."""
+"""One-position verification rules: closed forms vs mechanism vs seeded draws (lossy verification, arXiv 2607.26627,
+§2-§3)."""
 
 import pytest
 import torch

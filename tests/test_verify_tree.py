@@ -1,4 +1,5 @@
-"""Multi-draft tree verification (seed 001 App. G.2-G.5): closed forms vs seeded traversals."""
+"""Multi-draft tree verification (lossy verification, arXiv 2607.26627, App. G.2-G.5): closed forms vs seeded
+traversals."""
 
 import numpy as np
 import pytest

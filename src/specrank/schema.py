@@ -35,7 +35,7 @@ OUTCOME_COLUMNS = {
     "accepted": "int16",  # A, accepted draft tokens
     "accepted_nodes": "list<int16>",  # pool indices of the accepted path, root excluded
     "continuation": "int32",  # the emitted non-draft token (next root)
-    # Draft rank (0-based, SPEC §1 ranking) of the emitted address (accepted path +
+    # Draft rank (0-based, docs/design.md, ranking and ties) of the emitted address (accepted path +
     # continuation) among pool candidates, -1 when the address is not in the pool.
     # The round is covered by a scored set of the top-m candidates iff 0 <= emitted_rank < m.
     "emitted_rank": "int32",

@@ -23,7 +23,7 @@ def add_arguments(parser) -> None:
                              " + one column per reranker")
     parser.add_argument("--out", required=True, help="output directory for tables, report.md and figures/")
     parser.add_argument("--budgets", type=at_least(1), nargs="+", default=None,
-                        help="budgets B to evaluate (default: the SPEC sweep 2..200 up to the pool size)")
+                        help="budgets B to evaluate (default: the sweep 2..200 up to the pool size)")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000,
                         help="paired prompt-bootstrap resamples (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")

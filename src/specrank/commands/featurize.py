@@ -8,7 +8,7 @@ from specrank.commands.args import experiment_name
 from specrank.featurize import edges_run, featurize_run, write_features
 from specrank.outputs import check_distinct, check_output_file, restoring_files
 
-HELP = "Featurize a run directory: one row per (round, first-level candidate) with every SPEC §5 feature."
+HELP = "Featurize a run directory: one row per (round, first-level candidate) with every feature of docs/design.md."
 
 
 def add_arguments(parser) -> None:

@@ -47,8 +47,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dtype", default="float32", choices=DTYPE_NAMES)
     parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     parser.add_argument("--pipeline", action="store_true",
-                        help="draft in a worker process while the target runs the root pass (seed 000 App. D.14);"
-                             " standalone and early-exit drafters only")
+                        help="draft in a worker process while the target runs the root pass (target-row reuse, "
+                             "arXiv 2610.29210, App. D.14); standalone and early-exit drafters only")
     parser.add_argument("--drafter-device", default=None, help="--pipeline: the worker's device (default --device)")
     parser.add_argument("--drafter-threads", type=at_least(1), default=None,
                         help="--pipeline: the worker's torch CPU threads (default: torch's)")

@@ -5,9 +5,9 @@
     dec = Decoder(target, drafter, strategy="root-draw", budget=8)
     out = dec.generate("Write a haiku about rain.", max_new_tokens=64, temperature=0)
 
-Rooms: ``loading`` (targets, drafters), ``engine`` (pool growth, tree pass, one round, the prompt
-loop), ``strategies`` (what a round verifies), ``runs`` (recorder, online protocol, lossy runs, the
-shard writer), ``verify`` (lossless verification; ``verify.lossy`` the rules of seed 001).
+Rooms: ``loading`` (targets, drafters), ``engine`` (pool growth, tree pass, one round, the prompt loop), ``strategies``
+(what a round verifies), ``runs`` (recorder, online protocol, lossy runs, the shard writer), ``verify`` (lossless
+verification; ``verify.lossy`` the lossy rules of lossy verification, arXiv 2607.26627).
 """
 
 import importlib

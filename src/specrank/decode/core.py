@@ -1,6 +1,6 @@
 """The bottom of decode: the pool shape, the pool, the Drafter interface, masks and device parsing.
 
-Draft pool growth (SPEC §1.1).
+Draft pool growth (docs/design.md, pool growth).
 
 Growth, for ``topk=k``, ``depth=D``, ``expand=e``: the root row gives the ``k``
 depth-1 candidates, all expanded. Each of the ``D-1`` following steps runs one
@@ -160,7 +160,8 @@ class Drafter:
         return pool
 
     def grow_pool(self, root_token, shape: PoolShape = PoolShape()) -> DraftPool:
-        """Grow one pool (SPEC §1.1) below ``root_token``; the drafter's cache is left at the committed context."""
+        """Grow one pool (docs/design.md, pool growth) below ``root_token``; the drafter's cache is left at the
+        committed context."""
         root = self._draft_root(int(root_token))
         try:
             return self._grow(root, shape)

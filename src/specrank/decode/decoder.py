@@ -91,10 +91,10 @@ class Decoder:
     excluded), ``shape`` the pool's growth. ``temperature`` is the default of ``generate`` (0 = greedy);
     the reranker is checked against it here, before any model pass.
 
-    ``pipeline=True`` moves the drafter into its own worker process (on ``drafter_device``, default its own
-    device, with ``drafter_threads`` torch threads), where it drafts while the target runs the root pass
-    (seed 000 App. D.14); ``close()`` or a ``with`` block stops the worker. Drafters that read the target's
-    hidden states (EAGLE-3 heads) are refused (``PipelineError``).
+    ``pipeline=True`` moves the drafter into its own worker process (on ``drafter_device``, default its own device, with
+    ``drafter_threads`` torch threads), where it drafts while the target runs the root pass (target-row reuse, arXiv
+    2610.29210, App. D.14); ``close()`` or a ``with`` block stops the worker. Drafters that read the target's hidden
+    states (EAGLE-3 heads) are refused (``PipelineError``).
     """
 
     def __init__(self, target, drafter, strategy="draft", *, reranker=None, tracking_uri: str | None = None,

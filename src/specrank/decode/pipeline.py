@@ -1,5 +1,5 @@
-"""Pipelined decoding (seed 000 §5.4, App. D.14): the drafter runs in its own worker process, on its own
-device or CPU threads, and grows the next pool while the target runs the root pass at the same root.
+"""Pipelined decoding (target-row reuse, arXiv 2610.29210, §5.4, App. D.14): the drafter runs in its own worker process,
+on its own device or CPU threads, and grows the next pool while the target runs the root pass at the same root.
 
 ``PipelinedDrafter`` is a ``Drafter``: the one round (``engine.round.draft_phase``) asks for the pool, runs
 the root pass when its strategy needs the root row, then takes the pool. Nothing else changes: the pool does

@@ -1,5 +1,6 @@
-"""The drafter worker process of pipelined decoding: rebuilds the drafter from its payload, then grows one
-pool per request (seed 000 App. D.14: the target sends the newly committed tokens, the drafter returns its pool).
+"""The drafter worker process of pipelined decoding: rebuilds the drafter from its payload, then grows one pool per
+request (target-row reuse, arXiv 2610.29210, App. D.14: the target sends the newly committed tokens, the drafter returns
+its pool).
 
 Messages from the target process: the payload dict once, then ``("grow", request, reset, tokens, root,
 shape)`` (``reset``: ``tokens`` is a new prompt, else the committed tokens since the last request) or

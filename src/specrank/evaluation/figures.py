@@ -161,7 +161,8 @@ def acceptance_figure(summary: pd.DataFrame):
 
 def speed_gain_figure(speed: pd.DataFrame, title: str = "Decoding-speed gain", order=None):
     """Speed gains (%) with 95% intervals, one panel per budget, bars per decoder (in ``order`` when given)
-    grouped by base (seed 000 Figure 4). ``speed``: ``speed_ratios`` rows with a ``budget`` column."""
+    grouped by base (target-row reuse, arXiv 2610.29210, Figure 4). ``speed``: ``speed_ratios`` rows with a ``budget``
+    column."""
     budgets = sorted(speed["budget"].unique())
     bases = list(dict.fromkeys(speed["base"]))
     fig, axes = new_figure(len(budgets), (5.4 * len(budgets), 3.8), sharey=True)

@@ -1,4 +1,5 @@
-"""Offline evaluation of every selection rule on the same recorded rounds (SPEC §3, App. D.8, D.12).
+"""Offline evaluation of every selection rule on the same recorded rounds (docs/design.md, selection rules; target-row
+reuse, arXiv 2610.29210, App. D.8, D.12).
 
 ``evaluate`` turns rounds + cross-fitted first-factor predictions into tables: values and
 gains over the budget sweep with paired prompt-bootstrap intervals, splits by first-token

@@ -1,5 +1,5 @@
-"""The verification-rule sweep (seed 001 Table 3 with exact distortion in place of task accuracy):
-one row per (decoder, rule), the matched-pair comparison, the report and the trade-off figure."""
+"""The verification-rule sweep (lossy verification, arXiv 2607.26627, Table 3, with exact distortion in place of task
+accuracy): one row per (decoder, rule), the matched-pair comparison, the report and the trade-off figure."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 
 from specrank.evaluation.figures import new_figure
 
-# Truncation-based rule -> its matched truncation-sampling baseline (seed 001 §5).
+# Truncation-based rule -> its matched truncation-sampling baseline (lossy verification, arXiv 2607.26627, §5).
 MATCHED = {"speccascade": "minp", "typical": "eta"}
 DEFAULT_GRID = ("lossless", "minp:p_base=0.2/0.5", "speccascade:p_base=0.2/0.5", "eta:eps=0.02/0.2",
                 "typical:eps=0.02/0.2", "lenience:l=0.5/0.8", "cos:lam=0.5")

@@ -1,4 +1,5 @@
-"""Features per first-level candidate (SPEC §5): draft, subtree, context, retained rows, token prior."""
+"""Features per first-level candidate (docs/design.md, features and labels): draft, subtree, context, retained rows,
+token prior."""
 
 from specrank.featurize.edges import edge_frame
 from specrank.featurize.features import FeatureArrays, featurize_rounds, features_meta, round_features

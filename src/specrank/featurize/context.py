@@ -1,4 +1,4 @@
-"""Context features of a round (SPEC §5 "context"): task, prompt length, position, history."""
+"""Context features of a round (docs/design.md, features: context): task, prompt length, position, history."""
 
 from __future__ import annotations
 

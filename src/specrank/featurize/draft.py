@@ -1,4 +1,4 @@
-"""Draft features of each first-level candidate and its siblings (SPEC §5 "draft")."""
+"""Draft features of each first-level candidate and its siblings (docs/design.md, features: draft)."""
 
 from __future__ import annotations
 

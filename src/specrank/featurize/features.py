@@ -1,4 +1,4 @@
-"""``featurize_rounds``: one row per (round, first-level candidate) with every SPEC §5 feature."""
+"""``featurize_rounds``: one row per (round, first-level candidate) with every feature of docs/design.md."""
 
 from __future__ import annotations
 

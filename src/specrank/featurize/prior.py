@@ -1,4 +1,4 @@
-"""Token prior (SPEC §5): mean label of training candidates with the same token, shrunk to the mean."""
+"""Token prior (docs/design.md, features): mean label of training candidates with the same token, shrunk to the mean."""
 
 from __future__ import annotations
 

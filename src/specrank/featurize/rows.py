@@ -1,4 +1,4 @@
-"""Retained-row features (SPEC §5 "rows"): rows at other addresses read at the first level."""
+"""Retained-row features (docs/design.md, features: rows): rows at other addresses read at the first level."""
 
 from __future__ import annotations
 

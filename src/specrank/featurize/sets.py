@@ -1,4 +1,5 @@
-"""Named feature sets (SPEC §5): ``base`` (draft, subtree, context, token prior) and ``rows``."""
+"""Named feature sets (docs/design.md, features and labels): ``base`` (draft, subtree, context, token prior) and
+``rows``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Features of the pool subtree below each first-level candidate (SPEC §5 "subtree")."""
+"""Features of the pool subtree below each first-level candidate (docs/design.md, features: subtree)."""
 
 from __future__ import annotations
 

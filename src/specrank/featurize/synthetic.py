@@ -1,6 +1,6 @@
 """Synthetic recorded rounds with the schema's columns, for tests and benchmarks.
 
-Pools grow in EAGLE-3's shape (SPEC §1): ``topk`` first-level candidates, all expanded, then
+Pools grow in EAGLE-3's shape (docs/design.md, pool growth): ``topk`` first-level candidates, all expanded, then
 the ``expand`` best new nodes by cumulative draft log-probability at each further depth. At every
 expanded node the drafter's top-``topk`` probabilities come from a Dirichlet draw (one extra
 entry for the mass outside the pool); the target's probabilities are the drafter's tilted by

@@ -1,5 +1,5 @@
 """Rules that draw the first token from the root row: root-draw, PEARL-style, the PEARL
-variant, and the equal-mean PEARL-style comparison (seed 000 §5.1, App. D.2).
+variant, and the equal-mean PEARL-style comparison (target-row reuse, arXiv 2610.29210, §5.1, App. D.2).
 
 Values count the drawn token as one accepted token. A draw outside the pool's first
 level is verified alone (value 1, size 1). Sizes are expected non-root node counts.

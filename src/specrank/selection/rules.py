@@ -1,4 +1,4 @@
-"""Fixed-tree selection rules of SPEC §3 as score functions, their registry, values and sizes.
+"""Fixed-tree selection rules (docs/design.md, selection rules) as score functions, their registry, values and sizes.
 
 Every score is a log-space, float64 (N, M) array that is non-increasing along each
 path, so the top-B set under the (depth, index) tie-break is ancestor-closed.

@@ -1,4 +1,4 @@
-"""Paired prompt bootstrap of ratio-of-sums statistics (SPEC §3 "Reported statistics").
+"""Paired prompt bootstrap of ratio-of-sums statistics (docs/design.md, reported statistics).
 
 Each resample draws prompts with replacement, with all their rounds, and one
 resample's weights apply to every rule, budget and split together (paired).

@@ -1,4 +1,5 @@
-"""Exact trie theory (SPEC §2; seed 000 §4.1, App. A.2-A.3, App. B.1).
+"""Exact trie theory (docs/design.md, expected accepted tokens; target-row reuse, arXiv 2610.29210, §4.1, App. A.2-A.3,
+App. B.1).
 
 A trie ``T`` is a prefix-closed set of token tuples with the root ``()``; the scored
 set ``Q`` contains ``T``; ``rows[u]`` is the target's next-token row at prefix ``u``

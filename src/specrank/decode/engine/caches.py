@@ -1,4 +1,4 @@
-"""Retained target rows (SPEC §4): full-address, token-keyed, same-token and preceding rows.
+"""Retained target rows (docs/design.md, retained rows): full-address, token-keyed, same-token and preceding rows.
 
 Rows are stored as the pass returned them (logits), each with its log-normalizer at the recording
 temperature, ``logsumexp(row / T)``, computed once, the first time the row is read (a round stores

@@ -5,7 +5,7 @@ last emitted token, not yet cached (the last prompt token before round 0). A sel
 (``specrank.decode.strategies``) picks the tree and may ask for a root pass first, whose KV the
 tree pass reuses (its inputs exclude the root; rows, positions and mask shift by one).
 
-A round computes only what its strategy reads: the row caches (SPEC §4) are kept only when the
+A round computes only what its strategy reads: the row caches (docs/design.md, retained rows) are kept only when the
 strategy or an observer reads retained rows, and full-vocabulary log-probabilities only for the
 rows stored there. An *observer* (the recorder, the online measurement; ``specrank.decode.runs``)
 may add prefixes to the pass for measurement only and reads the round while its rows are in memory:
@@ -245,8 +245,8 @@ def ranked_tree(score: np.ndarray, depth: np.ndarray, tree: np.ndarray) -> np.nd
 
 def retain(state: PromptState, pool: DraftPool, s: ScoredSet, logits: torch.Tensor, accepted: np.ndarray,
            continuation: int, emitted: int, tree_ranked: np.ndarray) -> None:
-    """Update the row caches with this round's pass rows ``logits`` (SPEC §4): the root row, the verified
-    prefixes' rows (``tree_ranked``, best first), the last accepted node's and the emitted address's."""
+    """Update the row caches with this round's pass rows ``logits`` (docs/design.md, retained rows): the root row, the
+    verified prefixes' rows (``tree_ranked``, best first), the last accepted node's and the emitted address's."""
     last_row = int(s.row_of[accepted[-1]]) if len(accepted) else 0
     emitted_row = int(s.row_of[emitted]) if emitted >= 0 else -1
     state.caches.update(state.rounds, state.root, logits, 0, pool.token[tree_ranked], s.row_of[tree_ranked], last_row,

@@ -1,4 +1,4 @@
-"""Chain speculative decoding with a one-position verification rule (seed 001 §2.1, §3).
+"""Chain speculative decoding with a one-position verification rule (lossy verification, arXiv 2607.26627, §2.1, §3).
 
 A round: the drafter samples a chain of G tokens from its own rows at temperature T (argmax at 0);
 the target scores root + chain in one causal pass; the rule accepts position by position and, at the

@@ -1,5 +1,5 @@
-"""The online speed protocol (seed 000 App. D.14): every strategy on every prompt, in an order rotated per
-prompt, after warm-up decodes, with what each decoder realized and expected at its own contexts.
+"""The online speed protocol (target-row reuse, arXiv 2610.29210, App. D.14): every strategy on every prompt, in an
+order rotated per prompt, after warm-up decodes, with what each decoder realized and expected at its own contexts.
 
 Each round's measurement (its record, the expected values of compared rules) is timed apart and left
 out of the decoders' seconds, so tokens/s measures decoding alone.

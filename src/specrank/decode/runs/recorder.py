@@ -1,5 +1,6 @@
 """The recorder: every round's pool with the exact target probability of every pool edge and the retained
-rows read at its first-level candidates (SPEC §1, §4), written shard by shard into a run directory."""
+rows read at its first-level candidates (docs/design.md, one round and retained rows), written shard by shard into a run
+directory."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The selection-strategy interface (SPEC §6; seed 000 §5.4, App. D.3, D.10) and the helpers strategies share.
+"""The selection-strategy interface (docs/design.md, online decoders; target-row reuse, arXiv 2610.29210,
+§5.4, App. D.3, D.10) and the helpers strategies share.
 
 A strategy picks the verified tree of a round from the pool, and says whether it needs the
 root row first (a root pass whose KV the tree pass reuses), whether it draws the first token
@@ -50,7 +51,7 @@ def round_batch(pool: DraftPool, root_logits: torch.Tensor | None, temperature: 
 
 
 def top_tree(score: np.ndarray, depth: np.ndarray, budget: int) -> np.ndarray:
-    """(M,) bool: the top-``budget`` candidates under ``score`` (SPEC §1 tie-break)."""
+    """(M,) bool: the top-``budget`` candidates under ``score`` (docs/design.md, ranking and ties)."""
     return select_top(score[None], depth[None], budget)[0]
 
 
@@ -60,7 +61,7 @@ def draft_scores(pool: DraftPool) -> np.ndarray:
 
 
 def draft_rank(pool: DraftPool) -> np.ndarray:
-    """(M,) pool indices in draft order (SPEC §1 ranking)."""
+    """(M,) pool indices in draft order (docs/design.md, ranking and ties)."""
     return rank_order(pool.draft_logp[None], pool.depth[None])[0]
 
 

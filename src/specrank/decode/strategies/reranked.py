@@ -1,5 +1,5 @@
 """Reranked selection: r(x1) prod_{i>=2} q_i, with r a reranker's prediction from features known before
-verification (seed 000 App. D.8)."""
+verification (target-row reuse, arXiv 2610.29210, App. D.8)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Decoders that read the root row from a separate root pass: root selection, root-draw selection and the
-PEARL-style decoder (seed 000 §5.4, App. D.14)."""
+PEARL-style decoder (target-row reuse, arXiv 2610.29210, §5.4, App. D.14)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exhaustive target sampling over the verified tree (SPEC §1 step 5), greedy and sampled."""
+"""Exhaustive target sampling over the verified tree (docs/design.md, verification), greedy and sampled."""
 
 from __future__ import annotations
 

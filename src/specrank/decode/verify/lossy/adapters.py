@@ -1,5 +1,5 @@
-"""One-position rules as tree verifiers: the EAGLE-3 tree form of a rule (seed 001 App. G.2) behind
-the ``verify(tree, logits, generator)`` interface of the tree decoder, recording each round's exact
+"""One-position rules as tree verifiers: the EAGLE-3 tree form of a rule (lossy verification, arXiv 2607.26627,
+App. G.2) behind the ``verify(tree, logits, generator)`` interface of the tree decoder, recording each round's exact
 per-position diagnostics along the emitted path (App. G.3-G.4).
 
 Only lossless, exhaustive and truncation rules have a tree form; any other rule is refused here

@@ -1,5 +1,5 @@
 """Chain (single-draft) verification: a drafted chain is verified position by position and
-stops at the first rejection (Leviathan et al.; seed 001 §2.1)."""
+stops at the first rejection (Leviathan et al.; lossy verification, arXiv 2607.26627, §2.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Collaborative verification (seed 001 §3.1, App. A, F): lenience, interpolation (CoS),
+"""Collaborative verification (lossy verification, arXiv 2607.26627, §3.1, App. A, F): lenience, interpolation (CoS),
 DIVERSED, Fuzzy SD and judge-based relaxation."""
 
 from __future__ import annotations

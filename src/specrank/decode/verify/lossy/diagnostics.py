@@ -1,4 +1,5 @@
-"""Exact per-position diagnostics of verification rules (SPEC §7; seed 001 Lemma 1).
+"""Exact per-position diagnostics of verification rules (docs/design.md, lossy verification rules; lossy verification,
+arXiv 2607.26627, Lemma 1).
 
 Divergences are in nats along the last axis; ``KL(a || b)`` is ``inf`` where ``a`` puts
 mass on a token ``b`` excludes.
@@ -70,7 +71,7 @@ def diagnose(rule, p: torch.Tensor, q: torch.Tensor) -> Diagnostics:
 
 
 class Efficiency(NamedTuple):
-    """Lemma 1 of seed 001: ``delta_be = gain - loss`` (each (...))."""
+    """Lemma 1 of lossy verification, arXiv 2607.26627 (§5.1): ``delta_be = gain - loss`` (each (...))."""
 
     gain: torch.Tensor  # sum over A of min{(q - p)+, (1/z - 1) p}
     loss: torch.Tensor  # sum outside A of min(p, q)

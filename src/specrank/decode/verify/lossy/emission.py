@@ -1,4 +1,5 @@
-"""Exact per-position emission diagnostics recorded by the lossy decoders (seed 001 §3, App. G.3-G.4).
+"""Exact per-position emission diagnostics recorded by the lossy decoders (lossy verification, arXiv 2607.26627, §3,
+App. G.3-G.4).
 
 At every emitted position the decoder knows the law its rule emitted from there (the one-position
 induced law under chain decoding, the tree form's emission law at a reached row under tree

@@ -1,4 +1,5 @@
-"""One-position verification rules (SPEC §7; seed 001 §2-§3).
+"""One-position verification rules (docs/design.md, lossy verification rules; lossy verification, arXiv 2607.26627,
+§2-§3).
 
 A draft token ``x ~ q`` is accepted with probability ``h(x)``; otherwise a token is drawn
 from the rule's residual. Rows ``p`` (target) and ``q`` (drafter) are probability tensors

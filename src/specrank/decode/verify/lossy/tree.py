@@ -1,4 +1,4 @@
-"""Multi-draft tree verification as implemented in EAGLE-3 (seed 001 App. G.2-G.5).
+"""Multi-draft tree verification as implemented in EAGLE-3 (lossy verification, arXiv 2607.26627, App. G.2-G.5).
 
 A tree is ``token`` (n,) and ``parent`` (n,) with the row convention of
 :class:`specrank.decode.verify.VerifyTree`: row 0 is the root, row ``i + 1`` is node ``i``,

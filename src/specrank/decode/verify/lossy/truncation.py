@@ -1,4 +1,4 @@
-"""Truncation-based verification and its matched baselines (seed 001 §2.3, §3.2, §5).
+"""Truncation-based verification and its matched baselines (lossy verification, arXiv 2607.26627, §2.3, §3.2, §5).
 
 An allowed set ``A`` is computed from the target row: min-p keeps ``p >= p_base max p``,
 eta keeps ``p >= min(eps, delta exp(-H(p)))``; both always keep the argmax. SpecCascade
