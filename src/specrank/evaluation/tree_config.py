@@ -356,6 +356,9 @@ def tree_config_figure(table: pd.DataFrame):
             line = ax.plot(x, best[col], marker="o", label=f"topk {k}")[0]
             ax.fill_between(x, best[low], best[high], color=line.get_color(), alpha=0.15)
         ax.set_xscale("log", base=2)
+        ns = sorted(int(n) for n in exact["num_draft_tokens"].unique())
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.minorticks_off()
         ax.set_xlabel("num_draft_tokens (root included)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
