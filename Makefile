@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # GPU users bring their own torch and install the package into their environment.
 TORCH  := torch==2.13.0
 
-.PHONY: venv demo test bench drafter clean
+.PHONY: venv demo test bench drafter tree-config clean
 
 venv: $(STAMP)
 
@@ -36,6 +36,11 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_selection.py
+
+# Tree settings for SGLang / EAGLE / vLLM with the shipped head on held-out prompts (docs/tree-config.md): the grid,
+# then the top 3 settings decoded online on the same prompts; writes benchmarks/results/tree_config.json.
+tree-config: $(STAMP)
+	$(PY) benchmarks/bench_tree_config.py --threads 2
 
 # The EAGLE-3 head for the embedded default target, retrained into the cache (a cached head wins over the one
 # that ships in the package, which this same command trained: src/specrank/data/heads/smollm2-eagle3/README.md).

@@ -401,6 +401,12 @@ def online(w, out, *extra):
             "--temperature", "1", "--threads", "1", "--bootstrap", "20", "--out", str(out), *extra]
 
 
+def tree_config(w, out, *extra):
+    return ["tree-config", "--target", str(w.tgt), "--drafter", f"standalone:{w.drf}", "--prompts", str(w.prompts),
+            "--topk", "1,2", "--num-steps", "2", "--num-draft-tokens", "4", "--max-new-tokens", "4",
+            "--threads", "1", "--bootstrap", "20", "--repeats", "1", "--out", str(out), *extra]
+
+
 def sweep(w, out, *extra):
     return ["verify-sweep", "--target", str(w.tgt), "--drafter", f"standalone:{w.drf}", "--prompts", str(w.prompts),
             "--topk", "3", "--depth", "3", "--expand", "3", "--budget", "4", "--max-new-tokens", "4",
@@ -795,13 +801,27 @@ CASES = [
     ("study-experiment-blank", lambda w, o: study(w, o, "--experiment", " "), "--experiment"),
     ("study-tracking-garbage", lambda w, o: with_arg(study(w, o), "--tracking-uri", "foo://x"), "tracking URI"),
     ("study-workers-0", lambda w, o: study(w, o, "--workers", "0"), "workers"),
+    ("tree-config-topk-0", lambda w, o: tree_config(w, o, "--topk", "0", "--no-tracking"), "--topk"),
+    ("tree-config-topk-text", lambda w, o: tree_config(w, o, "--topk", "two", "--no-tracking"), "--topk"),
+    ("tree-config-draft-tokens-beyond-the-pool",
+     lambda w, o: tree_config(w, o, "--topk", "2", "--num-draft-tokens", "64", "--no-tracking"), "--num-draft-tokens"),
+    ("tree-config-eagle-two-values", lambda w, o: tree_config(w, o, "--eagle", "2,2", "--no-tracking"), "--eagle"),
+    ("tree-config-eagle-total-token-too-large",
+     lambda w, o: tree_config(w, o, "--eagle", "2,1,20", "--no-tracking"), ("--eagle", "num_draft_tokens 20")),
+    ("tree-config-temperature-nan", lambda w, o: tree_config(w, o, "--temperature", "nan", "--no-tracking"),
+     "--temperature"),
+    ("tree-config-prompts-missing", lambda w, o: with_arg(tree_config(w, o, "--no-tracking"), "--prompts",
+                                                          str(w.root / "none.jsonl")), "none.jsonl"),
+    ("tree-config-reranker-missing", lambda w, o: tree_config(w, o, "--reranker", str(w.root / "no-model"),
+                                                           "--no-tracking"), "no-model"),
+    ("tree-config-tracking-not-mlflow", lambda w, o: tree_config(w, o, "--tracking-uri", w.not_mlflow), NOT_MLFLOW),
     # the command line itself
     ("cli-unknown-command", lambda w, o: ["deploy"], "deploy"),
     ("cli-no-command", lambda w, o: [], "COMMAND"),
 ]
 
 
-PREFIXES = {"fit": "drafter", "sweep": "verify-sweep"}  # fit-exit-head is a drafter action
+PREFIXES = {"fit": "drafter", "sweep": "verify-sweep", "tree": "tree-config"}  # fit-exit-head is a drafter action
 
 
 def command_of(case_id: str) -> str:

@@ -33,6 +33,7 @@ COMMANDS = {
     "verify-sweep": "specrank.commands.verify_sweep",
     "demo": "specrank.commands.demo",
     "study": "specrank.commands.study",
+    "tree-config": "specrank.commands.tree_config",
 }
 DEBUG_ENV = "SPECRANK_DEBUG"
 MLFLOW_LEVEL_ENV = "MLFLOW_LOGGING_LEVEL"

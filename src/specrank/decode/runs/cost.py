@@ -1,0 +1,97 @@
+"""The cost model of tree settings, timed on the user's device with the real models: the drafter's pool for
+each (topk, num_steps), the target's verify pass for each number of tokens, and the host's share of a round.
+
+Timed loops queue their work and synchronize once at the end (a pool's single copy to the host is part of
+growing it, as in decoding), so an asynchronous device is charged for its work, not for per-step waits.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from specrank.decode.config import DecodeConfig
+from specrank.decode.engine.pool import PoolShape, causal_mask
+from specrank.decode.engine.round import start_prompt
+from specrank.decode.engine.timer import Timer
+from specrank.decode.loading.targets import crop_cache
+
+
+def synchronize(device) -> None:
+    """Wait for queued work on ``device`` (nothing to wait for on the CPU)."""
+    device = torch.device(device)
+    if device.type != "cpu":
+        torch.accelerator.synchronize(device)
+
+
+@dataclass
+class CostModel:
+    """Seconds per pool (topk, num_steps), per verify pass (tokens, root included) and of host work per round."""
+
+    draft: dict = field(default_factory=dict)  # (topk, num_steps) -> seconds
+    verify: dict = field(default_factory=dict)  # num_draft_tokens -> seconds
+    host: float = 0.0
+    device: str = "cpu"
+    context: int = 0  # committed tokens the timings ran at
+
+    def round_seconds(self, topk: int, num_steps: int, num_draft_tokens: int) -> float:
+        return self.draft[(topk, num_steps)] + self.verify[num_draft_tokens] + self.host
+
+    def rows(self) -> list[dict]:
+        out = [{"part": "draft", "topk": k, "num_steps": s, "num_draft_tokens": 0, "seconds": v}
+               for (k, s), v in sorted(self.draft.items())]
+        out += [{"part": "verify", "topk": 0, "num_steps": 0, "num_draft_tokens": n, "seconds": v}
+                for n, v in sorted(self.verify.items())]
+        return out + [{"part": "host", "topk": 0, "num_steps": 0, "num_draft_tokens": 0, "seconds": self.host}]
+
+
+def _started(target, drafter, prompt_ids):
+    config = DecodeConfig(PoolShape(1, 1, 1), budget=1, extra=0)
+    return start_prompt(target, drafter, prompt_ids, config, "cost", Timer(), with_rows=False)
+
+
+def time_drafter(target, drafter, prompt_ids, shapes, repeats: int = 5) -> dict:
+    """{(topk, num_steps): median-free mean seconds of one pool} at the prompt's context (one warm-up pool)."""
+    state = _started(target, drafter, prompt_ids)
+    out = {}
+    for k, s in shapes:
+        shape = PoolShape(k, s, k)
+        drafter.grow_pool(state.root, shape)  # warm-up: kernels, allocator
+        start = time.perf_counter()
+        for _ in range(repeats):
+            drafter.grow_pool(state.root, shape)
+        out[(k, s)] = (time.perf_counter() - start) / repeats
+    return out
+
+
+def time_verify(target, drafter, prompt_ids, token_counts, repeats: int = 5) -> dict:
+    """{n: seconds of one target pass over n tokens (root + tree) after the prompt, with the hidden states a
+    drafter reads}; the pass's KV is dropped after each repeat."""
+    state = _started(target, drafter, prompt_ids)
+    past, dev = state.context_len, target.device
+    out = {}
+    for n in token_counts:
+        ids = torch.full((n,), int(state.root), dtype=torch.long)
+        pos = torch.arange(past, past + n)
+        mask = causal_mask(n, past)  # a chain's mask: the pass's cost depends on n, not on the tree's pattern
+        for i in range(repeats + 1):  # the first pass warms up
+            if i == 1:
+                synchronize(dev)
+                start = time.perf_counter()
+            logits, _ = target.forward(ids, pos, mask, state.cache, drafter.hidden_layers)
+            crop_cache(state.cache, past)
+        synchronize(dev)
+        out[n] = (time.perf_counter() - start) / repeats
+    return out
+
+
+def measure_cost(target, drafter, prompt_ids, settings, repeats: int = 5, host: float = 0.0) -> CostModel:
+    """Time every (topk, num_steps) pool and every verify width the ``settings`` need."""
+    shapes = sorted({(s.topk, s.num_steps) for s in settings})
+    widths = sorted({s.num_draft_tokens for s in settings})
+    with torch.inference_mode():
+        draft = time_drafter(target, drafter, prompt_ids, shapes, repeats)
+        verify = time_verify(target, drafter, prompt_ids, widths, repeats)
+    return CostModel(draft, verify, host, str(target.device), len(prompt_ids))

@@ -1,0 +1,390 @@
+"""Serving-engine tree settings scored exactly on recorded rounds (docs/tree-config.md).
+
+SGLang's EAGLE tree (``--speculative-eagle-topk`` k, ``--speculative-num-steps`` s,
+``--speculative-num-draft-tokens`` n) is a beam pool: the root row gives k candidates, each of the
+s - 1 further steps expands the k best candidates of the previous level by cumulative draft
+probability and adds their k best children; the verified tree is the n - 1 candidates of highest
+cumulative draft probability, beside the root. EAGLE's ``top_k``, ``depth``, ``total_token`` name the
+same tree with depth = s - 1 and total_token = n; a vLLM chain of ``num_speculative_tokens`` t is
+k = 1, s = t, n = t + 1. specrank's pool with ``topk = expand = k`` and ``depth = s`` grows exactly
+that beam, so a recording holds every candidate with its target probability, and the expected
+number of accepted draft tokens of any tree inside it is a sum of path probabilities.
+
+A smaller beam is read out of a larger recording by replaying the growth on the recorded
+candidates (``beam_subpool``); a round whose replayed beam needs a node the recording did not
+expand is *outside the recorded pool* and is never scored: it is counted and the setting flagged.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from specrank.selection.pool import PoolBatch
+from specrank.selection.rules import rule_score
+from specrank.selection.select import select_top
+from specrank.selection.stats import PromptBootstrap
+
+RULES = ("draft", "root", "reranked")  # draft selection (the engines'), exact root selection, a reranker
+
+
+class TreeConfigError(ValueError):
+    """A tree setting is impossible or lies outside the recorded pool; the message names the input."""
+
+
+@dataclass(frozen=True, order=True)
+class TreeSetting:
+    """One engine tree, in SGLang's terms: topk k, num_steps s (tree depth), num_draft_tokens n (root included)."""
+
+    topk: int
+    num_steps: int
+    num_draft_tokens: int
+
+    def __post_init__(self):
+        for name in ("topk", "num_steps", "num_draft_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise TreeConfigError(f"{name} must be a positive integer, got {v!r}")
+        if self.num_draft_tokens < 2:
+            raise TreeConfigError(f"num_draft_tokens {self.num_draft_tokens}: the root and at least one draft token")
+        if self.topk == 1 and self.num_draft_tokens != self.num_steps + 1:
+            raise TreeConfigError(f"num_draft_tokens {self.num_draft_tokens} with topk 1: a chain of num_steps"
+                                  f" {self.num_steps} verifies num_steps + 1 = {self.num_steps + 1} tokens"
+                                  " (SGLang resets it to that)")
+        if self.budget > self.candidates:
+            raise TreeConfigError(f"num_draft_tokens {self.num_draft_tokens}: topk {self.topk} and num_steps"
+                                  f" {self.num_steps} draft only {self.candidates} candidates (at most"
+                                  f" {self.candidates + 1} tokens with the root)")
+
+    @property
+    def budget(self) -> int:
+        """Draft tokens verified beside the root (specrank's budget B)."""
+        return self.num_draft_tokens - 1
+
+    @property
+    def candidates(self) -> int:
+        """Candidates the beam drafts: k at depth 1, k * k at each later depth."""
+        return self.topk + (self.num_steps - 1) * self.topk ** 2
+
+    @property
+    def label(self) -> str:
+        return f"k{self.topk}-s{self.num_steps}-n{self.num_draft_tokens}"
+
+    @property
+    def is_chain(self) -> bool:
+        return self.topk == 1
+
+    def sglang_flags(self, head: str = "HEAD") -> str:
+        return (f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {head} --speculative-num-steps "
+                f"{self.num_steps} --speculative-eagle-topk {self.topk} --speculative-num-draft-tokens "
+                f"{self.num_draft_tokens}")
+
+    def eagle_arguments(self) -> str:
+        return f"top_k={self.topk}, depth={self.num_steps - 1}, total_token={self.num_draft_tokens}"
+
+    def vllm_config(self, head: str = "HEAD") -> str | None:
+        """vLLM's ``--speculative-config`` JSON for a chain; None for a dynamic tree (vLLM has none)."""
+        if not self.is_chain:
+            return None
+        return json.dumps({"method": "eagle3", "model": head, "num_speculative_tokens": self.num_steps})
+
+
+def sglang_setting(topk: int, num_steps: int, num_draft_tokens: int) -> TreeSetting:
+    return TreeSetting(topk, num_steps, num_draft_tokens)
+
+
+def eagle_setting(top_k: int, depth: int, total_token: int) -> TreeSetting:
+    """EAGLE's ``top_k``/``depth``/``total_token``: ``depth`` draft steps after the root's, so depth + 1 levels,
+    and ``total_token`` tokens verified with the root."""
+    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 0:
+        raise TreeConfigError(f"depth must be an integer >= 0, got {depth!r}")
+    return TreeSetting(top_k, depth + 1, total_token)
+
+
+def vllm_chain(num_speculative_tokens: int) -> TreeSetting:
+    return TreeSetting(1, num_speculative_tokens, num_speculative_tokens + 1)
+
+
+def tree_grid(topks, num_steps, num_draft_tokens) -> list[TreeSetting]:
+    """Every valid SGLang setting of the grid (topk 1 is a chain: n = s + 1 only), sorted."""
+    out = set()
+    for k in topks:
+        for s in num_steps:
+            if k == 1:
+                out.add(TreeSetting(1, s, s + 1))
+                continue
+            for n in num_draft_tokens:
+                if 2 <= n <= k + (s - 1) * k * k + 1:
+                    out.add(TreeSetting(k, s, n))
+    if not out:
+        raise TreeConfigError("grid: no valid setting (num_draft_tokens too large for every topk / num_steps)")
+    return sorted(out)
+
+
+def recording_plan(settings) -> dict[int, int]:
+    """{topk: depth} of the recordings the grid needs: one per topk, at its deepest setting. A beam's first s
+    levels do not depend on later ones, so each shallower setting of that topk is the recording truncated."""
+    plan: dict[int, int] = {}
+    for st in settings:
+        plan[st.topk] = max(plan.get(st.topk, 0), st.num_steps)
+    return dict(sorted(plan.items()))
+
+
+def _level_starts(depth_row: np.ndarray) -> np.ndarray:
+    """(M,) first pool index of each column's depth in a fixed-shape pool."""
+    first = {int(d): int(np.argmax(depth_row == d)) for d in np.unique(depth_row)}
+    return np.array([first[int(d)] for d in depth_row], dtype=np.int64)
+
+
+def beam_subpool(pool: PoolBatch, topk: int, depth: int) -> tuple[PoolBatch | None, np.ndarray]:
+    """The pool SGLang's beam (topk, num_steps = depth) grows, replayed on a recorded pool, and which rounds hold it.
+
+    Returns (sub-pool of the rounds that hold it, in the beam's own pool order, or None; contained (N,) bool).
+    The recording must be a specrank pool (children of a node: a block of the recorded topk, best first).
+    """
+    n, m = pool.shape
+    kk, dmax = pool.n_first, int(pool.depth.max())
+    if topk > kk or depth > dmax:
+        raise TreeConfigError(f"tree topk {topk}, num_steps {depth} lies outside the recorded pool (topk {kk},"
+                              f" depth {dmax}): record that shape")
+    if not (pool.depth == pool.depth[:1]).all():
+        raise TreeConfigError("rounds: pools of different shapes in one recording")
+    rank = (np.arange(m) - _level_starts(pool.depth[0])) % kk  # (M,) rank among siblings
+    firsts = np.flatnonzero((pool.depth[0] >= 2) & (rank == 0))
+    child_start = np.full((n, m), -1, dtype=np.int64)  # first child's pool index, -1: not expanded
+    if firsts.size:
+        np.put_along_axis(child_start, pool.parent[:, firsts].astype(np.int64),
+                          np.broadcast_to(firsts, (n, firsts.size)), axis=1)
+    logp = pool.draft_logp
+    levels = [np.tile(np.arange(topk), (n, 1))]  # recorded columns of each level, in the beam's order
+    parents = [np.full((n, topk), -1, dtype=np.int64)]  # parents as positions in the sub-pool
+    contained, offset = np.ones(n, dtype=bool), 0
+    for d in range(2, depth + 1):
+        prev = levels[-1]
+        if d == 2:
+            pos = np.tile(np.arange(topk), (n, 1))  # every depth-1 candidate is expanded
+        else:  # the k best by cumulative draft log-probability; ties: earlier in the beam's order
+            pos = np.argsort(-np.take_along_axis(logp, prev, axis=1), axis=1, kind="stable")[:, :topk]
+        frontier = np.take_along_axis(prev, pos, axis=1)  # (N, f)
+        start = np.take_along_axis(child_start, frontier, axis=1)
+        contained &= (start >= 0).all(axis=1)
+        levels.append((np.maximum(start, 0)[:, :, None] + np.arange(topk)).reshape(n, -1))
+        parents.append(np.repeat(offset + pos, topk, axis=1))
+        offset += prev.shape[1]
+    cols, parent = np.concatenate(levels, axis=1), np.concatenate(parents, axis=1)
+    if not contained.any():
+        return None, contained
+    keep = np.flatnonzero(contained)
+    cols, parent = cols[keep], parent[keep]
+
+    def take(a):
+        return np.take_along_axis(a[keep], cols, axis=1)
+
+    sub = PoolBatch(token=take(pool.token), parent=parent, depth=take(pool.depth), q_edge=take(pool.q_edge),
+                    draft_logp=take(pool.draft_logp), p_edge=take(pool.p_edge),
+                    p_argmax_child=take(pool.p_argmax_child),
+                    prompt_id=None if pool.prompt_id is None else pool.prompt_id[keep],
+                    task=None if pool.task is None else pool.task[keep])
+    return sub.validate(), contained
+
+
+@dataclass
+class SettingScore:
+    """A setting's exact per-round values on the rounds that hold its tree."""
+
+    setting: TreeSetting
+    prompt_id: np.ndarray  # (R,) of the rounds scored
+    accepted: dict[str, np.ndarray]  # rule -> (R,) expected accepted draft tokens
+    positions: np.ndarray  # (R, num_steps) probability that draft selection accepts position d (>= d tokens)
+    rounds: int  # rounds of the recording
+    outside: int  # rounds whose tree lies outside the recorded pool (never scored)
+    recording: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def score_setting(pool: PoolBatch, law: str, setting: TreeSetting, first_factor: np.ndarray | None = None,
+                  recording: str = "") -> SettingScore:
+    """Exact expected accepted draft tokens per round for draft selection, root selection and (given
+    ``first_factor`` (N, recorded topk), a reranker's cross-fitted predictions) the reranked rule."""
+    sub, contained = beam_subpool(pool, setting.topk, setting.num_steps)
+    prompt_id = np.asarray(pool.prompt_id if pool.prompt_id is not None else np.zeros(pool.n_rounds, str))
+    if sub is None:
+        empty = np.zeros(0)
+        return SettingScore(setting, prompt_id[:0], {r: empty for r in RULES}, np.zeros((0, setting.num_steps)),
+                            pool.n_rounds, pool.n_rounds, recording)
+    path = sub.path_prob(law)
+    accepted, positions = {}, None
+    for rule in RULES:
+        if rule == "reranked":
+            if first_factor is None:
+                continue
+            score = rule_score(sub, rule, law, first_factor=np.asarray(first_factor)[contained][:, : setting.topk])
+        else:
+            score = rule_score(sub, rule, law)
+        tree = select_top(score, sub.depth, setting.budget)  # (R, m)
+        accepted[rule] = np.where(tree, path, 0.0).sum(axis=1)
+        if rule == "draft":
+            positions = np.stack([np.where(tree & (sub.depth == d), path, 0.0).sum(axis=1)
+                                  for d in range(1, setting.num_steps + 1)], axis=1)
+    return SettingScore(setting, prompt_id[contained], accepted, positions, pool.n_rounds,
+                        int((~contained).sum()), recording)
+
+
+def setting_table(scores: list[SettingScore], costs: dict | None = None, n_boot: int = 2000, seed: int = 0,
+                  level: float = 0.95) -> pd.DataFrame:
+    """One row per setting: acceptance length (1 + expected accepted draft tokens per round) of each rule with
+    paired prompt-bootstrap intervals (one set of prompt resamples for every setting and rule), root's and the
+    reranker's gain over draft, and predicted tokens/s from ``costs`` ({label: seconds per round}).
+    Settings with rounds outside their recorded pool are flagged and not ranked."""
+    prompts = np.unique(np.concatenate([s.prompt_id for s in scores] + [np.zeros(0, str)]).astype(str))
+    if prompts.size == 0:
+        raise TreeConfigError("rounds: no setting holds a recorded round")
+    boot = PromptBootstrap(prompts, n_resamples=n_boot, seed=seed, level=level)
+    columns = {}
+    for s in scores:
+        idx = np.searchsorted(prompts, s.prompt_id.astype(str))
+        columns[f"{s.setting.label}|n"] = np.bincount(idx, minlength=len(prompts)).astype(float)
+        for rule, v in s.accepted.items():
+            columns[f"{s.setting.label}|{rule}"] = np.bincount(idx, weights=1.0 + v, minlength=len(prompts))
+    tot = boot.totals(columns)
+    rows = []
+    for s in scores:
+        st, lab = s.setting, s.setting.label
+        row = {"setting": lab, "topk": st.topk, "num_steps": st.num_steps, "num_draft_tokens": st.num_draft_tokens,
+               "budget": st.budget, "rounds": s.rounds - s.outside, "outside": s.outside,
+               "status": "exact" if s.outside == 0 else f"flagged: {s.outside} of {s.rounds} rounds outside the"
+                                                         f" recorded pool ({s.recording}), not scored",
+               "recording": s.recording}
+        for rule in RULES:
+            if rule not in s.accepted or s.rounds == s.outside:
+                row.update({f"{rule}_length": np.nan, f"{rule}_low": np.nan, f"{rule}_high": np.nan})
+                continue
+            iv = tot.ratio([(f"{lab}|{rule}", 1)], [(f"{lab}|n", 1)])
+            row.update({f"{rule}_length": iv.point, f"{rule}_low": iv.low, f"{rule}_high": iv.high})
+            if rule != "draft":
+                g = tot.ratio([(f"{lab}|{rule}", 1), (f"{lab}|draft", -1)], [(f"{lab}|n", 1)])
+                row.update({f"{rule}_gain": g.point, f"{rule}_gain_low": g.low, f"{rule}_gain_high": g.high})
+        cost = (costs or {}).get(lab)
+        if cost is not None:
+            row.update({"round_seconds": cost, "tokens_per_s": row["draft_length"] / cost,
+                        "tokens_per_s_low": row["draft_low"] / cost, "tokens_per_s_high": row["draft_high"] / cost})
+        row.update({"sglang_flags": st.sglang_flags(), "eagle_arguments": st.eagle_arguments(),
+                    "vllm_config": st.vllm_config() or ""})
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    key = "tokens_per_s" if "tokens_per_s" in table else "draft_length"
+    table["_ok"] = table["outside"] == 0
+    table = table.sort_values(["_ok", key], ascending=[False, False], kind="stable").drop(columns="_ok")
+    table.insert(0, "rank", np.where(table["outside"] == 0, np.arange(1, len(table) + 1), 0))
+    return table.reset_index(drop=True)
+
+
+def position_table(scores: list[SettingScore]) -> pd.DataFrame:
+    """Per-position acceptance rate (the metric engines log): share of rounds accepting >= d draft tokens under
+    draft selection, and its ratio to position d - 1 (the conditional rate)."""
+    rows = []
+    for s in scores:
+        if not len(s.positions):
+            continue
+        rate = s.positions.mean(axis=0)
+        prev = np.concatenate([[1.0], rate[:-1]])
+        for d, (r, p) in enumerate(zip(rate, prev), start=1):
+            rows.append({"setting": s.setting.label, "position": d, "acceptance_rate": r,
+                         "conditional_rate": r / p if p > 0 else np.nan})
+    return pd.DataFrame(rows, columns=["setting", "position", "acceptance_rate", "conditional_rate"])
+
+
+def reliability_table(pool: PoolBatch, law: str, bins: int = 10) -> pd.DataFrame:
+    """Draft probability (q of each scored edge) against target acceptance of that edge given its parent is
+    reached (p under sampling, the argmax indicator under greedy), in equal-width bins of q."""
+    scored = ~np.isnan(pool.p_edge)
+    q = pool.q_edge[scored].astype(np.float64)
+    a = pool.edge_prob(law)[scored]
+    which = np.minimum((q * bins).astype(np.int64), bins - 1)
+    count = np.bincount(which, minlength=bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return pd.DataFrame({
+            "bin_low": np.arange(bins) / bins, "bin_high": np.arange(1, bins + 1) / bins, "edges": count,
+            "draft_probability": np.bincount(which, q, bins) / count,
+            "target_acceptance": np.bincount(which, a, bins) / count,
+        })
+
+
+def predicted_round_seconds(setting: TreeSetting, draft_s: dict, verify_s: dict, host_s: float) -> float:
+    """Seconds per round: the drafter's pool for (topk, num_steps), the target's pass over n tokens, host time."""
+    return draft_s[(setting.topk, setting.num_steps)] + verify_s[setting.num_draft_tokens] + host_s
+
+
+def best_settings(table: pd.DataFrame) -> dict:
+    """The best exact setting overall and the best chain (what vLLM can serve)."""
+    exact = table[table["outside"] == 0]
+    if exact.empty:
+        raise TreeConfigError("grid: no setting was scored exactly")
+    chains = exact[exact["topk"] == 1]
+    return {"best": exact.iloc[0], "best_chain": None if chains.empty else chains.iloc[0]}
+
+
+def serving_flags(row, sglang_head: str, vllm_head: str) -> dict[str, str]:
+    """The commands to paste for a table row (heads: paths of the exported heads)."""
+    st = TreeSetting(int(row["topk"]), int(row["num_steps"]), int(row["num_draft_tokens"]))
+    out = {"sglang": st.sglang_flags(sglang_head), "eagle": st.eagle_arguments()}
+    if st.vllm_config():
+        out["vllm"] = f"--speculative-config '{st.vllm_config(vllm_head)}'"
+    return out
+
+
+def tree_config_figure(table: pd.DataFrame):
+    """Acceptance length and predicted tokens/s against num_draft_tokens, one line per topk (at each n the
+    topk's best num_steps), 95% prompt-bootstrap intervals as bands."""
+    from specrank.evaluation.figures import new_figure
+
+    exact = table[table["outside"] == 0]
+    speed = "tokens_per_s" in exact
+    fig, axes = new_figure(2 if speed else 1, (10.5 if speed else 5.4, 3.8))
+    panels = [("draft", "acceptance length (tokens / round)")] + ([("tokens_per_s", "predicted tokens/s")] if speed else [])
+    key = "tokens_per_s" if speed else "draft_length"
+    for ax, (what, ylabel) in zip(axes[0], panels):
+        for k, part in exact.groupby("topk"):
+            best = part.sort_values(key, ascending=False).drop_duplicates("num_draft_tokens").sort_values(
+                "num_draft_tokens")
+            col, low, high = (("draft_length", "draft_low", "draft_high") if what == "draft"
+                              else ("tokens_per_s", "tokens_per_s_low", "tokens_per_s_high"))
+            x = best["num_draft_tokens"].to_numpy()
+            line = ax.plot(x, best[col], marker="o", label=f"topk {k}")[0]
+            ax.fill_between(x, best[low], best[high], color=line.get_color(), alpha=0.15)
+        ax.set_xscale("log", base=2)
+        ns = sorted(int(n) for n in exact["num_draft_tokens"].unique())
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.minorticks_off()
+        ax.set_xlabel("num_draft_tokens (root included)")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    axes[0, 0].set_title("draft selection; each topk at its best num_steps", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def reliability_figure(reliability: pd.DataFrame):
+    """The head's draft probability against the target's acceptance of the same edge (diagonal: calibrated)."""
+    from specrank.evaluation.figures import new_figure
+
+    fig, axes = new_figure(1, (4.2, 4.0))
+    ax = axes[0, 0]
+    r = reliability[reliability["edges"] > 0]
+    ax.plot([0, 1], [0, 1], color="gray", linestyle=":", label="calibrated")
+    ax.plot(r["draft_probability"], r["target_acceptance"], marker="o", label="recorded edges")
+    for _, row in r.iterrows():
+        ax.annotate(f"{int(row['edges'])}", (row["draft_probability"], row["target_acceptance"]), fontsize=6,
+                    xytext=(2, -8), textcoords="offset points")
+    ax.set_xlabel("draft probability q(x | parent)")
+    ax.set_ylabel("target acceptance given the parent")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    ax.set_title("Reliability of the head (edge counts marked)", fontsize=9)
+    fig.tight_layout()
+    return fig

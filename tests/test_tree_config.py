@@ -1,0 +1,155 @@
+"""Engine tree settings scored on recorded rounds: the SGLang / EAGLE / vLLM conventions on hand-worked cases,
+exactness against specrank's own Decoder (greedy round by round, sampled as a law with an off-by-one
+negative control), and refusal of trees outside the recorded pool."""
+
+import json
+
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+from specrank.decode import Decoder, PoolShape
+from specrank.decode.config import DecodeConfig
+from specrank.decode.runs import record_prompt, rounds_table
+from specrank.evaluation.tree_config import (
+    TreeConfigError, TreeSetting, beam_subpool, eagle_setting, position_table, recording_plan, score_setting,
+    setting_table, sglang_setting, tree_grid, vllm_chain,
+)
+from specrank.selection import PoolBatch
+from decode_helpers import PROMPT, tiny_pair
+
+
+def test_engine_conventions_name_one_tree():
+    s = sglang_setting(2, 3, 6)  # topk 2, 3 steps: 2 + 4 + 4 candidates, 5 of them verified beside the root
+    assert (s.budget, s.candidates) == (5, 10)
+    assert ("--speculative-num-steps 3 --speculative-eagle-topk 2 --speculative-num-draft-tokens 6"
+            in s.sglang_flags())
+    assert eagle_setting(2, 2, 6) == s and s.eagle_arguments() == "top_k=2, depth=2, total_token=6"
+    chain = vllm_chain(3)
+    assert chain == TreeSetting(1, 3, 4) and chain.budget == 3
+    assert json.loads(chain.vllm_config("h")) == {"method": "eagle3", "model": "h", "num_speculative_tokens": 3}
+    assert s.vllm_config() is None  # vLLM has no dynamic tree
+    TreeSetting(2, 2, 7)  # 6 candidates + the root
+    for bad, field in (((2, 2, 8), "num_draft_tokens 8"), ((1, 3, 5), "topk 1"), ((0, 2, 3), "topk"),
+                       ((2, 2, 1), "num_draft_tokens")):
+        with pytest.raises(TreeConfigError, match=field):
+            TreeSetting(*bad)
+    grid = tree_grid([1, 2], [2, 3], [4, 8])
+    assert [g.label for g in grid] == ["k1-s2-n3", "k1-s3-n4", "k2-s2-n4", "k2-s3-n4", "k2-s3-n8"]
+    assert recording_plan(grid) == {1: 3, 2: 3}
+
+
+def hand_pool():
+    """One recorded round, topk 2, depth 3, expand 1: at depth 2 only candidate 4 (cumulative 0.27) grew."""
+    q = np.array([0.6, 0.3, 0.4, 0.3, 0.9, 0.05, 0.5, 0.2])
+    parent = np.array([-1, -1, 0, 0, 1, 1, 4, 4])
+    depth = np.array([1, 1, 2, 2, 2, 2, 3, 3])
+    logp = np.log(q)
+    for j in range(2, 8):
+        logp[j] += logp[parent[j]]
+    p = np.array([0.5, 0.2, 0.8, 0.1, 0.6, 0.1, 0.3, 0.3])
+    argmax = np.array([1, 0, 1, 0, 1, 0, 0, 0])
+    arrays = dict(token=np.arange(8), parent=parent, depth=depth, q_edge=q.astype(np.float32),
+                  draft_logp=logp.astype(np.float32), p_edge=p.astype(np.float32), p_argmax_child=argmax)
+    return PoolBatch(**{k: v[None] for k, v in arrays.items()}, prompt_id=np.array(["a"])).validate()
+
+
+def test_a_hand_worked_beam_and_a_tree_outside_the_recorded_pool():
+    pool = hand_pool()
+    chain, contained = beam_subpool(pool, 1, 2)  # the argmax chain: candidates 0 then 2
+    assert contained.all() and chain.token.tolist() == [[0, 2]]
+    sc = score_setting(pool, "sampling", TreeSetting(1, 2, 3))
+    assert sc.accepted["draft"] == pytest.approx([0.5 + 0.5 * 0.8])  # p(x1) + p(x1) p(x2 | x1)
+    assert sc.positions[0] == pytest.approx([0.5, 0.4])
+    assert score_setting(pool, "greedy", TreeSetting(1, 2, 3)).accepted["draft"].tolist() == [2.0]
+    # topk 2, 3 steps: the beam expands candidates 4 and 2 at depth 2, the recording only 4: never scored
+    sub, contained = beam_subpool(pool, 2, 3)
+    assert sub is None and not contained.any()
+    sc = score_setting(pool, "sampling", TreeSetting(2, 3, 4))
+    assert sc.outside == 1 and sc.accepted["draft"].size == 0
+    ok = score_setting(pool, "sampling", TreeSetting(2, 2, 4))  # top 3 by draft: 0 (0.6), 1 (0.3), 4 (0.27)
+    assert ok.accepted["draft"] == pytest.approx([0.5 + 0.2 + 0.2 * 0.6])
+    table = setting_table([ok, sc], n_boot=20)
+    flagged = table.set_index("setting").loc["k2-s3-n4"]
+    assert flagged["status"].startswith("flagged") and flagged["rank"] == 0 and np.isnan(flagged["draft_length"])
+    assert table.set_index("setting").loc["k2-s2-n4", "draft_length"] == pytest.approx(1.82)
+    with pytest.raises(TreeConfigError, match="outside the recorded pool"):
+        beam_subpool(pool, 3, 2)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair(scale=0.05, seed=4)
+
+
+def recorded(pair, shape, budget, temperature, seed=0, tokens=24):
+    target, drafter = pair
+    config = DecodeConfig(shape, budget=budget, extra=0, temperature=temperature, max_new_tokens=tokens, seed=seed)
+    records = record_prompt(target, drafter, PROMPT, config, "0")[1]
+    frame = rounds_table(records, shape.size, shape.topk).to_pandas()
+    return records, PoolBatch.from_frame(frame)
+
+
+def engine_shape(s: TreeSetting) -> PoolShape:
+    return PoolShape(s.topk, s.num_steps, s.topk)
+
+
+def test_greedy_prediction_equals_the_decoder_round_by_round(pair):
+    target, drafter = pair
+    s = sglang_setting(2, 3, 5)
+    records, pool = recorded(pair, engine_shape(s), s.budget, 0.0)
+    predicted = score_setting(pool, "greedy", s).accepted["draft"]
+    out = Decoder(target, drafter, "draft", budget=s.budget, shape=engine_shape(s)).generate(PROMPT, max_new_tokens=24)
+    assert predicted.tolist() == out.stats.accepted == [r["accepted"] for r in records]
+    # the same tree read out of a larger recording (topk 3, depth 4): identical wherever a round starts at the
+    # same position (greedy: the same context)
+    big_records, big = recorded(pair, PoolShape(3, 4, 3), 6, 0.0)
+    sub, contained = beam_subpool(big, s.topk, s.num_steps)
+    from_big = score_setting(big, "greedy", s).accepted["draft"]
+    small_sub, _ = beam_subpool(pool, s.topk, s.num_steps)
+    at = {r["position"]: i for i, r in enumerate(records)}
+    shared = [(at[r["position"]], j) for j, r in enumerate(big_records) if r["position"] in at and contained[j]]
+    assert len(shared) >= 3
+    held = np.flatnonzero(contained).tolist()  # rows of the sub-pool: the rounds that hold the tree
+    for i, j in shared:
+        assert from_big[held.index(j)] == predicted[i]
+        assert (sub.token[held.index(j)] == small_sub.token[i]).all()
+
+
+def accepted_law(positions: np.ndarray) -> np.ndarray:
+    """(R, s + 1) probability of accepting exactly j draft tokens, from P(>= d) per position."""
+    ge = np.concatenate([np.ones((len(positions), 1)), positions, np.zeros((len(positions), 1))], axis=1)
+    return ge[:, :-1] - ge[:, 1:]
+
+
+def pooled_test(observed_counts, law):
+    expected = law.sum(axis=0)
+    obs = np.bincount(observed_counts, minlength=law.shape[1]).astype(float)
+    keep = expected >= 5
+    e = np.append(expected[keep], expected[~keep].sum())
+    o = np.append(obs[keep], obs[~keep].sum())
+    if e[-1] == 0:
+        e, o = e[:-1], o[:-1]
+    return chisquare(o, e * o.sum() / e.sum()).pvalue
+
+
+def test_sampled_acceptance_matches_the_decoder_and_an_off_by_one_budget_fails(pair):
+    target, drafter = pair
+    s = sglang_setting(4, 2, 3)  # 2 draft tokens beside the root; the wrong convention verifies 3
+    wrong = sglang_setting(4, 2, 4)
+    realized, laws, wrong_laws = [], [], []
+    for seed in range(100):
+        records, pool = recorded(pair, engine_shape(s), s.budget, 0.7, seed=seed, tokens=16)
+        if seed < 3:  # the recorder decodes exactly as the Decoder does at that seed
+            out = Decoder(target, drafter, "draft", budget=s.budget, shape=engine_shape(s)).generate(
+                PROMPT, max_new_tokens=16, temperature=0.7, seed=seed, prompt_id="0")
+            assert out.stats.accepted == [r["accepted"] for r in records]
+        realized += [r["accepted"] for r in records]
+        laws.append(accepted_law(score_setting(pool, "sampling", s).positions))
+        wrong_laws.append(accepted_law(score_setting(pool, "sampling", wrong).positions))
+    realized = np.array(realized)
+    assert len(realized) >= 900
+    assert pooled_test(realized, np.concatenate(laws)) > 1e-3
+    assert pooled_test(realized, np.concatenate(wrong_laws)) < 1e-6
+    table = position_table([score_setting(pool, "sampling", s)])
+    assert table["position"].tolist() == [1, 2] and (table["acceptance_rate"].diff().dropna() <= 1e-12).all()
