@@ -106,9 +106,9 @@ def _reranker(args):
     """None (cross-fit or none) or the loaded reranker, refused before any model loads."""
     if args.reranker in (RERANKER_CROSS_FIT, "none"):
         return None
-    from specrank.rerankers import load_reranker
+    from specrank.tracking import resolve_reranker
 
-    return load_reranker(args.reranker, tracking_uri=args.tracking_uri, trust_pickle=args.trust_pickle)
+    return resolve_reranker(args.reranker, tracking_uri=args.tracking_uri, trust_pickle=args.trust_pickle)
 
 
 def run(args) -> int:

@@ -13,7 +13,6 @@ import io
 import lightgbm as lgb
 import numpy as np
 import sklearn
-import skops.io
 from sklearn.isotonic import IsotonicRegression
 
 from specrank.featurize.sets import PRIOR_FEATURE, resolve_features
@@ -84,6 +83,8 @@ def encode(est) -> tuple[dict, dict[str, np.ndarray], dict[str, bytes]]:
         state = {"task_categories": list(est.task_categories_), "prior_pseudo_count": est.prior_.pseudo_count}
         if est.backend == "lightgbm":
             return state, arrays, {LIGHTGBM: est.model_.model_to_string().encode()}
+
+        import skops.io  # skops imports torch when it is installed: only where a model is written
 
         return state, arrays, {SKLEARN: skops.io.dumps(est.model_)}
     raise StateError(f"cannot save a {type(est).__name__} (format 2 knows {', '.join(CLASS_NAMES)})")
@@ -184,6 +185,8 @@ def read_booster(text: bytes):
 
 
 def read_skops(data: bytes):
+    import skops.io  # pulls torch in: only where a model is read
+
     untrusted = sorted(set(skops.io.get_untrusted_types(data=data)) - set(SKOPS_TRUSTED))
     if untrusted:
         raise StateError(f"{SKLEARN}: holds types that are not trusted: {', '.join(untrusted[:5])}")
