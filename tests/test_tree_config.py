@@ -153,3 +153,27 @@ def test_sampled_acceptance_matches_the_decoder_and_an_off_by_one_budget_fails(p
     assert pooled_test(realized, np.concatenate(wrong_laws)) < 1e-6
     table = position_table([score_setting(pool, "sampling", s)])
     assert table["position"].tolist() == [1, 2] and (table["acceptance_rate"].diff().dropna() <= 1e-12).all()
+
+
+def test_the_command_end_to_end_on_tiny_models(tmp_path, capsys):
+    """The whole command, cost model included: recordings, ranked table, flags, timings on this device."""
+    import pandas as pd
+
+    from specrank.cli import main
+    from specrank.testing import save_tiny_llama
+
+    tgt = save_tiny_llama(tmp_path / "tgt", seed=0, vocab_size=128)
+    drf = save_tiny_llama(tmp_path / "drf", seed=0, vocab_size=128, num_layers=2)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [t]}) + "\n"
+                               for i, t in enumerate(["the cat is big", "write code", "what is the sun", "a dog"])))
+    out = tmp_path / "out"
+    rc = main(["tree-config", "--target", str(tgt), "--drafter", f"standalone:{drf}", "--prompts", str(prompts),
+               "--topk", "1,2", "--num-steps", "2", "--num-draft-tokens", "3,4", "--max-new-tokens", "6",
+               "--reranker", "none", "--repeats", "1", "--bootstrap", "50", "--threads", "1", "--out", str(out),
+               "--no-tracking"])
+    assert rc == 0
+    table = pd.read_parquet(out / "tree_config_table.parquet")
+    assert len(table) == 3 and (table["outside"] == 0).all()  # k1-s2-n3, k2-s2-n3, k2-s2-n4
+    assert (table["draft_length"] >= 1).all() and (table["tokens_per_s"] > 0).all()
+    assert "--speculative-num-draft-tokens" in capsys.readouterr().out

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specrank.decode.config import DecodeConfig
-from specrank.decode.engine.pool import PoolShape, causal_mask
+from specrank.decode.core import PoolShape, causal_mask
 from specrank.decode.engine.round import start_prompt
 from specrank.decode.engine.timer import Timer
 from specrank.decode.loading.targets import crop_cache
