@@ -13,7 +13,7 @@ decoder's reranker milliseconds over its round's (split run), also printed per b
     python benchmarks/bench_gpu.py --shape tiny                     # CPU smoke test (a test runs it)
     python benchmarks/bench_gpu.py --device cuda --shape llama-3.1-8b --rounds 100   # B = 59 and 8
     python benchmarks/bench_gpu.py --shape llama-3.1-8b --layers 2 --device cpu --prompt-len 710 \
-        --record-rounds 2 --rounds 2 --decoders reranked --warmup-rounds 1      # 8B width on CPU (~8 GB fp32)
+        --record-rounds 2 --rounds 2 --strategies reranked --warmup-rounds 1      # 8B width on CPU (~8 GB fp32)
 
 ``--layers N`` keeps N of the target's layers (its width, heads and 128,256-token vocabulary unchanged), the
 head then reading ``hidden_states`` (0, 1, N) when N < 5 (N = the last layer's output before the final norm).
@@ -202,7 +202,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--layers", type=int, default=None, help="keep this many target layers (default all)")
     parser.add_argument("--record-rounds", type=int, default=0, help="also record this many rounds (M = 710)")
-    parser.add_argument("--decoders", default="draft,reranked", help="decoders to time (draft, reranked)")
+    parser.add_argument("--strategies", default="draft,reranked", help="strategies to time (draft, reranked)")
     parser.add_argument("--warmup-rounds", type=int, default=3)
     parser.add_argument("--max-bookkeeping-ms", type=float, default=5.0)
     parser.add_argument("--max-rerank-ms", type=float, default=2.0)
@@ -222,7 +222,7 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     target = build_target(args.shape, device, dtype, args.layers)
     drafter = build_head(target, args.shape, device, dtype)
-    names = [n for n in args.decoders.split(",") if n]
+    names = [n for n in args.strategies.split(",") if n]
     reranker = fit_reranker(10) if "reranked" in names else None
     built = time.perf_counter() - start
     prompt = torch.randint(0, target.vocab_size, (args.prompt_len,), generator=torch.Generator().manual_seed(1)).tolist()

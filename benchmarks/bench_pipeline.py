@@ -15,7 +15,7 @@ Measured on a quiet 2-core machine (pinned, one thread each): 12 prompts x 24 to
 took 13 minutes; the goals' three decoders on 24 prompts also 13 minutes (every goal met):
 
     python benchmarks/bench_pipeline.py --pin --prompts 24 --warmup 1 --max-new-tokens 24 --budgets 8 \\
-        --serial draft --pipelined root-draw,pearl --out runs/bench_pipeline --tracking-uri sqlite:///mlflow.db
+        --serial draft --pipelined root_draw,pearl --out runs/bench_pipeline --tracking-uri sqlite:///mlflow.db
 
 All six decoders at both budgets (about an hour quiet):
 
@@ -52,8 +52,8 @@ def parse_args(argv):
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--budgets", default="8,59")
     parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--serial", default="draft,root-draw", help="decoders run with the drafter in-process")
-    parser.add_argument("--pipelined", default="draft,root,root-draw,pearl", help="decoders run with the worker")
+    parser.add_argument("--serial", default="draft,root_draw", help="decoders run with the drafter in-process")
+    parser.add_argument("--pipelined", default="draft,root,root_draw,pearl", help="decoders run with the worker")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the target process")
     parser.add_argument("--drafter-threads", type=int, default=1, help="torch threads of the drafter worker")
     parser.add_argument("--drafter-device", default=None, help="the worker's device (default: the drafter's)")
@@ -127,7 +127,7 @@ def report(args, tables) -> dict:
             if (b, dd) == (budget, d) and base != d:
                 entry[f"speed_vs_{base}"] = [s["ratio"], s["low"], s["high"]]
         if (budget, d) in overlap.index:
-            entry["root_pass_hidden"] = list(overlap.loc[(budget, d), ["hidden", "low", "high"]])
+            entry["root_pass_hidden_share"] = list(overlap.loc[(budget, d), ["hidden", "low", "high"]])
         out.setdefault(f"B={budget}", {})[d] = entry
     return out
 
@@ -135,15 +135,15 @@ def report(args, tables) -> dict:
 def goals(args, result) -> dict:
     """Each goal with its measured value and whether it holds."""
     b8 = result.get("B=8", {})
-    draw = b8.get(f"root-draw{PIPE}", {})
+    draw = b8.get(f"root_draw{PIPE}", {})
     checks = {}
     for base in ("draft", f"pearl{PIPE}"):
         iv = draw.get(f"speed_vs_{base}")
-        checks[f"root-draw{PIPE} over {base} at B=8: low > 1"] = {"value": iv, "met": bool(iv and iv[1] > 1.0)}
+        checks[f"root_draw{PIPE} over {base} at B=8: low > 1"] = {"value": iv, "met": bool(iv and iv[1] > 1.0)}
     for budget, decs in result.items():
         for d, entry in decs.items():
-            if d.endswith(PIPE) and "root_pass_hidden" in entry:
-                hidden = entry["root_pass_hidden"][0]
+            if d.endswith(PIPE) and "root_pass_hidden_share" in entry:
+                hidden = entry["root_pass_hidden_share"][0]
                 checks[f"{d} root pass hidden at {budget} >= {args.min_hidden}"] = {
                     "value": hidden, "met": bool(hidden >= args.min_hidden)}
     return checks

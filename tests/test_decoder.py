@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from specrank.decode import Decoder, PoolShape, RULE_NAMES, StrategyError
+from specrank.decode import Decoder, PoolShape, STRATEGY_NAMES, StrategyError
 from specrank.decode.config import DecodeConfig
 from specrank.decode.prompts import encode_prompt
 from specrank.decode.runs import record_prompt, rounds_table
@@ -41,7 +41,7 @@ def fitted(pair, temperature=0.0, topk=4, cls=GBMReranker):
     return cls(n_bins=8).fit(frame)
 
 
-@pytest.mark.parametrize("strategy", RULE_NAMES)
+@pytest.mark.parametrize("strategy", STRATEGY_NAMES)
 def test_every_strategy_generates_the_target_greedy_text(pair, strategy):
     target, drafter = pair
     reranker = fitted(pair) if strategy == "reranked" else None
@@ -51,14 +51,14 @@ def test_every_strategy_generates_the_target_greedy_text(pair, strategy):
     assert out.text == target.tokenizer.decode(out.tokens, skip_special_tokens=True)
     s = out.stats
     assert s.tokens == len(out.tokens) and s.rounds == len(s.accepted) and sum(s.accepted) + s.rounds >= s.tokens  # EOS cuts the last round
-    root_pass = strategy in ("root", "root-draw", "pearl")  # a root pass, and a tree pass unless it is skipped
+    root_pass = strategy in ("root", "root_draw", "pearl")  # a root pass, and a tree pass unless it is skipped
     assert s.rounds <= s.passes <= 2 * s.rounds if root_pass else s.passes <= s.rounds
     assert s.tokens_per_s > 0 and set(s.time_split) >= {"prefill", "draft", "target", "rerank", "bookkeeping"}
 
 
 def test_token_ids_text_and_lists_of_prompts(pair):
     target, drafter = pair
-    dec = Decoder(target, drafter, "root-draw", budget=5, shape=SHAPE)
+    dec = Decoder(target, drafter, "root_draw", budget=5, shape=SHAPE)
     text = "the cat and the dog"
     one = dec.generate(text, max_new_tokens=8)
     assert one.prompt_tokens == encode_prompt(target.tokenizer, text) and one.tokens == greedy_reference(target, one.prompt_tokens, 8)
@@ -135,7 +135,7 @@ def test_the_full_vocabulary_path_records_and_reranks_token_ids_above_65535():
     keeps ids above 65,535, and reranked rounds decode."""
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--shape", "tiny-128k-vocab",
                           "--rounds", "2", "--prompt-len", "24", "--budget", "8", "--threads", "1", "--record-rounds", "1",
-                          "--decoders", "reranked", "--warmup-rounds", "0"],
+                          "--strategies", "reranked", "--warmup-rounds", "0"],
                          capture_output=True, text=True, check=True, timeout=300)
     result = json.loads(out.stdout)
     record, reranked = result["record"], result["budgets"]["8"]["reranked"]["split"]
@@ -187,6 +187,6 @@ def test_smollm2_every_lossless_strategy_equals_target_greedy(smollm2):
 
     target, drafter = smollm2
     text = next(p for p in read_prompts(default_prompts_path()) if p.prompt_id == "summarization-00").text
-    for strategy in ("draft", "root", "root-draw", "pearl", "covering"):
+    for strategy in ("draft", "root", "root_draw", "pearl", "covering"):
         out = Decoder(target, drafter, strategy, budget=8).generate(text, max_new_tokens=12)
         assert out.tokens == greedy_reference(target, out.prompt_tokens, 12), strategy

@@ -55,7 +55,7 @@ def train_and_hand_off(world, store_uri, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(online_dir)
     out = tmp_path / "online"
     tracked = [a for a in online if a != "--no-tracking"]  # the online run is logged to the same store
-    assert main(tracked + ["--rules", "draft,reranked", "--reranker", uri, "--tracking-uri", store_uri,
+    assert main(tracked + ["--strategies", "draft,reranked", "--reranker", uri, "--tracking-uri", store_uri,
                            "--out", str(out)]) == 0
     assert set(pd.read_parquet(out / "online_decodes.parquet")["decoder"]) == {"draft", "reranked"}
     import mlflow
@@ -72,7 +72,7 @@ def train_and_hand_off(world, store_uri, tmp_path, monkeypatch, capsys):
     assert dec.generate("the cat is big", max_new_tokens=4).stats.rounds >= 1
     # the same URI without its store: one line naming where it looked, and nothing created there
     capsys.readouterr()
-    assert main(online + ["--rules", "reranked", "--reranker", uri, "--out", str(tmp_path / "nope")]) == 2
+    assert main(online + ["--strategies", "reranked", "--reranker", uri, "--out", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no MLflow database at" in err[0] and str(online_dir) in err[0], err
     assert not stray_stores(train_dir, online_dir, REPO) and not (tmp_path / "nope").exists()

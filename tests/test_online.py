@@ -21,7 +21,7 @@ def pair():
 
 
 @pytest.mark.parametrize("rule, budget", [(r, 8) for r in sorted(STRATEGIES)]
-                         + [(r, 3) for r in ("root", "root-draw", "pearl", "covering")])
+                         + [(r, 3) for r in ("root", "root_draw", "pearl", "covering")])
 def test_greedy_text_equals_target_greedy_and_realized_equals_expected(pair, rule, budget):
     target, drafter = pair
     config = DecodeConfig(SHAPE, budget=budget, extra=0, max_new_tokens=32)
@@ -66,7 +66,7 @@ def test_compare_scores_other_trees_without_changing_verified_rows(pair):
     target, drafter = pair
     config = DecodeConfig(SHAPE, budget=5, extra=0, max_new_tokens=32)
     plain_out, plain = decode_prompt_online(target, drafter, PROMPT, config, DraftSelection())
-    rules = ("draft", "root", "root-draw", "pearl")
+    rules = ("draft", "root", "root_draw", "pearl")
     out, measured = decode_prompt_online(target, drafter, PROMPT, config, DraftSelection(), measure=Measure(rules))
     assert out == plain_out and len(measured) == len(plain)
     worst = 0.0
@@ -82,7 +82,7 @@ def test_compare_scores_other_trees_without_changing_verified_rows(pair):
 
 def test_sampled_first_tokens_follow_target_law_and_wrong_draw_fails():
     target, drafter = tiny_pair(vocab=32, hidden_size=16, num_layers=1, seed=2, scale=0.5)
-    for rule in ("root-draw", "root", "covering"):  # PEARL-style shares root-draw's forced first draw
+    for rule in ("root_draw", "root", "covering"):  # PEARL-style shares root-draw's forced first draw
         assert sampled_pvalue(target, drafter, make_strategy(rule)) > 1e-3, rule
     assert sampled_pvalue(target, drafter, DrafterRowDraw()) < 1e-4
 

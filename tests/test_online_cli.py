@@ -30,13 +30,13 @@ def setup(tmp_path_factory):
 def test_online_protocol_runs_every_rule_on_every_prompt_and_logs_to_mlflow(setup, mlflow_db, tmp_path, capsys):
     d, args = setup
     out = tmp_path / "out"
-    rc = main(args + ["--rules", "draft,root,root-draw,pearl", "--compare", "root,draft", "--out", str(out),
+    rc = main(args + ["--strategies", "draft,root,root_draw,pearl", "--compare", "root,draft", "--out", str(out),
                       "--tracking-uri", str(mlflow_db), "--run-name", "t"])
     assert rc == 0
     decodes = pd.read_parquet(out / "online_decodes.parquet")
-    assert len(decodes) == 3 * 4 and set(decodes["decoder"]) == {"draft", "root", "root-draw", "pearl"}
+    assert len(decodes) == 3 * 4 and set(decodes["decoder"]) == {"draft", "root", "root_draw", "pearl"}
     first = decodes.groupby("prompt_id", sort=False)["decoder"].first().tolist()
-    assert first == ["draft", "root", "root-draw"]  # the order is rotated per prompt
+    assert first == ["draft", "root", "root_draw"]  # the order is rotated per prompt
     rounds = pd.read_parquet(out / "online_rounds.parquet")
     assert {"expected_root", "expected_draft", "realized", "expected"} <= set(rounds.columns)
     greedy = rounds[rounds["decoder"] != "covering"]
@@ -46,17 +46,26 @@ def test_online_protocol_runs_every_rule_on_every_prompt_and_logs_to_mlflow(setu
     assert (out / "realized_acceptance.png").stat().st_size > 1000
     run = mlflow.MlflowClient(f"sqlite:///{mlflow_db}").search_runs(
         [mlflow.MlflowClient(f"sqlite:///{mlflow_db}").get_experiment_by_name("specrank").experiment_id])[0]
-    assert "root-draw.realized.mean" in run.data.metrics and "root.speed_vs_draft.ratio" in run.data.metrics
+    assert "root_draw.realized.mean" in run.data.metrics and "root.speed_vs_draft.ratio" in run.data.metrics
     assert "realized" in capsys.readouterr().out
 
 
 def test_missing_reranker_fails_before_decoding(setup, tmp_path, capsys):
     d, args = setup
-    rc = main(args + ["--rules", "reranked", "--reranker", str(tmp_path / "nope"), "--out", str(tmp_path / "o"),
+    rc = main(args + ["--strategies", "reranked", "--reranker", str(tmp_path / "nope"), "--out", str(tmp_path / "o"),
                       "--no-tracking"])
     assert rc == 2 and "no reranker at" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
-    rc = main(args + ["--rules", "reranked", "--out", str(tmp_path / "o"), "--no-tracking"])
+    rc = main(args + ["--strategies", "reranked", "--out", str(tmp_path / "o"), "--no-tracking"])
     assert rc == 2 and "needs --reranker" in capsys.readouterr().err
-    rc = main(args + ["--rules", "draft", "--compare", "covering", "--out", str(tmp_path / "o"), "--no-tracking"])
-    assert rc == 2 and "--compare: unknown rule 'covering'" in capsys.readouterr().err
+    rc = main(args + ["--strategies", "draft", "--compare", "covering", "--out", str(tmp_path / "o"), "--no-tracking"])
+    assert rc == 2 and "--compare: unknown strategy 'covering'" in capsys.readouterr().err
+
+
+def test_last_release_spellings_still_work_with_a_deprecation_line(setup, tmp_path, capsys):
+    d, args = setup
+    rc = main(args + ["--rules", "draft,root-draw", "--out", str(tmp_path / "o"), "--no-tracking"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "--rules is deprecated" in err and "use --strategies" in err and "'root-draw' is deprecated" in err
+    decodes = pd.read_parquet(tmp_path / "o" / "online_decodes.parquet")
+    assert set(decodes["decoder"]) == {"draft", "root_draw"}

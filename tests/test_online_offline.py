@@ -33,7 +33,7 @@ def _run(target, drafter, strategy, config, prompts=PROMPTS):
     return records
 
 
-@pytest.mark.parametrize("rule", ["draft", "root-draw"])
+@pytest.mark.parametrize("rule", ["draft", "root_draw"])
 def test_realized_acceptance_agrees_with_offline_value_on_recorded_rounds(pair, rule):
     target, drafter = pair
     config = DecodeConfig(SHAPE, budget=4, extra=36, temperature=1.0, max_new_tokens=40, seed=1)

@@ -25,7 +25,7 @@ from decode_helpers import (
 )
 
 SHAPE = PoolShape(4, 4, 4)  # 52 candidates
-ROOT_RULES = ("root", "root-draw", "pearl")
+ROOT_RULES = ("root", "root_draw", "pearl")
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_pipelined_greedy_equals_target_greedy_round_by_round_as_serial(pair, wo
         assert a.keys() == b.keys()
         for key, value in a.items():
             np.testing.assert_array_equal(np.asarray(b[key]), np.asarray(value), err_msg=key)
-    assert serial.hidden_root == 0.0 and 0.0 <= piped.hidden_root <= piped.root
+    assert serial.root_pass_hidden == 0.0 and 0.0 <= piped.root_pass_hidden <= piped.root
     assert piped.drafting > 0 and (piped.root > 0) == STRATEGIES[rule].needs_root_pass
 
 
@@ -79,17 +79,17 @@ def test_root_pass_runs_while_the_worker_drafts(pair, worker):
     try:
         timer = Timer()
         config = DecodeConfig(SHAPE, budget=4, extra=0, max_new_tokens=24)
-        out, _ = decode_prompt_online(target, worker, PROMPT, config, make_strategy("root-draw"), timer=timer)
+        out, _ = decode_prompt_online(target, worker, PROMPT, config, make_strategy("root_draw"), timer=timer)
     finally:
         del target.forward
     assert out == greedy_reference(target, PROMPT, 24)
-    assert 0 < timer.hidden_root <= timer.root  # how much is hidden is a timing: benchmarks/bench_pipeline.py
+    assert 0 < timer.root_pass_hidden <= timer.root  # how much is hidden is a timing: benchmarks/bench_pipeline.py
 
 
 def test_sampled_first_tokens_follow_target_law_and_wrong_draw_fails():
     target, drafter = tiny_pair(vocab=32, hidden_size=16, num_layers=1, seed=2, scale=0.5)
     with PipelinedDrafter(drafter, threads=1) as worker:
-        for rule in ("root-draw", "root"):  # PEARL-style shares root-draw's forced first draw
+        for rule in ("root_draw", "root"):  # PEARL-style shares root-draw's forced first draw
             assert sampled_pvalue(target, worker, make_strategy(rule)) > 1e-3, rule
         assert sampled_pvalue(target, worker, DrafterRowDraw()) < 1e-4
 
@@ -98,10 +98,10 @@ def test_sampled_first_tokens_follow_target_law_and_wrong_draw_fails():
                                          (signal.SIGSTOP, "gave no reply within 3 s")], ids=["killed", "hung"])
 def test_worker_killed_or_hung_mid_decode_is_a_one_line_error_and_reaped(pair, fault, says):
     target, drafter = pair
-    with Decoder(target, drafter, "root-draw", budget=4, shape=SHAPE, pipeline=True, drafter_threads=1) as dec:
+    with Decoder(target, drafter, "root_draw", budget=4, shape=SHAPE, pipeline=True, drafter_threads=1) as dec:
         out = dec.generate(PROMPT, max_new_tokens=16)
         assert out.tokens == greedy_reference(target, PROMPT, 16)
-        assert 0.0 <= out.stats.root_hidden <= 1.0 and out.stats.time_split["drafting"] > 0
+        assert 0.0 <= out.stats.root_pass_hidden_share <= 1.0 and out.stats.time_split["drafting"] > 0
         pid, forward, roots = dec.drafter.pid, target.forward, []
         dec.drafter.timeout = 3.0
 
@@ -142,10 +142,10 @@ def test_hidden_state_drafters_are_refused_with_one_line_error(pair, tmp_path):
     target = pair[0]
     eagle = load_drafter(f"eagle3:{save_tiny_eagle3(tmp_path / 'e', target.model.config)}", target)
     with pytest.raises(PipelineError, match="reads the target's hidden states") as err:
-        Decoder(target, eagle, "root-draw", budget=4, shape=SHAPE, pipeline=True)
+        Decoder(target, eagle, "root_draw", budget=4, shape=SHAPE, pipeline=True)
     assert "\n" not in str(err.value)
     with pytest.raises(ValueError, match="pipeline=True"):
-        Decoder(target, eagle, "root-draw", budget=4, shape=SHAPE, drafter_threads=1)
+        Decoder(target, eagle, "root_draw", budget=4, shape=SHAPE, drafter_threads=1)
 
 
 def test_online_command_pipeline(tmp_path, capsys):
@@ -156,24 +156,24 @@ def test_online_command_pipeline(tmp_path, capsys):
                                for i, t in enumerate(["the cat is big", "what is the sun"])))
     args = ["online", "--target", str(tgt), "--drafter", f"standalone:{drf}", "--prompts", str(prompts),
             "--topk", "3", "--depth", "3", "--expand", "3", "--budget", "4", "--max-new-tokens", "8",
-            "--threads", "1", "--bootstrap", "100", "--no-tracking", "--rules", "draft,root-draw,pearl"]
+            "--threads", "1", "--bootstrap", "100", "--no-tracking", "--strategies", "draft,root_draw,pearl"]
     assert main(args + ["--drafter-threads", "1", "--out", str(tmp_path / "x")]) == 2
     assert "place the worker of --pipeline" in capsys.readouterr().err
     assert main(args + ["--pipeline", "--drafter-threads", "1", "--out", str(tmp_path / "out")]) == 0
     decoders = pd.read_parquet(tmp_path / "out" / "online_decoders.parquet").set_index("decoder")
-    assert decoders.loc[["root-draw", "pearl"], "root_pass_hidden"].between(0, 1).all()
-    assert np.isnan(decoders.loc["draft", "root_pass_hidden"]) and (decoders["drafter_busy_s"] > 0).all()
+    assert decoders.loc[["root_draw", "pearl"], "root_pass_hidden_share"].between(0, 1).all()
+    assert np.isnan(decoders.loc["draft", "root_pass_hidden_share"]) and (decoders["drafter_busy_s"] > 0).all()
 
 
 def test_root_overlap_and_speed_gain_figure_from_a_decodes_table():
     from specrank.evaluation.figures import speed_gain_figure
     from specrank.evaluation.online import root_overlap, speed_ratios
 
-    piped = "root-draw-pipelined"
+    piped = "root_draw-pipelined"
     decodes = pd.DataFrame({
         "prompt_id": list("abab"), "decoder": ["draft", "draft", piped, piped], "tokens": [10, 10, 12, 12],
         "rounds": [5, 5, 5, 5], "seconds": [2.0, 2.0, 1.5, 1.5], "draft_s": [1.0, 1.0, 0.5, 0.5],
-        "drafter_busy_s": [1.0] * 4, "root_pass_s": [0.0, 0.0, 0.2, 0.4], "root_hidden_s": [0.0, 0.0, 0.2, 0.2],
+        "drafter_busy_s": [1.0] * 4, "root_pass_s": [0.0, 0.0, 0.2, 0.4], "root_pass_hidden_s": [0.0, 0.0, 0.2, 0.2],
         "tree_pass_s": [0.5] * 4})
     overlap = root_overlap(decodes, 200)
     assert overlap["decoder"].tolist() == [piped]
@@ -202,4 +202,4 @@ def test_smollm2_pipelined_early_exit_equals_target_greedy():
             timer = Timer()
             out, _ = decode_prompt_online(target, worker, ids, config, make_strategy(rule), timer=timer)
             assert out == reference, rule
-            assert timer.hidden_root <= timer.root
+            assert timer.root_pass_hidden <= timer.root

@@ -172,7 +172,7 @@ def test_a_crafted_pickle_is_refused_by_the_decoder_and_online(crafted, tmp_path
     assert not marker.exists()
     out = tmp_path / "out"
     capfd.readouterr()
-    rc = main(["online", "--target", str(tgt), "--drafter", "early-exit:2", "--rules", "reranked", "--reranker",
+    rc = main(["online", "--target", str(tgt), "--drafter", "early-exit:2", "--strategies", "reranked", "--reranker",
                str(path), "--out", str(out), "--no-tracking"])
     err = capfd.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--trust-pickle" in err[0]

@@ -93,7 +93,7 @@ def expected_below(pool, i, node, kept, edge):
 
 
 def brute_draws(pool, i, b, law):
-    """(value, size) of root-draw, PEARL-style and the PEARL variant, drawing x explicitly."""
+    """(value, size) of root_draw, PEARL-style and the PEARL variant, drawing x explicitly."""
     edge = pool.edge_prob(law)
     L = pool.n_first
     tree = set(draft_order(pool, i)[:b])

@@ -61,7 +61,7 @@ def test_unreachable_server_fails_fast_naming_the_uri():
 
 def test_missing_sqlite_directory_is_one_line_error(tmp_path):
     with pytest.raises(tracking.TrackingError, match="does not exist"):
-        tracking.check_reachable(f"sqlite:///{tmp_path}/absent/mlflow.db")
+        tracking.check_tracking_uri(f"sqlite:///{tmp_path}/absent/mlflow.db")
 
 
 def test_flatten_params_and_metric_keys():

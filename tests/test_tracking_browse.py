@@ -183,7 +183,7 @@ def test_studies_are_distinct_and_reproducible_and_champion_loads_elsewhere(demo
     saved = load_reranker(tmp_path / "rerankers" / "models" / chosen)
     feats = pd.read_parquet(run_dir / "features.parquet")
     np.testing.assert_array_equal(loaded.predict_first_factor(feats), saved.predict_first_factor(feats))
-    online = ["online", "--target", str(models["tgt"]), "--drafter", f"standalone:{models['drf']}", "--rules",
+    online = ["online", "--target", str(models["tgt"]), "--drafter", f"standalone:{models['drf']}", "--strategies",
               "reranked", "--reranker", "models:/browse-reranker@champion", "--tracking-uri", server, "--no-tracking",
               "--temperature", "1", "--limit", "1", "--warmup", "0", "--max-new-tokens", "4", "--bootstrap", "20",
               "--out", str(elsewhere / "online")]

@@ -76,7 +76,7 @@ def test_verifier_draws_follow_the_tree_law():
 
 @pytest.mark.parametrize("spec", ["lenience:l=0.5", "cos:lam=0.5", "fuzzy:T=0.3"])
 def test_rules_without_tree_form_are_refused(spec):
-    with pytest.raises(RuleError, match="no tree form.*--decoder chain"):
+    with pytest.raises(RuleError, match="no tree form.*--speculation chain"):
         TreeRuleVerifier(parse_verifier(spec))
 
 

@@ -94,7 +94,7 @@ def test_bad_grid_is_one_line_and_writes_nothing(models, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "lenience l must lie in (0, 1]" in err
     assert not out.exists()
-    assert main(["verify-sweep", *models, "--out", str(out), "--grid", "cos:lam=0.5", "--decoders", "tree",
+    assert main(["verify-sweep", *models, "--out", str(out), "--grid", "cos:lam=0.5", "--speculations", "tree",
                  "--no-tracking"]) == 2
     assert "no rule the chosen decoders can run" in capsys.readouterr().err and not out.exists()
 
@@ -103,15 +103,15 @@ def test_decode_command_with_a_verifier(models, tmp_path, capsys):
     base = ["decode", *models, "--max-new-tokens", "8", "--threads", "1", "--no-progress", "--temperature", "1",
             "--no-tracking"]
     out = tmp_path / "chain"
-    chain = ["--decoder", "chain", "--chain-length", "2", "--verifier", "lenience:l=0.5"]
+    chain = ["--speculation", "chain", "--chain-length", "2", "--verification-rule", "lenience:l=0.5"]
     assert main(base + ["--out", str(out), *chain]) == 0
     diag, rounds = read_diagnostics(out), read_rounds(out)
     assert len(diag) == int((rounds["accepted"] + 1).sum()) and (diag["ceiling_excess"] <= 1e-12).all()
     assert json.loads((out / "manifest.json").read_text())["verifier"] == "lenience:l=0.5"
     tree = tmp_path / "tree"
     assert main(base + ["--out", str(tree), "--topk", "3", "--depth", "3", "--expand", "3", "--budget", "6",
-                        "--verifier", "typical:eps=0.1"]) == 0
+                        "--verification-rule", "typical:eps=0.1"]) == 0
     assert read_diagnostics(tree)["tv_truncated"].notna().all()
     capsys.readouterr()
-    assert main(base + ["--out", str(tmp_path / "bad"), "--verifier", "cos:lam=0.5"]) == 2
+    assert main(base + ["--out", str(tmp_path / "bad"), "--verification-rule", "cos:lam=0.5"]) == 2
     assert "no tree form" in capsys.readouterr().err and not (tmp_path / "bad").exists()

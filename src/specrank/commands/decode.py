@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrank.commands.args import DTYPE_NAMES, at_least, experiment_name
+from specrank.commands.args import DTYPE_NAMES, add_deprecated_alias, at_least, experiment_name
 from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
 from specrank.decode.prompts import default_prompts_path, read_prompts
@@ -37,11 +37,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--threads", type=at_least(1), default=None,
                         help="torch CPU threads (per worker with --workers)")
     parser.add_argument("--no-progress", action="store_true")
-    parser.add_argument("--verifier", default=None,
+    parser.add_argument("--verification-rule", default=None,
                         help="verification rule NAME[:KEY=VALUE,...] (e.g. lenience:l=0.5, speccascade:p_base=0.3);"
                              " records diagnostics/ beside rounds/ (default: exhaustive target sampling)")
-    parser.add_argument("--decoder", default="tree", choices=["tree", "chain"],
-                        help="tree (default) or chain speculative decoding (chain: lossless unless --verifier)")
+    parser.add_argument("--speculation", default="tree", choices=["tree", "chain"],
+                        help="tree (default) or chain speculative decoding (chain: lossless unless"
+                             " --verification-rule)")
+    add_deprecated_alias(parser, "--verifier", "--verification-rule", "verification_rule")
+    add_deprecated_alias(parser, "--decoder", "--speculation", "speculation", choices=["tree", "chain"])
     parser.add_argument("--chain-length", type=int, default=4,
                         help="chain decoder: drafted tokens per round (default 4)")
     add_worker_arguments(parser)
@@ -79,14 +82,14 @@ def run(args) -> int:
     prompts = read_prompts(prompts_path, limit=args.limit)
     config = DecodeConfig(PoolShape(args.topk, args.depth, args.expand), args.budget, args.extra,
                           args.temperature, args.max_new_tokens, args.seed)
-    lossy = args.verifier is not None or args.decoder == "chain"
+    lossy = args.verification_rule is not None or args.speculation == "chain"
     if lossy:
         from specrank.decode.runs.chain import chain_config
         from specrank.decode.verify.lossy.adapters import TreeRuleVerifier
         from specrank.decode.verify.lossy.parse import parse_verifier
 
-        rule = parse_verifier(args.verifier or "lossless")
-        if args.decoder == "chain":
+        rule = parse_verifier(args.verification_rule or "lossless")
+        if args.speculation == "chain":
             config = chain_config(args.chain_length, args.temperature, args.max_new_tokens, args.seed)
         else:
             TreeRuleVerifier(rule, args.temperature)  # refuses rules without a tree form before any model loads
@@ -95,13 +98,13 @@ def run(args) -> int:
     seen = check_unseen(args.drafter, prompts, args.allow_training_prompts)
     uri = None
     if not args.no_tracking:
-        from specrank.tracking import check_reachable, resolve_tracking_uri
+        from specrank.tracking import check_tracking_uri, resolve_tracking_uri
 
-        uri = check_reachable(resolve_tracking_uri(args.tracking_uri))  # before any model loads
+        uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri))  # before any model loads
     if workers is not None:  # the workers load the models; the driver loads none
         from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers, summary
 
-        run = RunSpec(args.out, config, args.decoder if lossy else "record", args.verifier, seen)
+        run = RunSpec(args.out, config, args.speculation if lossy else "record", args.verification_rule, seen)
         models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers,
                         args.specforge_norm_output)
         outcome = decode_on_workers(workers, models, prompts, prompts_path, [run], args.shard_size,
@@ -122,7 +125,7 @@ def run(args) -> int:
         if lossy:
             from specrank.decode.runs import lossy_decode_run
 
-            timer = lossy_decode_run(target, drafter, prompts, args.out, config, manifest, rule, args.decoder,
+            timer = lossy_decode_run(target, drafter, prompts, args.out, config, manifest, rule, args.speculation,
                                      args.shard_size, progress=not args.no_progress)
         else:
             timer = record_run(target, drafter, prompts, args.out, config, manifest, args.shard_size,

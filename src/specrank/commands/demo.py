@@ -99,7 +99,7 @@ def run(args) -> int:
     from specrank.decode.loading.targets import check_target_spec
     from specrank.evaluation import load_evaluation
     from specrank.evaluation.report import headline_table
-    from specrank.tracking import check_reachable, resolve_tracking_uri
+    from specrank.tracking import check_tracking_uri, resolve_tracking_uri
 
     temperatures = parse_temperatures(args.temperatures)
     check_output_dir(args.out or default_out())
@@ -107,7 +107,7 @@ def run(args) -> int:
     check_target_spec(args.target)
     if args.drafter:
         parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
-    uri = check_reachable(resolve_tracking_uri(args.tracking_uri))
+    uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri))
     drafter = args.drafter or default_drafter()
     limit, max_new_tokens = DEMO_SIZE.get(drafter, FALLBACK_SIZE)
     limit, max_new_tokens = args.limit or limit, args.max_new_tokens or max_new_tokens

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from specrank.commands.args import at_least, finite_float
+from specrank.commands.args import add_deprecated_alias, at_least, finite_float
 from specrank.commands.drafter_train import add_train_parser
 from specrank.outputs import check_distinct, check_output_file
 
@@ -62,8 +62,9 @@ def add_arguments(parser) -> None:
     export.add_argument("--format", required=True, choices=["sglang", "vllm", "eagle"], help="the engine to load it")
     export.add_argument("--out", required=True, type=Path, help="new output directory")
     export.add_argument("--dtype", default="fp32", choices=["bf16", "fp16", "fp32"], help="weight dtype (default fp32)")
-    export.add_argument("--verifier", default=None, help="vllm: the target's name or path recorded for vLLM "
+    export.add_argument("--vllm-target", default=None, help="vllm: the target's name or path recorded for vLLM "
                                                          "(default: the head's own, if it names one)")
+    add_deprecated_alias(export, "--verifier", "--vllm-target", "vllm_target")
     export.add_argument("--sglang-rule", default="current", choices=["current", "legacy"],
                         help="sglang: the SGLang reading of layer ids to write for when the releases before and "
                              "after its PR #25454 differ (default current); ids both read alike are written "
@@ -82,7 +83,7 @@ def run_export(args) -> int:
     from specrank.decode.loading.eagle3_export import RULE_NOTE, export_head
 
     head = default_head_dir() if str(args.head) == "default" else args.head
-    out, notes = export_head(head, args.out, args.format, args.dtype, args.verifier, args.sglang_rule,
+    out, notes = export_head(head, args.out, args.format, args.dtype, args.vllm_target, args.sglang_rule,
                              args.specforge_norm_output)
     size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
     print(f"exported {head} as {args.format} ({args.dtype}, {size:.1f} MiB) to {out}")

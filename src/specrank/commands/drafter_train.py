@@ -68,11 +68,11 @@ def run_train(args) -> int:
     from specrank.drafter_training.data import GenerationSpec
     from specrank.drafter_training.fit import fit_drafter
     from specrank.drafter_training.train import TrainConfig
-    from specrank.tracking import check_reachable, resolve_tracking_uri
+    from specrank.tracking import check_tracking_uri, resolve_tracking_uri
 
     check_output_dir(args.out)
     check_temperature(args.temperature, "--temperature")
-    check_reachable(resolve_tracking_uri(args.tracking_uri))  # every argument is checked before the model loads
+    check_tracking_uri(resolve_tracking_uri(args.tracking_uri))  # every argument is checked before the model loads
     workers = workers_from_args(args)
     if workers is not None:
         preflight(workers)  # before the target loads here

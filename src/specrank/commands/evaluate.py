@@ -57,9 +57,9 @@ def run(args) -> int:
     _check_models_rounds(models, args.models, run_dir)
     uri = None
     if not args.no_tracking:
-        from specrank.tracking import check_reachable, resolve_tracking_uri
+        from specrank.tracking import check_tracking_uri, resolve_tracking_uri
 
-        uri = check_reachable(resolve_tracking_uri(args.tracking_uri))  # before any work: no partial output
+        uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri))  # before any work: no partial output
     evaluation = evaluate_run(run_dir, predictions, budgets=args.budgets, n_boot=args.bootstrap, seed=args.seed)
     with staged(out) as stage:  # the local outputs appear only once MLflow has them too
         save_evaluation(evaluation, stage)

@@ -1,5 +1,5 @@
-"""``specrank online``: decode prompts with selection rules (a reranker included) in the loop, measure
-realized vs expected acceptance at the same contexts, and time the rules against each other."""
+"""``specrank online``: decode prompts with selection strategies (a reranker included) in the loop, measure
+realized vs expected acceptance at the same contexts, and time the strategies against each other."""
 
 from __future__ import annotations
 
@@ -8,29 +8,30 @@ from dataclasses import asdict
 from pathlib import Path
 
 from specrank.atomic import atomic_write, write_parquet_atomic
-from specrank.commands.args import DTYPE_NAMES, at_least, experiment_name
+from specrank.commands.args import DTYPE_NAMES, add_deprecated_alias, at_least, experiment_name
 from specrank.commands.drafter import add_eagle3_layers
-from specrank.decode import RULE_NAMES, DecodeConfig, PoolShape, load_drafter, load_target, make_strategy
+from specrank.decode import STRATEGY_NAMES, DecodeConfig, PoolShape, load_drafter, load_target, make_strategy
 from specrank.decode.prompts import default_prompts_path, encode_prompts, read_prompts
 from specrank.errors import CommandError
 from specrank.outputs import check_output_dir, staged
 
-HELP = "decode online with selection rules in the loop; realized vs expected acceptance and speed ratios"
+HELP = "decode online with selection strategies in the loop; realized vs expected acceptance and speed ratios"
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--target", default="smollm2", help="local HF directory, .gguf file, or 'smollm2' (default)")
     parser.add_argument("--drafter", required=True, help="standalone:PATH, early-exit:K[:HEAD], or eagle3:DIR")
     add_eagle3_layers(parser)
-    parser.add_argument("--rules", default="draft",
-                        help="comma list of draft, reranked, root, root-draw, pearl, covering (default draft);"
+    parser.add_argument("--strategies", default="draft",
+                        help="comma list of draft, reranked, root, root_draw, pearl, covering (default draft);"
                              " each runs on every prompt, order rotated per prompt; speeds are relative to the first")
+    add_deprecated_alias(parser, "--rules", "--strategies", "strategies")
     parser.add_argument("--reranker", default=None, help="reranker for 'reranked': a saved reranker (format 2), or an"
                                                          " MLflow model URI (models:/NAME/VERSION, runs:/ID/NAME)")
     parser.add_argument("--trust-pickle", action="store_true",
                         help="also load a pickled (format 1) reranker: this runs code from the file, trust it first")
     parser.add_argument("--compare", default=None,
-                        help="comma list of rules (draft, root, root-draw, pearl, reranked) whose trees the tree"
+                        help="comma list of strategies (draft, root, root_draw, pearl, reranked) whose trees the tree"
                              " pass also scores, for measurement only: their expected acceptance at each context")
     parser.add_argument("--prompts", default=None, help="JSONL prompts; default: the bundled set")
     parser.add_argument("--limit", type=at_least(1), default=None, help="only the first N prompts")
@@ -56,28 +57,28 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
     parser.add_argument("--experiment", type=experiment_name, default="specrank",
                         help="MLflow experiment name (default specrank)")
-    parser.add_argument("--run-name", default=None, help="MLflow run name (default online-<rules>)")
+    parser.add_argument("--run-name", default=None, help="MLflow run name (default online-<strategies>)")
     parser.add_argument("--no-tracking", action="store_true", help="write local outputs only")
 
 
 def _strategies(args, config) -> dict:
     """{rule: strategy}, the reranker loaded and checked against the run before any decoding."""
-    from specrank.decode.runs import parse_rules
+    from specrank.decode.runs import parse_strategies
 
-    rules = parse_rules(args.rules, RULE_NAMES, "--rules")
-    if not rules:
-        raise ValueError("--rules names no rule")
-    wants = "reranked" in rules or "reranked" in parse_rules(args.compare)
+    names = parse_strategies(args.strategies, STRATEGY_NAMES, "--strategies")
+    if not names:
+        raise ValueError("--strategies names no strategy")
+    wants = "reranked" in names or "reranked" in parse_strategies(args.compare)
     if wants and not args.reranker:
-        raise ValueError("rule reranked needs --reranker PATH or MLflow model URI")
-    if wants and "reranked" not in rules:
-        raise ValueError("--compare reranked needs reranked in --rules (its reranker is the one compared)")
+        raise ValueError("strategy reranked needs --reranker PATH or MLflow model URI")
+    if wants and "reranked" not in names:
+        raise ValueError("--compare reranked needs reranked in --strategies (its reranker is the one compared)")
     reranker = None
     if args.reranker:
         from specrank.tracking.models import resolve_reranker
 
         reranker = resolve_reranker(args.reranker, tracking_uri=args.tracking_uri, trust_pickle=args.trust_pickle)
-    out = {r: make_strategy(r, reranker if r == "reranked" else None, args.reranker or "") for r in rules}
+    out = {r: make_strategy(r, reranker if r == "reranked" else None, args.reranker or "") for r in names}
     for s in out.values():
         s.check(config)
     return out
@@ -90,7 +91,7 @@ def run(args) -> int:
     from specrank.decode.core import parse_device
     from specrank.decode.loading.drafters import parse_drafter_spec
     from specrank.decode.loading.targets import check_target_spec
-    from specrank.decode.runs import parse_rules, run_protocol
+    from specrank.decode.runs import parse_strategies, run_protocol
     from specrank.evaluation.online import acceptance_summary, decoder_table, speed_ratios
 
     check_output_dir(args.out)
@@ -99,13 +100,13 @@ def run(args) -> int:
     hf_logging.disable_progress_bar()
     config = DecodeConfig(PoolShape(args.topk, args.depth, args.expand), args.budget, 0, args.temperature,
                           args.max_new_tokens, args.seed)
-    compare = parse_rules(args.compare)
+    compare = parse_strategies(args.compare)
     strategies = _strategies(args, config)  # before loading models: a bad reranker fails fast
     uri = None
     if not args.no_tracking:
-        from specrank.tracking import check_reachable, resolve_tracking_uri
+        from specrank.tracking import check_tracking_uri, resolve_tracking_uri
 
-        uri = check_reachable(resolve_tracking_uri(args.tracking_uri))
+        uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri))
     prompts_path = args.prompts or default_prompts_path()
     prompts = read_prompts(prompts_path, limit=args.limit)
     parse_device(args.device)
@@ -166,13 +167,13 @@ def _track(args, uri, tables, config, target, drafter, compare, strategies) -> N
 
     reranked = strategies.get("reranked")
     digest = getattr(getattr(reranked, "reranker", None), "meta_", {}).get("format_digest", "")
-    params = {"stage": "online", "rules": args.rules, "compare": ",".join(compare), "reranker": args.reranker or "",
+    params = {"stage": "online", "strategies": args.strategies, "compare": ",".join(compare), "reranker": args.reranker or "",
               "reranker_format_digest": digest,
               "target": target.name, "target_sha256": target.source_hash, "drafter": drafter.spec,
               "config": asdict(config), "prompts": str(args.prompts or default_prompts_path()),
               "warmup": args.warmup, "bootstrap": args.bootstrap, "pipeline": args.pipeline,
               "drafter_device": args.drafter_device or "", "drafter_threads": args.drafter_threads or ""}
-    with tracking.experiment_run(args.experiment, run_name=args.run_name or f"online-{args.rules}", tracking_uri=uri):
+    with tracking.experiment_run(args.experiment, run_name=args.run_name or f"online-{args.strategies}", tracking_uri=uri):
         tracking.log_params(params)
         metrics = {}
         for _, r in tables["online_acceptance"].iterrows():
@@ -180,7 +181,7 @@ def _track(args, uri, tables, config, target, drafter, compare, strategies) -> N
                 metrics[f"{r['decoder']}.{r['statistic']}.{k}"] = r[k]
         for _, r in tables["online_decoders"].iterrows():
             for k in ("tokens_per_pass", "tokens_per_s", "passes", "draft_share", "root_pass_share",
-                      "tree_pass_share", "rerank_share", "bookkeeping_share", "root_pass_hidden"):
+                      "tree_pass_share", "rerank_share", "bookkeeping_share", "root_pass_hidden_share"):
                 metrics[f"{r['decoder']}.{k}"] = r[k]
         for _, r in tables["online_speed"].iterrows():
             for k in ("ratio", "low", "high"):

@@ -109,11 +109,11 @@ def run(args) -> int:
     seen = check_unseen(args.drafter, prompts, args.allow_training_prompts)
     uri = None
     if not args.no_tracking:
-        from specrank.tracking import check_reachable, resolve_tracking_uri
+        from specrank.tracking import check_tracking_uri, resolve_tracking_uri
 
         uri = resolve_tracking_uri(args.tracking_uri or f"sqlite:///{out / 'mlflow.db'}")
         if args.tracking_uri or out.is_dir():  # the study's own store is created with its directory
-            uri = check_reachable(uri)
+            uri = check_tracking_uri(uri)
     kept, skipped = fitting_prompts(args.target, prompts, args.max_new_tokens)
     study_prompts = write_study_prompts(out, kept, args.seed)
     print(f"{len(kept)} of {len(prompts)} prompts fit the target's context ({skipped} too long, skipped)"

@@ -133,9 +133,9 @@ def run(args) -> int:
     check_unseen(args.drafter, prompts, args.allow_training_prompts)
     uri = None
     if not args.no_tracking:
-        from specrank.tracking import check_reachable, resolve_tracking_uri
+        from specrank.tracking import check_tracking_uri, resolve_tracking_uri
 
-        uri = check_reachable(resolve_tracking_uri(args.tracking_uri))
+        uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri))
     if args.threads:
         torch.set_num_threads(args.threads)
     hf_logging.disable_progress_bar()

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from specrank.atomic import atomic_write
-from specrank.commands.args import DTYPE_NAMES, at_least, experiment_name
+from specrank.commands.args import DTYPE_NAMES, add_deprecated_alias, at_least, experiment_name
 from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
 from specrank.decode.prompts import default_prompts_path, read_prompts
@@ -29,7 +29,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True, help="output directory (one resumable run per cell under runs/)")
     parser.add_argument("--grid", nargs="+", default=list(DEFAULT_GRID),
                         help="rules as NAME[:KEY=V1/V2,...] (default: %(default)s)")
-    parser.add_argument("--decoders", nargs="+", default=["tree", "chain"], choices=["tree", "chain"])
+    parser.add_argument("--speculations", nargs="+", default=["tree", "chain"], choices=["tree", "chain"],
+                        help="tree and/or chain speculative decoding (default both)")
+    add_deprecated_alias(parser, "--decoders", "--speculations", "speculations", nargs="+", choices=["tree", "chain"])
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
     parser.add_argument("--chain-length", type=int, default=4, help="chain decoder: drafted tokens per round")
     parser.add_argument("--budget", type=int, default=59, help="tree decoder: verified tree size B (default 59)")
@@ -104,13 +106,13 @@ def run(args) -> int:
 
     out = check_output_dir(args.out)
     workers = workers_from_args(args)
-    cells, skipped = grid_cells(args.grid, args.decoders)
-    configs = {decoder: cell_config(args, decoder) for decoder in args.decoders}  # refused before any model loads
+    cells, skipped = grid_cells(args.grid, args.speculations)
+    configs = {decoder: cell_config(args, decoder) for decoder in args.speculations}  # refused before any model loads
     uri = None
     if not args.no_tracking:
-        from specrank.tracking import check_reachable, resolve_tracking_uri
+        from specrank.tracking import check_tracking_uri, resolve_tracking_uri
 
-        uri = check_reachable(resolve_tracking_uri(args.tracking_uri))  # before any work: no partial output
+        uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri))  # before any work: no partial output
     if args.threads and workers is None:
         torch.set_num_threads(args.threads)
     hf_logging.disable_progress_bar()
@@ -167,7 +169,7 @@ def track(args, uri, table, report: str, figure, meta: dict, skipped: list[str])
     from specrank import tracking
     from specrank.evaluation.sweep import METRICS
 
-    params = {"stage": "verify-sweep", **meta, "grid": list(args.grid), "decoders": list(args.decoders),
+    params = {"stage": "verify-sweep", **meta, "grid": list(args.grid), "decoders": list(args.speculations),
               "pool": {"topk": args.topk, "depth": args.depth, "expand": args.expand, "extra": args.extra},
               "seed": args.seed, "skipped": skipped}
     run_name = args.run_name or f"verify-sweep-{Path(args.out).resolve().name}"

@@ -2,7 +2,7 @@
 
     from specrank.decode import load_target, load_drafter, Decoder
     target = load_target("smollm2"); drafter = load_drafter("early-exit:8", target)
-    dec = Decoder(target, drafter, strategy="root-draw", budget=8)
+    dec = Decoder(target, drafter, strategy="root_draw", budget=8)
     out = dec.generate("Write a haiku about rain.", max_new_tokens=64, temperature=0)
 
 Rooms: ``loading`` (targets, drafters), ``engine`` (pool growth, tree pass, one round, the prompt loop), ``strategies``
@@ -19,7 +19,7 @@ _EXPORTS = {
     "PoolShape": "core",
     "ModelLoadError": "loading", "Target": "loading", "TokenizerMismatchError": "loading", "load_drafter": "loading",
     "load_target": "loading",
-    "RULE_NAMES": "strategies", "SelectionStrategy": "strategies", "StrategyError": "strategies",
+    "STRATEGY_NAMES": "strategies", "SelectionStrategy": "strategies", "StrategyError": "strategies",
     "make_strategy": "strategies",
 }
 __all__ = sorted(_EXPORTS)

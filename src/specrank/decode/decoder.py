@@ -50,10 +50,10 @@ class GenerationStats:
         return self.tokens / self.passes if self.passes else float("nan")
 
     @property
-    def root_hidden(self) -> float:
+    def root_pass_hidden_share(self) -> float:
         """Share of root-pass time spent while the drafter drafted (pipelined decoding; 0 when serial)."""
         root = self.time_split.get("root", 0.0)
-        return self.time_split.get("hidden_root", 0.0) / root if root > 0 else float("nan")
+        return self.time_split.get("root_pass_hidden", 0.0) / root if root > 0 else float("nan")
 
 
 @dataclass
@@ -84,7 +84,7 @@ class AcceptedCounter:
 class Decoder:
     """Tree speculative decoding of ``target`` with ``drafter``, selecting each round's tree by ``strategy``.
 
-    ``strategy``: a name (``draft``, ``root``, ``root-draw``, ``pearl``, ``reranked``, ``covering``) or a
+    ``strategy``: a name (``draft``, ``root``, ``root_draw``, ``pearl``, ``reranked``, ``covering``) or a
     ``SelectionStrategy``; ``reranked`` takes ``reranker``: a fitted estimator, a saved reranker's path, or
     an MLflow model URI resolved against ``tracking_uri`` (``trust_pickle=True`` also loads a format-1
     pickle, which runs code from the file). ``budget`` is the verified tree size B (root

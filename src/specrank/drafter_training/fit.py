@@ -24,7 +24,7 @@ from specrank.drafter_training.objective import target_logits
 from specrank.drafter_training.tracking import RunLogger
 from specrank.drafter_training.train import TrainConfig, train
 from specrank.drafter_training.vocab import most_frequent
-from specrank.tracking.uri import check_reachable, resolve_tracking_uri
+from specrank.tracking.uri import check_tracking_uri, resolve_tracking_uri
 
 SUMMARY = "training.json"
 
@@ -71,7 +71,7 @@ def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig
     generate the data on Ray workers."""
     if draft_vocab < 1 or heldout_per_task < 0 or decode_prompts < 0:
         raise ValueError("draft_vocab >= 1, heldout_per_task >= 0 and decode_prompts >= 0 are required")
-    uri = None if tracking_uri is None else check_reachable(resolve_tracking_uri(tracking_uri))  # fail before work
+    uri = None if tracking_uri is None else check_tracking_uri(resolve_tracking_uri(tracking_uri))  # fail before work
     held = split_prompts(prompts, heldout_per_task, cfg.seed)
     extra, extra_spec = training_only(extra_prompts, prompts, held), extra_spec or spec
     t0 = time.monotonic()

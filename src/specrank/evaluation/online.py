@@ -37,15 +37,15 @@ def acceptance_summary(rounds: pd.DataFrame, n_boot: int = 2000, seed: int = 0) 
 
 def decoder_table(decodes: pd.DataFrame) -> pd.DataFrame:
     """Per decoder: tokens, target passes, tokens per pass, tokens/s, the summed wall-time split and, when
-    timed, ``root_pass_hidden``: the share of root-pass time spent while the drafter drafted."""
+    timed, ``root_pass_hidden_share``: the share of root-pass time spent while the drafter drafted."""
     seconds = [c for c in decodes.columns if c.endswith("_s")]
     t = decodes.groupby("decoder", sort=False)[["tokens", "rounds", "passes", "seconds"] + seconds].sum()
     t["tokens_per_pass"] = t["tokens"] / t["passes"]
     t["tokens_per_s"] = t["tokens"] / t["seconds"]
     for c in seconds:
         t[c.replace("_s", "_share")] = t[c] / t["seconds"]
-    if {"root_hidden_s", "root_pass_s"} <= set(t.columns):  # pipelined decoding: root pass under drafting
-        t["root_pass_hidden"] = t["root_hidden_s"] / t["root_pass_s"].where(t["root_pass_s"] > 0)
+    if {"root_pass_hidden_s", "root_pass_s"} <= set(t.columns):  # pipelined decoding: root pass under drafting
+        t["root_pass_hidden_share"] = t["root_pass_hidden_s"] / t["root_pass_s"].where(t["root_pass_s"] > 0)
     return t.reset_index()
 
 
@@ -79,15 +79,15 @@ def root_overlap(decodes: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd
     decoding; 0 when serial), with a prompt-bootstrap interval, and milliseconds per round of the drafter's
     own drafting, the target's wait for the pool, root and tree passes.
 
-    ``decodes``: the decodes table (``root_hidden_s``, ``root_pass_s``, ``drafter_busy_s``, ``draft_s``, ...).
+    ``decodes``: the decodes table (``root_pass_hidden_s``, ``root_pass_s``, ``drafter_busy_s``, ``draft_s``, ...).
     """
     rows = []
     for decoder, part in decodes.groupby("decoder", sort=False):
         if part["root_pass_s"].sum() <= 0:
             continue
-        cols = {c: part[c].to_numpy(float) for c in ("root_hidden_s", "root_pass_s")}
+        cols = {c: part[c].to_numpy(float) for c in ("root_pass_hidden_s", "root_pass_s")}
         iv = PromptBootstrap(part["prompt_id"].to_numpy(), n_boot, seed).totals(cols).ratio(
-            [("root_hidden_s", 1)], [("root_pass_s", 1)])
+            [("root_pass_hidden_s", 1)], [("root_pass_s", 1)])
         per_round = {f"{c.removesuffix('_s')}_ms": 1000 * part[c].sum() / part["rounds"].sum()
                      for c in ("drafter_busy_s", "draft_s", "root_pass_s", "tree_pass_s")}
         rows.append({"decoder": decoder, "hidden": iv.point, "low": iv.low, "high": iv.high, **per_round})

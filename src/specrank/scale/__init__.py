@@ -12,10 +12,10 @@ tidies the temporary files of their interrupted writes, so no partial shard is l
 Ray is an optional extra (``pip install 'specrank[ray]'``), imported only here and only when asked for.
 """
 
-from specrank.scale.pool import Outcome, Pool, Shard, ShardWorker, WorkerTiming, worker_pool
-from specrank.scale.session import (EXTRA, ScaleError, Workers, add_worker_arguments, check_reachable, import_ray,
+from specrank.scale.workers import Outcome, Pool, Shard, ShardWorker, WorkerTiming, worker_pool
+from specrank.scale.session import (EXTRA, ScaleError, Workers, add_worker_arguments, check_ray_address, import_ray,
                                     preflight, ray_session, workers_from_args)
 
 __all__ = ["EXTRA", "Outcome", "Pool", "ScaleError", "Shard", "ShardWorker", "WorkerTiming", "Workers",
-           "add_worker_arguments", "check_reachable", "import_ray", "preflight", "ray_session", "worker_pool",
+           "add_worker_arguments", "check_ray_address", "import_ray", "preflight", "ray_session", "worker_pool",
            "workers_from_args"]

@@ -72,7 +72,7 @@ def import_ray(local: bool):
     return ray
 
 
-def check_reachable(address: str) -> None:
+def check_ray_address(address: str) -> None:
     """Refuse, in one line, a ``HOST:PORT`` / ``ray://HOST:PORT`` address that nothing answers on."""
     if address == "auto":
         return
@@ -89,7 +89,7 @@ def preflight(workers: Workers):
     """Ray imported and the cluster's address answering, or a one-line error: call before any model loads."""
     ray = import_ray(local=workers.address is None)
     if workers.address is not None:
-        check_reachable(workers.address)
+        check_ray_address(workers.address)
     return ray
 
 

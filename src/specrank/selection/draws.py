@@ -1,4 +1,4 @@
-"""Rules that draw the first token from the root row: root-draw, PEARL-style, the PEARL
+"""Rules that draw the first token from the root row: root_draw, PEARL-style, the PEARL
 variant, and the equal-mean PEARL-style comparison (target-row reuse, arXiv 2610.29210, §5.1, App. D.2).
 
 Values count the drawn token as one accepted token. A draw outside the pool's first
@@ -59,7 +59,7 @@ class DraftGroups:
 
 
 def draw_values(pool: PoolBatch, budgets, law: str = "sampling", groups: DraftGroups | None = None) -> dict:
-    """{rule: (values (N, nB), sizes (N, nB))} for root-draw, PEARL-style and the PEARL variant."""
+    """{rule: (values (N, nB), sizes (N, nB))} for root_draw, PEARL-style and the PEARL variant."""
     bs = check_budgets(budgets, pool.shape[1])
     groups = groups or DraftGroups.of(pool)
     path = pool.path_prob(law)  # (N, M)

@@ -114,7 +114,7 @@ def _descending_bits(score32: np.ndarray) -> np.ndarray:
 def packed_order(score32: np.ndarray, depth: np.ndarray, group: np.ndarray | None = None) -> np.ndarray:
     """(N, M) rank order of float32 scores by one integer sort of exact composite keys.
 
-    Key bits: [group 8][descending score 32][depth 8][index 16]; with ``group`` the order
+    Key bits: ``[group 8][descending score 32][depth 8][index 16]``; with ``group`` the order
     is grouped first (ascending), then ranked within each group.
     """
     n, m = score32.shape

@@ -27,7 +27,7 @@ from specrank.tracking.runs import (  # noqa: E402
     set_description,
 )
 from specrank.tracking.trials import TrialLogger  # noqa: E402
-from specrank.tracking.uri import TrackingError, check_reachable, resolve_tracking_uri  # noqa: E402
+from specrank.tracking.uri import TrackingError, check_tracking_uri, resolve_tracking_uri  # noqa: E402
 
 __all__ = [
     "EXPERIMENT_KIND_TAG",
@@ -35,7 +35,7 @@ __all__ = [
     "RerankerModel",
     "TrackingError",
     "TrialLogger",
-    "check_reachable",
+    "check_tracking_uri",
     "directory_hash",
     "ensure_experiment",
     "experiment_run",

@@ -23,7 +23,7 @@ def decode_metrics(timer, run_dir) -> dict[str, float]:
 
 
 def workers_decode_metrics(outcome, run_dir) -> dict[str, float]:
-    """``decode_metrics`` of a run decoded on Ray workers (``scale.pool.Outcome``): tokens/s over the wall
+    """``decode_metrics`` of a run decoded on Ray workers (``scale.workers.Outcome``): tokens/s over the wall
     clock, time spans summed over the workers."""
     totals = outcome.totals()
     spans = {f"time_{k}": v for k, v in totals.items() if k.endswith("_s")}

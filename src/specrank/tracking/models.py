@@ -28,7 +28,7 @@ from specrank.featurize.sets import input_columns
 from specrank.rerankers.legacy import require_trust
 from specrank.rerankers.loader import load_format2, load_reranker
 from specrank.rerankers.persist import RerankerFileError, format_digest, save_reranker
-from specrank.tracking.uri import TrackingError, check_reachable, resolve_tracking_uri, tracking_store
+from specrank.tracking.uri import TrackingError, check_tracking_uri, resolve_tracking_uri, tracking_store
 
 URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:/")
 # Pinned so that MLflow does not infer requirements by importing the model in a subprocess.
@@ -199,7 +199,7 @@ def load_pyfunc_reranker(uri: str, tracking_uri: str | None = None, *, trust_pic
     else ``./mlflow.db``), which must exist; the model is downloaded and its artifact read as data."""
     if Path(uri).is_dir():
         return _from_model_dir(Path(uri), uri, trust_pickle)
-    store = check_reachable(resolve_tracking_uri(tracking_uri), write=False)
+    store = check_tracking_uri(resolve_tracking_uri(tracking_uri), write=False)
     with tempfile.TemporaryDirectory() as tmp, tracking_store(store), quiet_pyfunc_logging():
         try:
             local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp)

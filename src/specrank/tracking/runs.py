@@ -15,7 +15,7 @@ from PIL import Image
 
 from specrank.files import file_hash  # noqa: F401  (re-exported)
 from specrank.tracking.lineage import code_version_tags
-from specrank.tracking.uri import TrackingError, check_reachable, resolve_tracking_uri, tracking_store
+from specrank.tracking.uri import TrackingError, check_tracking_uri, resolve_tracking_uri, tracking_store
 
 _PARAM_VALUE_MAX = 6000  # MLflow's limit on one parameter value
 _BATCH = 100  # MLflow's limit on parameters per batch call
@@ -48,7 +48,7 @@ def experiment_run(
 
     Inside an active run of the same store and experiment (the demo's pipeline run), the run is its child.
     """
-    uri = check_reachable(resolve_tracking_uri(tracking_uri))
+    uri = check_tracking_uri(resolve_tracking_uri(tracking_uri))
     parent = mlflow.active_run()
     if parent is not None and mlflow.get_tracking_uri() != uri:
         raise TrackingError(f"a run of {mlflow.get_tracking_uri()} is active: cannot nest a run of {uri} under it")

@@ -54,7 +54,7 @@ def optional_uri(value: str | None) -> str | None:
     (``"default"``: MLflow's default store)."""
     if value is None:
         return None
-    return check_reachable(resolve_tracking_uri(None if value == DEFAULT else value))
+    return check_tracking_uri(resolve_tracking_uri(None if value == DEFAULT else value))
 
 
 @contextmanager
@@ -84,7 +84,7 @@ def tracking_store(uri: str):
                 os.environ[key] = value
 
 
-def check_reachable(uri: str, timeout: float = 5.0, *, write: bool = True) -> str:
+def check_tracking_uri(uri: str, timeout: float = 5.0, *, write: bool = True) -> str:
     """Return ``uri`` if its store can be used (``write``: written to; else read, and it must exist),
     else raise a one-line TrackingError naming it."""
     parsed = urllib.parse.urlparse(uri)

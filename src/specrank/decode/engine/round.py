@@ -58,7 +58,7 @@ class PromptState:
     prompt_id: str = "0"
     task: str = ""
     root_logits: torch.Tensor | None = None  # (V,) when the root's KV is already cached (root pass, covering)
-    root_hidden: torch.Tensor | None = None
+    root_hidden_state: torch.Tensor | None = None
 
 
 @dataclass
@@ -117,7 +117,7 @@ def root_pass(target, drafter, state: PromptState, timer: Timer) -> None:
                                         state.cache, drafter.hidden_layers)
     timer.passes += 1
     state.context_len += 1
-    state.root_logits, state.root_hidden = logits[0], None if hidden is None else hidden[0]
+    state.root_logits, state.root_hidden_state = logits[0], None if hidden is None else hidden[0]
 
 
 def draft_phase(target, drafter, state: PromptState, config: DecodeConfig, rule: SelectionStrategy,
@@ -185,7 +185,7 @@ def decode_round(target, drafter, state: PromptState, config: DecodeConfig, veri
     state.output += [int(x) for x in pool.token[accepted]] + [int(continuation)]
     state.root = int(continuation)
     state.root_logits = logits[carried] if carried >= 0 else None
-    state.root_hidden = hidden[carried] if carried >= 0 and hidden is not None else None
+    state.root_hidden_state = hidden[carried] if carried >= 0 and hidden is not None else None
     state.rounds += 1
     state.prev_accepted = float(len(accepted))
     return len(accepted) + 1, record
@@ -194,7 +194,7 @@ def decode_round(target, drafter, state: PromptState, config: DecodeConfig, veri
 def tree_pass(target, drafter, state: PromptState, s: ScoredSet, root_known: bool, timer: Timer):
     """Logits (n, V) and hidden states of the scored set's rows, the root's from the root pass when known."""
     if s.n == 1 and root_known:  # nothing beyond the root to score
-        hidden = None if state.root_hidden is None else state.root_hidden[None]
+        hidden = None if state.root_hidden_state is None else state.root_hidden_state[None]
         return state.root_logits[None], hidden
     lo = int(root_known)  # the root's KV is cached: score rows 1.. only
     mask = attention_mask(s.ancestors, state.context_len - lo)[lo:]
@@ -204,7 +204,7 @@ def tree_pass(target, drafter, state: PromptState, s: ScoredSet, root_known: boo
     timer.passes += 1
     if root_known:
         logits = torch.cat([state.root_logits[None], logits])
-        hidden = None if hidden is None else torch.cat([state.root_hidden[None], hidden])
+        hidden = None if hidden is None else torch.cat([state.root_hidden_state[None], hidden])
     return logits, hidden
 
 

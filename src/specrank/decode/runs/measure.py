@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from specrank.decode.runs.records import round_record
+from specrank.decode.strategies import strategy_name
 from specrank.decode.strategies.base import draft_rank, round_batch
 from specrank.schema import DIAGNOSTIC_COLUMNS, ROW_COLUMNS, ROW_SCALARS
 from specrank.selection import DraftGroups, PoolBatch, cumulate, draw_values, fixed_values, rule_score
 from specrank.selection.select import select_top
 
-COMPARABLE = ("draft", "root", "root-draw", "pearl", "reranked")
-VALUE_NAME = {"root-draw": "root_draw"}  # online rule name -> selection value name
+COMPARABLE = ("draft", "root", "root_draw", "pearl", "reranked")
 
 
 class CompareError(ValueError):
@@ -83,16 +83,16 @@ def absent_rows(topk: int) -> dict:
     return rows | {k: -1 for k in ROW_SCALARS} | {k: np.nan for k in DIAGNOSTIC_COLUMNS}
 
 
-def parse_rules(text: str | None, allowed=COMPARABLE, what: str = "--compare") -> list[str]:
+def parse_strategies(text: str | None, allowed=COMPARABLE, what: str = "--compare") -> list[str]:
     """``"root,draft"`` -> ["root", "draft"]; one-line error naming ``what`` for an unknown or repeated name."""
     if not text:
         return []
-    names = [t.strip() for t in text.split(",") if t.strip()]
+    names = [strategy_name(t.strip()) for t in text.split(",") if t.strip()]
     bad = [n for n in names if n not in allowed]
     if bad:
-        raise CompareError(f"{what}: unknown rule {bad[0]!r}; choose from {', '.join(allowed)}")
+        raise CompareError(f"{what}: unknown strategy {bad[0]!r}; choose from {', '.join(allowed)}")
     if len(set(names)) != len(names):
-        raise CompareError(f"{what}: {text!r} repeats a rule")
+        raise CompareError(f"{what}: {text!r} repeats a strategy")
     return names
 
 
@@ -123,13 +123,13 @@ def measured_nodes(batch: PoolBatch, rules, budget: int, law: str, root_known: b
 
 
 def expected_values(batch: PoolBatch, rules, budget: int, law: str, first_factor=None) -> dict[str, float]:
-    """{rule: expected acceptance of its tree} on one scored round (root-draw, PEARL count the draw)."""
+    """{rule: expected acceptance of its tree} on one scored round (root_draw, PEARL count the draw)."""
     out = {}
     draws = None
     for rule in rules:
-        if rule in ("root-draw", "pearl"):
+        if rule in ("root_draw", "pearl"):
             draws = draws or draw_values(batch, [budget], law)
-            out[rule] = float(draws[VALUE_NAME.get(rule, rule)][0][0, 0])
+            out[rule] = float(draws[rule][0][0, 0])
             continue
         inputs = {"first_factor": first_factor} if rule == "reranked" else {}
         out[rule] = float(fixed_values(batch, rule_score(batch, rule, law, **inputs), [budget], law)[0][0, 0])

@@ -3,7 +3,7 @@
 
 A strategy picks the verified tree of a round from the pool, and says whether it needs the
 root row first (a root pass whose KV the tree pass reuses), whether it draws the first token
-from that row before selecting (root-draw, PEARL-style, root), and whether realized
+from that row before selecting (root_draw, PEARL-style, root), and whether realized
 acceptance counts that drawn token. Scores come from ``specrank.selection`` on a one-round
 ``PoolBatch``, so an online tree is exactly the tree the offline rule selects on the same pool.
 """
@@ -83,7 +83,7 @@ class SelectionStrategy:
     name = "draft"
     needs_root_pass = False  # score the root alone first when its row is not known yet
     draws_first = False  # draw the first token from the root row before selecting the tree
-    counts_draw = False  # realized acceptance counts the drawn token (root-draw, PEARL-style)
+    counts_draw = False  # realized acceptance counts the drawn token (root_draw, PEARL-style)
     carries_leaf_row = False  # covering: a draw labelling a leaf is emitted, its row seeds the next round
     reranks = False  # selection runs a reranker (timed as reranker inference)
     needs_rows = False  # selection reads retained target rows (the row caches are kept)

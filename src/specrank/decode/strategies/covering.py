@@ -7,7 +7,7 @@ from specrank.decode.strategies.draft import DraftSelection
 from specrank.decode.strategies.root import RootDrawSelection
 
 
-class CoveringDecoder(SelectionStrategy):
+class CoveringSelection(SelectionStrategy):
     """Draft selection, except that a draw labelling a leaf is emitted as the continuation and the leaf's
     row seeds the next round, which selects by root-draw selection."""
 

@@ -27,7 +27,7 @@ class RootSelection(SelectionStrategy):
 class RootDrawSelection(SelectionStrategy):
     """Root-draw selection: the drawn token and its B-1 best draft-ranked descendants."""
 
-    name = "root-draw"
+    name = "root_draw"
     needs_root_pass = True
     draws_first = True
     counts_draw = True

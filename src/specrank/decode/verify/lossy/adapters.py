@@ -38,7 +38,7 @@ class TreeRuleVerifier:
         try:
             self.form = tree_form(rule)
         except RuleError as err:
-            raise RuleError(f"{err}; use --decoder chain") from None
+            raise RuleError(f"{err}; use --speculation chain") from None
         self.rule, self.temperature = rule, temperature
         self.rounds: list[dict] = []
 
