@@ -254,9 +254,10 @@ def test_the_champion_is_the_best_cross_fitted_candidate_refitted_on_all_prompts
     assert int(version.tags["specrank.training_prompts"]) == whole["prompt_id"].nunique() == 4
     assert f"models:/demo-t1/{version.version}" in version.description
     for name, mse in fold_mean.items():  # the rule and every competitor's score
-        assert name in version.description and f"{mse:.5f}" in version.description
+        assert name in version.description and f"{mse:.6f}" in version.description
     pipeline = by_name(runs, "demo-t1")
     assert pipeline.data.tags["specrank.champion"] == f"models:/demo-t1/{version.version}"
+    assert pipeline.data.params["temperature"] == "1.0" and pipeline.data.params["drafter"].startswith("standalone:")
     assert {"report.html", "tables"} <= {a.path for a in client.list_artifacts(pipeline.info.run_id)}
     headline = pd.read_json(client.download_artifacts(pipeline.info.run_id, "tables/headline.json"), orient="split")
     assert {"draft", "root", "rows", "per_depth"} <= set(headline["rule"])

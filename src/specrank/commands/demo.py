@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from specrank.cli import main
@@ -172,8 +173,19 @@ def _pipeline_run(experiment: str, uri: str, name: str, temp: float, drafter: st
 
     note = (f"The demo pipeline at T = {temp:g} with drafter {drafter}: its nested runs are the stages "
             "decode -> featurize -> train -> evaluate, linked by the datasets each logs.")
-    return experiment_run(experiment, run_name=f"demo-{name}", tracking_uri=uri,
-                          tags={"specrank.stage": "pipeline"}, description=note)
+    return _with_params(experiment_run(experiment, run_name=f"demo-{name}", tracking_uri=uri,
+                                       tags={"specrank.stage": "pipeline"}, description=note),
+                        {"stage": "pipeline", "temperature": float(temp), "drafter": drafter, "store": uri})
+
+
+@contextmanager
+def _with_params(run, params: dict):
+    """``run`` with ``params`` logged as soon as it opens."""
+    from specrank.tracking import log_params
+
+    with run as active:
+        log_params(params)
+        yield active
 
 
 def _summarize_pipeline(evaluation, name: str, run_dir, pipeline, drafter: str, temp: float) -> str:

@@ -138,7 +138,7 @@ def champion_note(chosen: str, candidates: pd.DataFrame, forced: bool, uri: str,
             "chosen as the candidate with the lowest cross-fitted held-out MSE of the first factor, averaged over "
             "both folds (each fold scored by the model fitted on the other fold's prompts)")
     table = markdown_table(["reranker", "held-out MSE (fold mean)"] + [c for c in candidates if c.startswith("heldout_mse_")],
-                           [[r["reranker"], f"{r['heldout_mse']:.5f}"] + [f"{r[c]:.5f}" for c in candidates
+                           [[r["reranker"], f"{r['heldout_mse']:.6f}"] + [f"{r[c]:.6f}" for c in candidates
                                                                         if c.startswith("heldout_mse_")]
                             for _, r in candidates.iterrows()])
     return (f"The {chosen} reranker, {rule}, then refitted on all {prompts} prompts ({rows} rows); the fold models "
