@@ -111,16 +111,18 @@ def run(args) -> int:
     check_target_spec(args.target)
     if args.drafter:
         parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
-    if args.tracking_uri is None:  # the demo's own store, beside its runs: ad-hoc runs elsewhere stay out of it
-        (args.out or default_out()).mkdir(parents=True, exist_ok=True)
-    own_store = f"sqlite:///{(args.out or default_out()).resolve() / 'mlflow.db'}"
-    uri = check_reachable(resolve_tracking_uri(args.tracking_uri or own_store))
+    if args.tracking_uri is not None:
+        check_reachable(resolve_tracking_uri(args.tracking_uri))
     drafter = args.drafter or default_drafter()
     limit, max_new_tokens = DEMO_SIZE.get(drafter, FALLBACK_SIZE)
     limit, max_new_tokens = args.limit or limit, args.max_new_tokens or max_new_tokens
     # One folder per drafter, so switching drafters never meets another drafter's resumable runs.
     out = (args.out or default_out()).resolve() / drafter.replace(":", "-").replace("/", "_")
     check_unseen(drafter, read_prompts(default_prompts_path(), limit), args.allow_training_prompts)
+    if args.tracking_uri is None:  # the demo's own store, beside its runs: ad-hoc runs elsewhere stay out of it
+        (args.out or default_out()).mkdir(parents=True, exist_ok=True)  # every input checked: nothing partial
+    own_store = f"sqlite:///{(args.out or default_out()).resolve() / 'mlflow.db'}"
+    uri = check_reachable(resolve_tracking_uri(args.tracking_uri or own_store))
     options = ["--eagle3-layers", ",".join(map(str, args.eagle3_layers))] if args.eagle3_layers else []
     options += ["--specforge-norm-output", args.specforge_norm_output] if args.specforge_norm_output else []
     if args.allow_training_prompts:
