@@ -4,9 +4,10 @@
         [--experiment specrank-demo] [--pipeline demo-t1] [--chromium chromium]
 
 Starts ``mlflow ui`` on 127.0.0.1 over the store, then headless Chromium (a fresh, empty profile per page:
-no remembered view) takes PNGs of: the experiment as it opens (landing), its runs table, the pipeline's
-evaluation run (overview, model metrics, the HTML report) and one logged model, and the registered
-model. Needs ``apt-get install -y chromium``. Prints each file and the URL it shows.
+no remembered view) takes PNGs of: the experiment as a first visit opens it (bare, and through the link the
+demo prints), the pipeline run (overview and its report.html), the champion's registered version, and one
+Optuna study (its run, and its optimisation-history figure). Needs ``apt-get install -y chromium``. Prints
+each file and the URL it shows.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from pathlib import Path
 
 from specrank.tracking.server import local_mlflow
 
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--hide-scrollbars")
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars")
 
 
 def shoot(chromium: str, url: str, png: Path, width: int = 1920, height: int = 1000, wait_ms: int = 90000,
@@ -61,21 +63,21 @@ def pages(store: str, experiment: str, pipeline: str) -> dict[str, tuple[str, in
         raise SystemExit(f"no experiment {experiment!r} in {store}")
     e = exp.experiment_id
     runs = {r.info.run_name: r for r in client.search_runs([e], max_results=1000)}
-    evaluate = runs[f"{pipeline}-evaluate"].info.run_id
-    model = next(m for m in client.search_logged_models([e]) if m.name.startswith(f"{pipeline}-rows-fold"))
+    run = runs[pipeline].info.run_id
+    train = runs[f"{pipeline}-train"].info.run_id
+    studies = [r for r in runs.values() if r.data.tags.get("mlflow.parentRunId") == train and "study" in r.data.params]
+    study = sorted(studies, key=lambda r: r.info.run_name)[-1].info.run_id  # rows-fold1 sorts last
+    champion = client.get_model_version_by_alias(pipeline, "champion")
     ml = f"?{WORKFLOW_PARAM}"  # the Model training view, as the demo's printed link opens it
-    out = {
+    return {
         "0-landing-default": (f"#/experiments/{e}", 1000),  # a first visit without the link: MLflow's default
-        "1-landing": (f"#/experiments/{e}{ml}", 1000),
-        "2-runs-table": (f"#/experiments/{e}/runs{ml}", 1000),
-        "3-evaluation-run": (f"#/experiments/{e}/runs/{evaluate}{ml}", 1800),
-        "4-evaluation-metrics": (f"#/experiments/{e}/runs/{evaluate}/model-metrics{ml}", 1400),
-        "5-evaluation-report": (f"#/experiments/{e}/runs/{evaluate}/artifacts/report.html{ml}", 2400),
-        "6-model": (f"#/experiments/{e}/models/{model.model_id}{ml}", 1400),
+        "1-landing": (f"#/experiments/{e}/runs{ml}", 1000),  # the link the demo and the README give
+        "2-pipeline-run": (f"#/experiments/{e}/runs/{run}{ml}", 1800),
+        "3-pipeline-report": (f"#/experiments/{e}/runs/{run}/artifacts/report.html{ml}", 2000),
+        "4-champion": (f"#/models/{pipeline}/versions/{champion.version}{ml}", 1400),
+        "5-optuna-study": (f"#/experiments/{e}/runs/{study}{ml}", 1600),
+        "6-optuna-history": (f"#/experiments/{e}/runs/{study}/artifacts/figures/optimization_history.png{ml}", 1000),
     }
-    if client.search_registered_models(filter_string=f"name = '{pipeline}'"):
-        out["7-registered-model"] = (f"#/models/{pipeline}{ml}", 1000)
-    return out
 
 
 def main() -> None:

@@ -117,24 +117,29 @@ def test_sqlite_store_run_with_folds_artifacts_and_model(mlflow_db):
     assert (mlflow_db.parent / "mlruns").is_dir()  # artifacts beside the database, not in the working directory
 
 
-def test_optuna_trials_become_nested_runs(mlflow_db):
+def test_an_optuna_study_is_one_run_with_its_trials_table_and_history(mlflow_db):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     uri = f"sqlite:///{mlflow_db}"
+    logger = tracking.TrialLogger("mse")
     with tracking.experiment_run("specrank-tune", run_name="tune", tracking_uri=uri) as parent:
-        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-        study.optimize(lambda t: (t.suggest_float("lr", 0.01, 0.1) - 0.05) ** 2, n_trials=3,
-                       callbacks=[tracking.TrialLogger("mse")])
+        study = optuna.create_study(study_name="lr-search", sampler=optuna.samplers.RandomSampler(seed=0))
+        study.optimize(lambda t: (t.suggest_float("lr", 0.01, 0.1) - 0.05) ** 2, n_trials=3, callbacks=[logger])
+        logger.log()
     client = MlflowClient(uri)
-    runs = client.search_runs([parent.info.experiment_id],
-                              filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
-    by_name = {r.info.run_name: r for r in runs}
-    assert sorted(by_name) == ["trial-0", "trial-1", "trial-2"]
+    children = client.search_runs([parent.info.experiment_id],
+                                  filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert children == []  # no run per trial
+    run = client.get_run(parent.info.run_id)
+    assert run.data.params["study"] == "lr-search" and run.data.params["study_trials"] == "3"
+    table = pd.read_json(client.download_artifacts(parent.info.run_id, "tables/trials.json"), orient="split")
+    assert list(table["trial"]) == [0, 1, 2]
     for trial in study.trials:
-        run = by_name[f"trial-{trial.number}"]
-        assert run.data.metrics["mse"] == pytest.approx(trial.value)
-        assert float(run.data.params["trial.lr"]) == pytest.approx(trial.params["lr"])
+        assert table.loc[trial.number, "mse"] == pytest.approx(trial.value)
+        assert table.loc[trial.number, "param.lr"] == pytest.approx(trial.params["lr"])
+    assert float(run.data.params["study_best_mse"]) == pytest.approx(study.best_value)
+    assert "optimization_history.png" in {a.path.split("/")[-1] for a in client.list_artifacts(run.info.run_id, "figures")}
 
 
 def test_load_reranker_from_a_saved_file(tmp_path):

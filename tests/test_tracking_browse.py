@@ -1,12 +1,17 @@
 """MLflow as people browse it, read back from one real ``mlflow server`` on 127.0.0.1 after a small demo
-(tiny random target and drafter, 4 prompts, T = 1): the experiment's kind, few metrics and a description
-per run, tables as MLflow tables, datasets linking decode -> featurize -> train -> evaluate, model names,
-the registry alias loaded by ``specrank online`` elsewhere, and named, seeded, reproducible Optuna studies."""
+(tiny random target and drafter, 4 prompts, T = 1): the experiment's kind and description, the pipeline run
+as the headline, few metrics and a description per run, tables as MLflow tables, datasets linking decode ->
+featurize -> train -> evaluate, model names, a champion chosen on the cross-fitted error and refitted on all
+prompts, run times that are the work's, the stages on the runs table's first page, the registry alias
+loaded by ``specrank online`` elsewhere, and named, seeded, reproducible Optuna studies (one run each)."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import time
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import mlflow
@@ -48,12 +53,14 @@ def demo(server, tmp_path_factory):
     drf = save_tiny_llama(d / "drf", seed=0, vocab_size=128, num_layers=2)
     args = ["demo", "--target", str(tgt), "--drafter", f"standalone:{drf}", "--limit", "4", "--max-new-tokens", "8",
             "--temperatures", "1", *SMALL, "--tracking-uri", server, "--experiment", EXPERIMENT, "--out", str(d / "out")]
-    assert main(args) == 0
+    with redirect_stdout(io.StringIO()) as out:
+        assert main(args) == 0
+    printed = out.getvalue()
     client = MlflowClient(server)
     exp = client.get_experiment_by_name(EXPERIMENT)
     runs = client.search_runs([exp.experiment_id], max_results=500)
     (run_dir,) = (d / "out").glob("*/t1")  # one folder per drafter
-    return client, exp, runs, {"tgt": tgt, "drf": drf}, run_dir
+    return client, exp, runs, {"tgt": tgt, "drf": drf, "printed": printed}, run_dir
 
 
 def by_name(runs, name):
@@ -70,7 +77,7 @@ def test_experiment_is_a_model_training_experiment(demo):
 
 def test_every_run_has_few_metrics_a_description_and_the_code_version(demo):
     client, exp, runs, *_ = demo
-    assert len(runs) >= 20  # pipeline, 4 stages, 6 fold models, 8 trials, 2 evaluation folds
+    assert len(runs) == 16  # pipeline, 4 stages, 8 fold models, the champion's refit, 2 evaluation folds
     for run in runs:
         assert len(run.data.metrics) <= 60, (run.info.run_name, len(run.data.metrics))
         assert run.data.tags.get("mlflow.note.content", "").strip(), run.info.run_name
@@ -81,12 +88,16 @@ def test_every_run_has_few_metrics_a_description_and_the_code_version(demo):
     evaluate = by_name(runs, "demo-t1-evaluate")
     assert "| Rule | B=8 value" in evaluate.data.tags["mlflow.note.content"]
     assert pipeline.data.metrics["rows_gain_tokens_B8"] == evaluate.data.metrics["rows_gain_tokens_B8"]
+    assert len(pipeline.data.metrics) <= 12 < len(evaluate.data.metrics)  # curated, not the evaluation's copy
     train = by_name(runs, "demo-t1-train")
-    for name in ("isotonic", "base", "rows"):  # fold means of held-out error and top-1 hit
+    # one meaning per name: train's top-1 counts rounds against their best label, evaluate's against the argmax
+    assert "draft_top1_best_label_pct" in train.data.metrics and "draft_top1_argmax_pct" in evaluate.data.metrics
+    assert not {k for r in runs for k in r.data.metrics if k.endswith("top1_hit_pct")}
+    for name in ("isotonic", "per_depth", "base", "rows"):  # fold means of held-out error and top-1 hit
         folds = [by_name([r for r in runs if r.data.tags.get("mlflow.parentRunId") == train.info.run_id],
                          f"{name}-fold{f}") for f in (0, 1)]
         assert train.data.metrics[f"{name}_heldout_mse"] == pytest.approx(np.mean([r.data.metrics["mse"] for r in folds]))
-        assert f"{name}_top1_hit_pct" in train.data.metrics
+        assert f"{name}_top1_best_label_pct" in train.data.metrics
     decode = by_name(runs, "demo-t1-decode")
     assert {"rounds", "tokens_per_s", "accepted_per_round", "time_target_s", "time_draft_s"} <= set(decode.data.metrics)
     assert decode.data.params["manifest.temperature"] == "1.0"
@@ -96,7 +107,7 @@ def test_evaluation_tables_are_mlflow_tables(demo):
     client, exp, runs, _, run_dir = demo
     evaluate = by_name(runs, "demo-t1-evaluate")
     logged = {a["path"] for a in json.loads(evaluate.data.tags["mlflow.loggedArtifacts"]) if a["type"] == "table"}
-    names = ("summary", "splits", "first_factor", "comparisons", "mixture_weights")
+    names = ("summary", "splits", "first_factor", "comparisons", "mixture_weights", "evaluated_models")
     assert logged == {f"tables/{n}.json" for n in names}
     path = client.download_artifacts(evaluate.info.run_id, "tables/summary.json")
     table = pd.read_json(path, orient="split")  # the form mlflow.log_table writes and the UI reads
@@ -135,7 +146,15 @@ def test_each_stage_names_its_datasets_with_their_digests(demo):
 def test_models_are_named_by_run_reranker_and_fold(demo):
     client, exp, runs, *_ = demo
     models = client.search_logged_models([exp.experiment_id])
-    assert {m.name for m in models} == {f"demo-t1-{r}-fold{f}" for r in ("isotonic", "base", "rows") for f in (0, 1)}
+    champion = client.get_model_version_by_alias("demo-t1", "champion").tags["specrank.reranker"]
+    assert {m.name for m in models} == ({f"demo-t1-{r}-fold{f}" for r in ("isotonic", "per_depth", "base", "rows") for f in (0, 1)}
+                                        | {f"demo-t1-{champion}-all"})
+    # the evaluation lists the fold models whose predictions it scored
+    evaluate = by_name(demo[2], "demo-t1-evaluate")
+    folds = {f"models:/{m.model_id}" for m in models if not m.name.endswith("-all")}
+    listed = pd.read_json(client.download_artifacts(evaluate.info.run_id, "tables/evaluated_models.json"),
+                          orient="split")
+    assert set(listed["uri"]) == folds and len(evaluate.data.params["evaluated_models"].split(",")) == 8
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(client.tracking_uri)
     try:
@@ -147,12 +166,11 @@ def test_models_are_named_by_run_reranker_and_fold(demo):
 
 
 def _trials(client, exp_id) -> dict:
-    """{study name: [params of trial 0, trial 1, ...]} from the trial runs' tags and params."""
-    runs = client.search_runs([exp_id], filter_string="attributes.run_name LIKE 'trial-%'", max_results=200)
+    """{study name: [params of trial 0, trial 1, ...]} from the trials table of each study's run."""
     out: dict = {}
-    for r in sorted(runs, key=lambda r: int(r.info.run_name.split("-")[1])):
-        out.setdefault(r.data.tags["optuna.study"], []).append(
-            {k: v for k, v in r.data.params.items() if k.startswith("trial.")})
+    for r in client.search_runs([exp_id], filter_string="params.study LIKE '%'", max_results=200):
+        table = pd.read_json(client.download_artifacts(r.info.run_id, "tables/trials.json"), orient="split")
+        out[r.data.params["study"]] = table.filter(like="param.").to_dict("records")
     return out
 
 
@@ -160,29 +178,31 @@ def test_studies_are_distinct_and_reproducible_and_champion_loads_elsewhere(demo
                                                                              capsys):
     client, exp, runs, models, run_dir = demo
     first = _trials(client, exp.experiment_id)
-    assert set(first) == {f"demo-t1-{r}-fold{f}" for r in ("base", "rows") for f in (0, 1)}
+    champion = client.get_model_version_by_alias("demo-t1", "champion").tags["specrank.reranker"]
+    refit = {f"demo-t1-{champion}-all"} if champion in ("base", "rows") else set()
+    assert set(first) == {f"demo-t1-{r}-fold{f}" for r in ("base", "rows") for f in (0, 1)} | refit
     assert first["demo-t1-rows-fold0"][0] != first["demo-t1-rows-fold1"][0]  # distinct seeds per study
     assert first["demo-t1-base-fold0"][0] != first["demo-t1-rows-fold0"][0]
     # the demo's train stage again, into another experiment, registering the chosen model
-    again = ["train", str(run_dir / "features.parquet"), "--rerankers", "isotonic,base,rows", "--tune-trials", "2",
+    again = ["train", str(run_dir / "features.parquet"), "--rerankers", "isotonic,per_depth,base,rows",
+             "--edges", str(run_dir / "edges.parquet"), "--tune-trials", "2",
              "--out-dir", str(tmp_path / "rerankers"), "--tracking-uri", server, "--experiment", "browse-again",
              "--model-prefix", "demo-t1", "--register", "browse-reranker"]
     assert main(again) == 0
     assert "registered models:/browse-reranker@champion" in capsys.readouterr().out
     assert _trials(client, client.get_experiment_by_name("browse-again").experiment_id) == first  # the same studies
     version = client.get_model_version_by_alias("browse-reranker", "champion")
-    chosen = f"{version.tags['specrank.reranker']}-fold{version.tags['specrank.fold']}"
+    assert version.tags["specrank.reranker"] == champion
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    from specrank.rerankers import load_reranker
     from specrank.tracking.models import resolve_reranker
 
     loaded = resolve_reranker("models:/browse-reranker@champion", tracking_uri=server)
-    saved = load_reranker(tmp_path / "rerankers" / "models" / chosen)
+    first_run = resolve_reranker("models:/demo-t1@champion", tracking_uri=server)
     feats = pd.read_parquet(run_dir / "features.parquet")
-    np.testing.assert_array_equal(loaded.predict_first_factor(feats), saved.predict_first_factor(feats))
+    np.testing.assert_array_equal(loaded.predict_first_factor(feats), first_run.predict_first_factor(feats))
     online = ["online", "--target", str(models["tgt"]), "--drafter", f"standalone:{models['drf']}", "--strategies",
               "reranked", "--reranker", "models:/browse-reranker@champion", "--tracking-uri", server, "--no-tracking",
               "--temperature", "1", "--limit", "1", "--warmup", "0", "--max-new-tokens", "4", "--bootstrap", "20",
@@ -195,6 +215,76 @@ def test_studies_are_distinct_and_reproducible_and_champion_loads_elsewhere(demo
     decoder = Decoder(target, load_drafter(f"standalone:{models['drf']}", target), strategy="reranked",
                       reranker="models:/browse-reranker@champion", tracking_uri=server, temperature=1.0)
     assert len(decoder.generate("the cat is big", max_new_tokens=3).tokens) >= 1
+
+
+RUNS_PAGE = 100  # the MLflow UI's runs table loads runs 100 at a time (then "Load more")
+
+
+def test_experiment_description_names_the_champion_and_its_uri_loads(demo, server):
+    client, exp, runs, models, run_dir = demo
+    exp = client.get_experiment(exp.experiment_id)
+    note = exp.tags["mlflow.note.content"]
+    assert "models:/demo-t1@champion" in note and "tables/headline.json" in note and "report.html" in note
+    assert f'tracking_uri="{server}"' in note
+    from specrank.tracking.models import resolve_reranker
+
+    reranker = resolve_reranker("models:/demo-t1@champion", tracking_uri=server)
+    feats = pd.read_parquet(run_dir / "features.parquet")
+    assert np.isfinite(reranker.predict_first_factor(feats)).all()
+    assert "MLflow store: " + server in models["printed"] and "workflowType=machine_learning" in models["printed"]
+
+
+def test_the_champion_is_the_best_cross_fitted_candidate_refitted_on_all_prompts(demo):
+    client, exp, runs, _, run_dir = demo
+    train = by_name(runs, "demo-t1-train")
+    preds = pd.read_parquet(client.download_artifacts(train.info.run_id, "predictions.parquet"))
+    fold_mean = {}
+    for name in ("isotonic", "per_depth", "base", "rows"):  # the mean over both folds of each held-out MSE
+        errors = [((h[name] - h["label"]) ** 2).mean() for _, h in preds.dropna(subset=[name]).groupby("fold")]
+        assert len(errors) == 2
+        fold_mean[name] = np.mean(errors)
+    best = min(fold_mean, key=fold_mean.get)
+    version = client.get_model_version_by_alias("demo-t1", "champion")
+    assert version.tags["specrank.reranker"] == best, fold_mean
+    table = pd.read_json(client.download_artifacts(train.info.run_id, "tables/candidates.json"), orient="split")
+    assert dict(zip(table["reranker"], table["heldout_mse"])) == pytest.approx(fold_mean)
+    # refitted on every prompt: its training table is the whole features (or edges) table
+    whole = pd.read_parquet(run_dir / ("edges.parquet" if best == "per_depth" else "features.parquet"))
+    assert int(version.tags["specrank.training_rows"]) == len(whole)
+    assert int(version.tags["specrank.training_prompts"]) == whole["prompt_id"].nunique() == 4
+    assert f"models:/demo-t1/{version.version}" in version.description
+    for name, mse in fold_mean.items():  # the rule and every competitor's score
+        assert name in version.description and f"{mse:.6f}" in version.description
+    pipeline = by_name(runs, "demo-t1")
+    assert pipeline.data.tags["specrank.champion"] == f"models:/demo-t1/{version.version}"
+    assert pipeline.data.params["temperature"] == "1.0" and pipeline.data.params["drafter"].startswith("standalone:")
+    assert {"report.html", "tables"} <= {a.path for a in client.list_artifacts(pipeline.info.run_id)}
+    headline = pd.read_json(client.download_artifacts(pipeline.info.run_id, "tables/headline.json"), orient="split")
+    assert {"draft", "root", "rows", "per_depth"} <= set(headline["rule"])
+
+
+def test_every_run_lasts_as_long_as_its_work(demo):
+    client, exp, runs, *_ = demo
+    for run in runs:
+        seconds = (run.info.end_time - run.info.start_time) / 1000
+        wall = run.data.metrics["wall_s"]
+        assert seconds == pytest.approx(wall, rel=0.2, abs=0.05), run.info.run_name
+    decode = by_name(runs, "demo-t1-decode")
+    seconds = (decode.info.end_time - decode.info.start_time) / 1000
+    assert seconds == pytest.approx(decode.data.metrics["time_total_s"], rel=0.2)  # the decoder's own clock
+    pipeline = by_name(runs, "demo-t1")
+    stages = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == pipeline.info.run_id]
+    assert all(pipeline.info.start_time <= r.info.start_time <= r.info.end_time <= pipeline.info.end_time
+               for r in stages)
+
+
+def test_the_runs_tables_first_page_shows_every_stage(demo):
+    client, exp, runs, *_ = demo
+    page = client.search_runs([exp.experiment_id], max_results=RUNS_PAGE)  # the UI's order: newest first
+    stages = {"demo-t1", "demo-t1-decode", "demo-t1-featurize", "demo-t1-train", "demo-t1-evaluate"}
+    assert stages <= {r.info.run_name for r in page}
+    assert len(runs) <= RUNS_PAGE // 2  # the demo's two temperatures fit on the page too
+    assert len({r.info.run_name for r in runs if r.data.tags.get("mlflow.parentRunId")}) == len(runs) - 1  # unique
 
 
 def test_cross_fit_studies_are_named_per_fold_seeded_by_name_and_repeat(tmp_path):

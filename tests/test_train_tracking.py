@@ -41,7 +41,7 @@ def test_top1_hits_ties_and_uncounted_rounds():
     hit2, _ = top1_hits(pred[shuffled], label[shuffled], rounds[shuffled], cand[shuffled])
     np.testing.assert_array_equal(hit2, hit)
     m = fold_metrics(pred, label, np.array([0.5, 0.3, 0.2] * 3), rounds, cand)
-    assert m["top1_hit_pct"] == 50.0 and m["top1_hit_pct_draft"] == 0.0 and m["n_rounds"] == 3.0
+    assert m["top1_best_label_pct"] == 50.0 and m["top1_best_label_pct_draft"] == 0.0 and m["n_rounds"] == 3.0
     assert m["mse"] == pytest.approx(np.mean((pred - label) ** 2))
 
 
@@ -71,7 +71,7 @@ def expected_metrics(preds: pd.DataFrame, name: str, fold: int) -> dict:
     top = top.join(best, on=["prompt_id", "round"])
     counted = top[top.best > 0]
     return {"n_candidates": len(h), "mse": ((h[name] - h.label) ** 2).mean(), "mse_draft": ((h.draft - h.label) ** 2).mean(),
-            "top1_hit_pct": 100 * (counted.label == counted.best).mean()}
+            "top1_best_label_pct": 100 * (counted.label == counted.best).mean()}
 
 
 def test_train_logs_parent_folds_trials_and_loadable_models(features, mlflow_db, tmp_path, capsys):  # noqa: F811
@@ -86,7 +86,7 @@ def test_train_logs_parent_folds_trials_and_loadable_models(features, mlflow_db,
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("t").experiment_id
     runs = client.search_runs([exp])
-    assert {r.info.status for r in runs} == {"FINISHED"}  # fold runs resumed for their trials were closed again
+    assert {r.info.status for r in runs} == {"FINISHED"}
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     assert [r.info.run_name for r in parents] == ["demo-train"]
     parent = parents[0]
@@ -104,10 +104,13 @@ def test_train_logs_parent_folds_trials_and_loadable_models(features, mlflow_db,
         name, fold = key.rsplit("-fold", 1)
         for metric, value in expected_metrics(preds, name, int(fold)).items():
             assert run.data.metrics[metric] == pytest.approx(value), (key, metric)
-        trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == run.info.run_id]
-        assert len(trials) == (2 if name == "base" else 0)
-        assert all("inner_mse" in t.data.metrics and "trial.num_leaves" in t.data.params for t in trials)
-        if name == "base":  # the fold's tuned parameters are those its model was fitted with
+        assert not [r for r in runs if r.data.tags.get("mlflow.parentRunId") == run.info.run_id]  # no trial runs
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "tables")}
+        assert ("tables/trials.json" in artifacts) == (name == "base")
+        if name == "base":  # the fold's study, and tuned parameters that are those its model was fitted with
+            trials = pd.read_json(client.download_artifacts(run.info.run_id, "tables/trials.json"), orient="split")
+            assert len(trials) == 2 and trials["inner_mse"].notna().all() and "param.num_leaves" in trials
+            assert run.data.params["study"] == f"demo-train-base-fold{fold}"
             model = load_reranker(out / "models" / key)
             assert int(run.data.params["tuned.num_leaves"]) == model.num_leaves
         loaded = resolve_reranker(printed[key], tracking_uri=uri)

@@ -1,9 +1,11 @@
 """``specrank demo``: the whole offline pipeline on the embedded default, end to end.
 
 decode (sampling at T = 1 and greedy) -> featurize -> cross-fit rerankers -> evaluate with
-prompt-bootstrap intervals -> MLflow, then a table of the rules at B = 8 and 59. In MLflow each
-temperature is one pipeline run whose nested runs are the stages; the Rows/Base/isotonic model with
-the best held-out error is registered as ``models:/demo-<t>@champion``.
+prompt-bootstrap intervals -> MLflow, then a table of the rules at B = 8 and 59. The demo logs to its own
+store (``<out>/mlflow.db``) and experiment; each temperature is one pipeline run, the headline (a few
+metrics, the headline table, report.html, the champion's link), whose nested runs are the stages. The
+reranker (isotonic, per-depth, Base, Rows) with the lowest cross-fitted held-out error is refitted on all
+prompts and registered as ``models:/demo-<t>@champion``.
 Every stage is the ordinary CLI command, so the demo doubles as a worked example;
 rerunning it resumes each stage's finished work.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from specrank.cli import main
@@ -47,7 +50,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bootstrap", type=at_least(1), default=2000)
     parser.add_argument("--tune-trials", type=at_least(0), default=12,
                         help="Optuna trials per fold of Base and Rows (default 12)")
-    parser.add_argument("--tracking-uri", default=None, help="MLflow URI (default sqlite:///mlflow.db here)")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow URI (default: the demo's own store, sqlite:///OUT/mlflow.db)")
     parser.add_argument("--experiment", type=experiment_name, default="specrank-demo")
     parser.add_argument("--device", default="cpu")
     add_seen_prompts_argument(parser)
@@ -107,36 +111,43 @@ def run(args) -> int:
     check_target_spec(args.target)
     if args.drafter:
         parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
-    uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri))
+    if args.tracking_uri is not None:
+        check_tracking_uri(resolve_tracking_uri(args.tracking_uri))
     drafter = args.drafter or default_drafter()
     limit, max_new_tokens = DEMO_SIZE.get(drafter, FALLBACK_SIZE)
     limit, max_new_tokens = args.limit or limit, args.max_new_tokens or max_new_tokens
     # One folder per drafter, so switching drafters never meets another drafter's resumable runs.
     out = (args.out or default_out()).resolve() / drafter.replace(":", "-").replace("/", "_")
     check_unseen(drafter, read_prompts(default_prompts_path(), limit), args.allow_training_prompts)
+    if args.tracking_uri is None:  # the demo's own store, beside its runs: ad-hoc runs elsewhere stay out of it
+        (args.out or default_out()).mkdir(parents=True, exist_ok=True)  # every input checked: nothing partial
+    own_store = f"sqlite:///{(args.out or default_out()).resolve() / 'mlflow.db'}"
+    uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri or own_store))
     options = ["--eagle3-layers", ",".join(map(str, args.eagle3_layers))] if args.eagle3_layers else []
     options += ["--specforge-norm-output", args.specforge_norm_output] if args.specforge_norm_output else []
     if args.allow_training_prompts:
         options.append("--allow-training-prompts")
-    tables = {}
+    tables, champions = {}, {}
     for temp in temperatures:
         name = "greedy" if temp == 0 else f"t{temp:g}"
         run_dir = out / name
         tracked = ["--tracking-uri", uri, "--experiment", args.experiment]
-        with _pipeline_run(args.experiment, uri, name, temp, drafter):
+        with _pipeline_run(args.experiment, uri, name, temp, drafter) as pipeline:
             _stage(["decode", "--target", args.target, "--drafter", drafter, "--out", str(run_dir),
                     "--temperature", f"{temp:g}", "--limit", str(limit),
                     "--max-new-tokens", str(max_new_tokens), "--device", args.device, *options,
                     *tracked, "--run-name", f"demo-{name}-decode"])
-            _stage(["featurize", str(run_dir), *tracked, "--run-name", f"demo-{name}-featurize"])
-            _stage(["train", str(run_dir / "features.parquet"), "--rerankers", "isotonic,base,rows",
+            _stage(["featurize", str(run_dir), "--edges-out", str(run_dir / "edges.parquet"), *tracked,
+                    "--run-name", f"demo-{name}-featurize"])
+            _stage(["train", str(run_dir / "features.parquet"), "--rerankers", "isotonic,per_depth,base,rows",
+                    "--edges", str(run_dir / "edges.parquet"),
                     "--tune-trials", str(args.tune_trials), "--out-dir", str(run_dir / "rerankers"), *tracked,
                     "--run-name", f"demo-{name}-train", "--model-prefix", f"demo-{name}", "--register", f"demo-{name}"])
             _stage(["evaluate", str(run_dir), "--predictions", str(run_dir / "rerankers" / "predictions.parquet"),
                     "--out", str(run_dir / "evaluation"), "--bootstrap", str(args.bootstrap), *tracked,
                     "--run-name", f"demo-{name}-evaluate"])
             evaluation = load_evaluation(run_dir / "evaluation")
-            _summarize_pipeline(evaluation, name, run_dir)
+            champions[f"demo-{name}"] = _summarize_pipeline(evaluation, name, run_dir, pipeline, drafter, temp)
         tables[name] = headline_table(evaluation.summary, evaluation.meta["headline_budgets"])
     for name, table in tables.items():
         print(f"\n## {name}: expected accepted draft tokens per round (held-out, 95% prompt-bootstrap intervals)\n")
@@ -144,10 +155,17 @@ def run(args) -> int:
     print(f"\nDrafter: {drafter}. Reports: {out}/*/evaluation/report.md (and report.html)")
     from mlflow import MlflowClient
 
+    from specrank.tracking.pipeline import demo_description, describe_experiment
     from specrank.tracking.runs import runs_page
+    from specrank.tracking.uri import tracking_store
 
     experiment = MlflowClient(uri).get_experiment_by_name(args.experiment)
-    print(f"Browse the runs: mlflow ui --backend-store-uri {uri}\n  then open {runs_page(experiment.experiment_id)}")
+    with tracking_store(uri):
+        describe_experiment(experiment.experiment_id, demo_description(uri, champions, drafter))
+    for model, load in champions.items():
+        print(f"Champion {model}: specrank.tracking.resolve_reranker(\"{load}\", tracking_uri=\"{uri}\")")
+    print(f"MLflow store: {uri} (experiment {args.experiment!r})\n"
+          f"Browse the runs: mlflow ui --backend-store-uri {uri}\n  then open {runs_page(experiment.experiment_id)}")
     return 0
 
 
@@ -157,18 +175,37 @@ def _pipeline_run(experiment: str, uri: str, name: str, temp: float, drafter: st
 
     note = (f"The demo pipeline at T = {temp:g} with drafter {drafter}: its nested runs are the stages "
             "decode -> featurize -> train -> evaluate, linked by the datasets each logs.")
-    return experiment_run(experiment, run_name=f"demo-{name}", tracking_uri=uri,
-                          tags={"specrank.stage": "pipeline"}, description=note)
+    return _with_params(experiment_run(experiment, run_name=f"demo-{name}", tracking_uri=uri,
+                                       tags={"specrank.stage": "pipeline"}, description=note),
+                        {"stage": "pipeline", "temperature": float(temp), "drafter": drafter, "store": uri})
 
 
-def _summarize_pipeline(evaluation, name: str, run_dir) -> None:
-    """The evaluation's headline metrics and description, and the recorded rounds, on the pipeline run (the runs
-    table's top level)."""
-    from specrank import tracking
-    from specrank.tracking.evaluation import evaluation_note, headline_metrics
+@contextmanager
+def _with_params(run, params: dict):
+    """``run`` with ``params`` logged as soon as it opens."""
+    from specrank.tracking import log_params
+
+    with run as active:
+        log_params(params)
+        yield active
+
+
+def _summarize_pipeline(evaluation, name: str, run_dir, pipeline, drafter: str, temp: float) -> str:
+    """The pipeline run's headline (``specrank.tracking.pipeline.log_pipeline``) and the recorded rounds; returns
+    the champion's load URI."""
+    from mlflow import MlflowClient
+
     from specrank.tracking.lineage import log_dataset, rounds_dataset
+    from specrank.tracking.pipeline import log_pipeline
 
+    client = MlflowClient()
+    stages = {r.info.run_name: r for r in client.search_runs(
+        [pipeline.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{pipeline.info.run_id}'")}
+    train = stages[f"demo-{name}-train"].data.metrics
+    decode = stages[f"demo-{name}-decode"].data.metrics
+    version = client.get_model_version_by_alias(f"demo-{name}", "champion")
     log_dataset(rounds_dataset(run_dir), "pipeline")
-    budgets = evaluation.meta["headline_budgets"]
-    tracking.log_metrics(headline_metrics(evaluation.summary, budgets, evaluation.first_factor))
-    tracking.set_description(evaluation_note(evaluation, f"Demo pipeline {name} (held-out offline evaluation)"))
+    title = f"**Demo pipeline {name}**: T = {temp:g}, drafter {drafter}; nested runs decode -> featurize -> train -> evaluate."
+    log_pipeline(evaluation, Path(run_dir) / "evaluation" / "report.html", {**train, "n_prompts":
+                 evaluation.meta.get("prompts")}, decode, version, title)
+    return f"models:/demo-{name}@champion"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from specrank.commands.args import at_least, experiment_name
@@ -60,6 +61,7 @@ def run(args) -> int:
         from specrank.tracking import check_tracking_uri, resolve_tracking_uri
 
         uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri))  # before any work: no partial output
+    started = time.time()  # the evaluate run's start: the work's, not its logging's
     evaluation = evaluate_run(run_dir, predictions, budgets=args.budgets, n_boot=args.bootstrap, seed=args.seed)
     with staged(out) as stage:  # the local outputs appear only once MLflow has them too
         save_evaluation(evaluation, stage)
@@ -68,7 +70,7 @@ def run(args) -> int:
             figures = {name: stage / "figures" / f"{name}.png" for name in FIGURES}  # the files just written
             html = (stage / "report.html").read_text()
             for key, model_uri in _track(args, uri, evaluation, figures, report, html, run_dir, predictions,
-                                         models).items():
+                                         models, started).items():
                 print(f"model {key}: {model_uri}")
     s = evaluation.summary
     for b in evaluation.meta["headline_budgets"]:
@@ -113,9 +115,9 @@ def _example(run_dir: Path):
 
 
 def _track(args, uri, evaluation, figures, report, html: str, run_dir: Path, predictions: Path,
-           models: dict) -> dict:
+           models: dict, started: float) -> dict:
     from specrank import tracking
-    from specrank.tracking.evaluation import evaluation_note, log_evaluation
+    from specrank.tracking.evaluation import evaluation_note, link_evaluated_models, log_evaluation
     from specrank.tracking.lineage import file_dataset, log_dataset, rounds_dataset
 
     meta = evaluation.meta
@@ -132,12 +134,15 @@ def _track(args, uri, evaluation, figures, report, html: str, run_dir: Path, pre
     run_name = args.run_name or f"evaluate-{run_dir.resolve().name}"
     note = evaluation_note(evaluation, f"Offline evaluation of {run_dir.resolve().name}")
     with tracking.experiment_run(args.experiment, run_name=run_name, tracking_uri=uri,
-                                 tags={"specrank.stage": "evaluate"}, description=note):
+                                 tags={"specrank.stage": "evaluate"}, description=note, span=(started, None)):
         tracking.log_params(params)
         log_dataset(rounds_dataset(run_dir), "evaluation")
-        log_dataset(file_dataset(predictions), "evaluation")
+        predictions_dataset = file_dataset(predictions)
+        log_dataset(predictions_dataset, "evaluation")
+        link_evaluated_models(predictions_dataset.digest)
         return log_evaluation(evaluation, figures, report, models, _example(run_dir) if models else None,
-                              report_html=html, model_prefix=args.model_prefix or run_name)
+                              report_html=html, model_prefix=args.model_prefix or run_name,
+                              span=(started, None))
 
 
 def evaluation_manifest(run_dir: Path) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from specrank.commands.args import experiment_name
@@ -35,6 +36,7 @@ def run(args) -> int:
         from specrank.tracking.uri import optional_uri
 
         uri = optional_uri(args.tracking_uri)  # an unreachable store fails before any output
+    started = time.time()  # the featurize run's start (its MLflow run is logged once the files are written)
     df = featurize_run(args.run_dir)
     edges = edges_run(args.run_dir) if edges_out else None  # both computed before either is written
     with restoring_files([out, edges_out]):  # a store that refuses the run leaves the files as they were
@@ -44,7 +46,7 @@ def run(args) -> int:
         if uri is not None:
             from specrank.tracking.featurize import log_featurize
 
-            log_featurize(uri, args.experiment, args.run_name, args.run_dir, out, df)
+            log_featurize(uri, args.experiment, args.run_name, args.run_dir, out, df, started=started)
     meta = df.attrs["specrank"]
     print(f"{out}: {len(df)} candidate rows, {df.prompt_id.nunique()} prompts, {meta['label_kind']} labels")
     if edges_out:

@@ -3,6 +3,7 @@ realized vs expected acceptance at the same contexts, and time the strategies ag
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -118,6 +119,7 @@ def run(args) -> int:
     parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
     target = load_target(args.target, args.device, args.dtype)
     encoded = [(p.prompt_id, p.task, ids) for p, ids in zip(prompts, encode_prompts(target, prompts, config))]
+    started = time.time()  # the MLflow run's start: the decoding's, not its logging's
     with _drafter_worker(args, load_drafter(args.drafter, target, args.eagle3_layers, args.specforge_norm_output)) as drafter:
         rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, compare, args.warmup)
     tables = {
@@ -130,7 +132,7 @@ def run(args) -> int:
     with staged(args.out) as stage:  # the local outputs appear only once MLflow has them too
         _write(tables, stage)
         if uri is not None:
-            _track(args, uri, tables, config, target, drafter, compare, strategies)
+            _track(args, uri, tables, config, target, drafter, compare, strategies, started)
     _print(tables)
     return 0
 
@@ -161,9 +163,8 @@ def _write(tables: dict, out_dir) -> None:
     atomic_write(out / "realized_acceptance.png", lambda tmp: fig.savefig(tmp, format="png", dpi=120))
 
 
-def _track(args, uri, tables, config, target, drafter, compare, strategies) -> None:
-    from specrank import tracking
-    from specrank.evaluation.figures import acceptance_figure
+def _track(args, uri, tables, config, target, drafter, compare, strategies, started: float) -> None:
+    from specrank.tracking.online import log_online
 
     reranked = strategies.get("reranked")
     digest = getattr(getattr(reranked, "reranker", None), "meta_", {}).get("format_digest", "")
@@ -173,22 +174,7 @@ def _track(args, uri, tables, config, target, drafter, compare, strategies) -> N
               "config": asdict(config), "prompts": str(args.prompts or default_prompts_path()),
               "warmup": args.warmup, "bootstrap": args.bootstrap, "pipeline": args.pipeline,
               "drafter_device": args.drafter_device or "", "drafter_threads": args.drafter_threads or ""}
-    with tracking.experiment_run(args.experiment, run_name=args.run_name or f"online-{args.strategies}", tracking_uri=uri):
-        tracking.log_params(params)
-        metrics = {}
-        for _, r in tables["online_acceptance"].iterrows():
-            for k in ("mean", "low", "high"):
-                metrics[f"{r['decoder']}.{r['statistic']}.{k}"] = r[k]
-        for _, r in tables["online_decoders"].iterrows():
-            for k in ("tokens_per_pass", "tokens_per_s", "passes", "draft_share", "root_pass_share",
-                      "tree_pass_share", "rerank_share", "bookkeeping_share", "root_pass_hidden_share"):
-                metrics[f"{r['decoder']}.{k}"] = r[k]
-        for _, r in tables["online_speed"].iterrows():
-            for k in ("ratio", "low", "high"):
-                metrics[f"{r['decoder']}.speed_vs_{r['base']}.{k}"] = r[k]
-        tracking.log_metrics(metrics)
-        tracking.log_tables(tables)
-        tracking.log_figure(acceptance_figure(tables["online_acceptance"]), "realized_acceptance")
+    log_online(uri, args.experiment, args.run_name or f"online-{args.strategies}", params, tables, started)
 
 
 def _print(tables) -> None:

@@ -3,8 +3,9 @@
 ``OUT_DIR/models/NAME-foldF`` (a format-2 reranker directory) is the model that predicted fold F (it was
 trained on the other folds). Every reranker is fitted before anything is written: a failure leaves no output.
 With ``--tracking-uri`` the run is logged to MLflow (``specrank.tracking.training``): parameters,
-per-fold metrics and models, Optuna trials, and predictions.parquet; ``--register NAME`` then registers
-the chosen fold model in the Model Registry under an alias (``models:/NAME@champion``).
+per-fold metrics and models, Optuna studies, and predictions.parquet; ``--register NAME`` then refits the
+reranker with the lowest fold-mean held-out MSE on every prompt and registers it in the Model Registry under
+an alias (``models:/NAME@champion``).
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ def add_arguments(parser) -> None:
                         help="models and Optuna studies are named PREFIX-RERANKER-foldF (default: the run name, "
                              "else the features' folder name)")
     parser.add_argument("--register", default=None, metavar="NAME",
-                        help="register the chosen reranker's best fold model as a new version of NAME in the "
-                             "MLflow Model Registry (needs --tracking-uri)")
+                        help="refit the chosen reranker on every prompt and register it as a new version of NAME "
+                             "in the MLflow Model Registry (needs --tracking-uri)")
     parser.add_argument("--register-reranker", default=None,
                         help="the reranker --register registers (default: the lowest fold-mean held-out MSE)")
     parser.add_argument("--alias", default="champion", help="alias of the registered version (default champion)")
@@ -91,6 +92,20 @@ def _fit(name, table, args, tracker):
     hook = tracker.tune_callbacks(name) if tracker and trials else None
     return cross_fit(make_reranker(name, args), table, tune_trials=trials, tune_seed=args.seed, tune_callbacks=hook,
                      tune_study=f"{model_prefix(args)}-{name}")
+
+
+def _refit(name, feats, edges, args, callbacks):
+    """The registered reranker fitted on every prompt (tuned first on all of them, study ``<prefix>-<name>-all``):
+    (model, the table it was fitted on, tuned parameters)."""
+    from specrank.rerankers.tune import tune
+
+    table = edges if name == "per_depth" else feats
+    model, tuned = make_reranker(name, args), {}
+    if args.tune_trials and name in ("base", "rows"):
+        tuned = tune(model, table, n_trials=args.tune_trials, seed=args.seed, callbacks=callbacks,
+                     study_name=f"{model_prefix(args)}-{name}-all")
+        model.set_params(**tuned)
+    return model.fit(table), table, tuned
 
 
 def save_models(fits: dict, models_dir: Path) -> None:
@@ -173,9 +188,11 @@ def run(args) -> int:
             for key, uri in tracker.log_training(fits, preds, feats, stage / "predictions.parquet").items():
                 print(f"model {key}: {uri}")
             if args.register:
-                version = tracker.register(args.register, args.alias, args.register_reranker)
+                refit = lambda name, callbacks: _refit(name, feats, edges, args, callbacks)  # noqa: E731
+                version = tracker.register(args.register, refit, args.alias, args.register_reranker)
                 print(f"registered models:/{args.register}@{args.alias} (version {version.version}: "
-                      f"{version.tags.get('specrank.reranker')} fold {version.tags.get('specrank.fold')})")
+                      f"{version.tags.get('specrank.reranker')} refitted on all "
+                      f"{version.tags.get('specrank.training_prompts')} prompts)")
     print(f"{out_dir / 'predictions.parquet'}: {len(preds)} rows, columns {', '.join(['draft'] + names)}")
     return 0
 

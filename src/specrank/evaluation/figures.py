@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from specrank.evaluation.names import EXACT, ROW_RULES, label, ordered, rerankers
 
-EAGLE3_TREE = 59  # EAGLE-3's default tree (dotted line)
+EAGLE3_TREE = 59  # the size of EAGLE-3's default tree (a dotted reference line, whichever drafter drafted)
 FIGURES = ("gain_vs_budget", "root_share_by_task")
 
 
@@ -78,7 +78,8 @@ def gain_vs_budget(summary: pd.DataFrame, meta: dict | None = None):
     for ax, (group, title) in zip(axes[0], panels):
         _gain_panel(ax, summary, group, colors, title)
     axes[0, 0].set_ylabel("gain over draft (accepted draft tokens / round)")
-    caption = "Gain over draft selection; bands: 95% prompt-bootstrap intervals; dotted: EAGLE-3 tree"
+    caption = ("Gain over draft selection; bands: 95% prompt-bootstrap intervals; "
+               f"dotted: B = {EAGLE3_TREE}, the size of EAGLE-3's default tree")
     fig.suptitle(_caption(meta, caption), fontsize=10)
     fig.tight_layout()
     return fig
@@ -122,7 +123,9 @@ def root_share_by_task(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict |
 def _caption(meta: dict | None, text: str) -> str:
     if not meta:
         return text
-    run = f"{meta.get('law', '')} decoding, {meta.get('rounds', '?')} rounds, {meta.get('prompts', '?')} prompts"
+    drafter = f"drafter {meta['drafter']}, " if meta.get("drafter") else ""
+    run = (f"{drafter}{meta.get('law', '')} decoding, {meta.get('rounds', '?')} rounds, "
+           f"{meta.get('prompts', '?')} prompts")
     return f"{text}\n{run}"
 
 

@@ -68,6 +68,7 @@ def evaluate(rounds: Rounds, first_factors: dict[str, np.ndarray], budgets=None,
     calibrated = dict(first_factors, per_depth=rules["per_depth"][1]["edge_factor"][:, : rounds.topk])
     meta = {
         "law": rounds.law,
+        "drafter": rounds.manifest.get("drafter"),  # named in the figures' captions
         "rounds": rounds.n_rounds,
         "prompts": int(len(np.unique(rounds.prompt_id))),
         "tasks": sorted(set(rounds.task)),

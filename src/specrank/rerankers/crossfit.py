@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +55,7 @@ class CrossFit:
     folds: np.ndarray
     models: dict = field(default_factory=dict)  # fold value -> model fitted on every other fold
     params: dict = field(default_factory=dict)  # fold value -> tuned parameters (when tuned)
+    spans: dict = field(default_factory=dict)  # fold value -> (start, end) epoch seconds of its tuning and fit
 
 
 def cross_fit(estimator, X: pd.DataFrame, y=None, *, folds=None, tune_trials: int = 0, tune_seed: int = 0,
@@ -69,6 +71,7 @@ def cross_fit(estimator, X: pd.DataFrame, y=None, *, folds=None, tune_trials: in
     y = None if y is None else np.asarray(y, dtype=np.float64)
     out = CrossFit(predictions=np.full(len(X), np.nan), folds=fold)
     for f in np.unique(fold):  # two folds in the paper
+        start = time.time()
         train, test = fold != f, fold == f
         model = clone(estimator)
         y_train = None if y is None else y[train]
@@ -80,4 +83,5 @@ def cross_fit(estimator, X: pd.DataFrame, y=None, *, folds=None, tune_trials: in
             model.set_params(**out.params[f])
         out.models[f] = model.fit(X[train], y_train)
         out.predictions[test] = model.predict(X[test])
+        out.spans[f] = (start, time.time())
     return out

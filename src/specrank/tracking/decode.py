@@ -3,6 +3,7 @@ metrics; the prompts it read and the rounds it recorded as datasets."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -53,16 +54,19 @@ def recorded_metrics(run_dir) -> dict[str, float]:
 
 def log_decode(uri: str, experiment: str, run_name: str | None, run_dir, manifest: dict, metrics: dict,
                prompts) -> str:
-    """One run for one ``specrank decode`` (``metrics`` from ``decode_metrics`` or ``workers_decode_metrics``);
-    returns its id."""
+    """One run for one ``specrank decode`` (``metrics`` from ``decode_metrics`` or ``workers_decode_metrics``),
+    logged once the decoding is done: its start and end are the decoding's (its ``wall_s``, else
+    ``time_total_s``, up to now), not the logging's. Returns its id."""
     shown = ("rounds", "accepted_per_round", "tokens_per_s", "time_target_s", "time_draft_s", "time_total_s",
              "recorded_rounds", "recorded_accepted_per_round")
     rows = [[k, f"{metrics[k]:.3f}"] for k in shown if k in metrics]
     note = (f"Recording of {manifest.get('target')} with drafter {manifest.get('drafter')} at T = "
             f"{manifest.get('temperature')}.\n\n" + markdown_table(["metric", "value"], rows) + "\n\n" + UNITS)
     name = run_name or f"decode-{Path(run_dir).resolve().name}"
+    end = time.time()
+    span = (end - metrics.get("wall_s", metrics.get("time_total_s", 0.0)), end)
     with experiment_run(experiment, run_name=name, tracking_uri=uri, tags={"specrank.stage": "decode"},
-                        description=note) as run:
+                        description=note, span=span) as run:
         log_params({"stage": "decode", "run_dir": str(Path(run_dir).resolve()), "manifest": manifest})
         log_metrics(metrics)
         log_dataset(file_dataset(prompts), "input")

@@ -3,19 +3,23 @@ tables and Parquet, figures as images, the report as Markdown and as HTML, and o
 
 from __future__ import annotations
 
+import mlflow
 import pandas as pd
 
 from specrank.evaluation.names import rerankers
 from specrank.evaluation.report import headline_table
 from specrank.tracking.models import log_reranker, model_name
-from specrank.tracking.runs import log_figure, log_metrics, log_report, log_tables, nested_run
+from specrank.tracking.runs import log_figure, log_metrics, log_params, log_report, log_tables, nested_run
 
 FOLD_SPLIT = "fold"
 MAX_METRICS = 60  # per run: beyond a few dozen, MLflow's charts and runs table stop reading at a glance
 UNITS = ("`*_tokens*` are expected accepted draft tokens per round on the recorded rounds; `*_gain_tokens_*` "
          "are gains over draft selection in the same unit, with 95% paired prompt-bootstrap intervals "
          "(`_ci_low`, `_ci_high`); `*_root_share_pct_*` is the percentage of root selection's gain a rule "
-         "recovers (above 100 when it beats root). Every rule, budget and split is in the tables under "
+         "recovers (above 100 when it beats root); `*_top1_argmax_pct` is the percentage of rounds whose top "
+         "candidate by the estimated first factor is the target's argmax (greedy: of rounds whose first level "
+         "holds it), `*_ff_mse_pct_of_draft` the first factor's squared error as a percentage of the draft's. "
+         "Every rule, budget and split is in the tables under "
          "Artifacts, `tables/`.")
 
 
@@ -46,11 +50,11 @@ def headline_metrics(table: pd.DataFrame, budgets, first_factor: pd.DataFrame | 
             out[f"oracle_gain_tokens_B{b}"] = at[b].loc["oracle", "gain"]
     ff = None if first_factor is None else first_factor.set_index("estimate")
     if ff is not None and "draft" in ff.index:
-        out["draft_top1_hit_pct"] = ff.loc["draft", "top1_hit_pct"]
+        out["draft_top1_argmax_pct"] = ff.loc["draft", "top1_hit_pct"]
     for rule in rerankers(table["rule"].unique()):
         more = {k: v for b in budgets for k, v in _gain(at[b], rule, b, share=True).items()}
         if ff is not None and rule in ff.index:
-            more[f"{rule}_top1_hit_pct"] = ff.loc[rule, "top1_hit_pct"]
+            more[f"{rule}_top1_argmax_pct"] = ff.loc[rule, "top1_hit_pct"]
             more[f"{rule}_ff_mse_pct_of_draft"] = ff.loc[rule, "mse_pct_of_draft"]
         if len(out) + len(more) > MAX_METRICS:
             break
@@ -69,13 +73,14 @@ def evaluation_note(evaluation, title: str, table: pd.DataFrame | None = None) -
 
 def log_evaluation(evaluation, figures: dict | None = None, report: str | None = None, models: dict | None = None,
                    example: pd.DataFrame | None = None, *, report_html: str | None = None,
-                   model_prefix: str | None = None) -> dict[str, str]:
+                   model_prefix: str | None = None, span: tuple[float, float | None] | None = None) -> dict[str, str]:
     """Log headline metrics, tables, figures and report to the active run, and each fold's to a nested run.
 
     ``figures`` maps names to matplotlib Figures or to PNG files already written (logged as images).
     ``models`` maps a fold (``"0"``, ``"1"``) to {reranker name: the model that scored that fold}; each
     is logged as a pyfunc model ``<model_prefix>-<name>-fold<f>`` in the fold's nested run, with ``example``
-    features for its signature. Returns ``{"<name>-fold<f>": model URI}``.
+    features for its signature. ``span`` times the fold runs (one evaluation scores both folds at once).
+    Returns ``{"<name>-fold<f>": model URI}``.
     """
     budgets = evaluation.meta.get("headline_budgets") or sorted(evaluation.summary["budget"].unique())[:2]
     log_metrics(headline_metrics(evaluation.summary, budgets, evaluation.first_factor)
@@ -92,8 +97,35 @@ def log_evaluation(evaluation, figures: dict | None = None, report: str | None =
     for group, table in folds.groupby("group", sort=True):
         note = evaluation_note(evaluation, f"Fold {group} (prompt index % 2 = {group}), scored by models fitted "
                                            "on the other fold", table)
-        with nested_run(f"fold-{group}", tags={"specrank.fold": str(group)}, description=note):
+        with nested_run(f"fold-{group}", tags={"specrank.fold": str(group)}, description=note, span=span):
             log_metrics(headline_metrics(table, budgets))
             for name, model in (models or {}).get(str(group), {}).items():
                 uris[f"{name}-fold{group}"] = log_reranker(model, model_name(model_prefix, name, group), example)
     return uris
+
+
+def link_evaluated_models(predictions_digest: str) -> pd.DataFrame:
+    """List, in the active run, the logged fold models that made the predictions it evaluated: those of the
+    ``train`` run in this experiment whose output dataset has ``predictions_digest``. They go in the param
+    ``evaluated_models`` and the table ``tables/evaluated_models.json`` with their ``models:/`` URIs (MLflow's
+    own run -> model inputs are Databricks-only); returns the table (empty when no such run)."""
+    client = mlflow.MlflowClient()
+    active = mlflow.active_run()
+    experiment = active.info.experiment_id
+    trains = client.search_runs([experiment], filter_string="tags.`specrank.stage` = 'train'", max_results=200)
+    producers = [r.info.run_id for r in trains
+                 if any(i.dataset.digest == predictions_digest for i in r.inputs.dataset_inputs)]
+    if not producers:
+        return pd.DataFrame(columns=["model", "reranker", "fold", "uri"])
+    children = {r.info.run_id for r in client.search_runs(
+        [experiment], filter_string=f"tags.mlflow.parentRunId = '{producers[-1]}'", max_results=500)}
+    models = [m for m in client.search_logged_models([experiment], max_results=500)
+              if m.source_run_id in children and m.tags.get("specrank.fold", "all") != "all"]
+    table = pd.DataFrame([{"model": m.name, "reranker": m.tags.get("specrank.reranker", ""),
+                           "fold": m.tags.get("specrank.fold", ""), "uri": f"models:/{m.model_id}"}
+                          for m in sorted(models, key=lambda m: m.name)],
+                         columns=["model", "reranker", "fold", "uri"])
+    if len(table):
+        log_params({"evaluated_models": list(table["model"])})
+        log_tables({"evaluated_models": table})
+    return table

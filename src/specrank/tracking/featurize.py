@@ -9,8 +9,10 @@ from specrank.tracking.lineage import file_dataset, log_dataset, rounds_dataset
 from specrank.tracking.runs import experiment_run, log_metrics, log_params
 
 
-def log_featurize(uri: str, experiment: str, run_name: str | None, run_dir, features_path, features) -> str:
-    """One run for one ``specrank featurize``; returns its id."""
+def log_featurize(uri: str, experiment: str, run_name: str | None, run_dir, features_path, features,
+                  started: float | None = None) -> str:
+    """One run for one ``specrank featurize`` that began at ``started`` (epoch seconds; default: now); returns
+    its id."""
     meta = features.attrs.get("specrank", {})
     metrics = {"n_candidates": len(features), "n_rounds": len(features.drop_duplicates(["prompt_id", "round"])),
                "n_prompts": features["prompt_id"].nunique()}
@@ -21,7 +23,7 @@ def log_featurize(uri: str, experiment: str, run_name: str | None, run_dir, feat
             + markdown_table(["metric", "value"], [[k, f"{v:g}"] for k, v in metrics.items()]))
     name = run_name or f"featurize-{Path(run_dir).resolve().name}"
     with experiment_run(experiment, run_name=name, tracking_uri=uri, tags={"specrank.stage": "featurize"},
-                        description=note) as run:
+                        description=note, span=None if started is None else (started, None)) as run:
         log_params({"stage": "featurize", "run_dir": str(Path(run_dir).resolve()),
                     "features": str(Path(features_path).resolve()), "meta": meta})
         log_metrics(metrics)

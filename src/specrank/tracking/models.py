@@ -68,12 +68,19 @@ class RerankerModel(mlflow.pyfunc.PythonModel):
         return np.asarray(self.reranker.predict_first_factor(features), dtype=np.float64)
 
 
+def signature_columns(reranker) -> list[str] | None:
+    """The first-level columns the reranker's first factor reads: ``first_factor_features_`` (a per-depth map,
+    fitted on edges, reads ``q``), else its fitted features' input columns; None when it names none."""
+    if hasattr(reranker, "first_factor_features_"):
+        return list(reranker.first_factor_features_)
+    return input_columns(reranker.features_) if hasattr(reranker, "features_") else None
+
+
 def _model_input(reranker, features: pd.DataFrame) -> pd.DataFrame:
     """The columns the reranker reads when all are present (the signature's inputs), categories as strings."""
-    if hasattr(reranker, "features_"):
-        wanted = input_columns(reranker.features_)
-        if set(wanted) <= set(features.columns):  # else (per-depth maps read ``q`` online) keep every column
-            features = features[wanted]
+    wanted = signature_columns(reranker)
+    if wanted is not None and set(wanted) <= set(features.columns):  # else keep every column
+        features = features[wanted]
     features = features.copy()
     for col in features.columns[features.dtypes == "category"]:  # MLflow schemas have no categorical type
         features[col] = features[col].astype(str)

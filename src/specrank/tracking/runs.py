@@ -6,6 +6,7 @@ import hashlib
 import math
 import re
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +33,7 @@ _BAD_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
 WORKFLOW_PARAM = "workflowType=machine_learning"  # MLflow UI's "Model training" view
+MLFLOW_PARENT_RUN_ID = "mlflow.parentRunId"  # mlflow.utils.mlflow_tags.MLFLOW_PARENT_RUN_ID
 NOTE_TAG = "mlflow.note.content"  # a run's description in the UI (mlflow.utils.mlflow_tags.MLFLOW_RUN_NOTE)
 _TAG_VALUE_MAX = 8000  # MLflow's limit on one tag value
 
@@ -43,10 +45,14 @@ def experiment_run(
     tracking_uri: str | None = None,
     tags: Mapping[str, str] | None = None,
     description: str | None = None,
+    span: tuple[float, float] | None = None,
 ) -> Iterator[mlflow.ActiveRun]:
     """A run of ``experiment`` at ``tracking_uri`` (checked reachable first), restoring the previous URI.
 
     Inside an active run of the same store and experiment (the demo's pipeline run), the run is its child.
+    ``span`` (epoch seconds: start, end or None for the block's end) is when the work it records ran, for a
+    run logged after the work began; without it the run is live (starts now, ends when the block does).
+    Either way the run's metric ``wall_s`` is its duration.
     """
     uri = check_tracking_uri(resolve_tracking_uri(tracking_uri))
     parent = mlflow.active_run()
@@ -56,9 +62,33 @@ def experiment_run(
         exp = ensure_experiment(experiment, uri)
         if parent is not None and parent.info.experiment_id != exp.experiment_id:
             raise TrackingError(f"a run of another experiment is active: cannot nest a run of {experiment!r} under it")
-        with mlflow.start_run(run_name=run_name, experiment_id=exp.experiment_id, nested=parent is not None,
-                              tags=run_tags(tags, description)) as run:
+        with timed_run(run_name, exp.experiment_id, run_tags(tags, description), span) as run:
             yield run
+
+
+@contextmanager
+def timed_run(run_name: str | None, experiment_id: str | None, tags: dict, span: tuple[float, float] | None = None):
+    """``mlflow.start_run`` (nested under the active run, if any) whose start and end are the work's own:
+    now and the block's end, or ``span``'s (the run's duration in the UI then is the work's, not the few
+    milliseconds its logging took). Logs ``wall_s``, the work's seconds."""
+    parent = mlflow.active_run()
+    if span is None:
+        start = time.time()
+        with mlflow.start_run(run_name=run_name, experiment_id=experiment_id, nested=parent is not None,
+                              tags=tags) as run:
+            yield run
+            mlflow.log_metric("wall_s", time.time() - start)
+        return
+    client = mlflow.MlflowClient()
+    experiment_id = experiment_id or parent.info.experiment_id  # nested_run: always under a parent
+    parent_tag = {MLFLOW_PARENT_RUN_ID: parent.info.run_id} if parent else {}
+    created = client.create_run(experiment_id, start_time=int(span[0] * 1000), tags={**tags, **parent_tag},
+                                run_name=run_name)
+    with mlflow.start_run(run_id=created.info.run_id, nested=parent is not None) as run:
+        yield run
+        end = time.time() if span[1] is None else span[1]
+        mlflow.log_metric("wall_s", end - span[0])
+    client.set_terminated(created.info.run_id, "FINISHED", end_time=int(end * 1000))
 
 
 def ensure_experiment(name: str, uri: str):
@@ -96,12 +126,12 @@ def local_artifact_root(uri: str) -> str | None:
 
 
 @contextmanager
-def nested_run(run_name: str, tags: Mapping[str, str] | None = None,
-               description: str | None = None) -> Iterator[mlflow.ActiveRun]:
-    """A child run (a fold, an Optuna trial) of the active run."""
+def nested_run(run_name: str, tags: Mapping[str, str] | None = None, description: str | None = None,
+               span: tuple[float, float] | None = None) -> Iterator[mlflow.ActiveRun]:
+    """A child run (a fold, a refit) of the active run; ``span`` as in ``experiment_run``."""
     if mlflow.active_run() is None:
         raise RuntimeError("nested_run needs an active parent run (use experiment_run first)")
-    with mlflow.start_run(run_name=run_name, nested=True, tags=run_tags(tags, description)) as run:
+    with timed_run(run_name, None, run_tags(tags, description), span) as run:
         yield run
 
 

@@ -1,5 +1,6 @@
 """``specrank train`` in MLflow: a parent run, one nested run per (reranker, fold) with that fold's
-held-out metrics and model, and the Optuna trials of the fold's model nested under its run."""
+held-out metrics, model and Optuna study (trials table, history figure), timed as the fold's fit; the
+candidates table, and the registered champion refitted on every prompt in a nested run of its own."""
 
 from __future__ import annotations
 
@@ -12,11 +13,9 @@ import numpy as np
 import pandas as pd
 
 from specrank.featurize.features import META_KEY
-from specrank.featurize.sets import input_columns
 from specrank.markdown import markdown_table
-from specrank.rerankers.tune import study_name
 from specrank.tracking.lineage import file_dataset, log_dataset
-from specrank.tracking.models import log_reranker, model_name
+from specrank.tracking.models import log_reranker, model_name, signature_columns
 from specrank.tracking.registry import register_reranker
 from specrank.tracking.runs import (
     NOTE_TAG,
@@ -24,6 +23,7 @@ from specrank.tracking.runs import (
     file_hash,
     log_metrics,
     log_params,
+    log_tables,
     nested_run,
     set_description,
 )
@@ -57,8 +57,8 @@ def fold_metrics(pred, label, draft, rounds, cand) -> dict[str, float]:
         "mse": float(se.mean()),
         "mse_draft": float(se_draft.mean()),
         "mse_pct_of_draft": 100.0 * float(se.sum() / se_draft.sum()) if se_draft.sum() > 0 else float("nan"),
-        "top1_hit_pct": 100.0 * float(hit[counted].sum()) / n_counted,
-        "top1_hit_pct_draft": 100.0 * float(hit_draft[counted].sum()) / n_counted,
+        "top1_best_label_pct": 100.0 * float(hit[counted].sum()) / n_counted,
+        "top1_best_label_pct_draft": 100.0 * float(hit_draft[counted].sum()) / n_counted,
     }
 
 
@@ -76,9 +76,10 @@ def train_params(features: Path, feats: pd.DataFrame, names, settings: Mapping, 
 
 
 UNITS = ("`*mse*` is the held-out squared error per first-level candidate of the predicted first factor "
-         "(`*_pct_of_draft`: as a percentage of the draft probability's); `*top1_hit_pct` is the percentage of "
-         "rounds whose top-predicted candidate has the round's highest label (rounds with an all-zero first "
-         "level do not count). Each fold's model is scored on the prompts it never saw.")
+         "(`*_pct_of_draft`: as a percentage of the draft probability's); `*top1_best_label_pct` is the percentage "
+         "of rounds whose top-predicted candidate has the round's highest label (rounds with an all-zero first "
+         "level do not count; the evaluation's `*_top1_argmax_pct` counts every round against the target's "
+         "argmax instead). Each fold's model is scored on the prompts it never saw; `wall_s` is a run's seconds.")
 
 
 LOAD_HINT = "Load it with `specrank.tracking.resolve_reranker(URI, tracking_uri=...)` or `specrank online --reranker URI`."
@@ -88,52 +89,77 @@ def fold_note(name: str, fold) -> str:
     return f"The {name} model that predicts fold {fold}, fitted on the other fold's prompts."
 
 
-class FoldTrials:
-    """Optuna callback: each finished trial as a nested run of the (already created) fold run ``run_id``."""
-
-    def __init__(self, run_id: str):
-        self.run_id = run_id
-        self.logger = TrialLogger("inner_mse")
-
-    def __call__(self, study, trial) -> None:
-        with mlflow.start_run(run_id=self.run_id, nested=True):  # resumes the fold run, parent unchanged
-            self.logger(study, trial)
-
-
 def fold_means(scores: Mapping[tuple[str, str], dict]) -> dict[str, float]:
     """The parent run's metrics from ``{(reranker, fold): fold_metrics}``: per reranker, the fold means of
     held-out MSE (and % of draft's) and top-1 hit rate; the draft's own; the candidates and rounds scored."""
     frame = pd.DataFrame([{"name": n, "fold": f, **m} for (n, f), m in scores.items()])
     first = frame[frame["name"] == frame["name"].iloc[0]]  # the draft's scores and the folds' sizes
     out = {"n_candidates": first["n_candidates"].sum(), "n_rounds": first["n_rounds"].sum(),
-           "draft_heldout_mse": first["mse_draft"].mean(), "draft_top1_hit_pct": first["top1_hit_pct_draft"].mean()}
+           "draft_heldout_mse": first["mse_draft"].mean(),
+           "draft_top1_best_label_pct": first["top1_best_label_pct_draft"].mean()}
     for name, m in frame.groupby("name", sort=False).mean(numeric_only=True).iterrows():
         out.update({f"{name}_heldout_mse": m["mse"], f"{name}_heldout_mse_pct_of_draft": m["mse_pct_of_draft"],
-                    f"{name}_top1_hit_pct": m["top1_hit_pct"]})
+                    f"{name}_top1_best_label_pct": m["top1_best_label_pct"]})
     return {k: float(v) for k, v in out.items()}
 
 
 def training_note(metrics: Mapping[str, float], names) -> str:
     """The parent run's description: rerankers x fold-mean held-out metrics, then the units."""
-    rows = [["draft", f"{metrics['draft_heldout_mse']:.5f}", "100.0", f"{metrics['draft_top1_hit_pct']:.1f}"]]
+    rows = [["draft", f"{metrics['draft_heldout_mse']:.5f}", "100.0", f"{metrics['draft_top1_best_label_pct']:.1f}"]]
     rows += [[n, f"{metrics[f'{n}_heldout_mse']:.5f}", f"{metrics[f'{n}_heldout_mse_pct_of_draft']:.1f}",
-              f"{metrics[f'{n}_top1_hit_pct']:.1f}"] for n in names if f"{n}_heldout_mse" in metrics]
-    table = markdown_table(["first factor", "held-out MSE", "% of draft's", "top-1 hit %"], rows)
+              f"{metrics[f'{n}_top1_best_label_pct']:.1f}"] for n in names if f"{n}_heldout_mse" in metrics]
+    table = markdown_table(["first factor", "held-out MSE", "% of draft's", "top-1 best-label %"], rows)
     return f"Cross-fitted rerankers, means over folds.\n\n{table}\n\n{UNITS}"
+
+
+def candidates_table(scores: Mapping[tuple[str, str], dict], uris: Mapping[tuple[str, str], str]) -> pd.DataFrame:
+    """One row per reranker: each fold's held-out MSE and model URI, and their mean (the champion's criterion)."""
+    rows = {}
+    for (name, fold), m in scores.items():
+        row = rows.setdefault(name, {"reranker": name})
+        row[f"heldout_mse_fold{fold}"] = m["mse"]
+        row[f"model_fold{fold}"] = uris.get((name, fold), "")
+    frame = pd.DataFrame(list(rows.values()))
+    frame["heldout_mse"] = frame.filter(like="heldout_mse_fold").mean(axis=1)
+    return frame.sort_values("heldout_mse", kind="stable").reset_index(drop=True)
+
+
+def choose(candidates: pd.DataFrame, reranker: str | None = None) -> str:
+    """``reranker`` (refused when not a candidate), else the candidate with the lowest fold-mean held-out MSE."""
+    names = list(candidates["reranker"])
+    if reranker is not None and reranker not in names:
+        raise ValueError(f"--register-reranker {reranker}: not among the trained rerankers ({', '.join(names)})")
+    return reranker or str(candidates.loc[candidates["heldout_mse"].idxmin(), "reranker"])
+
+
+def champion_note(chosen: str, candidates: pd.DataFrame, forced: bool, uri: str, rows: int, prompts: int) -> str:
+    """A model version's description: how it was chosen, the competitors' scores, how to load it."""
+    rule = (f"chosen by `--register-reranker {chosen}`" if forced else
+            "chosen as the candidate with the lowest cross-fitted held-out MSE of the first factor, averaged over "
+            "both folds (each fold scored by the model fitted on the other fold's prompts)")
+    table = markdown_table(["reranker", "held-out MSE (fold mean)"] + [c for c in candidates if c.startswith("heldout_mse_")],
+                           [[r["reranker"], f"{r['heldout_mse']:.6f}"] + [f"{r[c]:.6f}" for c in candidates
+                                                                        if c.startswith("heldout_mse_")]
+                            for _, r in candidates.iterrows()])
+    return (f"The {chosen} reranker, {rule}, then refitted on all {prompts} prompts ({rows} rows); the fold models "
+            f"stay for the evaluation.\n\n{table.replace('heldout_mse_', '')}\n\nLoad it: `{uri}` "
+            f"(`specrank.tracking.resolve_reranker(\"{uri}\", tracking_uri=...)` or `specrank online --reranker {uri}`).")
 
 
 class TrainingTracker:
     """Logs one ``specrank train``: ``run(params, features)`` opens the parent run the other methods log into.
 
-    Models and Optuna studies are named ``<model_prefix>-<reranker>-fold<f>``.
+    Models and Optuna studies are named ``<model_prefix>-<reranker>-fold<f>``; each fold's study is a table
+    and a figure in that fold's run.
     """
 
     def __init__(self, uri: str, experiment: str = "specrank-train", run_name: str | None = None,
                  model_prefix: str | None = None):
         self.uri, self.experiment, self.run_name, self.model_prefix = uri, experiment, run_name, model_prefix
-        self.fold_runs: dict[tuple[str, str], str] = {}
+        self.trials: dict[tuple[str, str], TrialLogger] = {}
         self.scores: dict[tuple[str, str], dict] = {}
         self.uris: dict[tuple[str, str], str] = {}
+        self.example: pd.DataFrame | None = None
 
     @contextmanager
     def run(self, params: Mapping, features: Path) -> Iterator[mlflow.ActiveRun]:
@@ -144,44 +170,40 @@ class TrainingTracker:
             log_dataset(file_dataset(features), "training")
             yield parent
 
-    def fold_run(self, name: str, fold) -> str:
-        """Id of the nested run of ``name``'s fold-``fold`` model, created on first use."""
-        key = (name, str(fold))
-        if key not in self.fold_runs:
-            tags = {"specrank.reranker": name, "specrank.fold": str(fold)}
-            with nested_run(f"{name}-fold{fold}", tags=tags, description=fold_note(name, fold)) as run:
-                self.fold_runs[key] = run.info.run_id
-        return self.fold_runs[key]
-
     def tune_callbacks(self, name: str):
-        """``cross_fit``'s per-fold hook: log that fold's Optuna trials under its fold run."""
-        return lambda fold: [FoldTrials(self.fold_run(name, fold))]
+        """``cross_fit``'s per-fold hook: keep that fold's Optuna trials for its run."""
+        def hook(fold):
+            self.trials[(name, str(fold))] = TrialLogger("inner_mse")
+            return [self.trials[(name, str(fold))]]
+        return hook
 
     def log_training(self, fits: Mapping, preds: pd.DataFrame, example: pd.DataFrame, predictions: Path) -> dict:
-        """Each fold's metrics, tuned parameters and model in its run; fold means, the description and
-        ``predictions`` in the parent.
+        """One run per (reranker, fold), timed as its fit was, with its held-out metrics, tuned parameters,
+        study and model; fold means, the candidates table, the description and ``predictions`` in the parent.
 
         ``fits`` maps reranker names to ``CrossFit`` results, ``preds`` holds one column per name
         (first-level rows, with ``label`` and ``draft``), ``example`` features give the signature.
         Returns ``{"<name>-fold<f>": model URI}``.
         """
+        self.example = example
         rounds = preds.groupby(["prompt_id", "round"], sort=False, observed=True).ngroup().to_numpy()  # (n,)
         for name, fit in fits.items():
             first = next(iter(fit.models.values()))
             log_params({f"feature_columns.{name}": len(first.features_)})
             for fold, model in fit.models.items():
                 held = (preds["fold"] == fold).to_numpy() & np.isfinite(preds[name].to_numpy(dtype=np.float64))
-                with mlflow.start_run(run_id=self.fold_run(name, fold), nested=True):
-                    inputs = input_columns(model.features_)  # the signature's columns (the prior is read from token)
-                    study = {"study": study_name(f"{self.model_prefix}-{name}", fold)} if fold in fit.params else {}
-                    log_params({"reranker": name, "fold": str(fold), "features": inputs,
-                                "tuned": fit.params.get(fold, {}), **study})
-                    h = preds[held]
-                    scores = fold_metrics(h[name], h["label"], h["draft"], rounds[held], h["cand"])
+                h = preds[held]
+                scores = fold_metrics(h[name], h["label"], h["draft"], rounds[held], h["cand"])
+                rows = [[k, f"{v:.5g}"] for k, v in scores.items()]
+                note = f"{fold_note(name, fold)}\n\n{markdown_table(['held out', 'value'], rows)}\n\n{UNITS}"
+                tags = {"specrank.reranker": name, "specrank.fold": str(fold)}
+                with nested_run(f"{name}-fold{fold}", tags=tags, description=note, span=fit.spans.get(fold)):
+                    inputs = signature_columns(model)  # the signature's columns (the prior is read from token)
+                    log_params({"reranker": name, "fold": str(fold), "features": inputs, "tuned": fit.params.get(fold, {})})
                     log_metrics(scores)
-                    rows = [[k, f"{v:.5g}"] for k, v in scores.items()]
-                    set_description(f"{fold_note(name, fold)}\n\n{markdown_table(['held out', 'value'], rows)}\n\n{UNITS}")
                     key = (name, str(fold))
+                    if key in self.trials:
+                        self.trials[key].log()
                     self.scores[key] = scores
                     self.uris[key] = log_reranker(
                         model, model_name(self.model_prefix, name, fold), example, params={"features": ",".join(inputs)},
@@ -190,22 +212,36 @@ class TrainingTracker:
                                         f"on the other fold's prompts); its metrics are held out. {LOAD_HINT}"})
         metrics = fold_means(self.scores)
         log_metrics(metrics)
+        log_tables({"candidates": candidates_table(self.scores, self.uris)})
         set_description(training_note(metrics, fits))
         log_dataset(file_dataset(predictions), "output")
         mlflow.log_artifact(str(predictions))
         return {f"{n}-fold{f}": uri for (n, f), uri in self.uris.items()}
 
-    def register(self, name: str, alias: str = "champion", reranker: str | None = None):
-        """Register the chosen fold model as a new version of ``name`` with ``alias``: ``reranker``'s (default:
-        the lowest fold-mean held-out MSE), from the fold where it scored best. Returns the ModelVersion."""
-        mean = {n: np.mean([m["mse"] for (k, _), m in self.scores.items() if k == n]) for n, _ in self.scores}
-        if reranker is not None and reranker not in mean:
-            raise ValueError(f"--register-reranker {reranker}: not among the trained rerankers ({', '.join(mean)})")
-        chosen = reranker or min(mean, key=mean.get)
-        fold = min((f for n, f in self.scores if n == chosen), key=lambda f: self.scores[(chosen, f)]["mse"])
-        s = self.scores[(chosen, fold)]
-        note = (f"{chosen} reranker of {self.model_prefix or self.run_name}, the model fitted without fold {fold}'s "
-                f"prompts: held-out MSE {s['mse']:.5f} ({s['mse_pct_of_draft']:.1f}% of draft's), top-1 hit "
-                f"{s['top1_hit_pct']:.1f}%.")
-        tags = {"specrank.reranker": chosen, "specrank.fold": fold, "heldout_mse": f"{s['mse']:.6g}"}
-        return register_reranker(self.uris[(chosen, fold)], name, alias, description=note, tags=tags)
+    def register(self, name: str, refit, alias: str = "champion", reranker: str | None = None):
+        """Choose a reranker (``choose``), refit it on every prompt in a nested run ``<reranker>-all``
+        (``refit(reranker, callbacks)`` -> (fitted model, the table it was fitted on, tuned parameters)), log it and
+        register it as a new version of ``name`` with ``alias``. Returns the ModelVersion."""
+        candidates = candidates_table(self.scores, self.uris)
+        chosen = choose(candidates, reranker)
+        trials = TrialLogger("inner_mse")
+        note = f"The {chosen} reranker refitted on every prompt, to be registered as `{name}`."
+        with nested_run(f"{chosen}-all", tags={"specrank.reranker": chosen, "specrank.fold": "all"}, description=note):
+            model, table, tuned = refit(chosen, [trials])
+            trials.log()
+            rows, prompts = len(table), int(table["prompt_id"].nunique())
+            fit_tags = {"specrank.reranker": chosen, "specrank.fold": "all", "specrank.training_rows": rows,
+                        "specrank.training_prompts": prompts}
+            log_params({"reranker": chosen, "training_rows": rows, "training_prompts": prompts,
+                        "tuned": tuned})
+            uri = log_reranker(model, model_name(self.model_prefix, chosen, "all").replace("-foldall", "-all"),
+                               self.example, params={"features": ",".join(signature_columns(model))},
+                               tags={**fit_tags, "specrank.run": self.model_prefix or "",
+                                     NOTE_TAG: f"The {chosen} reranker of {self.model_prefix} fitted on all {prompts} "
+                                               f"prompts (registered as `{name}`). {LOAD_HINT}"})
+        best = candidates.set_index("reranker").loc[chosen, "heldout_mse"]
+        version = register_reranker(uri, name, alias, tags={**fit_tags, "heldout_mse": f"{best:.6g}"})
+        load = f"models:/{name}/{version.version}"
+        description = champion_note(chosen, candidates, reranker is not None, load, rows, prompts)
+        mlflow.MlflowClient().update_model_version(name, version.version, description=description)
+        return mlflow.MlflowClient().get_model_version(name, version.version)

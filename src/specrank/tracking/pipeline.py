@@ -1,0 +1,92 @@
+"""The demo's pipeline run as the headline of its experiment: a few curated metrics, the headline table as an
+MLflow table, report.html, a link to the registered champion; and the experiment's own description."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+
+from specrank.evaluation.names import label, ordered
+from specrank.tracking.runs import NOTE_TAG, log_metrics, log_report, log_tables, set_description
+
+HEADLINE_TABLE = "headline"  # tables/headline.json of the pipeline run
+CHAMPION_TAG = "specrank.champion"  # the pipeline run's link to its registered model version
+UNITS = ("`draft_tokens_B*` is draft selection's expected accepted draft tokens per round at budget B; "
+         "`*_gain_tokens_B*` are gains over it in the same unit (held-out, cross-fitted); `rows_root_share_pct_B*` "
+         "is the % of root selection's gain Rows recovers; `*_heldout_mse` the first factor's held-out squared "
+         "error per candidate (fold mean), the champion's criterion; `decode_tokens_per_s` the recording's "
+         "speed; `wall_s` this run's seconds.")
+
+
+def headline_frame(summary: pd.DataFrame, budgets) -> pd.DataFrame:
+    """The headline table as rows: rule (and its label) x headline budget, value, gain with its interval,
+    share of root's gain."""
+    rows = summary[summary["budget"].isin(list(budgets))]
+    cols = ["rule", "budget", "mean", "gain", "gain_low", "gain_high", "gain_pct", "root_share"]
+    out = rows[[c for c in cols if c in rows]].copy()
+    out.insert(1, "label", out["rule"].map(label))
+    order = {r: i for i, r in enumerate(ordered(out["rule"].unique()))}
+    return out.sort_values(["budget", "rule"], key=lambda s: s.map(order) if s.name == "rule" else s,
+                           kind="stable").reset_index(drop=True)
+
+
+def pipeline_metrics(summary: pd.DataFrame, budget: int, train: dict, decode: dict, champion: str | None) -> dict:
+    """About eight numbers to read first: draft's value, root's, Rows' and the champion's gains at ``budget``,
+    Rows' share of root, the champion's and draft's held-out MSE, the prompts and the decoding speed."""
+    at = summary[summary["budget"] == budget].set_index("rule")
+    out = {"n_prompts": train.get("n_prompts"), "n_rounds": at["rounds"].max() if "rounds" in at else None}
+    if "draft" in at.index:
+        out[f"draft_tokens_B{budget}"] = at.loc["draft", "mean"]
+    for rule in dict.fromkeys(["root", "rows", champion]):
+        if rule in at.index:
+            out[f"{rule}_gain_tokens_B{budget}"] = at.loc[rule, "gain"]
+    if "rows" in at.index:
+        out[f"rows_root_share_pct_B{budget}"] = at.loc["rows", "root_share"]
+    if champion and f"{champion}_heldout_mse" in train:
+        out["champion_heldout_mse"] = train[f"{champion}_heldout_mse"]
+    out["draft_heldout_mse"] = train.get("draft_heldout_mse")
+    out["decode_tokens_per_s"] = decode.get("tokens_per_s")
+    return {k: float(v) for k, v in out.items() if v is not None}
+
+
+def log_pipeline(evaluation, report_html: Path, train: dict, decode: dict, version, title: str) -> None:
+    """The active (pipeline) run's metrics, headline table, report.html, champion link and description."""
+    budgets = evaluation.meta["headline_budgets"]
+    champion = version.tags.get("specrank.reranker") if version is not None else None
+    log_metrics(pipeline_metrics(evaluation.summary, budgets[0], train, decode, champion))
+    log_tables({HEADLINE_TABLE: headline_frame(evaluation.summary, budgets)})
+    if Path(report_html).is_file():
+        log_report(Path(report_html).read_text(), "report.html")
+    from specrank.evaluation.report import headline_table
+
+    lines = [title, ""]
+    if version is not None:
+        uri = f"models:/{version.name}/{version.version}"
+        mlflow.set_tags({CHAMPION_TAG: uri, "specrank.champion_reranker": champion})
+        lines += [f"Champion: **{champion}**, [{version.name} version {version.version}](#/models/{version.name}/"
+                  f"versions/{version.version}) (`{uri}`, alias `models:/{version.name}@champion`).", ""]
+    lines += ["Expected accepted draft tokens per round, held out (95% prompt-bootstrap intervals); every budget "
+              "and split is in the `-evaluate` run's tables, this table in `tables/headline.json`, the report in "
+              "`report.html`.", "", headline_table(evaluation.summary, budgets), "", UNITS]
+    set_description("\n".join(lines))
+
+
+def describe_experiment(experiment_id: str, text: str) -> None:
+    """Set the experiment's description (shown above its runs table)."""
+    mlflow.MlflowClient().set_experiment_tag(experiment_id, NOTE_TAG, text)
+
+
+def demo_description(store: str, champions: dict[str, str], drafter: str) -> str:
+    """What the demo's experiment holds, where its headline is, and how to load each champion."""
+    lines = [f"**specrank demo** (drafter {drafter}): each pipeline run (`demo-t1`, `demo-greedy`) records bundled "
+             "prompts, featurizes them, cross-fits rerankers and evaluates every selection rule offline; its "
+             "nested runs are the stages. **The headline** is on the pipeline run: its metrics, "
+             "`tables/headline.json` and `report.html`.", "",
+             "Registered champions (the reranker with the lowest cross-fitted held-out error, refitted on all "
+             "prompts), loaded with:", ""]
+    for name, uri in champions.items():
+        lines.append(f"- {name}: `specrank.tracking.resolve_reranker(\"{uri}\", tracking_uri=\"{store}\")` "
+                     f"(or `specrank online --reranker {uri} --tracking-uri {store}`)")
+    return "\n".join(lines)
