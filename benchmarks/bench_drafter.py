@@ -15,6 +15,7 @@ shows on both, what it memorised only on the training rows.
 
 from __future__ import annotations
 
+from record import write_results  # benchmarks/record.py, beside this script
 import argparse
 import json
 import statistics
@@ -166,6 +167,10 @@ def main() -> None:
           f"{decode['tokens_per_pass']:.3f} tokens/pass (goal >= 2.0), first-token agreement "
           f"{decode['first_token_agreement']:.3f} (goal >= 0.5); per round draft {decode['draft_ms_per_round']:.0f} ms, "
           f"target {decode['target_ms_per_round']:.0f} ms")
+    write_results("bench_drafter", {"draft_step_ms": draft_ms, "target_step_ms": target_ms,
+                                    "step_ratio": draft_ms / target_ms, "goal_step_ratio": 0.2,
+                                    "held_out_prompts": len(prompts), **decode,
+                                    "goal_tokens_per_pass": 2.0, "goal_first_token_agreement": 0.5})
 
 
 if __name__ == "__main__":

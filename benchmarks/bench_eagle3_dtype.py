@@ -17,6 +17,7 @@ The files' ratio is above 0.5 by the 176 KiB of integer tables every engine read
 
 from __future__ import annotations
 
+from record import write_results  # benchmarks/record.py, beside this script
 import argparse
 import json
 import sys
@@ -71,6 +72,10 @@ def main() -> None:
                   f"on {len(prompts)} held-out prompts (greedy, B = 59)")
     change = result["bf16"]["tokens_per_pass"] / result["fp32"]["tokens_per_pass"] - 1
     print(f"bf16 vs fp32 tokens per pass: {100 * change:+.2f}% (goal within 2%)")
+    write_results("bench_eagle3_dtype", {"fp32_mib": f32_files / 2**20, "bf16_mib": b16_files / 2**20,
+                                         "size_ratio": b16_files / f32_files, "goal_size_ratio": 0.5,
+                                         "decodes": result, "tokens_per_pass_change_pct": 100 * change,
+                                         "goal_change_pct": 2.0})
 
 
 if __name__ == "__main__":

@@ -18,12 +18,13 @@ Earlier, on a quiet 2-core machine (Rows only, B = 8): with 14 held-out prompts 
 tokens/s ratio was 1.043 [0.998, 1.091]; with ``--prompts 28 --train-prompts 14`` 1.090 [1.053, 1.128].
 
 Goal: reranker features plus inference <= 0.15 ms a round (1% of a 14.5 ms GPU round) for every
-reranker at both budgets. Prints one JSON object, writes it to ``benchmarks/results/bench_online.json``
+reranker at both budgets. Prints one JSON object, writes it to ``benchmarks/results/bench_online.json`` (with the command, commit and machine)
 (``--out``), and exits 1 when the goal is missed.
 """
 
 from __future__ import annotations
 
+from record import write_results  # benchmarks/record.py, beside this script
 import argparse
 import json
 import sys
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--bootstrap", type=int, default=2000)
     parser.add_argument("--max-rerank-ms", type=float, default=0.15)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "bench_online.json"))
+    parser.add_argument("--name", default="bench_online", help="results file benchmarks/results/NAME.json")
     args = parser.parse_args(argv)
 
     import torch
@@ -163,8 +164,7 @@ def main(argv=None) -> int:
     result["met"] = bool(worst <= args.max_rerank_ms)
     text = json.dumps(result, indent=2)
     print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text + "\n")
+    write_results(args.name, result)
     return int(not result["met"])
 
 

@@ -12,6 +12,7 @@ than about twice the pickle's.
 
 from __future__ import annotations
 
+from record import write_results  # benchmarks/record.py, beside this script
 import argparse
 import pickle
 import statistics
@@ -73,6 +74,9 @@ def main() -> None:
     print(f"load (median of {args.loads}): pickle {1e3 * t_pickle:.1f} ms, directory {1e3 * t_dir:.1f} ms, "
           f"zip {1e3 * t_zip:.1f} ms")
     print(f"load time, directory / pickle: {t_dir / t_pickle:.2f}; zip / pickle: {t_zip / t_pickle:.2f} (goal: <= 2)")
+    write_results("bench_reranker_format", {"bytes": sizes, "load_s": {"format 1 pickle": t_pickle,
+                                            "format 2 directory": t_dir, "format 2 zip": t_zip},
+                                            "loads": args.loads, "goal_size_ratio": 1.0, "goal_load_ratio": 2.0})
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ the Rows reranker with the paper's settings (400 iterations, learning rate 0.05,
 
 from __future__ import annotations
 
+from record import write_results  # benchmarks/record.py, beside this script
 import argparse
 import json
 import resource
@@ -97,6 +98,9 @@ def main() -> None:
         print(f"cross-fit LightGBM rows reranker, both folds: {tr['crossfit_s']:.0f} s wall, {tr['cpu_s']:.0f} s CPU"
               "  [goal < 300 s];"
               f" held-out MSE {tr['mse_rows']:.5f} vs draft {tr['mse_draft']:.5f}")
+    write_results("bench_rerankers", {"rounds": args.rounds, "featurize": feat, "goal_featurize_s": 30,
+                                       "goal_peak_rss_gb": 4, "train": None if args.skip_train else tr,
+                                       "goal_crossfit_s": 300})
 
 
 if __name__ == "__main__":

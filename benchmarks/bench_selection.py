@@ -9,6 +9,7 @@ bootstrap over 650 prompts in < 5 s. Pools are generated chunk by chunk (not tim
 
 from __future__ import annotations
 
+from record import write_results  # benchmarks/record.py, beside this script
 import argparse
 import os
 import resource
@@ -147,6 +148,8 @@ def main(argv=None) -> int:
     values, prompt_id = evaluate_all(args, timings)
     print_rates(timings, args.rounds)
     bootstrap_report(values, prompt_id, args.resamples)
+    write_results("bench_selection", {"rounds": args.rounds, "law": args.law, "budgets": list(BUDGETS),
+                                      "seconds": {k: {"wall": w, "cpu": c} for k, (w, c) in timings.items()}})
     return 0
 
 

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from record import write_results  # benchmarks/record.py, beside this script
+
 GOAL_MINUTES = 30.0
 GOAL_SETTINGS = 24
 
@@ -39,7 +41,6 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default=None, help="keep the tree-config outputs here (default: a temporary dir)")
-    parser.add_argument("--results", default=str(Path(__file__).parent / "results" / "tree_config.json"))
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,8 +61,7 @@ def main(argv=None) -> int:
                                and result["acceptance_within_interval"] and result["speed_ranking_same"])
     text = json.dumps(result, indent=2)
     print(text)
-    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.results).write_text(text + "\n")
+    write_results("tree_config", result)
     return 0 if result["goals_met"] else 1
 
 

@@ -14,6 +14,7 @@ the demo's size (40 prompts x 15 rounds, topk 10) is written to a temporary dire
 
 from __future__ import annotations
 
+from record import write_results  # benchmarks/record.py, beside this script
 import argparse
 import tempfile
 import time
@@ -99,6 +100,10 @@ def main() -> None:
               f"{len(reached):4d}/{len(studies):<4d} {np.mean(reached) if reached else float('nan'):9.1f} "
               f"{100 * np.mean([s['led'] for s in studies]):8.0f}% {len(studies) - len({s['first'] for s in studies}):8d} "
               f"{seconds:5.0f}")
+    write_results("bench_tuning", {"near_best": near / 1.01, "trials": args.trials, "samplers": {
+        name: {"best_inner": [min(st["values"]) for st in studies], "held_out": [st["held"] for st in studies],
+               "model_led": [st["led"] for st in studies], "seconds": seconds}
+        for name, (studies, seconds) in results.items()}})
     print("Goal: the chosen sampler reaches near-best settings in at least as many studies as the default TPE, with "
           "most trials model-led and no two studies sharing a first trial (± is one standard error over studies).")
 
