@@ -71,3 +71,18 @@ def add_deprecated_alias(parser, old: str, new: str, dest: str, **kwargs) -> Non
     """``old`` accepted as a hidden spelling of ``new`` for one release (docs/glossary.md lists the renames)."""
     parser.add_argument(old, dest=dest, action=_DeprecatedAlias, new=new, help=argparse.SUPPRESS,
                         default=argparse.SUPPRESS, **kwargs)
+
+
+def add_tracking_arguments(parser, *, store: str = "sqlite:///mlflow.db in the working directory",
+                           experiment: str = "specrank", run_name: str | None = None,
+                           no_tracking: str | None = "write local outputs only, log nothing to MLflow") -> None:
+    """The MLflow options, spelled and explained alike in every command; ``store`` names what an absent
+    ``--tracking-uri`` means, ``run_name`` the default run name (no ``--run-name`` when None), ``no_tracking``
+    the help of ``--no-tracking`` (no such flag when None)."""
+    parser.add_argument("--tracking-uri", default=None, help=f"MLflow tracking URI (default: {store})")
+    parser.add_argument("--experiment", type=experiment_name, default=experiment,
+                        help=f"MLflow experiment name (default {experiment})")
+    if run_name is not None:
+        parser.add_argument("--run-name", default=None, help=f"MLflow run name (default {run_name})")
+    if no_tracking is not None:
+        parser.add_argument("--no-tracking", action="store_true", help=no_tracking)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrank.commands.args import DTYPE_NAMES, add_deprecated_alias, at_least, experiment_name
+from specrank.commands.args import DTYPE_NAMES, add_deprecated_alias, add_tracking_arguments, at_least
 from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
 from specrank.decode.prompts import default_prompts_path, read_prompts
@@ -48,12 +48,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--chain-length", type=int, default=4,
                         help="chain decoder: drafted tokens per round (default 4)")
     add_worker_arguments(parser)
-    parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI (default sqlite:///mlflow.db in the working directory)")
-    parser.add_argument("--experiment", type=experiment_name, default="specrank",
-                        help="MLflow experiment name (default specrank)")
-    parser.add_argument("--run-name", default=None, help="MLflow run name (default decode-<out dir name>)")
-    parser.add_argument("--no-tracking", action="store_true", help="record the run directory only, log nothing")
+    add_tracking_arguments(parser, run_name="decode-<out dir name>", no_tracking="record the run directory only, log nothing")
     add_seen_prompts_argument(parser)
 
 

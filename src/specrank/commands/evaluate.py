@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from specrank.commands.args import at_least, experiment_name
+from specrank.commands.args import add_tracking_arguments, at_least
 from specrank.featurize import featurize_rounds, read_manifest
 from specrank.featurize.arrays import label_kind
 from specrank.featurize.features import required_columns
@@ -28,12 +28,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bootstrap", type=at_least(1), default=2000,
                         help="paired prompt-bootstrap resamples (default 2000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI (default sqlite:///mlflow.db in the working directory)")
-    parser.add_argument("--experiment", type=experiment_name, default="specrank",
-                        help="MLflow experiment name (default specrank)")
-    parser.add_argument("--run-name", default=None, help="MLflow parent run name (default evaluate-<run dir name>)")
-    parser.add_argument("--no-tracking", action="store_true", help="write local outputs only, log nothing to MLflow")
+    add_tracking_arguments(parser, run_name="evaluate-<run dir name>")
     parser.add_argument("--models", default=None,
                         help="models/ directory of 'specrank train' (NAME-foldF): log each as an MLflow model"
                              " in its fold's nested run")

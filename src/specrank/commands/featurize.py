@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from specrank.commands.args import experiment_name
+from specrank.commands.args import add_tracking_arguments
 from specrank.featurize import edges_run, featurize_run, write_features
 from specrank.outputs import check_distinct, check_output_file, restoring_files
 
@@ -16,11 +16,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("run_dir", help="run directory (manifest.json + rounds/*.parquet)")
     parser.add_argument("--out", help="features Parquet file (default: RUN_DIR/features.parquet)")
     parser.add_argument("--edges-out", help="also write one row per pool edge (for per-depth calibration)")
-    parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI, or 'default' for MLflow's default store (default: log nothing)")
-    parser.add_argument("--experiment", type=experiment_name, default="specrank",
-                        help="MLflow experiment name (default specrank)")
-    parser.add_argument("--run-name", default=None, help="MLflow run name (default featurize-<run dir name>)")
+    add_tracking_arguments(parser, store="log nothing; 'default' is MLflow's default store", run_name="featurize-<run dir name>", no_tracking=None)
 
 
 def run(args) -> int:

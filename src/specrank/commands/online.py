@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from specrank.atomic import atomic_write, write_parquet_atomic
-from specrank.commands.args import DTYPE_NAMES, add_deprecated_alias, at_least, experiment_name
+from specrank.commands.args import DTYPE_NAMES, add_deprecated_alias, add_tracking_arguments, at_least
 from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode import STRATEGY_NAMES, DecodeConfig, PoolShape, load_drafter, load_target, make_strategy
 from specrank.decode.prompts import default_prompts_path, encode_prompts, read_prompts
@@ -55,11 +55,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--drafter-threads", type=at_least(1), default=None,
                         help="--pipeline: the worker's torch CPU threads (default: torch's)")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
-    parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
-    parser.add_argument("--experiment", type=experiment_name, default="specrank",
-                        help="MLflow experiment name (default specrank)")
-    parser.add_argument("--run-name", default=None, help="MLflow run name (default online-<strategies>)")
-    parser.add_argument("--no-tracking", action="store_true", help="write local outputs only")
+    add_tracking_arguments(parser, run_name="online-<strategies>")
 
 
 def _strategies(args, config) -> dict:

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from specrank.atomic import atomic_write, write_json_atomic
-from specrank.commands.args import DTYPE_NAMES, at_least, experiment_name
+from specrank.commands.args import DTYPE_NAMES, add_tracking_arguments, at_least
 from specrank.commands.decode import add_seen_prompts_argument
 from specrank.commands.demo import _stage, parse_temperatures
 from specrank.commands.drafter import add_eagle3_layers
@@ -86,10 +86,7 @@ def add_arguments(parser) -> None:
                         help="torch CPU threads (per worker with --workers)")
     add_worker_arguments(parser)
     add_seen_prompts_argument(parser)
-    parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI (default: sqlite:///OUT/mlflow.db, the study's own store)")
-    parser.add_argument("--experiment", type=experiment_name, default="specrank-study", help="MLflow experiment (default specrank-study)")
-    parser.add_argument("--no-tracking", action="store_true", help="write the study directory only, log nothing")
+    add_tracking_arguments(parser, store="sqlite:///OUT/mlflow.db, the study's own store", experiment="specrank-study", no_tracking="write the study directory only, log nothing")
 
 
 def run(args) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specrank.commands.args import DTYPE_NAMES, at_least, experiment_name
+from specrank.commands.args import DTYPE_NAMES, add_tracking_arguments, at_least
 from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode.prompts import default_prompts_path
 
@@ -63,11 +63,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeats", type=at_least(1), default=5, help="timed repeats of each pool and pass (default 5)")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
     parser.add_argument("--out", required=True, help="new output directory (recordings, tables, figures, heads)")
-    parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
-    parser.add_argument("--experiment", type=experiment_name, default="specrank",
-                        help="MLflow experiment name (default specrank)")
-    parser.add_argument("--run-name", default=None, help="MLflow run name (default tree-config)")
-    parser.add_argument("--no-tracking", action="store_true", help="write local outputs only")
+    add_tracking_arguments(parser, run_name="tree-config")
 
 
 def grid_of(args) -> list:

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from specrank.atomic import atomic_write
-from specrank.commands.args import DTYPE_NAMES, add_deprecated_alias, at_least, experiment_name
+from specrank.commands.args import DTYPE_NAMES, add_deprecated_alias, add_tracking_arguments, at_least
 from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
 from specrank.decode.prompts import default_prompts_path, read_prompts
@@ -46,11 +46,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--shard-size", type=at_least(1), default=4)
     parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     parser.add_argument("--no-progress", action="store_true")
-    parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
-    parser.add_argument("--experiment", type=experiment_name, default="specrank",
-                        help="MLflow experiment (default specrank)")
-    parser.add_argument("--run-name", default=None, help="MLflow run name (default verify-sweep-<out name>)")
-    parser.add_argument("--no-tracking", action="store_true", help="write local outputs only")
+    add_tracking_arguments(parser, run_name="verify-sweep-<out name>")
 
     add_worker_arguments(parser)  # the cells' shards, all in one queue
 
