@@ -61,7 +61,7 @@ def test_pipelined_greedy_equals_target_greedy_round_by_round_as_serial(pair, wo
         assert a.keys() == b.keys()
         for key, value in a.items():
             np.testing.assert_array_equal(np.asarray(b[key]), np.asarray(value), err_msg=key)
-    assert serial.root_pass_hidden_share == 0.0 and 0.0 <= piped.root_pass_hidden_share <= piped.root
+    assert serial.root_pass_hidden_s == 0.0 and 0.0 <= piped.root_pass_hidden_s <= piped.root
     assert piped.drafting > 0 and (piped.root > 0) == STRATEGIES[rule].needs_root_pass
 
 
@@ -83,7 +83,7 @@ def test_root_pass_runs_while_the_worker_drafts(pair, worker):
     finally:
         del target.forward
     assert out == greedy_reference(target, PROMPT, 24)
-    assert 0 < timer.root_pass_hidden_share <= timer.root  # how much is hidden is a timing: benchmarks/bench_pipeline.py
+    assert 0 < timer.root_pass_hidden_s <= timer.root  # how much is hidden is a timing: benchmarks/bench_pipeline.py
 
 
 def test_sampled_first_tokens_follow_target_law_and_wrong_draw_fails():
@@ -202,4 +202,4 @@ def test_smollm2_pipelined_early_exit_equals_target_greedy():
             timer = Timer()
             out, _ = decode_prompt_online(target, worker, ids, config, make_strategy(rule), timer=timer)
             assert out == reference, rule
-            assert timer.root_pass_hidden_share <= timer.root
+            assert timer.root_pass_hidden_s <= timer.root

@@ -251,3 +251,17 @@ def test_a_run_on_workers_is_logged_to_mlflow_like_one_process(cluster, models, 
     assert run.info.run_name == "on-workers" and run.data.metrics["workers"] == 2
     assert run.data.metrics["rounds"] == run.data.metrics["recorded_rounds"] > 0
     assert run.data.params["manifest.prompts_sha256"] == manifest["prompts_sha256"]
+    # the same command in one process, logged beside it: the same run but for what only workers have
+    one = [a if a != "on-workers" else "one-process" for a in tracked]
+    assert main(one + ["--out", str(tmp_path / "one")]) == 0
+    runs = {r.info.run_name: r for r in client.search_runs([client.get_experiment_by_name("scale").experiment_id])}
+    w, o = runs["on-workers"].data, runs["one-process"].data
+    only_workers = {k for k in set(w.params) ^ set(o.params)}
+    assert all("worker" in k for k in only_workers), only_workers
+    differing = {k for k in set(w.params) & set(o.params) if w.params[k] != o.params[k]}
+    assert differing <= {"out", "run_dir", "manifest.out"} | {k for k in differing if "worker" in k or "time" in k}, differing
+    assert set(o.metrics) <= set(w.metrics), set(o.metrics) - set(w.metrics)
+    for k in ("rounds", "recorded_rounds", "prompts", "tokens"):
+        if k in o.metrics:
+            assert w.metrics[k] == o.metrics[k], k
+    assert o.metrics["rounds"] > 0

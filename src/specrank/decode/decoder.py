@@ -53,7 +53,7 @@ class GenerationStats:
     def root_pass_hidden_share(self) -> float:
         """Share of root-pass time spent while the drafter drafted (pipelined decoding; 0 when serial)."""
         root = self.time_split.get("root", 0.0)
-        return self.time_split.get("root_pass_hidden_share", 0.0) / root if root > 0 else float("nan")
+        return self.time_split.get("root_pass_hidden", 0.0) / root if root > 0 else float("nan")
 
 
 @dataclass

@@ -29,7 +29,8 @@ def workers_decode_metrics(outcome, run_dir) -> dict[str, float]:
     totals = outcome.totals()
     spans = {f"time_{k}": v for k, v in totals.items() if k.endswith("_s")}
     return _metrics(totals.get("rounds", 0), totals.get("tokens", 0), max(outcome.wall, 1e-9),
-                    {"workers": len(outcome.timings), "wall_s": outcome.wall, **spans}, run_dir)
+                    {"target_passes": totals.get("passes", 0), "workers": len(outcome.timings),
+                     "wall_s": outcome.wall, **spans}, run_dir)
 
 
 def _metrics(rounds: int, tokens: int, seconds: float, more: dict, run_dir) -> dict[str, float]:

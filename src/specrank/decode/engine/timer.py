@@ -15,7 +15,7 @@ class Timer:
     """Seconds spent in the prompt prefill, drafting, root passes, tree passes, reranker inference (online
     features included), measurement-only work (records, expected values) and in total, with round, token
     and target-pass (after the prefill) counts. With a pipelined drafter the ``draft`` span is the time the
-    target waited for the pool; ``drafting`` is the drafter's own time and ``root_pass_hidden_share`` the root-pass
+    target waited for the pool; ``drafting`` is the drafter's own time and ``root_pass_hidden_s`` the root-pass
     time spent while it drafted.
 
     ``sync`` (e.g. ``torch.cuda.synchronize``) is called at every span boundary so that asynchronous
@@ -33,7 +33,7 @@ class Timer:
     tokens: int = 0
     passes: int = 0
     drafting: float = 0.0  # seconds the drafter drafted, by its own clock (in its process when pipelined)
-    root_pass_hidden_share: float = 0.0  # seconds of root passes that ran while the drafter drafted
+    root_pass_hidden_s: float = 0.0  # seconds of root passes that ran while the drafter drafted
     window: tuple[float, float] = (0.0, 0.0)  # perf_counter span of the last span closed
     sync: Callable[[], None] | None = field(default=None, repr=False, compare=False)
 
@@ -58,7 +58,7 @@ class Timer:
         """
         self.drafting += draft[1] - draft[0]
         if root is not None:
-            self.root_pass_hidden_share += max(0.0, min(draft[1], root[1]) - max(draft[0], root[0]))
+            self.root_pass_hidden_s += max(0.0, min(draft[1], root[1]) - max(draft[0], root[0]))
 
     @property
     def bookkeeping(self) -> float:
@@ -74,4 +74,4 @@ class Timer:
         """Seconds by span, bookkeeping and total; then the drafter's own seconds and the root-pass seconds
         hidden under them (overlapping the spans, not parts of the total)."""
         return {**{s: getattr(self, s) for s in SPANS}, "bookkeeping": self.bookkeeping, "total": self.total,
-                "drafting": self.drafting, "root_pass_hidden_share": self.root_pass_hidden_share}
+                "drafting": self.drafting, "root_pass_hidden": self.root_pass_hidden_s}

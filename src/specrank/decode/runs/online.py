@@ -29,7 +29,7 @@ def decode_row(prompt_id: str, task: str, decoder: str, order: int, tokens: int,
             "rounds": timer.rounds, "passes": timer.passes, "seconds": timer.decoding, "prefill_s": timer.prefill,
             "draft_s": timer.draft, "root_pass_s": timer.root, "tree_pass_s": timer.target,
             "rerank_s": timer.rerank, "bookkeeping_s": timer.bookkeeping, "measure_s": timer.measure,
-            "drafter_busy_s": timer.drafting, "root_pass_hidden_s": timer.root_pass_hidden_share}
+            "drafter_busy_s": timer.drafting, "root_pass_hidden_s": timer.root_pass_hidden_s}
 
 
 def run_protocol(target, drafter, prompts, config: DecodeConfig, strategies: dict, compare=(), warmup: int = 1,

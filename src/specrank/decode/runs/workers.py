@@ -99,11 +99,12 @@ class DecodeWork:
         """Decode and write one shard ``(run index, prompt indices)``; its counts."""
         r, shard = payload
         timer = self.timers[r]
-        rounds, tokens, split = timer.rounds, timer.tokens, timer.split()
+        rounds, tokens, passes, split = timer.rounds, timer.tokens, timer.passes, timer.split()
         decode_one, tables = self.works[r]
         write_shard(Path(self.runs[r].out), shard, decode_shard(shard, decode_one, tables))
         spans = {f"{k}_s": v - split[k] for k, v in timer.split().items()}  # where the shard's time went
-        return {"prompts": len(shard), "rounds": timer.rounds - rounds, "tokens": timer.tokens - tokens, **spans}
+        return {"prompts": len(shard), "rounds": timer.rounds - rounds, "tokens": timer.tokens - tokens,
+                "passes": timer.passes - passes, **spans}
 
 
 def run_work(target, drafter, prompts, run: RunSpec, timer: Timer):
