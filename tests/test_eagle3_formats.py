@@ -416,8 +416,37 @@ def test_multi_layer_heads_export_for_vllm_and_are_refused_where_one_layer_is_bu
     assert len(reloaded.head.layers) == 1 and reloaded.head.config.draft_layer_type == arch
     assert torch.equal(specrank_root(reloaded, target)[1], specrank_root(original, target)[1])
     for fmt in ("sglang", "eagle"):
-        with pytest.raises(ExportError, match="2 draft layers"):
+        with pytest.raises(ExportError, match="2 draft layers") as err:
             export_head(src, tmp / f"multi-{arch}-{fmt}", fmt)
+        assert ("additional_layers" in str(err.value)) == (fmt == "sglang")
+
+
+def test_fields_of_specforge_published_configs_that_nobody_reads_load_unchanged(target, tmp):
+    """SpecForge's ``configs/qwen3-30B-A3B-eagle3.json`` and friends (a6b6b023) carry Qwen fields that neither
+    SpecForge nor SGLang's ``llama_eagle3.py`` reads: the head loads and drafts as without them."""
+    plain, extra = tmp / "specforge-plain", tmp / "specforge-qwen-fields"
+    for directory in (plain, extra):
+        write_specforge_head(directory, target.model.config)
+    cfg = json.loads((extra / "config.json").read_text())
+    cfg.update(decoder_sparse_step=1, target_model_type="qwen3_moe", max_window_layers=48, sliding_window=None,
+               use_sliding_window=False)
+    (extra / "config.json").write_text(json.dumps(cfg))
+    a, b = load_drafter(f"eagle3:{plain}", target), load_drafter(f"eagle3:{extra}", target)
+    assert torch.equal(specrank_root(a, target)[1], specrank_root(b, target)[1])
+
+
+def test_several_draft_layers_in_the_sglang_layout_are_refused_saying_what_sglang_builds(target, tmp):
+    """SGLang's llama_eagle3.py (03d5a777) does stack layers, as ``additional_layers.*`` reading the previous
+    layer's MLP output without its residual; the refusal says so rather than that SGLang builds one."""
+    directory = tmp / "sglang-two-layers"
+    write_specforge_head(directory, target.model.config)
+    cfg = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 2}))
+    with pytest.raises(ModelLoadError) as err:
+        load_drafter(f"eagle3:{directory}", target)
+    message = str(err.value)
+    assert "\n" not in message and "'num_hidden_layers'" in message and "2 draft layers" in message
+    assert "llama_eagle3.py (03d5a777)" in message and "additional_layers" in message and "residual" in message
 
 
 @pytest.mark.parametrize("num_layers", [1, 2])
