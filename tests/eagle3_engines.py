@@ -4,6 +4,7 @@ own loader (no engine is installed here), and a from-scratch EAGLE-3 forward use
 - SGLang ``python/sglang/srt/models/llama_eagle3.py`` ``LlamaForCausalLMEagle3.load_weights`` and
   ``models/llama.py`` ``set_eagle3_layers_to_capture`` (before and after PR #25454).
 - vLLM ``vllm/model_executor/models/llama_eagle3.py`` ``Eagle3LlamaForCausalLM.load_weights``,
+  ``models/qwen3_eagle3.py`` ``Eagle3Qwen3ForCausalLM.load_weights`` (055e47c2),
   ``vllm/transformers_utils/configs/speculators/algos.py`` ``update_eagle3`` and
   ``vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py`` with ``models/llama.py``'s capture.
 - SafeAILab EAGLE ``eagle/model/cnets.py`` ``Model`` (``load_state_dict(strict=False)``),
@@ -75,19 +76,30 @@ def vllm_config(config: dict) -> dict:
     out["norm_before_fc"] = config.get("norm_before_fc", False)
     out["fc_norm"] = config.get("fc_norm", False)
     out["norm_output"] = config.get("norm_output", False)
-    out["architectures"] = ["Eagle3LlamaForCausalLM"]
+    # update_eagle3's eagle3_arch_map (algos.py at 055e47c2): the layer config's model_type, absent = llama
+    arch = {"qwen3": "Eagle3Qwen3ForCausalLM", "llama": "Eagle3LlamaForCausalLM"}.get(out.get("model_type", "llama"))
+    if arch is None:
+        raise ValueError(f"Unsupported model_type {out['model_type']} for Eagle3 speculator")
+    out["architectures"] = [arch]
     if config.get("eagle_aux_hidden_state_layer_ids"):
         out["eagle_aux_hidden_state_layer_ids"] = config["eagle_aux_hidden_state_layer_ids"]
     return out
 
 
+QK_NORM = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")  # vLLM Qwen3Attention, one weight of head_dim
+
+
 def vllm_params(hf_config: dict) -> set[str]:
-    """Parameters of ``Eagle3LlamaForCausalLM``: layer 0 the EAGLE-3 one (``hidden_norm``), then
-    ``num_hidden_layers - 1`` plain ``LlamaDecoderLayer`` s (vLLM PR #26164)."""
+    """Parameters of the draft model ``update_eagle3`` names. ``Eagle3LlamaForCausalLM``: layer 0 the EAGLE-3
+    one (``hidden_norm``), then ``num_hidden_layers - 1`` plain ``LlamaDecoderLayer`` s (vLLM PR #26164).
+    ``Eagle3Qwen3ForCausalLM``: every layer a ``Qwen3Eagle3DecoderLayer`` (``q_norm`` / ``k_norm``), and each
+    builds a ``hidden_norm``, which only layer 0's forward reads."""
+    qwen3 = hf_config["architectures"] == ["Eagle3Qwen3ForCausalLM"]
     names = {"model.embed_tokens.weight", "model.fc.weight", "model.norm.weight", "lm_head.weight",
-             "draft_id_to_target_id"} | {f"model.layers.0.{p}" for p in LAYER}
+             "draft_id_to_target_id"} | {f"model.layers.0.{p}" for p in LAYER + (QK_NORM if qwen3 else ())}
     for i in range(1, int(hf_config.get("num_hidden_layers") or 1)):
-        names |= {f"model.layers.{i}.{p}" for p in LAYER if p != "hidden_norm.weight"}
+        names |= {f"model.layers.{i}.{p}" for p in LAYER + (QK_NORM if qwen3 else ())
+                  if qwen3 or p != "hidden_norm.weight"}
     if hf_config.get("norm_before_fc"):
         names.add("model.input_norm.weight")
     if hf_config.get("fc_norm"):
@@ -96,7 +108,8 @@ def vllm_params(hf_config: dict) -> set[str]:
 
 
 def vllm_load(hf_config: dict, state: dict) -> set[str]:
-    """Parameters loaded by ``Eagle3LlamaForCausalLM.load_weights``; an unknown name is a KeyError there."""
+    """Parameters loaded by ``load_weights`` (both classes map names alike: ``AutoWeightsLoader`` with
+    ``midlayer.`` -> ``layers.0.`` and the stacked projections); an unknown name is an error there."""
     params, loaded = vllm_params(hf_config), set()
     for name in state:
         if "t2d" in name:
@@ -110,6 +123,13 @@ def vllm_load(hf_config: dict, state: dict) -> set[str]:
             raise KeyError(name)
         loaded.add(name)
     return loaded
+
+
+def vllm_unloaded(hf_config: dict, loaded: set[str]) -> set[str]:
+    """Parameters left at their initial values. ``Eagle3Qwen3ForCausalLM.load_weights`` returns None, so
+    vLLM's ``DefaultModelLoader`` skips its every-weight-initialised check: a Qwen3 head missing a ``q_norm``
+    loads without a word, which is why a test asks for this set (only layers 1.. ``hidden_norm``, unread)."""
+    return vllm_params(hf_config) - loaded
 
 
 def vllm_capture(hf_config: dict, num_layers: int) -> tuple[int, ...]:

@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from eagle3_engines import (
+    QK_NORM,
     eagle_capture,
     eagle_load,
     reference_forward,
@@ -19,6 +20,7 @@ from eagle3_engines import (
     vllm_config,
     vllm_load,
     vllm_params,
+    vllm_unloaded,
 )
 from eagle3_fixtures import write_eagle_head, write_specforge_head, write_speculators_head, write_speculators_trained_head
 from specrank.cli import main
@@ -406,15 +408,68 @@ def test_multi_layer_heads_export_for_vllm_and_are_refused_where_one_layer_is_bu
     assert (layer["model_type"], layer["num_hidden_layers"]) == (arch, 2)
     state = load_file(str(out / "model.safetensors"))
     assert {k.split(".")[1] for k in state if k.startswith("layers.")} == {"0", "1"}
-    if arch == "llama":  # vLLM's Eagle3LlamaForCausalLM loads every tensor into a parameter, and nothing is left
-        hf = vllm_config(cfg)
-        assert vllm_load(hf, state) == vllm_params(hf) and vllm_capture(hf, LAYERS) == (2, 5, LAYERS)
+    hf = vllm_config(cfg)  # Eagle3LlamaForCausalLM / Eagle3Qwen3ForCausalLM load every tensor into a parameter
+    assert hf["architectures"] == [{"llama": "Eagle3LlamaForCausalLM", "qwen3": "Eagle3Qwen3ForCausalLM"}[arch]]
+    assert vllm_unloaded(hf, vllm_load(hf, state)) == ({"model.layers.1.hidden_norm.weight"} if arch == "qwen3" else set())
+    assert vllm_capture(hf, LAYERS) == (2, 5, LAYERS)
     reloaded, original = load_drafter(f"eagle3:{out}", target), load_drafter(f"eagle3:{src}", target)
     assert len(reloaded.head.layers) == 1 and reloaded.head.config.draft_layer_type == arch
     assert torch.equal(specrank_root(reloaded, target)[1], specrank_root(original, target)[1])
     for fmt in ("sglang", "eagle"):
-        with pytest.raises(ExportError, match="2 draft layers"):
+        with pytest.raises(ExportError, match="2 draft layers") as err:
             export_head(src, tmp / f"multi-{arch}-{fmt}", fmt)
+        assert ("additional_layers" in str(err.value)) == (fmt == "sglang")
+
+
+def test_fields_of_specforge_published_configs_that_nobody_reads_load_unchanged(target, tmp):
+    """SpecForge's ``configs/qwen3-30B-A3B-eagle3.json`` and friends (a6b6b023) carry Qwen fields that neither
+    SpecForge nor SGLang's ``llama_eagle3.py`` reads: the head loads and drafts as without them."""
+    plain, extra = tmp / "specforge-plain", tmp / "specforge-qwen-fields"
+    for directory in (plain, extra):
+        write_specforge_head(directory, target.model.config)
+    cfg = json.loads((extra / "config.json").read_text())
+    cfg.update(decoder_sparse_step=1, target_model_type="qwen3_moe", max_window_layers=48, sliding_window=None,
+               use_sliding_window=False)
+    (extra / "config.json").write_text(json.dumps(cfg))
+    a, b = load_drafter(f"eagle3:{plain}", target), load_drafter(f"eagle3:{extra}", target)
+    assert torch.equal(specrank_root(a, target)[1], specrank_root(b, target)[1])
+
+
+def test_several_draft_layers_in_the_sglang_layout_are_refused_saying_what_sglang_builds(target, tmp):
+    """SGLang's llama_eagle3.py (03d5a777) does stack layers, as ``additional_layers.*`` reading the previous
+    layer's MLP output without its residual; the refusal says so rather than that SGLang builds one."""
+    directory = tmp / "sglang-two-layers"
+    write_specforge_head(directory, target.model.config)
+    cfg = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 2}))
+    with pytest.raises(ModelLoadError) as err:
+        load_drafter(f"eagle3:{directory}", target)
+    message = str(err.value)
+    assert "\n" not in message and "'num_hidden_layers'" in message and "2 draft layers" in message
+    assert "llama_eagle3.py (03d5a777)" in message and "additional_layers" in message and "residual" in message
+
+
+@pytest.mark.parametrize("num_layers", [1, 2])
+def test_qwen3_heads_reach_vllm_with_every_q_and_k_norm(target, tmp, num_layers):
+    """Export -> vLLM's ``Eagle3Qwen3ForCausalLM`` loader -> the head's layers, each with its own q_norm and
+    k_norm; dropping or misnaming one is caught (vLLM itself would load the former silently)."""
+    src = tmp / f"qwen3-{num_layers}"
+    write_speculators_trained_head(src, target.model.config, ids=[1, 3, 6], num_layers=num_layers, arch="qwen3")
+    out, _ = export_head(src, tmp / f"qwen3-{num_layers}-vllm", "vllm", "fp32")
+    hf, state = vllm_config(json.loads((out / "config.json").read_text())), load_file(str(out / "model.safetensors"))
+    norms = {f"model.layers.{i}.{n}" for i in range(num_layers) for n in QK_NORM}
+    loaded = vllm_load(hf, state)
+    assert hf["architectures"] == ["Eagle3Qwen3ForCausalLM"] and norms <= loaded
+    assert vllm_unloaded(hf, loaded) == {f"model.layers.{i}.hidden_norm.weight" for i in range(1, num_layers)}
+    source = load_file(str(src / "model.safetensors"))
+    for name in norms:  # the very weights: vLLM's name back to the checkpoint's
+        key = name.removeprefix("model.")
+        assert torch.equal(state[key], source[key].float())
+    dropped = {k: v for k, v in state.items() if k != f"layers.{num_layers - 1}.self_attn.k_norm.weight"}
+    assert vllm_unloaded(hf, vllm_load(hf, dropped)) != vllm_unloaded(hf, loaded)  # the control: a norm left out
+    misnamed = {k.replace("layers.0.self_attn.q_norm", "layers.0.self_attn.query_norm"): v for k, v in state.items()}
+    with pytest.raises(KeyError, match="query_norm"):
+        vllm_load(hf, misnamed)
 
 
 NORM_OUTPUT = [  # the config's norm_output, the rule asked, what the head does (specrank's flags)

@@ -86,6 +86,9 @@ def _check(ckpt: HeadCheckpoint, fmt: str) -> None:
     layers, layer_type = int(ckpt.config.get("num_hidden_layers") or 1), ckpt.config.get("draft_layer_type", "llama")
     if fmt != "vllm" and (layers != 1 or layer_type != "llama"):  # SGLang llama_eagle3.py, EAGLE cnets.py
         what = f"{layers} draft layers" if layers != 1 else f"{layer_type} draft layers (q_norm, k_norm)"
+        if fmt == "sglang" and layers != 1:  # llama_eagle3.py 03d5a777: additional_layers drop the residual
+            raise ExportError(f"cannot export to sglang: the head's {what} add each layer's residual, SGLang's "
+                              "llama_eagle3.py (03d5a777) stacks additional_layers that do not")
         raise ExportError(f"cannot export to {fmt}: its loader builds one Llama draft layer, not the head's {what}")
     unsupported = [f for f in set_flags(ckpt.config) if f not in SUPPORTED[fmt]]
     if unsupported:

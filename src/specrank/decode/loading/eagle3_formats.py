@@ -51,7 +51,10 @@ SHAPE = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_val
 INERT = ("architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "bos_token_id",
          "eos_token_id", "pad_token_id", "initializer_range", "use_cache", "attention_dropout", "pretraining_tp",
          "_name_or_path", "max_window_layers", "use_sliding_window", "sliding_window",
-         "layer_types", "tie_word_embeddings")
+         "layer_types", "tie_word_embeddings",
+         # in SpecForge's own configs/*-eagle3.json (a6b6b023), read by neither SpecForge nor SGLang's
+         # llama_eagle3.py (a LlamaConfig there): Qwen-MoE's decoder_sparse_step, target_model_type
+         "decoder_sparse_step", "target_model_type")
 SPECULATORS_INERT = ("speculators_model_type", "speculators_version", "speculators_config", "embed_requires_grad",
                      "has_no_defaults_at_init", "transformer_layer_config")
 
@@ -128,13 +131,24 @@ def _check_known(cfg: dict, allowed, where: str) -> None:
                             "flags and metadata fields only)")
 
 
-def _llama_part(cfg: dict, stacked: bool = False) -> dict:
+ONE_LAYER = {  # why a layout's several draft layers are refused: what its engine builds for them
+    "eagle": "EAGLE's cnets.py builds one midlayer",
+    # SGLang llama_eagle3.py at 03d5a777: LlamaModel stacks num_hidden_layers - 1 ``additional_layers``
+    # (BasicDecoderLayer) whose forward sets residual = hidden_states, i.e. reads the previous layer's MLP
+    # output without its residual stream, and has no input_layernorm; speculators / vLLM add the residual.
+    "sglang": "SGLang's llama_eagle3.py (03d5a777) stacks them as additional_layers.* that read the previous "
+              "layer's MLP output without its residual, which specrank does not build (SpecForge a6b6b023 "
+              "trains one layer)",
+}
+
+
+def _llama_part(cfg: dict, stacked: bool = False, layout: str = "eagle") -> dict:
     """The shape fields, after refusing values that change the head beyond full-attention layers (one
-    unless ``stacked``: the layouts whose engine stacks more)."""
+    unless ``stacked``: the layouts whose engine stacks more as specrank does)."""
     n = cfg.get("num_hidden_layers", 1)
     if not isinstance(n, int) or n < 1 or (n != 1 and not stacked):
-        _refuse("num_hidden_layers", f"{n} draft layers: this layout's engine drafts with one (multi-layer heads "
-                                     "load in the speculators layout, vLLM PR #26164)")
+        _refuse("num_hidden_layers", f"{n} draft layers: {ONE_LAYER[layout]} (multi-layer heads load in the "
+                                     "speculators layout, vLLM PR #26164)")
     if cfg.get("use_sliding_window") or any(t != "full_attention" for t in cfg.get("layer_types") or []):
         _refuse("use_sliding_window" if cfg.get("use_sliding_window") else "layer_types",
                 "sliding-window draft attention is not supported")
@@ -212,7 +226,7 @@ def _sglang(cfg: dict, state: dict, notes: list, norm_rule: str | None = None) -
         _refuse("norm_before_residual", "SGLang and SpecForge ignore it and vLLM applies it: "
                                         "convert the head to the speculators layout to say which")
     _no_layer_bias(cfg, "SGLang's llama_eagle3.py")
-    out = _llama_part(cfg)
+    out = _llama_part(cfg, layout="sglang")
     # SGLang llama_eagle3.py: fc bias = config.bias, lm_head = embed_tokens when tied; SpecForge
     # llama3_eagle.py: fc_norm (one norm per state), norm_output (see NORM_OUTPUT_RULES).
     out.update(fc_bias=_flag(cfg, "bias"), fc_norm=_flag(cfg, "fc_norm"), norm_before_fc=_flag(cfg, "norm_before_fc"),
