@@ -80,14 +80,14 @@ def test_tree_pass_matches_sequential_and_commit(target):
     assert hidden.shape == (5, 3 * 32)
     for i, path in enumerate([[70], [70, 71], [70, 72], [70, 71, 73], [70, 72, 74]]):
         ref, ref_hidden = full_logits(target, context + path, layers)
-        torch.testing.assert_close(logits[i], ref[-1], atol=2e-5, rtol=0)
-        torch.testing.assert_close(hidden[i], ref_hidden[-1], atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(logits[i], ref[-1], atol=1e-4, rtol=1e-4)  # float32 accumulation order
+        torch.testing.assert_close(hidden[i], ref_hidden[-1], atol=1e-4, rtol=1e-4)
     # Keep root -> 72 -> 74 and continue with token 80 at position 8.
     target.commit(cache, 5, torch.tensor([0, 2, 4]))
     assert cache.get_seq_length() == 8
     nxt, _ = target.forward(torch.tensor([80]), torch.tensor([8]), causal_mask(1, 8), cache)
     ref, _ = full_logits(target, context + [70, 72, 74, 80])
-    torch.testing.assert_close(nxt[0], ref[-1], atol=2e-5, rtol=0)
+    torch.testing.assert_close(nxt[0], ref[-1], atol=1e-4, rtol=1e-4)
     crop_cache(cache, 6)
     assert cache.get_seq_length() == 6
 

@@ -151,9 +151,9 @@ def test_a_killed_worker_loses_only_its_shard_and_the_rerun_finishes_it(cluster,
 def test_ctrl_c_stops_the_workers_and_leaves_no_partial_shard(cluster, models, reference, tmp_path):
     d, args = models
     run = tmp_path / "run"
-    # 64 new tokens a prompt (not the reference's 16), so the shards left after the first outlast the interrupt's
-    # delivery: with 16 the eight shards take ~0.7 s and can all finish before SIGINT is handled.
-    proc, pids, err = driver(args + ["--temperature", "1", "--max-new-tokens", "64"], cluster, run)
+    # 256 new tokens a prompt (not the reference's 16), so the shards left after the first outlast the interrupt's
+    # delivery: with 64, on a fast CPU, the other seven shards took ~3 s and all finished before SIGINT was handled.
+    proc, pids, err = driver(args + ["--temperature", "1", "--max-new-tokens", "256"], cluster, run)
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=120)
     time.sleep(0.2)
