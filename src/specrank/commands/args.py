@@ -55,7 +55,7 @@ def experiment_name(text: str) -> str:
 
 
 class _DeprecatedAlias(argparse.Action):
-    """Stores into the new option's destination and says once, on stderr, which spelling replaces it."""
+    """Stores into the new option's destination and says on stderr which spelling replaces it."""
 
     def __init__(self, option_strings, dest, new: str = "", **kwargs):
         self.new = new
