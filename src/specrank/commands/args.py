@@ -44,6 +44,75 @@ def finite_float(low: float = -math.inf, high: float = math.inf, *, low_open: bo
     return parse
 
 
+TARGET_HELP = ("local HF directory, .gguf file, hub id ORG/NAME[@REVISION], or 'smollm2' (default: the embedded "
+               "SmolLM2-135M-Instruct)")
+DRAFTER_SPECS = "standalone:PATH, early-exit:K[:HEAD], eagle3:DIR, eagle3:ORG/NAME or eagle3:default"
+
+
+def eagle3_layers(text: str) -> tuple[int, int, int]:
+    """``"2,15,27"`` -> (2, 15, 27)."""
+    try:
+        layers = tuple(int(i) for i in text.split(","))
+    except ValueError:
+        layers = ()
+    if len(layers) != 3 or min(layers) < 0:
+        raise argparse.ArgumentTypeError(f"expected three non-negative integers like 2,15,27, got {text!r}")
+    return layers
+
+
+def add_target_argument(parser) -> None:
+    """``--target``, the same spelling and help in every command that loads a target."""
+    parser.add_argument("--target", default="smollm2", help=TARGET_HELP)
+
+
+def add_drafter_arguments(parser, default: str | None = None, help: str | None = None) -> None:
+    """``--drafter`` (required when ``default`` is None and no ``help`` explains the absent value) and the
+    EAGLE-3 head's layer options (passed to ``load_drafter``)."""
+    required = default is None and help is None
+    parser.add_argument("--drafter", default=default, required=required,
+                        help=help or DRAFTER_SPECS + (f" (default {default})" if default else ""))
+    parser.add_argument("--eagle3-layers", type=eagle3_layers, default=None, metavar="L,M,H",
+                        help="eagle3 heads: target hidden_states indices to draft from (0 = embeddings, i = output "
+                             "of layer i-1), for heads whose config names none (default: the config's, else 2,L/2,L-3)")
+    parser.add_argument("--specforge-norm-output", default=None, choices=["after-pr879", "before-pr879"],
+                        help="eagle3 heads in the SpecForge/SGLang layout whose config sets norm_output: the "
+                             "SpecForge that wrote it (its PR #879 changed the meaning; default after-pr879)")
+
+
+def add_device_arguments(parser, *, dtype: bool = True, threads: str | None = "torch CPU threads",
+                         device: str = "torch device the models run on, e.g. cpu, cuda, cuda:1 (default cpu)") -> None:
+    """``--device``, ``--dtype`` (unless not ``dtype``) and ``--threads`` (its help, no such flag when None)."""
+    parser.add_argument("--device", default="cpu", help=device)
+    if dtype:
+        parser.add_argument("--dtype", default="float32", choices=DTYPE_NAMES,
+                            help="the target's weights and compute (default float32, where greedy output is exact)")
+    if threads is not None:
+        parser.add_argument("--threads", type=at_least(1), default=None, help=threads)
+
+
+def add_model_arguments(parser, *, drafter: str | None = None, threads: str = "torch CPU threads",
+                        device: str | None = None) -> None:
+    """The target, drafter and device options of a command that decodes (``drafter``: see
+    ``add_drafter_arguments``)."""
+    add_target_argument(parser)
+    add_drafter_arguments(parser, drafter)
+    kwargs = {} if device is None else {"device": device}
+    add_device_arguments(parser, threads=threads, **kwargs)
+
+
+def add_pool_arguments(parser, *, budget: str = "verified tree size B, root excluded",
+                       extra: int | None = None) -> None:
+    """The draft pool's shape (``--topk``, ``--depth``, ``--expand``), the budget ``--budget`` and, unless
+    ``extra`` is None, ``--extra`` with that default."""
+    parser.add_argument("--budget", type=at_least(1), default=59, help=f"{budget} (default 59)")
+    if extra is not None:
+        parser.add_argument("--extra", type=at_least(0), default=extra,
+                            help=f"top draft-ranked candidates also scored beside the tree, M (default {extra})")
+    parser.add_argument("--topk", type=at_least(1), default=10, help="pool: children per expanded node (default 10)")
+    parser.add_argument("--depth", type=at_least(1), default=8, help="pool: depth in drafting steps (default 8)")
+    parser.add_argument("--expand", type=at_least(1), default=10, help="pool: nodes expanded per step (default 10)")
+
+
 def experiment_name(text: str) -> str:
     """An MLflow experiment name: refused here when empty or blank (MLflow would refuse it only once the
     work it was to record is done)."""

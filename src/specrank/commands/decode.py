@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrank.commands.args import DTYPE_NAMES, add_deprecated_alias, add_tracking_arguments, at_least
-from specrank.commands.drafter import add_eagle3_layers
+from specrank.commands.args import (add_deprecated_alias, add_model_arguments, add_pool_arguments,
+                                    add_tracking_arguments, at_least)
 from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
 from specrank.decode.prompts import default_prompts_path, read_prompts
 from specrank.files import read_json
@@ -16,26 +16,15 @@ HELP = "decode prompts with a target and a drafter, recording each round's pool 
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--target", default="smollm2", help="local HF directory, .gguf file, or 'smollm2' (default)")
-    parser.add_argument("--drafter", required=True,
-                        help="standalone:PATH, early-exit:K[:HEAD], or eagle3:DIR")
-    add_eagle3_layers(parser)
+    add_model_arguments(parser, threads="torch CPU threads (per worker with --workers)")
     parser.add_argument("--prompts", default=None, help="JSONL prompts (Spec-Bench or HumanEval form); default: bundled set")
     parser.add_argument("--out", required=True, help="run directory (rerun the same command to resume)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    parser.add_argument("--budget", type=int, default=59, help="verified tree size B, root excluded (default 59)")
-    parser.add_argument("--extra", type=int, default=160, help="top draft-ranked candidates also scored, M (default 160)")
-    parser.add_argument("--topk", type=int, default=10, help="pool: children per expanded node (default 10)")
-    parser.add_argument("--depth", type=int, default=8, help="pool: depth (default 8)")
-    parser.add_argument("--expand", type=int, default=10, help="pool: nodes expanded per step (default 10)")
+    add_pool_arguments(parser, extra=160)
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0, help="run seed; generators are seeded per (prompt, seed)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32", choices=DTYPE_NAMES)
     parser.add_argument("--limit", type=at_least(1), default=None, help="decode only the first N prompts")
     parser.add_argument("--shard-size", type=at_least(1), default=4, help="prompts per parquet shard (default 4)")
-    parser.add_argument("--threads", type=at_least(1), default=None,
-                        help="torch CPU threads (per worker with --workers)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--verification-rule", default=None,
                         help="verification rule NAME[:KEY=VALUE,...] (e.g. lenience:l=0.5, speccascade:p_base=0.3);"

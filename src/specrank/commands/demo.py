@@ -18,9 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from specrank.cli import main
-from specrank.commands.args import at_least, experiment_name
+from specrank.commands.args import (DRAFTER_SPECS, add_device_arguments, add_drafter_arguments, add_target_argument,
+                                    add_tracking_arguments, at_least)
 from specrank.commands.decode import add_seen_prompts_argument
-from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode.prompts import default_prompts_path, read_prompts
 from specrank.errors import CommandError
 from specrank.outputs import check_output_dir
@@ -36,11 +36,9 @@ def default_out() -> Path:
 
 def add_arguments(parser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="demo directory (default ~/.cache/specrank/demo)")
-    parser.add_argument("--target", default="smollm2", help="target (default: the embedded SmolLM2-135M-Instruct)")
-    parser.add_argument("--drafter", default=None,
-                        help="drafter spec (default: eagle3:default, the head that ships in the package or the one "
-                             "`make drafter` trained into the cache)")
-    add_eagle3_layers(parser)
+    add_target_argument(parser)
+    add_drafter_arguments(parser, help=DRAFTER_SPECS + " (default: eagle3:default, the head that ships in the package"
+                                       " or the one `make drafter` trained into the cache)")
     parser.add_argument("--limit", type=at_least(MIN_PROMPTS), default=None,
                         help="prompts of the bundled set to decode (default 32 with the EAGLE-3 head, 24 without;"
                              f" at least {MIN_PROMPTS}: tuning inside each cross-fitting half needs two prompts)")
@@ -50,16 +48,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bootstrap", type=at_least(1), default=2000)
     parser.add_argument("--tune-trials", type=at_least(0), default=12,
                         help="Optuna trials per fold of Base and Rows (default 12)")
-    parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow URI (default: the demo's own store, sqlite:///OUT/mlflow.db)")
-    parser.add_argument("--experiment", type=experiment_name, default="specrank-demo")
-    parser.add_argument("--device", default="cpu")
+    add_tracking_arguments(parser, store="the demo's own store, sqlite:///OUT/mlflow.db", experiment="specrank-demo",
+                           run_name=None, no_tracking=None)
+    add_device_arguments(parser, dtype=False, threads=None)
     add_seen_prompts_argument(parser)
 
 
-# Sized so the whole demo (two decodes, both temperatures) fits in ~10 minutes on 2 CPU cores: a round
-# of the default 710-candidate pool costs ~0.6 s with the shipped EAGLE-3 head (~1.2 tokens at T = 1 on unseen
-# prompts) and ~1.4 s with early-exit:8 (~1 token). `specrank study` is the run at scale.
+# Sized so the whole demo (two decodes, both temperatures) stays a short first run on 2 CPU cores; a round of
+# the 710-candidate pool costs about twice as much with early-exit:8 as with the shipped EAGLE-3 head, so the
+# fallback decodes fewer prompts. The demo prints its own time; `specrank study` is the run at scale.
 DEMO_SIZE = {"eagle3:default": (32, 14)}
 FALLBACK_SIZE = (24, 14)
 
@@ -71,7 +68,7 @@ def default_drafter() -> str:
 
     if has_default_head():
         return "eagle3:default"
-    print(f"No trained EAGLE-3 head in {default_head_dir()} (`make drafter` trains it once, ~1 hour on 2 cores): "
+    print(f"No trained EAGLE-3 head in {default_head_dir()} (`make drafter` trains one): "
           "drafting with early-exit:8.")
     return "early-exit:8"
 

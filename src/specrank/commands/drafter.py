@@ -1,15 +1,14 @@
 """``specrank drafter``: drafter tools (``fit-exit-head`` fits an early-exit drafter's linear head;
 ``train``, from ``specrank.commands.drafter_train``, trains an EAGLE-3-format head; ``export`` writes
-an EAGLE-3 head for SGLang, vLLM or EAGLE). ``add_eagle3_layers`` is the ``--eagle3-layers`` option of
-every command that takes ``--drafter``."""
+an EAGLE-3 head for SGLang, vLLM or EAGLE)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from specrank.commands.args import add_deprecated_alias, at_least, finite_float
+from specrank.commands.args import (add_deprecated_alias, add_device_arguments, add_target_argument, at_least,
+                                    finite_float)
 from specrank.commands.drafter_train import add_train_parser
 from specrank.outputs import check_distinct, check_output_file
 
@@ -18,31 +17,10 @@ HELP = ("Drafter tools: fit-exit-head fits a linear exit head for an early-exit 
 EXPORT_HELP = "write an EAGLE-3 head (any dialect) in the layout SGLang, vLLM or EAGLE loads, in bf16, fp16 or fp32"
 
 
-def eagle3_layers(text: str) -> tuple[int, int, int]:
-    """``"2,15,27"`` -> (2, 15, 27)."""
-    try:
-        layers = tuple(int(i) for i in text.split(","))
-    except ValueError:
-        layers = ()
-    if len(layers) != 3 or min(layers) < 0:
-        raise argparse.ArgumentTypeError(f"expected three non-negative integers like 2,15,27, got {text!r}")
-    return layers
-
-
-def add_eagle3_layers(parser) -> None:
-    """The ``--eagle3-layers`` and ``--specforge-norm-output`` options (passed to ``load_drafter``)."""
-    parser.add_argument("--eagle3-layers", type=eagle3_layers, default=None, metavar="L,M,H",
-                        help="eagle3 heads: target hidden_states indices to draft from (0 = embeddings, i = output "
-                             "of layer i-1), for heads whose config names none (default: the config's, else 2,L/2,L-3)")
-    parser.add_argument("--specforge-norm-output", default=None, choices=["after-pr879", "before-pr879"],
-                        help="eagle3 heads in the SpecForge/SGLang layout whose config sets norm_output: the "
-                             "SpecForge that wrote it (its PR #879 changed the meaning; default after-pr879)")
-
-
 def add_arguments(parser) -> None:
     actions = parser.add_subparsers(dest="drafter_action", metavar="ACTION", required=True)
     fit = actions.add_parser("fit-exit-head", help="fit a linear exit head on text (ridge regression)")
-    fit.add_argument("--target", default="smollm2", help="HF directory, .gguf file or 'smollm2' (default)")
+    add_target_argument(fit)
     fit.add_argument("--layers", type=at_least(1), required=True, help="K, the number of target layers the drafter runs")
     fit.add_argument("--text", nargs="+", required=True, type=Path, help="plain-text files to fit on")
     fit.add_argument("--out", required=True, type=Path, help="output .safetensors file")
@@ -51,8 +29,7 @@ def add_arguments(parser) -> None:
     fit.add_argument("--holdout", type=finite_float(0.0, 0.9), default=0.1,
                      help="share of windows held out for agreement")
     fit.add_argument("--ridge", type=finite_float(0.0), default=1e-3, help="ridge penalty per row (default 1e-3)")
-    fit.add_argument("--device", default="cpu")
-    fit.add_argument("--dtype", default="float32")
+    add_device_arguments(fit, threads=None)
     fit.set_defaults(_action=run_fit_exit_head)
 
     add_train_parser(actions)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrank.commands.args import at_least
+from specrank.commands.args import add_device_arguments, add_target_argument, at_least
 from specrank.decode.prompts import drafter_prompts_path, read_prompts
 from specrank.outputs import check_output_dir
 from specrank.scale import add_worker_arguments, preflight, workers_from_args
@@ -15,7 +15,7 @@ HELP = "train an EAGLE-3-format head by self-distillation from the target (resum
 def add_train_parser(actions) -> None:
     """Add the ``train`` action to the ``specrank drafter`` subparsers."""
     p = actions.add_parser("train", help=HELP, description=HELP)
-    p.add_argument("--target", default="smollm2", help="HF directory, .gguf file or 'smollm2' (default)")
+    add_target_argument(p)
     p.add_argument("--prompts", type=Path, default=None,
                    help="JSONL prompt file, split into training and held-out prompts (default: the bundled "
                         "training-only prompts, data/drafter_prompts.jsonl, which share no text with the evaluation sets)")
@@ -48,8 +48,7 @@ def add_train_parser(actions) -> None:
     p.add_argument("--max-minutes", type=float, default=None, help="stop training (checkpointed) after this long")
     p.add_argument("--decode-prompts", type=int, default=2, help="held-out prompts decoded at the end (0: none)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (per worker with --workers)")
+    add_device_arguments(p, dtype=False, threads="torch CPU threads (per worker with --workers)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
     p.add_argument("--no-progress", action="store_true")
 

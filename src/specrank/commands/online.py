@@ -9,8 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from specrank.atomic import atomic_write, write_parquet_atomic
-from specrank.commands.args import DTYPE_NAMES, add_deprecated_alias, add_tracking_arguments, at_least
-from specrank.commands.drafter import add_eagle3_layers
+from specrank.commands.args import (add_deprecated_alias, add_model_arguments, add_pool_arguments,
+                                    add_tracking_arguments, at_least)
 from specrank.decode import STRATEGY_NAMES, DecodeConfig, PoolShape, load_drafter, load_target, make_strategy
 from specrank.decode.prompts import default_prompts_path, encode_prompts, read_prompts
 from specrank.errors import CommandError
@@ -20,9 +20,7 @@ HELP = "decode online with selection strategies in the loop; realized vs expecte
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--target", default="smollm2", help="local HF directory, .gguf file, or 'smollm2' (default)")
-    parser.add_argument("--drafter", required=True, help="standalone:PATH, early-exit:K[:HEAD], or eagle3:DIR")
-    add_eagle3_layers(parser)
+    add_model_arguments(parser)
     parser.add_argument("--strategies", default="draft",
                         help="comma list of draft, reranked, root, root_draw, pearl, covering (default draft);"
                              " each runs on every prompt, order rotated per prompt; speeds are relative to the first")
@@ -39,15 +37,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--warmup", type=at_least(0), default=1, help="prompts decoded once by every rule first, untimed")
     parser.add_argument("--out", required=True, help="output directory (rounds, decodes, summary tables, figure)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    parser.add_argument("--budget", type=int, default=59, help="verified tree size B, root excluded (default 59)")
-    parser.add_argument("--topk", type=int, default=10)
-    parser.add_argument("--depth", type=int, default=8)
-    parser.add_argument("--expand", type=int, default=10)
+    add_pool_arguments(parser)
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0, help="run seed; generators are seeded per (prompt, seed)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32", choices=DTYPE_NAMES)
-    parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     parser.add_argument("--pipeline", action="store_true",
                         help="draft in a worker process while the target runs the root pass (target-row reuse, "
                              "arXiv 2610.29210, App. D.14); standalone and early-exit drafters only")

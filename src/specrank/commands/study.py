@@ -30,10 +30,9 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from specrank.atomic import atomic_write, write_json_atomic
-from specrank.commands.args import DTYPE_NAMES, add_tracking_arguments, at_least
+from specrank.commands.args import add_model_arguments, add_tracking_arguments, at_least
 from specrank.commands.decode import add_seen_prompts_argument
 from specrank.commands.demo import _stage, parse_temperatures
-from specrank.commands.drafter import add_eagle3_layers
 from specrank.decode.prompts import encode_prompt, read_prompts, spec_bench_path
 from specrank.featurize import read_features
 from specrank.featurize.storage import read_rounds_table
@@ -45,9 +44,9 @@ HELP = "the pipeline at scale (decode to a round target, featurize, cross-fit, e
 FIRST_CHUNK = 24  # prompts of the first decoding call, whose rounds per prompt size the next calls
 CHUNK = 120  # the most prompts one decoding call adds
 SHARD_SIZE = 4
-# Sized on this 2-core machine: with the shipped head on Spec-Bench a round costs ~0.58 s on 2 Ray workers of one
-# thread each (1,026 rounds in 598 s, docs/results/study.json), so 10,000 rounds at T = 1 and 4,000 greedy decode
-# in ~135 minutes and the study ends in about 150.
+# Sized for a 2-core machine: 10,000 rounds at T = 1 and 4,000 greedy with the shipped head on Spec-Bench fit in
+# a 150-minute run on 2 Ray workers of one thread each (the default run's own time: docs/results/study.json,
+# timing).
 DEFAULT_ROUNDS = 10_000
 DEFAULT_GREEDY_ROUNDS = 4_000
 DEFAULT_MAX_NEW_TOKENS = 64
@@ -59,9 +58,7 @@ class StudyDirError(ValueError):
 
 def add_arguments(parser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="study directory (rerun the same command to resume)")
-    parser.add_argument("--target", default="smollm2", help="local HF directory, .gguf file, or 'smollm2' (default)")
-    parser.add_argument("--drafter", default="eagle3:default", help="drafter spec (default eagle3:default)")
-    add_eagle3_layers(parser)
+    add_model_arguments(parser, drafter="eagle3:default", threads="torch CPU threads (per worker with --workers)")
     parser.add_argument("--prompts", type=Path, default=None,
                         help="JSONL prompts (Spec-Bench or HumanEval form; default: the bundled Spec-Bench questions)")
     parser.add_argument("--rounds", type=at_least(1), default=DEFAULT_ROUNDS,
@@ -80,10 +77,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--n-estimators", type=at_least(1), default=400,
                         help="boosting iterations of Base and Rows (default 400, the paper's)")
     parser.add_argument("--seed", type=int, default=0, help="prompt order, decoding and bootstrap seed (default 0)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32", choices=DTYPE_NAMES)
-    parser.add_argument("--threads", type=at_least(1), default=None,
-                        help="torch CPU threads (per worker with --workers)")
     add_worker_arguments(parser)
     add_seen_prompts_argument(parser)
     add_tracking_arguments(parser, store="sqlite:///OUT/mlflow.db, the study's own store", experiment="specrank-study", no_tracking="write the study directory only, log nothing")

@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specrank.commands.args import DTYPE_NAMES, add_tracking_arguments, at_least
-from specrank.commands.drafter import add_eagle3_layers
+from specrank.commands.args import add_model_arguments, add_tracking_arguments, at_least
 from specrank.decode.prompts import default_prompts_path
 
 HELP = "exact acceptance length and predicted tokens/s of SGLang / EAGLE / vLLM tree settings, and the best flags"
@@ -31,10 +30,8 @@ def int_list(flag: str, low: int = 1):
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--target", default="smollm2", help="local HF directory, .gguf file, hub id or 'smollm2' (default)")
-    parser.add_argument("--drafter", default="eagle3:default",
-                        help="eagle3:DIR | eagle3:ORG/NAME | eagle3:default (default) | standalone:PATH | early-exit:K")
-    add_eagle3_layers(parser)
+    add_model_arguments(parser, drafter="eagle3:default",
+                        device="torch device the models run on and the cost model is timed on (default cpu)")
     parser.add_argument("--prompts", default=None, help="JSONL prompts (default: the bundled held-out set)")
     parser.add_argument("--limit", type=at_least(1), default=16, help="the first N prompts (default 16)")
     parser.add_argument("--allow-training-prompts", action="store_true",
@@ -57,9 +54,6 @@ def add_arguments(parser) -> None:
                              " each recording by prompt halves), 'none', or a saved reranker / MLflow model URI"
                              " (used on recordings of its topk)")
     parser.add_argument("--trust-pickle", action="store_true", help="also load a pickled (format 1) reranker")
-    parser.add_argument("--device", default="cpu", help="where the models run and the cost model is timed")
-    parser.add_argument("--dtype", default="float32", choices=DTYPE_NAMES)
-    parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     parser.add_argument("--repeats", type=at_least(1), default=5, help="timed repeats of each pool and pass (default 5)")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
     parser.add_argument("--out", required=True, help="new output directory (recordings, tables, figures, heads)")

@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 from specrank.atomic import atomic_write
-from specrank.commands.args import DTYPE_NAMES, add_deprecated_alias, add_tracking_arguments, at_least
-from specrank.commands.drafter import add_eagle3_layers
+from specrank.commands.args import (add_deprecated_alias, add_model_arguments, add_pool_arguments,
+                                    add_tracking_arguments, at_least)
 from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
 from specrank.decode.prompts import default_prompts_path, read_prompts
 from specrank.outputs import check_output_dir, removing_new_dirs, staged
@@ -21,9 +21,7 @@ HELP = "sweep verification rules (tree and chain decoders): block efficiency vs 
 def add_arguments(parser) -> None:
     from specrank.evaluation.sweep import DEFAULT_GRID
 
-    parser.add_argument("--target", default="smollm2", help="local HF directory, .gguf file, or 'smollm2' (default)")
-    parser.add_argument("--drafter", required=True, help="standalone:PATH, early-exit:K[:HEAD], or eagle3:DIR")
-    add_eagle3_layers(parser)
+    add_model_arguments(parser)
     parser.add_argument("--prompts", default=None, help="JSONL prompts; default: bundled set")
     parser.add_argument("--limit", type=at_least(1), default=None, help="decode only the first N prompts")
     parser.add_argument("--out", required=True, help="output directory (one resumable run per cell under runs/)")
@@ -34,17 +32,10 @@ def add_arguments(parser) -> None:
     add_deprecated_alias(parser, "--decoders", "--speculations", "speculations", nargs="+", choices=["tree", "chain"])
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
     parser.add_argument("--chain-length", type=int, default=4, help="chain decoder: drafted tokens per round")
-    parser.add_argument("--budget", type=int, default=59, help="tree decoder: verified tree size B (default 59)")
-    parser.add_argument("--extra", type=int, default=0, help="tree decoder: extra scored candidates (default 0)")
-    parser.add_argument("--topk", type=int, default=10)
-    parser.add_argument("--depth", type=int, default=8)
-    parser.add_argument("--expand", type=int, default=10)
+    add_pool_arguments(parser, budget="tree speculation: verified tree size B, root excluded", extra=0)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32", choices=DTYPE_NAMES)
     parser.add_argument("--shard-size", type=at_least(1), default=4)
-    parser.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads")
     parser.add_argument("--no-progress", action="store_true")
     add_tracking_arguments(parser, run_name="verify-sweep-<out name>")
 
