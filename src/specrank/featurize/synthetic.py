@@ -1,7 +1,8 @@
 """Synthetic recorded rounds with the schema's columns, for tests and benchmarks.
 
-Pools grow in EAGLE-3's shape (docs/design.md, pool growth): ``topk`` first-level candidates, all expanded, then
-the ``expand`` best new nodes by cumulative draft log-probability at each further depth. At every
+Pools grow in EAGLE-3's shape with ``selection.synthetic.grow_pool`` (docs/design.md, pool growth): ``topk``
+first-level candidates, all expanded, then the ``expand`` best new nodes by cumulative draft log-probability at
+each further depth. At every
 expanded node the drafter's top-``topk`` probabilities come from a Dirichlet draw (one extra
 entry for the mass outside the pool); the target's probabilities are the drafter's tilted by
 log-normal noise of scale ``target_noise`` and renormalized. The retained rows (cache,
@@ -22,69 +23,42 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specrank import schema
+from specrank.selection.synthetic import grow_pool
 
 SIGNALS = ("rows", "none")
 _ROW_NOISE = {"cache": 0.3, "same_token": 0.6, "preceding": 1.0}
 _ROW_AVAILABLE = {"cache": 0.7, "same_token": 0.3, "preceding": 1.0}
 
 
-def pool_size(topk: int, depth: int, expand: int) -> int:
-    """Candidates in an EAGLE-3-shaped pool: topk + topk^2 + (depth - 2) * expand * topk."""
-    return topk + (topk * topk if depth >= 2 else 0) + max(depth - 2, 0) * expand * topk
+def _dirichlet_children(topk, vocab, target_noise):
+    """``grow_pool``'s children: the drafter's top-``topk`` of a Dirichlet draw (one extra entry for the mass
+    outside the pool), the target's probabilities the drafter's tilted by log-normal noise, distinct sibling
+    tokens (``vocab`` is prime)."""
+
+    def children(rng, shape):
+        g = rng.gamma(0.6, size=shape + (topk + 1,))
+        q_full = g / g.sum(-1, keepdims=True)
+        q = -np.sort(-q_full[..., :topk], axis=-1)  # the drafter's top-k, descending
+        q_all = np.concatenate([q, q_full[..., topk:]], axis=-1)
+        w = q_all * np.exp(target_noise * rng.normal(size=q_all.shape))
+        p = w / w.sum(-1, keepdims=True)
+        start = rng.integers(vocab, size=shape + (1,))
+        stride = rng.integers(1, vocab, size=shape + (1,))
+        tokens = (start + stride * np.arange(topk)) % vocab
+        return tokens, q, p[..., :topk], np.arange(topk) == p.argmax(-1)[..., None]
+
+    return children
 
 
-def _block(rng, shape, topk, vocab, target_noise):
-    """Sibling blocks at ``shape`` expanded nodes: tokens, q, p (..., topk) and the target argmax slot."""
-    g = rng.gamma(0.6, size=shape + (topk + 1,))
-    q_full = g / g.sum(-1, keepdims=True)
-    q = -np.sort(-q_full[..., :topk], axis=-1)  # the drafter's top-k, descending
-    q_all = np.concatenate([q, q_full[..., topk:]], axis=-1)
-    w = q_all * np.exp(target_noise * rng.normal(size=q_all.shape))
-    p = w / w.sum(-1, keepdims=True)
-    start = rng.integers(vocab, size=shape + (1,))
-    stride = rng.integers(1, vocab, size=shape + (1,))
-    tokens = (start + stride * np.arange(topk)) % vocab  # distinct siblings (vocab is prime)
-    return tokens, q, p[..., :topk], p.argmax(-1)
-
-
-def _grow(rng, n, topk, depth, expand, vocab, target_noise):
-    """Pool arrays (N, M) and each node's argmax child (-1 none) in pool order."""
-    m = pool_size(topk, depth, expand)
-    cols = {k: np.zeros((n, m), dtype=t) for k, t in schema.POOL_COLUMNS.items()}
-    best_child = np.full((n, m + 1), -1, dtype=np.int64)  # column m stands for the root
-    tok, q, p, arg = _block(rng, (n,), topk, vocab, target_noise)
-    level = slice(0, topk)
-    for k, v in (("token", tok), ("q_edge", q), ("draft_logp", np.log(q)), ("p_edge", p)):
-        cols[k][:, level] = v
-    cols["parent"][:, level], cols["depth"][:, level] = -1, 1
-    cols["p_argmax_child"][:, level] = np.arange(topk) == arg[:, None]
-    best_child[:, m] = np.where(arg < topk, arg, -1)
-    expanded = np.tile(np.arange(topk), (n, 1))  # (N, E) pool indices
-    start = topk
-    for d in range(2, depth + 1):
-        e = expanded.shape[1]
-        tok, q, p, arg = _block(rng, (n, e), topk, vocab, target_noise)  # (N, E, topk)
-        level = slice(start, start + e * topk)
-        parent_logp = np.take_along_axis(cols["draft_logp"], expanded, axis=1)
-        cols["token"][:, level] = tok.reshape(n, -1)
-        cols["q_edge"][:, level] = q.reshape(n, -1)
-        cols["draft_logp"][:, level] = (parent_logp[..., None] + np.log(q)).reshape(n, -1)
-        cols["p_edge"][:, level] = p.reshape(n, -1)
-        cols["p_argmax_child"][:, level] = (np.arange(topk) == arg[..., None]).reshape(n, -1)
-        cols["parent"][:, level] = np.repeat(expanded, topk, axis=1)
-        cols["depth"][:, level] = d
-        child = np.where(arg < topk, start + np.arange(e) * topk + arg, -1)
-        np.put_along_axis(best_child, expanded, child, axis=1)
-        best = np.argsort(-cols["draft_logp"][:, level], axis=1, kind="stable")[:, :expand]
-        expanded, start = best + start, start + e * topk
-    return cols, best_child
-
-
-def _argmax_path(best_child, depth):
+def _argmax_path(cols, depth):
     """Accepted pool indices along the target's argmax path from the root, (N, depth) with -1 padding."""
-    n, root = best_child.shape[0], best_child.shape[1] - 1
+    n, m = cols["parent"].shape
+    best_child = np.full((n, m + 1), -1, dtype=np.int64)  # column m stands for the root
+    rows, nodes = np.nonzero(cols["p_argmax_child"])
+    parents = cols["parent"][rows, nodes].astype(np.int64)
+    best_child[rows, np.where(parents < 0, m, parents)] = nodes
     path = np.full((n, depth), -1, dtype=np.int64)
-    cur = best_child[:, root]
+    cur = best_child[:, m]
     for d in range(depth):
         path[:, d] = cur
         cur = np.where(cur >= 0, best_child[np.arange(n), np.maximum(cur, 0)], -1)
@@ -99,8 +73,8 @@ def synthetic_rounds(n_prompts=20, rounds_per_prompt=20, *, topk=4, depth=3, exp
     expand = topk if expand is None else expand
     rng = np.random.default_rng(seed)
     n = n_prompts * rounds_per_prompt
-    cols, best_child = _grow(rng, n, topk, depth, expand, vocab, target_noise)
-    path = _argmax_path(best_child, depth)
+    cols = grow_pool(rng, n, topk, depth, expand, _dirichlet_children(topk, vocab, target_noise))
+    path = _argmax_path(cols, depth)
     accepted = (path >= 0).sum(1)
     pid = np.repeat(np.arange(n_prompts), rounds_per_prompt)
     rnd = np.tile(np.arange(rounds_per_prompt), n_prompts)

@@ -103,41 +103,49 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def _grow(rng, n, topk, depth, expand, local_vocab, sharpness, noise, vocab):
-    """Pool arrays (N, topk + (depth-1)*expand*topk) grown like EAGLE-3.
-
-    Also returns the root row's logits (N, local_vocab) and the first-level local ids (N, topk).
-    """
-    q, p, am, first_local, root_logits = _child_distributions(rng, (n,), topk, local_vocab, sharpness, noise)
-    base = rng.integers(0, vocab, size=(n, 1))
-    cols = {
-        "token": [(base + first_local) % vocab],
-        "parent": [np.full((n, topk), -1)],
-        "depth": [np.ones((n, topk), dtype=np.int64)],
-        "q_edge": [q],
-        "p_edge": [p],
-        "p_argmax_child": [am],
-        "draft_logp": [np.log(q)],
-    }
+def grow_pool(rng, n: int, topk: int, depth: int, expand: int, children) -> dict:
+    """Pool arrays (N, M), M = topk + topk^2 + (depth - 2) * expand * topk, grown like EAGLE-3: the root's
+    ``topk`` children, all expanded, then at each further depth the ``expand`` best new candidates by
+    cumulative draft log-probability. ``children(rng, shape)`` draws the ``topk`` children of ``shape``
+    nodes: (token, q, p, argmax) arrays of shape (*shape, topk), q descending, argmax flagging the
+    target's argmax child. Draft log-probabilities accumulate in float64; ``POOL_COLUMNS`` gives the
+    stored dtypes. The one pool grower of the synthetic data (``featurize.synthetic`` draws its
+    rounds with it too)."""
+    token, q, p, argmax = children(rng, (n,))
+    cols = {"token": [token], "parent": [np.full((n, topk), -1)], "depth": [np.ones((n, topk), dtype=np.int64)],
+            "q_edge": [q], "p_edge": [p], "p_argmax_child": [argmax], "draft_logp": [np.log(q)]}
     expanded = np.broadcast_to(np.arange(topk), (n, topk))  # every first-level candidate expands
     start = topk
     for step in range(1, depth):
         e = expanded.shape[1]
-        q, p, am, local, _ = _child_distributions(rng, (n, e), topk, local_vocab, sharpness, noise)
-        base = rng.integers(0, vocab, size=(n, e, 1))
+        token, q, p, argmax = children(rng, (n, e))  # (N, E, topk)
         parent_logp = np.take_along_axis(np.concatenate(cols["draft_logp"], axis=1), expanded, axis=1)
         logp = (parent_logp[:, :, None] + np.log(q)).reshape(n, e * topk)
-        cols["token"].append(((base + local) % vocab).reshape(n, e * topk))
+        cols["token"].append(token.reshape(n, e * topk))
         cols["parent"].append(np.repeat(expanded, topk, axis=1))
         cols["depth"].append(np.full((n, e * topk), step + 1))
         cols["q_edge"].append(q.reshape(n, -1))
         cols["p_edge"].append(p.reshape(n, -1))
-        cols["p_argmax_child"].append(am.reshape(n, -1))
+        cols["p_argmax_child"].append(argmax.reshape(n, -1))
         cols["draft_logp"].append(logp)
         if step <= depth - 2:  # expand the best new candidates by cumulative draft score
             expanded = start + np.argsort(-logp, axis=1, kind="stable")[:, :expand]
         start += e * topk
-    return {k: np.concatenate(v, axis=1) for k, v in cols.items()}, root_logits, first_local
+    return {k: np.concatenate(v, axis=1).astype(POOL_COLUMNS[k]) for k, v in cols.items()}
+
+
+def _gaussian_children(topk, local_vocab, sharpness, noise, vocab, first: list):
+    """``grow_pool``'s children: Gaussian draft logits over a local vocabulary (``_child_distributions``),
+    placed at a random offset of the vocabulary; the first level's root logits and local ids go to ``first``."""
+
+    def children(rng, shape):
+        q, p, argmax, local, target_logits = _child_distributions(rng, shape, topk, local_vocab, sharpness, noise)
+        base = rng.integers(0, vocab, size=shape + (1,))
+        if not first:
+            first.extend([target_logits, local])
+        return (base + local) % vocab, q, p, argmax
+
+    return children
 
 
 def realized_acceptance(rng, pool: PoolBatch, budget: int = 59) -> np.ndarray:
@@ -205,22 +213,15 @@ def synthetic_pools(
     if n_rounds < 1 or topk < 1 or depth < 1 or not 1 <= expand <= topk * topk:
         raise ValueError("n_rounds, topk, depth must be >= 1 and expand in 1..topk**2")
     rng = np.random.default_rng(seed)
-    arrays, root_logits, first_local = _grow(rng, n_rounds, topk, depth, expand, local_vocab, sharpness, noise, vocab)
+    first = []  # the root row's logits and the first level's local ids, for the round summaries and rows
+    arrays = grow_pool(rng, n_rounds, topk, depth, expand,
+                       _gaussian_children(topk, local_vocab, sharpness, noise, vocab, first))
+    root_logits, first_local = first
     n_prompts = n_prompts or max(1, n_rounds // 40)
     prompt_id = np.sort(rng.integers(0, n_prompts, size=n_rounds))
     prompt_id[:n_prompts] = np.arange(min(n_prompts, n_rounds))  # every prompt has a round
     prompt_id = np.sort(prompt_id)
-    pool = PoolBatch(
-        token=arrays["token"].astype(np.int32),
-        parent=arrays["parent"].astype(np.int16),
-        depth=arrays["depth"].astype(np.int8),
-        q_edge=arrays["q_edge"].astype(np.float32),
-        draft_logp=arrays["draft_logp"].astype(np.float32),
-        p_edge=arrays["p_edge"].astype(np.float32),
-        p_argmax_child=arrays["p_argmax_child"].astype(np.int8),
-        prompt_id=prompt_id,
-        task=np.asarray(tasks)[prompt_id % len(tasks)],
-    )
+    pool = PoolBatch(**arrays, prompt_id=prompt_id, task=np.asarray(tasks)[prompt_id % len(tasks)])
     rounds = _round_summaries(root_logits, prompt_id, pool.token[:, :topk], first_local)
     rounds["root_token"] = rng.integers(0, vocab, size=n_rounds).astype(np.int32)
     rounds["accepted"] = realized_acceptance(rng, pool).astype(np.int16)
