@@ -481,7 +481,7 @@ CASES = [
     ("decode-threads-0", lambda w, o: decode(w, o, "--threads", "0"), "--threads"),
     ("decode-device", lambda w, o: decode(w, o, "--device", "tpu"), "device"),
     ("decode-dtype", lambda w, o: decode(w, o, "--dtype", "float64"), "--dtype"),
-    ("decode-verifier-unknown", lambda w, o: decode(w, o, "--verification-rule", "bogus"), "verifier"),
+    ("decode-verification-rule-unknown", lambda w, o: decode(w, o, "--verification-rule", "bogus"), "verification rule"),
     ("decode-verifier-value", lambda w, o: decode(w, o, "--verification-rule", "lenience:l=abc"), "lenience:l=abc"),
     ("decode-chain-length-0", lambda w, o: decode(w, o, "--speculation", "chain", "--chain-length", "0"), "chain length"),
     ("decode-decoder-unknown", lambda w, o: decode(w, o, "--speculation", "beam"), "--speculation"),

@@ -115,12 +115,12 @@ def test_smollm2_greedy_equals_its_own_greedy_decode():
     torch.set_num_threads(1)
     target = load_target("smollm2")
     drafter = load_drafter("early-exit:8", target)
-    config = DecodeConfig(max_new_tokens=24)
+    config = DecodeConfig(max_new_tokens=12)
     chosen = ("summarization-00", "math_reasoning-00")
     for prompt in [p for p in read_prompts(default_prompts_path()) if p.prompt_id in chosen]:
         ids = encode_prompt(target.tokenizer, prompt.text)
         out, records = decode_prompt(target, drafter, ids, config, prompt.prompt_id, prompt.task)
         with torch.no_grad():
-            ref = target.model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)[0, len(ids):]
+            ref = target.model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids):]
         assert out == ref.tolist()
         assert all(r["n_scored"] > 160 for r in records)

@@ -250,7 +250,7 @@ def test_parse_verifier(text, kind, name):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("greedy", "unknown verifier"),
+        ("greedy", "unknown verification rule"),
         ("lenience", "missing parameter l="),
         ("lenience:l=abc", "must be a number"),
         ("lenience:l=0.5,lam=0.2", "takes no parameter lam"),

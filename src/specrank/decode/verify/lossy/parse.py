@@ -80,7 +80,7 @@ def parse_verifier(text: str) -> VerificationRule:
     """A rule from ``NAME[:KEY=VALUE,...]``, e.g. ``"lenience:l=0.5"``."""
     name, _, body = text.strip().partition(":")
     if name not in BUILDERS:
-        raise RuleError(f"unknown verifier {name!r} (one of {', '.join(BUILDERS)})")
+        raise RuleError(f"unknown verification rule {name!r} (one of {', '.join(BUILDERS)})")
     params = {}
     for item in filter(None, body.split(",")):
         key, sep, value = item.partition("=")
