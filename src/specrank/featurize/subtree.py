@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from specrank.selection.select import ancestors
+
 SUBTREE_FEATURES = ["child_max_q", "child_entropy", "subtree_size", "subtree_mass", "subtree_expanded"]
-
-
-def first_level_ancestor(parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """Pool index of each node's depth-1 ancestor (itself at depth 1), (N, M), by pointer doubling."""
-    n, m = parent.shape
-    offset = (np.arange(n, dtype=np.int64) * m)[:, None]  # flat indexing: np.take beats take_along_axis
-    up = (np.where(depth > 1, parent, np.arange(m, dtype=parent.dtype)) + offset).ravel()  # one step up
-    for _ in range(int(np.ceil(np.log2(max(int(depth.max(initial=1)), 2))))):
-        up = np.take(up, up)  # 2^i steps up, stopping at depth 1
-    return (up.reshape(n, m) - offset).astype(np.int32)
 
 
 def subtree_features(parent, depth, q_edge, draft_logp, topk: int) -> dict[str, np.ndarray]:
@@ -28,7 +20,7 @@ def subtree_features(parent, depth, q_edge, draft_logp, topk: int) -> dict[str, 
     """
     n, m = parent.shape
     size_nk = n * topk
-    anc = first_level_ancestor(parent, depth)  # (N, M)
+    anc = ancestors(parent, depth, 1)  # (N, M) each node's first-level ancestor
     key = (anc + (np.arange(n, dtype=np.int32) * topk)[:, None]).ravel()  # (round, candidate) of every node
     size = np.bincount(key, minlength=size_nk) - 1  # every candidate counts itself once
     below_mass = np.where(depth > 1, np.exp(draft_logp), np.float32(0))  # (N, M), float32 like the input
