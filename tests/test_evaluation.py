@@ -186,3 +186,16 @@ def test_bad_budgets_and_bootstrap(rounds):
         evaluate(rounds, {}, budgets=(10_000,), n_boot=10)
     with pytest.raises(ValueError, match="bootstrap"):
         evaluate(rounds, {}, budgets=(8,), n_boot=0)
+
+
+def test_root_share_figure_keeps_its_bars_readable_when_an_interval_explodes():
+    from specrank.evaluation.figures import root_share_by_task
+
+    def rows(groups, low):
+        return [{"rule": "rows", "budget": 8, "group": g, "split_kind": "task", "root_share": 40.0,
+                 "root_share_low": low if g == "b" else 10.0, "root_share_high": 80.0} for g in groups]
+
+    summary = pd.DataFrame(rows(["all"], 10.0)).drop(columns=["group", "split_kind"])
+    for low, bottom in ((-900.0, -100.0), (-20.0, -25.0)):  # a near-zero root gain in a resample: -900%
+        fig = root_share_by_task(summary, pd.DataFrame(rows(["a", "b"], low)))
+        assert fig.axes[0].get_ylim() == pytest.approx((bottom, 105.0))

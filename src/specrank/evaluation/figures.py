@@ -96,6 +96,7 @@ def root_share_by_task(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict |
     fig, axes = new_figure(len(budgets), (panel_width * len(budgets), 4.2), sharey=True)
     width = 0.8 / max(len(rules), 1)
     x = np.arange(len(groups))
+    ends = []  # every whisker's ends, for the shared y range
     for ax, b in zip(axes[0], budgets):
         whole = summary[summary["budget"] == b].assign(group="all")
         table = pd.concat([by_task[by_task["budget"] == b], whole], ignore_index=True)
@@ -104,6 +105,7 @@ def root_share_by_task(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict |
             share = t["root_share"].to_numpy(dtype=float)
             low, high = (t[f"root_share_{k}"].to_numpy(dtype=float) for k in ("low", "high"))
             err = np.vstack([share - low, high - share])
+            ends += [low, high, share]
             ax.bar(x + (i - (len(rules) - 1) / 2) * width, share, width, color=colors[rule], label=label(rule),
                    yerr=np.abs(err), capsize=2, error_kw={"lw": 0.8})
         ax.axhline(0.0, color="black", lw=0.8)
@@ -114,7 +116,13 @@ def root_share_by_task(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict |
         ax.grid(axis="y", alpha=0.3)
     axes[0, 0].set_ylabel("share of the root gain recovered (%)")
     axes[0, 0].legend(fontsize=8, frameon=False, loc="upper left")
-    caption = "Share of root selection's gain over draft recovered; whiskers: 95% intervals; dotted: 100%"
+    # A task whose root gain is near zero in some resamples has a share interval of hundreds of percent, which
+    # would flatten every bar: the range stops at [-100, 200]% and such whiskers run off the plot.
+    values = np.concatenate(ends) if ends else np.zeros(1)
+    values = values[np.isfinite(values)] if np.isfinite(values).any() else np.zeros(1)
+    axes[0, 0].set_ylim(max(min(values.min(), 0.0) - 5.0, -100.0), min(max(values.max(), 100.0) + 5.0, 200.0))
+    caption = ("Share of root selection's gain over draft recovered; whiskers: 95% intervals, cut at -100% and "
+               "200%; dotted: 100%")
     fig.suptitle(_caption(meta, caption), fontsize=10)
     fig.tight_layout()
     return fig
