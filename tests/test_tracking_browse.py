@@ -306,3 +306,22 @@ def test_cross_fit_studies_are_named_per_fold_seeded_by_name_and_repeat(tmp_path
     assert first["demo-t1-base-fold0"][0] != first["demo-t1-base-fold1"][0]
     assert studies("demo-t1-base") == first  # the same command gives the same studies
     assert studies("demo-greedy-base")["demo-greedy-base-fold0"][0] != first["demo-t1-base-fold0"][0]
+
+
+def test_the_demo_logs_to_its_own_store_by_default(demo, tmp_path, monkeypatch):
+    """Without --tracking-uri the demo writes ``<out>/mlflow.db`` (not ``./mlflow.db``, where ad-hoc decodes go),
+    under its own experiment, and says where at the end."""
+    tiny = demo[3]
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "demo-out"
+    args = ["demo", "--target", str(tiny["tgt"]), "--drafter", f"standalone:{tiny['drf']}", "--limit", "4",
+            "--max-new-tokens", "4", "--temperatures", "0", *SMALL, "--out", str(out)]
+    with redirect_stdout(io.StringIO()) as printed:
+        assert main(args) == 0
+    store = out.resolve() / "mlflow.db"
+    assert store.is_file() and not (tmp_path / "mlflow.db").exists()
+    assert f"MLflow store: sqlite:///{store} (experiment 'specrank-demo')" in printed.getvalue()
+    client = MlflowClient(f"sqlite:///{store}")
+    exp = client.get_experiment_by_name("specrank-demo")
+    assert [r.info.run_name for r in client.search_runs([exp.experiment_id], "tags.mlflow.parentRunId IS NULL")] == [
+        "demo-greedy"]
