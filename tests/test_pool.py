@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from specrank.decode.loading.drafters import load_drafter
 from specrank.decode.loading.targets import load_target
 from specrank.decode.core import Drafter, DraftPool, PoolShape, PoolShapeError, RootStep, draft_log_probs
+from specrank.selection.select import ancestors
 from specrank.testing import save_tiny_llama
 
 torch.set_num_threads(1)
@@ -64,6 +65,7 @@ def check_pool(pool: DraftPool, shape: PoolShape) -> None:
     m, k = shape.size, shape.topk
     idx = np.arange(len(pool))
     assert len(pool) == m and pool.expanded.sum() == shape.n_expanded
+    assert (pool.first_ancestor == ancestors(pool.parent[None], pool.depth[None], 1)[0]).all()  # carried by growth
     assert (pool.depth[:k] == 1).all() and (np.diff(pool.draft_logp[:k]) <= 0).all()
     child = pool.parent >= 0
     assert (pool.parent < idx).all() and (child == (pool.depth > 1)).all()
@@ -132,6 +134,10 @@ def test_check_pool_rejects_corrupted_pools():
     misordered.draft_logp[[0, 1]] = misordered.draft_logp[[1, 0]]
     with pytest.raises(AssertionError):
         check_pool(misordered, shape)
+    lost = DraftPool(**{f: getattr(pool, f).copy() for f in DraftPool.__dataclass_fields__})
+    lost.first_ancestor[at3[0]] = (lost.first_ancestor[at3[0]] + 1) % shape.topk  # a wrong depth-1 ancestor
+    with pytest.raises(AssertionError):
+        check_pool(lost, shape)
 
 
 def test_bookkeeping_is_fast():

@@ -73,6 +73,7 @@ class DraftPool:
     draft_logp: np.ndarray  # float32, cumulative log-probability of the path
     expanded: np.ndarray  # bool, children are in the pool
     q_root: np.ndarray | None = None  # float32 (V,)
+    first_ancestor: np.ndarray | None = None  # int64, pool index of each candidate's depth-1 ancestor (from growth)
 
     def __len__(self) -> int:
         return len(self.token)
@@ -187,6 +188,7 @@ class Drafter:
         edge, cum = (torch.zeros(m, dtype=torch.float32, device=dev) for _ in range(2))
         ancestors = torch.zeros(m, shape.n_expanded, dtype=torch.bool, device=dev)  # tree slots on the path
         feeds = None if root.feed is None else root.feed.new_empty(m, root.feed.shape[-1])
+        first = torch.arange(m, device=dev)  # depth-1 ancestors, carried down as the pool grows (scores read them)
 
         lp, ids = root.logp.topk(k)  # (k,), sorted descending
         token[:k], edge[:k], cum[:k] = self._to_target(ids), lp, lp
@@ -207,18 +209,19 @@ class Drafter:
             token[new], edge[new] = self._to_target(ids.reshape(-1)), lp.reshape(-1)
             parent[new] = frontier.repeat_interleave(k)
             cum[new] = cum[parent[new]] + edge[new]
+            first[new] = first[parent[new]]
             if feeds is not None:
                 feeds[new] = child_feed.repeat_interleave(k, 0)
             if d < shape.depth - 1:  # ties: pool index (a stable sort)
                 ancestors[new, :used] = sees.repeat_interleave(k, 0)
                 frontier = n + cum[new].sort(descending=True, stable=True).indices[: shape.expand]
             n += f * k
-        host = (t.cpu().numpy() for t in (token, parent, edge, cum, self._root_row(root.logp)))
-        token, parent, edge, cum, q_root = host
+        host = (t.cpu().numpy() for t in (token, parent, edge, cum, self._root_row(root.logp), first))
+        token, parent, edge, cum, q_root, first = host
         depth = np.repeat(np.arange(1, shape.depth + 1), shape.level_sizes()[0])
         expanded = np.zeros(m, bool)
         expanded[parent[parent >= 0]] = True
-        return DraftPool(token, parent, depth, np.exp(edge), cum, expanded, q_root)
+        return DraftPool(token, parent, depth, np.exp(edge), cum, expanded, q_root, first)
 
     @staticmethod
     def _tree_mask(sees: torch.Tensor, visible: int) -> torch.Tensor:

@@ -140,6 +140,15 @@ class PoolBatch:
         """(N, M) pool index of each candidate's depth-1 ancestor (itself at depth 1)."""
         return self.ancestor_at(1)
 
+    def with_first_ancestor(self, first: np.ndarray) -> "PoolBatch":
+        """This batch told each candidate's depth-1 ancestor (N, M) by what grew the pools, so that scores read
+        it instead of recomputing it (online, a round's pool carries it from growth). Returns self."""
+        first = np.asarray(first, dtype=np.intp)
+        if first.shape != self.shape:
+            raise PoolError(f"first_ancestor: expected shape {self.shape}, got {first.shape}")
+        self._cache[("ancestor", 1)] = first
+        return self
+
     def ancestor_at(self, k: int) -> np.ndarray:
         """(N, M) pool index of each candidate's depth-k ancestor (itself when depth <= k)."""
         key = ("ancestor", k)

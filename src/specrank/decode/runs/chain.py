@@ -79,7 +79,7 @@ def chain_pool(tokens: np.ndarray, q_edge: np.ndarray, q_root: np.ndarray) -> Dr
     g = len(tokens)
     logq = np.log(np.maximum(q_edge, np.finfo(np.float32).tiny)).astype(np.float32)
     return DraftPool(tokens.astype(np.int64), np.arange(-1, g - 1), np.arange(1, g + 1), q_edge.astype(np.float32),
-                     np.cumsum(logq).astype(np.float32), np.zeros(g, bool), q_root)
+                     np.cumsum(logq).astype(np.float32), np.zeros(g, bool), q_root, np.zeros(g, np.int64))
 
 
 def bonus_row(rule, p: torch.Tensor) -> torch.Tensor:

@@ -47,7 +47,8 @@ def round_batch(pool: DraftPool, root_logits: torch.Tensor | None, temperature: 
         p_argmax[pool.parent < 0] = (first == root_logits.argmax()).cpu().numpy()
     arrays = dict(token=pool.token, parent=pool.parent, depth=pool.depth, q_edge=pool.q_edge,
                   draft_logp=pool.draft_logp, p_edge=p_edge, p_argmax_child=p_argmax)
-    return PoolBatch(**{k: v[None] for k, v in arrays.items()})
+    batch = PoolBatch(**{k: v[None] for k, v in arrays.items()})
+    return batch if pool.first_ancestor is None else batch.with_first_ancestor(pool.first_ancestor[None])
 
 
 def top_tree(score: np.ndarray, depth: np.ndarray, budget: int) -> np.ndarray:
