@@ -151,3 +151,17 @@ def test_every_feature_of_the_sets_is_documented():
     from specrank.featurize.sets import DESCRIPTIONS
 
     assert set(ROWS) == set(DESCRIPTIONS)
+
+
+def test_draft_features_by_name_equal_the_full_set():
+    from specrank.featurize.draft import DRAFT_FEATURES, draft_features
+
+    q1 = np.random.default_rng(0).dirichlet(np.ones(6), size=5)[:, :4].astype(np.float32)
+    full = draft_features(q1)
+    assert list(full) == DRAFT_FEATURES
+    for names in (["q"], ["log_q", "q"], ["sib_rank"]):
+        some = draft_features(q1, names)
+        assert set(names) <= set(some)
+        for k in names:
+            np.testing.assert_array_equal(some[k], full[k])
+    assert list(draft_features(q1, ["q"])) == ["q"]  # an isotonic reranker's round computes nothing else

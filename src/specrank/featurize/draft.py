@@ -7,13 +7,18 @@ import numpy as np
 DRAFT_FEATURES = ["q", "log_q", "sib_rank", "sib_top_q", "sib_gap", "sib_sum_q", "sib_entropy"]
 
 
-def draft_features(q1: np.ndarray) -> dict[str, np.ndarray]:
-    """Features from the first-level draft probabilities ``q1`` (N, K); each value (N, K).
+def draft_features(q1: np.ndarray, names=None) -> dict[str, np.ndarray]:
+    """Features from the first-level draft probabilities ``q1`` (N, K); each value (N, K). Only ``names`` (all of
+    ``DRAFT_FEATURES`` when None) are returned; ``q`` and ``log_q`` alone skip the sibling statistics (an online
+    reranker reading ``q`` computes nothing else).
 
     ``sib_rank`` is 0 for the most probable sibling (ties by pool index); ``sib_gap`` is
     ``max q - q``; ``sib_entropy`` is the entropy (nats) of the first level renormalized.
     """
     q1 = q1.astype(np.float64)
+    if names is not None and set(names) <= {"q", "log_q"}:
+        with np.errstate(divide="ignore"):
+            return {"q": q1, "log_q": np.log(q1)} if "log_q" in names else {"q": q1}
     k = q1.shape[1]
     order = np.argsort(-q1, axis=1, kind="stable")  # (N, K)
     rank = np.empty_like(order)

@@ -55,12 +55,14 @@ def feature_groups(names) -> tuple[str, ...]:
 
 
 def candidate_features(a: dict, topk: int, kind: str, labels: bool,
-                       groups=FEATURE_GROUPS) -> dict[str, np.ndarray]:
-    """The per-candidate arrays of ``groups`` (all by default) of a chunk of rounds, each (n, topk)."""
+                       groups=FEATURE_GROUPS, names=None) -> dict[str, np.ndarray]:
+    """The per-candidate arrays of ``groups`` (all by default) of a chunk of rounds, each (n, topk); with ``names``,
+    the draft group computes only what they ask for."""
     token1 = a["token"][:, :topk]  # (n, K)
     feats = {"token": token1.astype(np.int64)}
     if "draft" in groups:
-        feats.update(draft_features(a["q_edge"][:, :topk]))
+        wanted = None if names is None else [n for n in names if n in DRAFT_FEATURES]
+        feats.update(draft_features(a["q_edge"][:, :topk], wanted))
     if "subtree" in groups:
         feats.update(subtree_features(a["parent"], a["depth"], a["q_edge"], a["draft_logp"], topk))
     if "context" in groups:
@@ -144,7 +146,7 @@ class FeatureArrays(dict):
 
 
 def round_features(pool: dict, context: dict, rows: dict | None, *, task: str, topk: int, temperature: float,
-                   groups=FEATURE_GROUPS) -> FeatureArrays:
+                   groups=FEATURE_GROUPS, names=None) -> FeatureArrays:
     """Features of one round's ``topk`` first-level candidates, computed by the offline featurizer's own
     functions (so they equal ``featurize_rounds`` on the recorded round, bit for bit).
 
@@ -156,7 +158,7 @@ def round_features(pool: dict, context: dict, rows: dict | None, *, task: str, t
     a = {k: np.asarray(v)[None] for k, v in pool.items()}
     a.update({k: np.asarray([v]) for k, v in context.items()})
     a.update({k: np.asarray(v)[None] for k, v in (rows or {}).items()})
-    cols = {k: v.reshape(-1) for k, v in candidate_features(a, topk, kind, False, groups).items()}
+    cols = {k: v.reshape(-1) for k, v in candidate_features(a, topk, kind, False, groups, names).items()}
     if "context" in groups:
         cols["task"] = np.full(topk, task, dtype=object)
     return FeatureArrays(cols, {META_KEY: feature_meta(kind, topk, temperature)})

@@ -151,7 +151,7 @@ def decode_round(target, drafter, state: PromptState, config: DecodeConfig, veri
     pool, root_known = draft_phase(target, drafter, state, config, rule, timer)
     drawn = rule.draw(state.root_logits, pool, verifier, state.generator) if rule.draws_first else -1
     node = drawn_node(pool, drawn, config.shape.topk) if rule.draws_first else -1
-    features = once(lambda groups=FEATURE_GROUPS: first_level_features(state, pool, config, groups))
+    features = once(lambda groups=FEATURE_GROUPS, names=None: first_level_features(state, pool, config, groups, names))
     ctx = RoundContext(config.budget, config.law, config.temperature, state.root_logits, node, features)
     with timer.span("rerank") if rule.reranks else nullcontext():
         tree, score = rule.select(pool, ctx)

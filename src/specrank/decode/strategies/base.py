@@ -33,7 +33,7 @@ class RoundContext:
     temperature: float
     root_logits: torch.Tensor | None  # (V,) the root row's logits, None before any target pass
     drawn_node: int  # pool index of the drawn first token on the first level, -1 when off it or no draw
-    features: Callable[..., object]  # (groups) -> features of this round's first-level candidates (computed once)
+    features: Callable[..., object]  # (groups, names=None) -> features of this round's first-level candidates (computed once)
 
 
 def round_batch(pool: DraftPool, root_logits: torch.Tensor | None, temperature: float) -> PoolBatch:

@@ -13,9 +13,9 @@ POOL_FIELDS = ("token", "parent", "depth", "q_edge", "draft_logp")
 _ABSENT_ROWS = {**{k: np.nan for k in ROW_COLUMNS}, **{k: -1 for k in ROW_SCALARS}}
 
 
-def first_level_features(state, pool, config, groups=FEATURE_GROUPS):
+def first_level_features(state, pool, config, groups=FEATURE_GROUPS, names=None):
     """Features of ``groups`` of this round's ``topk`` first-level candidates (rows absent when no caches are
-    kept; not read unless ``groups`` has them)."""
+    kept; not read unless ``groups`` has them); ``names`` narrows the draft group to what a reranker reads."""
     topk = config.shape.topk
     rows = None
     if "rows" in groups and state.caches is not None:
@@ -25,4 +25,4 @@ def first_level_features(state, pool, config, groups=FEATURE_GROUPS):
     context = {"root_token": state.root, "prompt_len": len(state.prompt_ids), "position": len(state.output),
                "prev_accepted": state.prev_accepted}
     return round_features({k: getattr(pool, k) for k in POOL_FIELDS}, context, rows, task=state.task, topk=topk,
-                          temperature=config.temperature, groups=groups)
+                          temperature=config.temperature, groups=groups, names=names)

@@ -28,7 +28,8 @@ class RerankedSelection(SelectionStrategy):
 
         self.needs_rows = any(f in ROW_FEATURES for f in online_features(reranker))
 
-        self.groups = feature_groups(online_features(reranker))  # compute only what the reranker reads
+        self.names = tuple(online_features(reranker))
+        self.groups = feature_groups(self.names)  # compute only what the reranker reads
 
     def check(self, config) -> None:
         check_reranker(self.reranker, config, self.source)
@@ -44,7 +45,7 @@ class RerankedSelection(SelectionStrategy):
 
     def first_factor(self, pool, ctx) -> np.ndarray:
         """(topk,) predicted first factors of this round's first-level candidates."""
-        return np.asarray(self.reranker.predict_first_factor(ctx.features(self.groups)), dtype=np.float64)
+        return np.asarray(self.reranker.predict_first_factor(ctx.features(self.groups, self.names)), dtype=np.float64)
 
     def select(self, pool, ctx):
         factor = self.first_factor(pool, ctx)[None]
