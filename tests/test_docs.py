@@ -67,6 +67,8 @@ def quoted_mismatches(text: str, where: str) -> tuple[int, list[str]]:
     """(figures checked, mismatches) for every marked figure of ``text``: the quoted number must equal the file's
     value rounded to the quoted decimals."""
     bad, count = [], 0
+    if text.count("<!-- from ") != len(MARKER.findall(text)):  # e.g. "1.3%<!-- from …": the marker checks nothing
+        bad.append(f"{where}: a '<!-- from' marker not right after its number (put units after the marker)")
     for m in MARKER.finditer(text):
         quoted, path, key, op, operand = m.groups()
         count += 1
@@ -98,6 +100,7 @@ def test_a_misquoted_figure_fails_the_check():
     good = f"{minutes}<!-- from docs/results/study.json: timing.total_s / 60 --> minutes"
     assert quoted_mismatches(good, "x") == (1, [])
     assert quoted_mismatches(good.replace(f"{minutes}<", f"{minutes + 5}<"), "x")[1]
+    assert quoted_mismatches(good.replace(f"{minutes}<", f"{minutes}%<"), "x")[1]  # a unit between hides the figure
     assert quoted_mismatches("3<!-- from benchmarks/results/none.json: a -->", "x")[1]
 
 
