@@ -177,3 +177,38 @@ def test_the_command_end_to_end_on_tiny_models(tmp_path, capsys):
     assert len(table) == 3 and (table["outside"] == 0).all()  # k1-s2-n3, k2-s2-n3, k2-s2-n4
     assert (table["draft_length"] >= 1).all() and (table["tokens_per_s"] > 0).all()
     assert "--speculative-num-draft-tokens" in capsys.readouterr().out
+
+
+def test_a_run_stopped_after_its_recordings_resumes_them(tmp_path, monkeypatch):
+    """A tree-config that dies after recording (here in the cost model) leaves its recordings in --out and nothing
+    else; the same command then reuses every recorded shard and writes the outputs."""
+    import pandas as pd
+
+    import specrank.decode.runs.cost as cost
+    from specrank.cli import main
+    from specrank.testing import save_tiny_llama
+
+    tgt = save_tiny_llama(tmp_path / "tgt", seed=0, vocab_size=128)
+    drf = save_tiny_llama(tmp_path / "drf", seed=0, vocab_size=128, num_layers=2)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [t]}) + "\n"
+                               for i, t in enumerate(["the cat is big", "write code", "what is the sun", "a dog"])))
+    out = tmp_path / "out"
+    argv = ["tree-config", "--target", str(tgt), "--drafter", f"standalone:{drf}", "--prompts", str(prompts),
+            "--topk", "1,2", "--num-steps", "2", "--num-draft-tokens", "3", "--max-new-tokens", "6",
+            "--reranker", "none", "--repeats", "1", "--bootstrap", "50", "--threads", "1", "--out", str(out),
+            "--no-tracking"]
+    real = cost.measure_cost
+
+    def dies(*args, **kwargs):
+        raise KeyboardInterrupt  # as a Ctrl-C would, once every recording is done
+
+    monkeypatch.setattr(cost, "measure_cost", dies)
+    assert main(argv) == 130  # the CLI's Ctrl-C exit
+    shards = {f: f.stat().st_mtime_ns for f in out.glob("recordings/*/rounds/*.parquet")}
+    assert len(shards) == 2 and not (out / "tree_config_table.parquet").exists()  # one shard per recording
+    assert sorted(p.name for p in out.iterdir()) == ["recordings"]  # no partial outputs, no stage left behind
+    monkeypatch.setattr(cost, "measure_cost", real)
+    assert main(argv) == 0
+    assert {f: f.stat().st_mtime_ns for f in out.glob("recordings/*/rounds/*.parquet")} == shards  # reused
+    assert len(pd.read_parquet(out / "tree_config_table.parquet")) == 2

@@ -56,7 +56,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--trust-pickle", action="store_true", help="also load a pickled (format 1) reranker")
     parser.add_argument("--repeats", type=at_least(1), default=5, help="timed repeats of each pool and pass (default 5)")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
-    parser.add_argument("--out", required=True, help="new output directory (recordings, tables, figures, heads)")
+    parser.add_argument("--out", required=True,
+                        help="output directory (recordings, tables, figures, heads); rerun the same command to resume")
     add_tracking_arguments(parser, run_name="tree-config")
 
 
@@ -154,7 +155,9 @@ def tree_config(target, drafter, prompts, settings, args, reranker, out: Path) -
         budget = max(s.budget for s in settings if s.topk == k)
         name = f"topk{k}-depth{depth}"
         print(f"recording {name}: {len(prompts)} prompts, {args.max_new_tokens} tokens each", flush=True)
-        run_dir = _record(target, drafter, prompts, args, k, depth, budget, out / "recordings" / name)
+        # Recordings go straight to --out (not the stage): a run stopped midway keeps its finished shards, and the
+        # same command resumes them (record_run refuses a recording of another configuration).
+        run_dir = _record(target, drafter, prompts, args, k, depth, budget, Path(args.out) / "recordings" / name)
         rounds = _load(run_dir)
         factor, note = _first_factor(rounds, run_dir, args, reranker)
         recordings[name] = {"topk": k, "depth": depth, "budget": budget, "rounds": rounds.n_rounds,
