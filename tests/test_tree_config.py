@@ -155,11 +155,8 @@ def test_sampled_acceptance_matches_the_decoder_and_an_off_by_one_budget_fails(p
     assert table["position"].tolist() == [1, 2] and (table["acceptance_rate"].diff().dropna() <= 1e-12).all()
 
 
-def test_the_command_end_to_end_on_tiny_models(tmp_path, capsys):
-    """The whole command, cost model included: recordings, ranked table, flags, timings on this device."""
-    import pandas as pd
-
-    from specrank.cli import main
+def tiny_command(tmp_path, out, num_draft_tokens: str) -> list[str]:
+    """``specrank tree-config`` on a tiny random target and drafter, 4 prompts, topk 1 and 2 at 2 steps."""
     from specrank.testing import save_tiny_llama
 
     tgt = save_tiny_llama(tmp_path / "tgt", seed=0, vocab_size=128)
@@ -167,11 +164,20 @@ def test_the_command_end_to_end_on_tiny_models(tmp_path, capsys):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [t]}) + "\n"
                                for i, t in enumerate(["the cat is big", "write code", "what is the sun", "a dog"])))
+    return ["tree-config", "--target", str(tgt), "--drafter", f"standalone:{drf}", "--prompts", str(prompts),
+            "--topk", "1,2", "--num-steps", "2", "--num-draft-tokens", num_draft_tokens, "--max-new-tokens", "6",
+            "--reranker", "none", "--repeats", "1", "--bootstrap", "50", "--threads", "1", "--out", str(out),
+            "--no-tracking"]
+
+
+def test_the_command_end_to_end_on_tiny_models(tmp_path, capsys):
+    """The whole command, cost model included: recordings, ranked table, flags, timings on this device."""
+    import pandas as pd
+
+    from specrank.cli import main
+
     out = tmp_path / "out"
-    rc = main(["tree-config", "--target", str(tgt), "--drafter", f"standalone:{drf}", "--prompts", str(prompts),
-               "--topk", "1,2", "--num-steps", "2", "--num-draft-tokens", "3,4", "--max-new-tokens", "6",
-               "--reranker", "none", "--repeats", "1", "--bootstrap", "50", "--threads", "1", "--out", str(out),
-               "--no-tracking"])
+    rc = main(tiny_command(tmp_path, out, "3,4"))
     assert rc == 0
     table = pd.read_parquet(out / "tree_config_table.parquet")
     assert len(table) == 3 and (table["outside"] == 0).all()  # k1-s2-n3, k2-s2-n3, k2-s2-n4
@@ -186,18 +192,9 @@ def test_a_run_stopped_after_its_recordings_resumes_them(tmp_path, monkeypatch):
 
     import specrank.decode.runs.cost as cost
     from specrank.cli import main
-    from specrank.testing import save_tiny_llama
 
-    tgt = save_tiny_llama(tmp_path / "tgt", seed=0, vocab_size=128)
-    drf = save_tiny_llama(tmp_path / "drf", seed=0, vocab_size=128, num_layers=2)
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [t]}) + "\n"
-                               for i, t in enumerate(["the cat is big", "write code", "what is the sun", "a dog"])))
     out = tmp_path / "out"
-    argv = ["tree-config", "--target", str(tgt), "--drafter", f"standalone:{drf}", "--prompts", str(prompts),
-            "--topk", "1,2", "--num-steps", "2", "--num-draft-tokens", "3", "--max-new-tokens", "6",
-            "--reranker", "none", "--repeats", "1", "--bootstrap", "50", "--threads", "1", "--out", str(out),
-            "--no-tracking"]
+    argv = tiny_command(tmp_path, out, "3")
     real = cost.measure_cost
 
     def dies(*args, **kwargs):
