@@ -118,9 +118,9 @@ def root_share_by_task(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict |
     axes[0, 0].legend(fontsize=8, frameon=False, loc="upper left")
     # A task whose root gain is near zero in some resamples has a share interval of hundreds of percent, which
     # would flatten every bar: the range stops at [-100, 200]% and such whiskers run off the plot.
-    values = np.concatenate(ends) if ends else np.zeros(1)
-    values = values[np.isfinite(values)] if np.isfinite(values).any() else np.zeros(1)
-    axes[0, 0].set_ylim(max(min(values.min(), 0.0) - 5.0, -100.0), min(max(values.max(), 100.0) + 5.0, 200.0))
+    values = np.concatenate([[0.0, 100.0], *ends])  # 0 and 100% always in range
+    values = values[np.isfinite(values)]
+    axes[0, 0].set_ylim(max(values.min() - 5.0, -100.0), min(values.max() + 5.0, 200.0))
     caption = ("Share of root selection's gain over draft recovered; whiskers: 95% intervals, cut at -100% and "
                "200%; dotted: 100%")
     fig.suptitle(_caption(meta, caption), fontsize=10)

@@ -8,9 +8,9 @@ DRAFT_FEATURES = ["q", "log_q", "sib_rank", "sib_top_q", "sib_gap", "sib_sum_q",
 
 
 def draft_features(q1: np.ndarray, names=None) -> dict[str, np.ndarray]:
-    """Features from the first-level draft probabilities ``q1`` (N, K); each value (N, K). Only ``names`` (all of
-    ``DRAFT_FEATURES`` when None) are returned; ``q`` and ``log_q`` alone skip the sibling statistics (an online
-    reranker reading ``q`` computes nothing else).
+    """Features from the first-level draft probabilities ``q1`` (N, K); each value (N, K). All of
+    ``DRAFT_FEATURES``, unless ``names`` asks only for ``q`` and/or ``log_q``: then only those, without the sibling
+    statistics (an online reranker reading ``q`` computes nothing else).
 
     ``sib_rank`` is 0 for the most probable sibling (ties by pool index); ``sib_gap`` is
     ``max q - q``; ``sib_entropy`` is the entropy (nats) of the first level renormalized.

@@ -64,7 +64,8 @@ def candidate_features(a: dict, topk: int, kind: str, labels: bool,
         wanted = None if names is None else [n for n in names if n in DRAFT_FEATURES]
         feats.update(draft_features(a["q_edge"][:, :topk], wanted))
     if "subtree" in groups:
-        feats.update(subtree_features(a["parent"], a["depth"], a["q_edge"], a["draft_logp"], topk))
+        feats.update(subtree_features(a["parent"], a["depth"], a["q_edge"], a["draft_logp"], topk,
+                                      a.get("first_ancestor")))
     if "context" in groups:
         feats.update(context_features(token1, a["root_token"], a["prompt_len"], a["position"], a["prev_accepted"]))
     if "rows" in groups:
@@ -150,7 +151,8 @@ def round_features(pool: dict, context: dict, rows: dict | None, *, task: str, t
     """Features of one round's ``topk`` first-level candidates, computed by the offline featurizer's own
     functions (so they equal ``featurize_rounds`` on the recorded round, bit for bit).
 
-    ``pool``: ``token, parent, depth, q_edge, draft_logp`` (M,); ``context``: ``root_token, prompt_len,
+    ``pool``: ``token, parent, depth, q_edge, draft_logp`` (M,), and optionally ``first_ancestor`` (M,) when
+    the pool's growth carried it; ``context``: ``root_token, prompt_len,
     position, prev_accepted`` scalars; ``rows``: the retained-row columns of ``specrank.schema`` (None when
     ``groups`` leaves them out). Only ``groups`` are computed (a reranker reads the columns it was fitted on).
     """

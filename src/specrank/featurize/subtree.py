@@ -9,7 +9,7 @@ from specrank.selection.select import ancestors
 SUBTREE_FEATURES = ["child_max_q", "child_entropy", "subtree_size", "subtree_mass", "subtree_expanded"]
 
 
-def subtree_features(parent, depth, q_edge, draft_logp, topk: int) -> dict[str, np.ndarray]:
+def subtree_features(parent, depth, q_edge, draft_logp, topk: int, first_ancestor=None) -> dict[str, np.ndarray]:
     """Subtree features of the first ``topk`` pool nodes; each value (N, topk).
 
     ``child_max_q`` / ``child_entropy``: the largest drafter probability among the candidate's
@@ -20,7 +20,8 @@ def subtree_features(parent, depth, q_edge, draft_logp, topk: int) -> dict[str, 
     """
     n, m = parent.shape
     size_nk = n * topk
-    anc = ancestors(parent, depth, 1)  # (N, M) each node's first-level ancestor
+    # (N, M) each node's first-level ancestor: given by what grew the pools (online), else derived
+    anc = ancestors(parent, depth, 1) if first_ancestor is None else first_ancestor
     key = (anc + (np.arange(n, dtype=np.int32) * topk)[:, None]).ravel()  # (round, candidate) of every node
     size = np.bincount(key, minlength=size_nk) - 1  # every candidate counts itself once
     below_mass = np.where(depth > 1, np.exp(draft_logp), np.float32(0))  # (N, M), float32 like the input

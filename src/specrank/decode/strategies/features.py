@@ -24,5 +24,8 @@ def first_level_features(state, pool, config, groups=FEATURE_GROUPS, names=None)
         rows = {k: np.full(topk, v, np.float32) if k in ROW_COLUMNS else v for k, v in _ABSENT_ROWS.items()}
     context = {"root_token": state.root, "prompt_len": len(state.prompt_ids), "position": len(state.output),
                "prev_accepted": state.prev_accepted}
-    return round_features({k: getattr(pool, k) for k in POOL_FIELDS}, context, rows, task=state.task, topk=topk,
+    arrays = {k: getattr(pool, k) for k in POOL_FIELDS}
+    if pool.first_ancestor is not None:  # carried from growth: the subtree features need not derive it
+        arrays["first_ancestor"] = pool.first_ancestor
+    return round_features(arrays, context, rows, task=state.task, topk=topk,
                           temperature=config.temperature, groups=groups, names=names)
