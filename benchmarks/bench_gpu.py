@@ -29,8 +29,8 @@ lightgbm==4.7.0`; then one run, carrying `.whl` (about 3 minutes, most of it bui
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && \
     PYTHONPATH=/tmp/site:src python3 benchmarks/bench_gpu.py --device cuda --shape llama-3.1-8b --rounds 100
 
-Goal: host bookkeeping at most 5 ms and reranker features plus inference at most 2 ms per
-round. Prints one JSON object.
+Goal: host bookkeeping at most 5 ms and reranker features plus inference at most 0.15 ms per round (1% of
+a 14.5 ms EAGLE-3 round of an 8B target on one H100). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def main(argv=None) -> int:
     parser.add_argument("--strategies", default="draft,reranked", help="strategies to time (draft, reranked)")
     parser.add_argument("--warmup-rounds", type=int, default=3)
     parser.add_argument("--max-bookkeeping-ms", type=float, default=5.0)
-    parser.add_argument("--max-rerank-ms", type=float, default=2.0)
+    parser.add_argument("--max-rerank-ms", type=float, default=0.15)
     args = parser.parse_args(argv)
 
     import torch

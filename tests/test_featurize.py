@@ -153,15 +153,43 @@ def test_every_feature_of_the_sets_is_documented():
     assert set(ROWS) == set(DESCRIPTIONS)
 
 
-def test_draft_features_by_name_equal_the_full_set():
-    from specrank.featurize.draft import DRAFT_FEATURES, draft_features
+def test_draft_and_row_features_match_their_definitions():
+    from specrank.featurize.block import candidate_block
+    from specrank.featurize.columns import COLUMN
 
-    q1 = np.random.default_rng(0).dirichlet(np.ones(6), size=5)[:, :4].astype(np.float32)
-    full = draft_features(q1)
-    assert list(full) == DRAFT_FEATURES
-    for names in (["q"], ["log_q", "q"], ["sib_rank"]):
-        some = draft_features(q1, names)
-        assert set(names) <= set(some)
-        for k in names:
-            np.testing.assert_array_equal(some[k], full[k])
-    assert list(draft_features(q1, ["q"])) == ["q"]  # an isotonic reranker's round computes nothing else
+    rng = np.random.default_rng(0)
+    q1 = rng.dirichlet(np.ones(6), size=5)[:, :4].astype(np.float32)
+    q1[0, 1] = q1[0, 2]  # a tie: ranked by pool index
+    rows = np.log(rng.dirichlet(np.ones(9), size=(5, 3))[:, :, :4]).astype(np.float32)
+    rows[1, 0] = np.nan  # a source absent in a round
+    rows[2, 2, 1] = -np.inf  # the preceding row's zeroed continuation entry
+    n = len(q1)
+    parent = np.tile([-1, -1, -1, -1], (n, 1))
+    block = candidate_block(np.arange(4)[None].repeat(n, 0), parent, np.ones_like(parent), q1, np.log(q1), 4,
+                            np.full(n, 2), np.full(n, 30), np.arange(n), np.full(n, np.nan), rows[:, 0], rows[:, 1],
+                            rows[:, 2], [3, -1, 0, 1, 2],
+                            [-1, 1, 2, 0, 5])
+    col = lambda name: block[:, :, COLUMN[name]]  # noqa: E731
+    q = q1.astype(np.float64)
+    np.testing.assert_array_equal(col("q"), q)
+    np.testing.assert_allclose(col("log_q"), np.log(q), rtol=1e-15)
+    order = np.argsort(-q, axis=1, kind="stable")
+    np.testing.assert_array_equal(col("sib_rank"), np.argsort(order, axis=1))
+    np.testing.assert_allclose(col("sib_top_q"), np.broadcast_to(q.max(1, keepdims=True), q.shape), rtol=1e-15)
+    np.testing.assert_allclose(col("sib_gap"), q.max(1, keepdims=True) - q, atol=1e-15)
+    np.testing.assert_allclose(col("sib_sum_q"), np.broadcast_to(q.sum(1, keepdims=True), q.shape), rtol=1e-15)
+    share = q / q.sum(1, keepdims=True)
+    np.testing.assert_allclose(col("sib_entropy")[:, 0], -(share * np.log(share)).sum(1), rtol=1e-12)
+    np.testing.assert_array_equal(col("repeats_root"), np.tile([0.0, 0.0, 1.0, 0.0], (n, 1)))
+    np.testing.assert_array_equal(col("position")[:, 0], np.arange(n))
+    assert np.isnan(col("child_max_q")).all() and (col("subtree_size") == 0).all()  # no second level
+    for s, source in enumerate(("cache", "same_token", "preceding")):
+        lp = rows[:, s].astype(np.float64)
+        np.testing.assert_array_equal(col(f"{source}_logp"), lp)
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_array_equal(col(f"{source}_gap"), lp - np.fmax.reduce(lp, axis=1, keepdims=True))
+    np.testing.assert_array_equal(col("cache_age")[:, 0], [3, np.nan, 0, 1, 2])
+    np.testing.assert_array_equal(col("prev_tree_root_token_count")[:, 0], [np.nan, 1, 2, 0, 5])
+    absent = candidate_block(np.arange(4)[None], parent[:1], np.ones((1, 4)), q1[:1], np.log(q1[:1]), 4, [0], [1],
+                             [0], [0])
+    assert np.isnan(absent[0, :, [COLUMN[f] for f in ("cache_logp", "preceding_gap", "cache_age")]]).all()

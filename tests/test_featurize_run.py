@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from specrank.featurize import TokenPrior, featurize_rounds, featurize_run, read_features, write_features
-from specrank.featurize.subtree import subtree_features
+from specrank.featurize.block import candidate_block
+from specrank.featurize.columns import COLUMN
 from specrank.featurize.synthetic import synthetic_rounds, write_synthetic_run
 from specrank.schema import SchemaError
 
@@ -101,7 +102,12 @@ def _subtree_reference(parent, depth, q, logp, topk):
 def test_subtree_matches_loop_reference(small):
     table, _ = small
     a = {c: np.stack(table.column(c).to_numpy(zero_copy_only=False)) for c in ("parent", "depth", "q_edge", "draft_logp")}
-    got = subtree_features(a["parent"], a["depth"], a["q_edge"], a["draft_logp"], 4)
+    n_rounds = len(a["parent"])
+    zeros = np.zeros(n_rounds)
+    block = candidate_block(np.zeros_like(a["parent"]), a["parent"], a["depth"], a["q_edge"], a["draft_logp"], 4,
+                            zeros, zeros, zeros, zeros)
+    got = {k: block[:, :, COLUMN[k]] for k in ("subtree_size", "subtree_mass", "subtree_expanded", "child_max_q",
+                                                "child_entropy")}
     for n in range(0, len(a["parent"]), 7):
         q, logp = a["q_edge"][n].astype(float), a["draft_logp"][n].astype(float)
         want = _subtree_reference(a["parent"][n], a["depth"][n], q, logp, 4)

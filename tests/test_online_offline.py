@@ -94,14 +94,11 @@ def _reranker(kind, rounds):
 
 
 @pytest.mark.parametrize("kind,path", [("isotonic", "array lookup"), ("per-depth", "array lookup"),
-                                       ("base", "compiled trees"), ("base", "LightGBM predict"),
-                                       ("rows", "compiled trees"), ("rows", "LightGBM predict")])
+                                       ("base", "QuickScorer arrays"), ("base", "LightGBM predict"),
+                                       ("rows", "QuickScorer arrays"), ("rows", "LightGBM predict")])
 def test_online_features_predictions_and_trees_equal_offline_on_recorded_rounds(pair, training_rounds, kind, path,
-                                                                                 tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECRANK_CACHE", str(tmp_path))
-    monkeypatch.setenv("SPECRANK_TREES", "compiled")  # not timed: the path under test
-    if path == "LightGBM predict":  # compilation unavailable: no compiler
-        monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+                                                                                 monkeypatch):
+    monkeypatch.setenv("SPECRANK_TREES", "lightgbm" if path == "LightGBM predict" else "quickscorer")
     reranker = _reranker(kind, training_rounds)
     strategy = CapturingReranked(reranker)
     records = _run(*pair, strategy, GREEDY, PROMPTS[6:9])

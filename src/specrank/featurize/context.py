@@ -1,4 +1,6 @@
-"""Context features of a round (docs/design.md, features: context): task, prompt length, position, history."""
+"""Context features of a round (docs/design.md, features: context): task, prompt length, position, history
+(computed by ``featurize.block``; ``repeats_root`` is 1 when the candidate is the root token), and the
+previous round's acceptance a recorded table gives."""
 
 from __future__ import annotations
 
@@ -20,15 +22,3 @@ def previous_acceptance(prompt_id: np.ndarray, rnd: np.ndarray, accepted: np.nda
     same = (pid[order][1:] == pid[order][:-1]) & (rnd[order][1:] == rnd[order][:-1] + 1)
     prev[order[1:][same]] = accepted[order][:-1][same]
     return prev
-
-
-def context_features(token1, root_token, prompt_len, position, prev_accepted) -> dict[str, np.ndarray]:
-    """Numeric context features, each (N, K); ``task`` is added as a key column by the caller."""
-    shape = token1.shape
-    col = lambda v: np.broadcast_to(np.asarray(v, dtype=np.float64)[:, None], shape)  # noqa: E731
-    return {
-        "prompt_len": col(prompt_len),
-        "position": col(position),
-        "prev_accepted": col(prev_accepted),
-        "repeats_root": (token1 == np.asarray(root_token)[:, None]).astype(np.float64),
-    }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -9,10 +11,12 @@ import pyarrow as pa
 import specrank
 from specrank import schema
 from specrank.featurize.arrays import check_pool, label_kind, manifest_value, round_arrays
-from specrank.featurize.context import CONTEXT_FEATURES, context_features, previous_acceptance
-from specrank.featurize.draft import DRAFT_FEATURES, draft_features
-from specrank.featurize.rows import ROW_FEATURES, ROW_SOURCES, row_features
-from specrank.featurize.subtree import SUBTREE_FEATURES, subtree_features
+from specrank.featurize.block import candidate_block, round_block
+from specrank.featurize.columns import COLUMN, NUMERIC_CONTEXT
+from specrank.featurize.context import CONTEXT_FEATURES, previous_acceptance
+from specrank.featurize.draft import DRAFT_FEATURES
+from specrank.featurize.rows import ROW_FEATURES, ROW_SOURCES
+from specrank.featurize.subtree import SUBTREE_FEATURES
 
 META_KEY = "specrank"
 LABEL_SOURCE = {"probability": "p_edge", "argmax": "p_argmax_child"}
@@ -55,22 +59,18 @@ def feature_groups(names) -> tuple[str, ...]:
 
 
 def candidate_features(a: dict, topk: int, kind: str, labels: bool,
-                       groups=FEATURE_GROUPS, names=None) -> dict[str, np.ndarray]:
-    """The per-candidate arrays of ``groups`` (all by default) of a chunk of rounds, each (n, topk); with ``names``,
-    the draft group computes only what they ask for."""
-    token1 = a["token"][:, :topk]  # (n, K)
-    feats = {"token": token1.astype(np.int64)}
-    if "draft" in groups:
-        wanted = None if names is None else [n for n in names if n in DRAFT_FEATURES]
-        feats.update(draft_features(a["q_edge"][:, :topk], wanted))
-    if "subtree" in groups:
-        feats.update(subtree_features(a["parent"], a["depth"], a["q_edge"], a["draft_logp"], topk,
-                                      a.get("first_ancestor")))
-    if "context" in groups:
-        feats.update(context_features(token1, a["root_token"], a["prompt_len"], a["position"], a["prev_accepted"]))
-    if "rows" in groups:
-        feats.update(row_features({s: a[f"{s}_logp"] for s in ROW_SOURCES}, a["cache_age"],
-                                  a["prev_tree_root_token_count"]))
+                       groups=FEATURE_GROUPS) -> dict[str, np.ndarray]:
+    """The per-candidate arrays of ``groups`` (all by default) of a chunk of rounds, each (n, topk), from one
+    call of the features kernel (``featurize.block``)."""
+    rows = "rows" in groups and f"{ROW_SOURCES[0]}_logp" in a
+    row = lambda k: a[k] if rows else None  # noqa: E731
+    block = candidate_block(a["token"], a["parent"], a["depth"], a["q_edge"], a["draft_logp"], topk, a["root_token"],
+                            a["prompt_len"], a["position"], a["prev_accepted"], row("cache_logp"),
+                            row("same_token_logp"), row("preceding_logp"), row("cache_age"),
+                            row("prev_tree_root_token_count"), a.get("first_ancestor"))
+    members = dict(zip(FEATURE_GROUPS, (DRAFT_FEATURES, SUBTREE_FEATURES, NUMERIC_CONTEXT, ROW_FEATURES)))
+    feats = {"token": a["token"][:, :topk].astype(np.int64)}
+    feats.update({f: block[:, :, COLUMN[f]] for g in groups for f in members[g]})
     if labels:
         feats[schema.LABEL_COLUMN] = a[LABEL_SOURCE[kind]][:, :topk].astype(np.float64)
     return feats
@@ -130,40 +130,81 @@ def featurize_rounds(rounds, manifest: dict, *, labels: bool = True, prompt_ids=
     return df
 
 
-class FeatureArrays(dict):
-    """One round's first-level features as numpy columns (name -> (topk,) array), read like a features
-    DataFrame (``[name]``, ``columns``, ``attrs``, ``len``) by every reranker, without pandas per round."""
+class FeatureArrays:
+    """One round's first-level features, read like a features DataFrame (``[name]`` -> (topk,) array,
+    ``columns``, ``in``, ``attrs``, ``len``) by every reranker, without pandas per round. The numeric columns
+    are views of ``block``, the kernel's (topk, len(BLOCK_FEATURES)) array, computed on first use: a reranker
+    may gather its whole matrix from it at once, and one that reads only ``q`` (the drafter's probability,
+    the pool's own entry) never runs the kernel."""
 
-    def __init__(self, columns: dict, attrs: dict):
-        super().__init__(columns)
-        self.attrs = attrs
+    def __init__(self, compute_block, token: np.ndarray, q: np.ndarray, task: str | None, columns: tuple,
+                 attrs: dict):
+        self._compute, self._block = compute_block, None
+        self.token, self.q, self.task, self.attrs, self._columns = token, q, task, attrs, columns
+
+    @property
+    def block(self) -> np.ndarray:
+        if self._block is None:
+            self._block = self._compute()
+        return self._block
 
     @property
     def columns(self) -> list[str]:
-        return list(self)
+        return list(self._columns)
+
+    def __contains__(self, name) -> bool:
+        return name in self._columns
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._columns:
+            raise KeyError(name)
+        if name == "token":
+            return self.token
+        if name == "q":  # the kernel's q column is this float64 copy of the pool's float32 entry
+            return self.q
+        if name == "task":
+            return np.full(len(self.token), self.task, dtype=object)
+        return self.block[:, COLUMN[name]]
 
     def __len__(self) -> int:
-        return len(next(iter(self.values()))) if dict.__len__(self) else 0
+        return len(self.token)
+
+
+@functools.lru_cache(maxsize=None)
+def round_columns(groups: tuple) -> tuple:
+    """The columns of one round's features of ``groups``: ``token``, the groups' features, ``task`` with the context."""
+    members = dict(zip(FEATURE_GROUPS, (DRAFT_FEATURES, SUBTREE_FEATURES, NUMERIC_CONTEXT, ROW_FEATURES)))
+    return ("token", *(f for g in groups for f in members[g]), *(("task",) if "context" in groups else ()))
+
+
+@functools.lru_cache(maxsize=None)
+def round_meta(kind: str, topk: int, temperature: float) -> dict:
+    return {META_KEY: feature_meta(kind, topk, temperature)}
 
 
 def round_features(pool: dict, context: dict, rows: dict | None, *, task: str, topk: int, temperature: float,
-                   groups=FEATURE_GROUPS, names=None) -> FeatureArrays:
+                   groups=FEATURE_GROUPS) -> FeatureArrays:
     """Features of one round's ``topk`` first-level candidates, computed by the offline featurizer's own
-    functions (so they equal ``featurize_rounds`` on the recorded round, bit for bit).
+    kernel (so they equal ``featurize_rounds`` on the recorded round, bit for bit).
 
     ``pool``: ``token, parent, depth, q_edge, draft_logp`` (M,), and optionally ``first_ancestor`` (M,) when
-    the pool's growth carried it; ``context``: ``root_token, prompt_len,
-    position, prev_accepted`` scalars; ``rows``: the retained-row columns of ``specrank.schema`` (None when
-    ``groups`` leaves them out). Only ``groups`` are computed (a reranker reads the columns it was fitted on).
+    the pool's growth carried it; ``context``: ``root_token, prompt_len, position, prev_accepted`` scalars;
+    ``rows``: the retained-row columns of ``specrank.schema`` (None when ``groups`` leaves them out). The
+    columns of ``groups`` are returned (a reranker reads the columns it was fitted on).
     """
     kind = "argmax" if temperature == 0 else "probability"
-    a = {k: np.asarray(v)[None] for k, v in pool.items()}
-    a.update({k: np.asarray([v]) for k, v in context.items()})
-    a.update({k: np.asarray(v)[None] for k, v in (rows or {}).items()})
-    cols = {k: v.reshape(-1) for k, v in candidate_features(a, topk, kind, False, groups, names).items()}
-    if "context" in groups:
-        cols["task"] = np.full(topk, task, dtype=object)
-    return FeatureArrays(cols, {META_KEY: feature_meta(kind, topk, temperature)})
+
+    def block():
+        return round_block(pool["token"], pool["parent"], pool["depth"], pool["q_edge"], pool["draft_logp"], topk,
+                           context["root_token"], context["prompt_len"], context["position"],
+                           context["prev_accepted"],
+                           None if rows is None else (rows["cache_logp"], rows["same_token_logp"],
+                                                      rows["preceding_logp"]),
+                           -1 if rows is None else rows["cache_age"],
+                           -1 if rows is None else rows["prev_tree_root_token_count"], pool.get("first_ancestor"))
+
+    return FeatureArrays(block, pool["token"][:topk], pool["q_edge"][:topk].astype(np.float64), task,
+                         round_columns(tuple(groups)), round_meta(kind, int(topk), float(temperature)))
 
 
 def feature_meta(kind: str, topk: int, temperature) -> dict:

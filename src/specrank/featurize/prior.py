@@ -36,10 +36,24 @@ class TokenPrior:
 
     def fit(self, tokens, labels):
         self.tokens_, self.means_, self.mean_ = _shrunk_table(tokens, labels, self.pseudo_count)
+        self.__dict__.pop("table_", None)
         return self
 
     def transform(self, tokens) -> np.ndarray:
         return _lookup(self.tokens_, self.means_, self.mean_, tokens)
+
+    def lookup(self, tokens) -> np.ndarray:
+        """``transform`` of one round's few tokens through a dictionary (built on first use): no array
+        searches per round."""
+        table = self.__dict__.get("table_")
+        if table is None:
+            table = self.table_ = dict(zip(self.tokens_.tolist(), self.means_.tolist()))
+        return np.array([table.get(t, self.mean_) for t in tokens.tolist()])
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("table_", None)  # rebuilt on first use
+        return state
 
     def fit_transform(self, tokens, labels) -> np.ndarray:
         tokens = np.asarray(tokens, dtype=np.int64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import lightgbm as lgb
 import numpy as np
@@ -10,16 +11,19 @@ from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostin
 from threadpoolctl import threadpool_limits
 
 from specrank import schema
+from specrank.featurize.columns import COLUMN
+from specrank.featurize.features import FeatureArrays
 from specrank.featurize.prior import TokenPrior
 from specrank.featurize.sets import CATEGORICAL_FEATURES, PRIOR_FEATURE, input_columns, resolve_features
-from specrank.rerankers.compiled import compile_booster, faster_than_lightgbm
+from specrank.rerankers.quickscorer import quickscorer_of
 from specrank.rerankers.online import Reranker, boolean, integer, real
 
 BACKENDS = ("lightgbm", "sklearn")
 MONOTONE_FEATURES = ("q", "log_q")  # the draft probability of the candidate
 SMALL_BATCH = 1024  # rows LightGBM scores on one thread
-TREE_PATHS = ("fastest", "compiled", "lightgbm")
-MARGIN_CLIP = 1e-6  # q is clipped to [c, 1 - c] before its logit becomes the starting margin
+TREE_PATHS = ("quickscorer", "lightgbm")
+MARGIN_CLIP = 1e-6
+NO_PRIOR = np.zeros(0)  # q is clipped to [c, 1 - c] before its logit becomes the starting margin
 
 
 def draft_margin(X) -> np.ndarray:
@@ -37,6 +41,27 @@ def category_codes(values, categories) -> np.ndarray:
         return np.full(len(values), np.nan)
     pos = np.minimum(np.searchsorted(cats, values), len(cats) - 1)
     return np.where(cats[pos] == values, pos, np.nan).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """Where one round's matrix columns come from: ``positions`` <- block ``columns``, the prior and the
+    task (-1: not read)."""
+
+    positions: np.ndarray
+    columns: np.ndarray
+    prior: int
+    task: int
+
+
+def round_plan(features) -> RoundPlan:
+    in_block = [(i, COLUMN[f]) for i, f in enumerate(features) if f in COLUMN]
+    where = lambda name: features.index(name) if name in features else -1  # noqa: E731
+    missing = [f for f in features if f not in COLUMN and f not in (PRIOR_FEATURE, "task")]
+    if missing:
+        raise ValueError(f"feature {missing[0]!r} is not a column of one round's features")
+    return RoundPlan(np.array([i for i, _ in in_block], np.int64), np.array([c for _, c in in_block], np.int64),
+                     where(PRIOR_FEATURE), where("task"))
 
 
 class GBMReranker(Reranker):
@@ -89,6 +114,8 @@ class GBMReranker(Reranker):
 
     def _matrix(self, X, prior) -> np.ndarray:
         """(n, F) float matrix in ``features_`` order; categories coded by ``task_categories_``."""
+        if isinstance(X, FeatureArrays):
+            return self._round_matrix(X, prior)
         cols = []
         for f in self.features_:
             if f == PRIOR_FEATURE:
@@ -98,6 +125,31 @@ class GBMReranker(Reranker):
             else:
                 cols.append(np.asarray(X[f], dtype=np.float64))
         return np.column_stack(cols) if cols else np.empty((len(X), 0))
+
+    def _round_plan(self) -> RoundPlan:
+        plan = getattr(self, "round_plan_", None)
+        if plan is None:
+            plan = self.round_plan_ = round_plan(self.features_)
+        return plan
+
+    def _task_code(self, task) -> float:
+        """The code of one round's task, looked up once per task."""
+        codes = self.__dict__.setdefault("task_codes_", {})
+        if task not in codes:
+            codes[task] = float(category_codes([task], self.task_categories_)[0])
+        return codes[task]
+
+    def _round_matrix(self, X, prior) -> np.ndarray:
+        """``_matrix`` of one round's ``FeatureArrays``: its numeric columns gathered from the kernel's block at
+        once."""
+        plan = self._round_plan()
+        m = np.empty((len(X), len(self.features_)))
+        m[:, plan.positions] = X.block[:, plan.columns]
+        if plan.prior >= 0:
+            m[:, plan.prior] = prior
+        if plan.task >= 0:
+            m[:, plan.task] = self._task_code(X.task)
+        return m
 
     def check_params(self) -> None:
         """The ranges of ``_constraints``, a known feature set, and ``boost_from_draft`` only with LightGBM."""
@@ -115,54 +167,60 @@ class GBMReranker(Reranker):
         prior = self.prior_.fit_transform(X["token"].to_numpy(), y) if PRIOR_FEATURE in self.features_ else None
         margin = draft_margin(X) if self.boost_from_draft else None
         self.model_ = self._fit_backend(self._matrix(X, prior), y, margin)
-        self.trees_ = None  # compiled trees of an earlier fit would score the old model
+        self.trees_ = self.round_plan_ = None  # the arrays of an earlier fit would score the old model
+        self.__dict__.pop("task_codes_", None)
 
     def compile(self, trees: str | None = None):
         """Prepare per-round scoring; ``inference_`` names the path; returns self.
 
-        ``trees`` (default ``$SPECRANK_TREES``, else ``fastest``): ``compiled`` scores through the trees
-        compiled to a shared library (``rerankers.compiled``) where they build; ``lightgbm`` keeps
-        LightGBM's predict (one thread on a round's rows); ``fastest`` builds the library, times both on
-        one round's worth of rows and keeps the faster (a 400-tree library of branches can lose to
-        LightGBM's own node arrays). The two agree to rounding (``tests/test_compiled.py``).
+        ``trees`` (default ``$SPECRANK_TREES``, else ``quickscorer``): ``quickscorer`` scores the trees as
+        QuickScorer arrays through a numba kernel (``rerankers.quickscorer``: equal to LightGBM's margins
+        exactly, and the fastest path measured inside a decoding loop, ``docs/benchmarks.md``); ``lightgbm``
+        keeps LightGBM's predict (one thread on a round's rows), also where numba is missing or the model
+        has what the arrays cannot hold (more than 64 leaves a tree, categories >= 64).
         """
-        choice = trees or os.environ.get("SPECRANK_TREES") or "fastest"
+        choice = trees or os.environ.get("SPECRANK_TREES") or "quickscorer"
         if choice not in TREE_PATHS:
             raise ValueError(f"trees: {choice!r} is not one of {', '.join(TREE_PATHS)}")
         self.trees_, self.inference_ = None, "LightGBM predict"
         if self.backend != "lightgbm":
-            self.inference_ = "sklearn predict (compiled trees are for LightGBM boosters)"
-            return self
-        if choice == "lightgbm":
-            return self
-
-        self.trees_, self.inference_ = compile_booster(self.model_)
-        if self.trees_ is not None and choice == "fastest":
-            keep, timing = faster_than_lightgbm(self.trees_, self.model_, self.topk_)
-            self.trees_, self.inference_ = (self.trees_, f"{self.inference_}, {timing}") if keep else (
-                None, f"LightGBM predict ({timing})")
+            self.inference_ = "sklearn predict (QuickScorer arrays are for LightGBM boosters)"
+        elif choice == "quickscorer":
+            self.trees_, self.inference_ = quickscorer_of(self.model_)
         return self
 
     def __getstate__(self):
         state = super().__getstate__()
-        state.pop("trees_", None)  # a loaded library does not pickle: LightGBM predicts until compile() again
+        state.pop("trees_", None)  # a numba kernel does not pickle: LightGBM predicts until compile() again
         state.pop("inference_", None)
+        state.pop("round_plan_", None)
+        state.pop("task_codes_", None)
         return state
 
     def margin(self, m) -> np.ndarray:
-        """(n,) raw LightGBM margins of the feature matrix ``m`` (n, F): compiled trees when built."""
+        """(n,) raw LightGBM margins of the feature matrix ``m`` (n, F): the QuickScorer arrays when built."""
         trees = getattr(self, "trees_", None)
-        raw = trees.raw(m) if trees is not None else None
-        if raw is not None:
-            return raw
+        if trees is not None:
+            return trees.raw(m)
         threads = 1 if len(m) <= SMALL_BATCH else (self.n_jobs or 0)  # a thread pool costs more than ~10 rows
         return self.model_.predict(m, raw_score=True, num_threads=threads)
 
     def _predict(self, X):
-        prior = self.prior_.transform(np.asarray(X["token"])) if PRIOR_FEATURE in self.features_ else None
+        one_round = isinstance(X, FeatureArrays)
+        prior = None
+        if PRIOR_FEATURE in self.features_:
+            prior = self.prior_.lookup(X.token) if one_round else self.prior_.transform(np.asarray(X["token"]))
+        boost = getattr(self, "boost_from_draft", False)
+        trees = getattr(self, "trees_", None)
+        if one_round and trees is not None and not boost:  # the round's matrix is built inside the kernel
+            plan = self._round_plan()
+            raw = trees.raw_round(X.block, plan.positions, plan.columns, plan.prior,
+                                  prior if prior is not None else NO_PRIOR, plan.task,
+                                  self._task_code(X.task) if plan.task >= 0 else 0.0)
+            return 1.0 / (1.0 + np.exp(-raw))
         m = self._matrix(X, prior)
         if self.backend == "lightgbm":  # both objectives map the margin through the logistic function
-            raw = self.margin(m) + (draft_margin(X) if getattr(self, "boost_from_draft", False) else 0.0)
+            raw = self.margin(m) + (draft_margin(X) if boost else 0.0)
             return 1.0 / (1.0 + np.exp(-raw))
         with threadpool_limits(self.n_jobs, user_api="openmp"):
             if self.label_kind_ == "argmax":

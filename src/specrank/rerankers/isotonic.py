@@ -6,6 +6,7 @@ import numpy as np
 from sklearn.isotonic import IsotonicRegression
 
 from specrank import schema
+from specrank.featurize.features import FeatureArrays
 from specrank.rerankers.online import Reranker, integer
 
 
@@ -65,6 +66,7 @@ class PerDepthCalibration(Reranker):
         schema.require_columns(X.columns, ["depth", "q_edge"], "edges")
         self.features_ = ["depth", "q_edge"]
         depth = X["depth"].to_numpy()
+        self.__dict__.pop("first_map_", None)
         self.maps_ = {int(d): binned_isotonic(X["q_edge"].to_numpy()[depth == d], y[depth == d], self.n_bins)
                       for d in np.unique(depth)}
 
@@ -85,7 +87,12 @@ class PerDepthCalibration(Reranker):
 
     def predict_first_factor(self, features) -> np.ndarray:
         """First-level features (column ``q``) -> the depth-1 map's calibrated probability."""
-        self.check_meta(features)
-        schema.require_columns(features.columns, ["q"], "features")
-        first = self.maps_[int(np.clip(1, min(self.maps_), max(self.maps_)))]  # as ``_map`` clips depth 1
+        if isinstance(features, FeatureArrays):
+            self.check_round(features)
+        else:
+            self.check_meta(features)
+            schema.require_columns(features.columns, ["q"], "features")
+        first = self.__dict__.get("first_map_")
+        if first is None:  # as ``_map`` clips depth 1
+            first = self.first_map_ = self.maps_[int(np.clip(1, min(self.maps_), max(self.maps_)))]
         return np.clip(isotonic_lookup(first, features["q"]), 0.0, 1.0)

@@ -11,7 +11,7 @@ from sklearn.utils.validation import check_is_fitted
 
 import specrank
 from specrank import schema
-from specrank.featurize.features import features_meta
+from specrank.featurize.features import META_KEY, FeatureArrays, features_meta
 from specrank.featurize.sets import input_columns
 from specrank.rerankers.persist import save_reranker
 
@@ -91,8 +91,19 @@ class Reranker(BaseEstimator):
         return np.clip(np.asarray(self._predict(X), dtype=np.float64), 0.0, 1.0)
 
     def predict_first_factor(self, features) -> np.ndarray:
-        """Online interface: features of one or more rounds' first-level candidates -> predictions."""
-        return self.predict(features)
+        """Online interface: features of one or more rounds' first-level candidates -> predictions. A round's
+        ``FeatureArrays`` (``featurize.round_features``, built with this reranker's columns for a strategy that
+        checked it before decoding) has only its label kind and topk checked."""
+        if not isinstance(features, FeatureArrays):
+            return self.predict(features)
+        self.check_round(features)
+        return np.clip(np.asarray(self._predict(features), dtype=np.float64), 0.0, 1.0)
+
+    def check_round(self, features: FeatureArrays) -> None:
+        """``check_meta`` for one round's features, without the table checks (a few dictionary reads)."""
+        meta = features.attrs.get(META_KEY) or {}
+        if meta.get("label_kind") != getattr(self, "label_kind_", None) or meta.get("topk") != self.topk_:
+            self.check_meta(features)
 
     def compile(self):
         """Prepare inference for per-round use; ``inference_`` names the path. Here the fitted tables are

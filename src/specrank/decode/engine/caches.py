@@ -1,16 +1,18 @@
 """Retained target rows (docs/design.md, retained rows): full-address, token-keyed, same-token and preceding rows.
 
-Rows are stored as the pass returned them (logits), each with its log-normalizer at the recording
-temperature, ``logsumexp(row / T)``, computed once, the first time the row is read (a round stores
-one row per verified prefix but reads at most three, so normalizing at read time does the least
-work; a token-keyed row read again reuses its normalizer). A read takes only the first-level
-candidates' entries, ``row[x] / T - normalizer``, on the rows' device, and copies one (3, topk)
-block to the host: no full-vocabulary log-softmax per round. The recorder reads through the same
-arithmetic, so recorded and online features agree bit for bit. Only what later stages need is read
-out each round (values at the first-level candidates, ages, counts, agreement with the root row).
+Rows are stored as the pass returned them (logits). After each round, the three rows the next round's
+features read (the token-keyed row of the next root token, the same-token row and the preceding row) are
+turned into log-probabilities at the recording temperature at once, one (3, V) block on the rows' device
+(``row / T - logsumexp(row / T)``, the preceding row's continuation entry zeroed). A read before
+verification then gathers the first-level candidates' entries, a (3, topk) copy to the host: no
+normalizer and no full-vocabulary work inside the reranker's time. The recorder reads through the same
+block, so recorded and online features agree bit for bit. Only what later stages need is read out each
+round (values at the first-level candidates, ages, counts, agreement with the root row).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -28,8 +30,6 @@ class TokenRows:
         self.slot_of = np.full(vocab_size, -1, dtype=np.int64)  # token -> slot
         self.round_of = np.zeros(0, dtype=np.int64)  # slot -> round stored
         self.blocks: list[torch.Tensor] = []  # each (block, V)
-        self.norms: list[torch.Tensor] = []  # each (block,) float32 log-normalizers, valid where ``normed``
-        self.normed = np.zeros(0, dtype=bool)  # slot -> normalizer computed since the row was stored
         self.count = 0
 
     def put(self, tokens: np.ndarray, rows: torch.Tensor, round_: int, index: np.ndarray | None = None) -> None:
@@ -40,13 +40,9 @@ class TokenRows:
         self.count += len(new)
         while len(self.blocks) * self.block < self.count:
             self.blocks.append(torch.empty(self.block, self.vocab_size, dtype=rows.dtype, device=rows.device))
-            self.norms.append(torch.empty(self.block, dtype=torch.float32, device=rows.device))
-        grow = self.count - len(self.round_of)
-        self.round_of = np.concatenate([self.round_of, np.zeros(grow, np.int64)])
-        self.normed = np.concatenate([self.normed, np.zeros(grow, bool)])
+        self.round_of = np.concatenate([self.round_of, np.zeros(self.count - len(self.round_of), np.int64)])
         slots = self.slot_of[tokens]
         self.round_of[slots] = round_
-        self.normed[slots] = False
         for b in np.unique(slots // self.block):  # one or two blocks per store
             on = slots // self.block == b
             src = torch.from_numpy(index[on]).to(rows.device)
@@ -60,41 +56,23 @@ class TokenRows:
             return None, -1
         return self.blocks[slot // self.block][slot % self.block], int(self.round_of[slot])
 
-    def normalizer(self, token: int, temperature: float) -> torch.Tensor:
-        """() log-normalizer of ``token``'s stored row, computed on its first read after the store."""
-        slot = int(self.slot_of[token])
-        b, i = divmod(slot, self.block)
-        if not self.normed[slot]:
-            self.norms[b][i] = log_normalizer(self.blocks[b][i], temperature)
-            self.normed[slot] = True
-        return self.norms[b][i]
+
+def log_probabilities(rows: torch.Tensor, temperature: float) -> torch.Tensor:
+    """(n, V) float32 ``rows / T - logsumexp(rows / T)`` (a NaN row stays NaN)."""
+    scaled = rows.float() / temperature
+    return scaled - torch.logsumexp(scaled, -1, keepdim=True)
 
 
-def log_normalizer(row: torch.Tensor, temperature: float) -> torch.Tensor:
-    """() ``logsumexp(row / T)`` in float32: log-probabilities are ``row / T - log_normalizer``."""
-    return torch.logsumexp(row.float() / temperature, -1)
+@dataclass
+class ReadBlock:
+    """The rows one root token's read gathers from: (3, V) log-probabilities of the cache, same-token and
+    preceding rows (NaN where absent), or None when all three are."""
 
-
-class Retained:
-    """A retained row (V,) logits and its log-normalizer, computed on first read."""
-
-    __slots__ = ("row", "temperature", "_norm")
-
-    def __init__(self, row: torch.Tensor, temperature: float, norm: torch.Tensor | None = None):
-        self.row, self.temperature, self._norm = row, temperature, norm
-
-    def norm(self) -> torch.Tensor:
-        if self._norm is None:
-            self._norm = log_normalizer(self.row, self.temperature)
-        return self._norm
-
-    def at(self, index: torch.Tensor) -> torch.Tensor:
-        """(k,) log-probabilities at ``index`` (k,), on the row's device."""
-        return self.row[index].float() / self.temperature - self.norm()
-
-    def logp(self) -> torch.Tensor:
-        """(V,) the whole row as log-probabilities (diagnostics only)."""
-        return self.row.float() / self.temperature - self.norm()
+    root_token: int
+    stored: bool  # the root token has a token-keyed row
+    stored_round: int  # the round it was stored (-1: the prompt)
+    logp: torch.Tensor | None
+    host: np.ndarray | None  # ``logp`` as numpy when it lives on the CPU (a read is one fancy index)
 
 
 def latest_unique(tokens: np.ndarray) -> np.ndarray:
@@ -125,40 +103,59 @@ class RowCaches:
     def __init__(self, vocab_size: int, temperature: float = 1.0):
         self.temperature = temperature
         self.token_rows = TokenRows(vocab_size)
-        self.matched: Retained | None = None  # row at the previous emitted address, when the pass scored it
-        self.same_token: Retained | None = None
-        self.preceding: Retained | None = None  # the last accepted node's row; ``continuation``'s entry is zeroed
+        self.matched: torch.Tensor | None = None  # row at the previous emitted address, when the pass scored it
+        self.same_token: torch.Tensor | None = None
+        self.preceding: torch.Tensor | None = None  # the last accepted node's row; ``continuation``'s entry is zeroed
         self.continuation = -1
         self.prev_tree_count = -1
-
-    def retained(self, row: torch.Tensor | None) -> Retained | None:
-        return None if row is None else Retained(row, self.temperature)
+        self.prepared: ReadBlock | None = None
 
     def seed(self, prompt_tokens: np.ndarray, rows: torch.Tensor) -> None:
         """Before round 0: ``rows[i]`` (L, V) is the row after ``prompt_tokens[:i+1]``; keep latest occurrences."""
         idx = latest_unique(prompt_tokens)
         self.token_rows.put(prompt_tokens[idx], rows, -1, idx)
+        self.prepared = None
+
+    def prepare(self, root_token: int) -> ReadBlock:
+        """The read block of ``root_token`` (built after each round for the next root, here otherwise)."""
+        stored, when = self.token_rows.get(root_token)
+        sources = (stored, self.same_token, self.preceding)
+        like = next((r for r in sources if r is not None), None)
+        logp = host = None
+        if like is not None:
+            missing = like.new_full(like.shape, float("nan"))
+            logp = log_probabilities(torch.stack([missing if r is None else r for r in sources]), self.temperature)
+            if self.preceding is not None:
+                logp[2, self.continuation] = -torch.inf  # the continuation's entry is zeroed
+                logp[2, root_token] = torch.nan  # ... and missing (the root is that continuation)
+            host = logp.numpy() if logp.device.type == "cpu" else None
+        self.prepared = ReadBlock(int(root_token), stored is not None, when, logp, host)
+        return self.prepared
 
     def read(self, round_: int, root_token: int, first_tokens: np.ndarray, root_row: torch.Tensor | None = None) -> dict:
         """Retained-row columns of ``specrank.schema`` at this round's first-level candidates; the diagnostics
         against ``root_row`` (log-probabilities) are NaN without it (before verification, when a reranker reads
         the rows)."""
-        stored, when = self.token_rows.get(root_token)
-        cache = None if stored is None else Retained(stored, self.temperature,
-                                                     self.token_rows.normalizer(root_token, self.temperature))
-        block = self.entries((cache, self.same_token, self.preceding), first_tokens)  # (3, K)
-        preceding = block[2]
-        if self.preceding is not None:
-            preceding[first_tokens == self.continuation] = -np.inf  # the continuation's entry is zeroed
-            preceding[first_tokens == root_token] = np.nan  # ... and missing (the root is that continuation)
-        matched = self.matched.logp() if self.matched is not None and root_row is not None else None
+        block = self.prepared
+        if block is None or block.root_token != root_token:
+            block = self.prepare(root_token)
+        if block.logp is None:
+            values = np.full((3, len(first_tokens)), np.nan, np.float32)
+        elif block.host is not None:
+            values = block.host[:, first_tokens]
+        else:  # on the rows' device: one (3, topk) copy to the host
+            values = block.logp[:, torch.as_tensor(first_tokens, device=block.logp.device)].cpu().numpy()
+        diagnose = root_row is not None
+        matched = None if not diagnose or self.matched is None else log_probabilities(self.matched[None],
+                                                                                       self.temperature)[0]
+        cache = block.logp[0] if diagnose and block.stored else None
         matched_tv, matched_agree = tv_and_agree(matched, root_row)
-        token_tv, token_agree = tv_and_agree(None if cache is None or root_row is None else cache.logp(), root_row)
+        token_tv, token_agree = tv_and_agree(cache, root_row)
         return {
-            "cache_logp": block[0],
-            "same_token_logp": block[1],
-            "preceding_logp": preceding,
-            "cache_age": round_ - when if stored is not None else -1,
+            "cache_logp": values[0],
+            "same_token_logp": values[1],
+            "preceding_logp": values[2],
+            "cache_age": round_ - block.stored_round if block.stored else -1,
             "prev_tree_root_token_count": self.prev_tree_count,
             "matched_tv": matched_tv,
             "matched_argmax_agree": matched_agree,
@@ -166,29 +163,19 @@ class RowCaches:
             "token_argmax_agree": token_agree,
         }
 
-    def entries(self, rows, tokens: np.ndarray) -> np.ndarray:
-        """(len(rows), K) float32 log-probabilities of ``rows`` (Retained or None: NaN) at ``tokens`` (K,):
-        gathered on the rows' device, one copy to the host."""
-        present = [i for i, r in enumerate(rows) if r is not None]
-        out = np.full((len(rows), len(tokens)), np.nan, np.float32)
-        if present:
-            device = rows[present[0]].row.device
-            index = torch.from_numpy(np.asarray(tokens, dtype=np.int64)).to(device)
-            out[present] = torch.stack([rows[i].at(index) for i in present]).cpu().numpy()
-        return out
-
     def update(self, round_: int, root_token: int, rows: torch.Tensor, root: int, tree_tokens: np.ndarray,
                tree: np.ndarray, last_accepted: int, continuation: int, emitted: int) -> None:
         """After a round: ``rows`` (n, V) are the pass's logits; ``root``, ``tree`` (B,) in rank order (best
         first), ``last_accepted`` and ``emitted`` (-1: not scored) index its rows; ``tree_tokens`` (B,)."""
-        self.matched = None if emitted < 0 else self.retained(rows[emitted].clone())
+        self.matched = None if emitted < 0 else rows[emitted].clone()
         hits = np.flatnonzero(tree_tokens == continuation)
         if root_token == continuation:
-            self.same_token = self.retained(rows[root].clone())
+            self.same_token = rows[root].clone()
         else:
-            self.same_token = self.retained(rows[int(tree[hits[0]])].clone()) if len(hits) else None
+            self.same_token = rows[int(tree[hits[0]])].clone() if len(hits) else None
         self.prev_tree_count = len(hits) + int(root_token == continuation)
-        self.preceding, self.continuation = self.retained(rows[last_accepted].clone()), continuation
+        self.preceding, self.continuation = rows[last_accepted].clone(), continuation
         idx = first_unique(tree_tokens)  # highest-ranked prefix wins per token
         self.token_rows.put(tree_tokens[idx], rows, round_, tree[idx])
         self.token_rows.put(np.array([root_token]), rows, round_, np.array([root]))
+        self.prepare(continuation)  # the next round's root

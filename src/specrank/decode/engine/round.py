@@ -18,7 +18,6 @@ may add prefixes to the pass for measurement only and reads the round while its 
 from __future__ import annotations
 
 import functools
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -151,10 +150,12 @@ def decode_round(target, drafter, state: PromptState, config: DecodeConfig, veri
     pool, root_known = draft_phase(target, drafter, state, config, rule, timer)
     drawn = rule.draw(state.root_logits, pool, verifier, state.generator) if rule.draws_first else -1
     node = drawn_node(pool, drawn, config.shape.topk) if rule.draws_first else -1
-    features = once(lambda groups=FEATURE_GROUPS, names=None: first_level_features(state, pool, config, groups, names))
+    features = once(lambda groups=FEATURE_GROUPS: first_level_features(state, pool, config, groups))
     ctx = RoundContext(config.budget, config.law, config.temperature, state.root_logits, node, features)
-    with timer.span("rerank") if rule.reranks else nullcontext():
-        tree, score = rule.select(pool, ctx)
+    if rule.reranks:  # features plus inference; ranking the pool is bookkeeping, as for draft selection
+        with timer.span("rerank"):
+            ctx.first_factor = rule.first_factor(pool, ctx)
+    tree, score = rule.select(pool, ctx)
     skip = skips_tree_pass(rule, tree, node)
     verified = np.zeros(len(pool), bool) if skip else tree
     order, with_expanded = observer.scored_nodes(pool, state, config, ctx, root_known) if observer else (

@@ -33,7 +33,8 @@ class RoundContext:
     temperature: float
     root_logits: torch.Tensor | None  # (V,) the root row's logits, None before any target pass
     drawn_node: int  # pool index of the drawn first token on the first level, -1 when off it or no draw
-    features: Callable[..., object]  # (groups, names=None) -> features of this round's first-level candidates (computed once)
+    features: Callable[..., object]  # (groups) -> features of this round's first-level candidates (computed once)
+    first_factor: np.ndarray | None = None  # (topk,) a reranking strategy's predictions, set by the round (timed)
 
 
 def round_batch(pool: DraftPool, root_logits: torch.Tensor | None, temperature: float) -> PoolBatch:
@@ -99,6 +100,11 @@ class SelectionStrategy:
     def draw(self, root_logits: torch.Tensor, pool: DraftPool, verifier, generator) -> int:
         """The first token, drawn from the target root row exactly as the verifier would."""
         return verifier.draw(root_logits, generator)
+
+    def first_factor(self, pool: DraftPool, ctx: RoundContext) -> np.ndarray | None:
+        """(topk,) the first-level candidates' predicted first factors (features plus inference, the round's
+        ``rerank`` time) of a strategy that ``reranks``; None for the others."""
+        return None
 
     def select(self, pool: DraftPool, ctx: RoundContext) -> tuple[np.ndarray, np.ndarray]:
         """(tree (M,) bool, ranking score (M,)) of this round."""

@@ -28,8 +28,7 @@ class RerankedSelection(SelectionStrategy):
 
         self.needs_rows = any(f in ROW_FEATURES for f in online_features(reranker))
 
-        self.names = tuple(online_features(reranker))
-        self.groups = feature_groups(self.names)  # compute only what the reranker reads
+        self.groups = feature_groups(online_features(reranker))  # read only the rows the reranker reads
 
     def check(self, config) -> None:
         check_reranker(self.reranker, config, self.source)
@@ -45,10 +44,10 @@ class RerankedSelection(SelectionStrategy):
 
     def first_factor(self, pool, ctx) -> np.ndarray:
         """(topk,) predicted first factors of this round's first-level candidates."""
-        return np.asarray(self.reranker.predict_first_factor(ctx.features(self.groups, self.names)), dtype=np.float64)
+        return np.asarray(self.reranker.predict_first_factor(ctx.features(self.groups)), dtype=np.float64)
 
     def select(self, pool, ctx):
-        factor = self.first_factor(pool, ctx)[None]
+        factor = (self.first_factor(pool, ctx) if ctx.first_factor is None else ctx.first_factor)[None]
         score = rule_score(round_batch(pool, None, 1.0), "reranked", ctx.law, first_factor=factor)[0]
         return top_tree(score, pool.depth, ctx.budget), score
 

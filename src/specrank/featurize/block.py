@@ -1,0 +1,56 @@
+"""Every numeric candidate feature of docs/design.md (draft, subtree, context, rows) in one numba kernel
+(``featurize.kernel``), for one round online or for a chunk of rounds offline: the same code computes both, so
+recorded and online features agree bit for bit, and a round's features cost one call (an online round cannot
+afford dozens of small array operations; inside a decoding loop each one starts from cold caches).
+
+The definitions are in ``featurize.draft``, ``featurize.subtree``, ``featurize.context`` and ``featurize.rows``;
+the column order in ``featurize.columns``. Sums run in candidate (pool) order in float64. numba is imported on
+the first call, not with this module.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+def candidate_block(token, parent, depth, q_edge, draft_logp, topk: int, root_token, prompt_len, position,
+                    prev_accepted, cache_logp=None, same_token_logp=None, preceding_logp=None, cache_age=None,
+                    prev_tree_root_token_count=None, first_ancestor=None) -> np.ndarray:
+    """(N, topk, len(BLOCK_FEATURES)) float64 features of N rounds' first-level candidates.
+
+    Pool columns (N, M); round scalars (N,); the retained rows' log-probabilities at the first level
+    (N, topk) per source of ``featurize.rows.ROW_SOURCES`` (NaN absent) and the two row scalars (N,), or
+    None: the row features are NaN. ``first_ancestor`` (N, M), when the pool's growth carried it, spares
+    deriving it.
+    """
+    from specrank.featurize.kernel import NO_ANCESTORS, NO_ROWS, block_kernel  # numba
+
+    n = len(root_token)
+    f64 = lambda v: np.ascontiguousarray(v, dtype=np.float64).reshape(n)  # noqa: E731
+    i64 = lambda v: np.ascontiguousarray(v, dtype=np.int64)  # noqa: E731
+    f32 = lambda v: np.ascontiguousarray(v, dtype=np.float32)  # noqa: E731
+    rows = cache_logp is not None
+    row = lambda v: f32(v) if rows else NO_ROWS  # noqa: E731
+    return block_kernel(i64(token), i64(parent), i64(depth), f32(q_edge), f32(draft_logp), int(topk),
+                        i64(root_token).reshape(n), f64(prompt_len), f64(position), f64(prev_accepted),
+                        row(cache_logp), row(same_token_logp), row(preceding_logp), rows,
+                        f64(cache_age) if rows else np.full(n, -1.0),
+                        f64(prev_tree_root_token_count) if rows else np.full(n, -1.0),
+                        NO_ANCESTORS if first_ancestor is None else i64(first_ancestor))
+
+
+def round_block(token, parent, depth, q_edge, draft_logp, topk: int, root_token: int, prompt_len: float,
+                position: float, prev_accepted: float, rows=None, cache_age: float = -1.0,
+                prev_tree_root_token_count: float = -1.0, first_ancestor=None) -> np.ndarray:
+    """(topk, len(BLOCK_FEATURES)) features of one round, by the same per-round code as ``candidate_block``.
+
+    Pool arrays (M,) as a ``DraftPool`` holds them (int64 indices, float32 probabilities); ``rows`` the three
+    sources' (topk,) float32 log-probabilities or None. No conversions: an online round calls this once.
+    """
+    from specrank.featurize.kernel import NO_ANCESTOR, NO_ROW, round_kernel  # numba
+
+    has_rows, empty = rows is not None, NO_ROW
+    return round_kernel(token, parent, depth, q_edge, draft_logp, topk, root_token, float(prompt_len),
+                        float(position), float(prev_accepted), rows[0] if has_rows else empty,
+                        rows[1] if has_rows else empty, rows[2] if has_rows else empty, has_rows,
+                        float(cache_age), float(prev_tree_root_token_count),
+                        NO_ANCESTOR if first_ancestor is None else first_ancestor)

@@ -1,0 +1,129 @@
+"""QuickScorer arrays against LightGBM's own predict (exactly, and a perturbed model fails), what they refuse,
+the fallback, and the isotonic rerankers' array lookups against sklearn's predict."""
+
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+
+lgb = pytest.importorskip("lightgbm")
+pytest.importorskip("numba")
+
+from specrank.featurize.features import META_KEY, feature_meta  # noqa: E402
+from specrank.rerankers import GBMReranker, IsotonicFirstFactor  # noqa: E402
+from specrank.rerankers.isotonic import binned_isotonic, isotonic_lookup  # noqa: E402
+from specrank.rerankers.quickscorer import QuickScorer, Unsupported, arrays_of, quickscorer_of  # noqa: E402
+
+F = 6
+
+
+def booster(seed=0, trees=30, leaves=15, objective="binary"):
+    """A booster over F features: a categorical column 0, NaNs in columns 1-3 (missing type NaN), none in 4-5
+    (missing type None: a missing value at prediction is read as 0.0)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(3000, F))
+    X[:, 0] = rng.integers(0, 5, len(X))
+    X[:, 1:4][rng.random((len(X), 3)) < 0.15] = np.nan
+    y = (rng.random(len(X)) < 1 / (1 + np.exp(-np.nan_to_num(X[:, 1]) - (X[:, 0] == 2) - X[:, 4]))).astype(float)
+    params = {"objective": objective, "num_leaves": leaves, "min_data_in_leaf": 10, "verbose": -1,
+              "num_threads": 1, "deterministic": True, "seed": 0}
+    return lgb.train(params, lgb.Dataset(X, y, categorical_feature=[0]), trees)
+
+
+def random_rows(n=10_000, seed=1):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, F)) * 1.5
+    X[:, 0] = rng.integers(-1, 7, n) + rng.choice([0.0, 0.5], n)  # unseen, negative and fractional categories
+    X[rng.random((n, F)) < 0.1] = np.nan
+    return X
+
+
+def test_quickscorer_equals_lightgbm_predict_and_a_perturbed_model_fails():
+    b = booster()
+    arrays = arrays_of(b)
+    assert len(arrays.cat_features) and len(arrays.nan_trees)  # categorical and missing-value nodes are exercised
+    X = random_rows()
+    trees = QuickScorer(b)
+    np.testing.assert_array_equal(trees.raw(X), b.predict(X, raw_score=True))  # the same float64 sum
+    one_round = np.repeat(X[:1], 10, 0)
+    one_round[:, 1] = X[:10, 1]  # most columns the same in every row: applied once, to the shared words
+    np.testing.assert_array_equal(trees.raw(one_round), b.predict(one_round, raw_score=True))
+    perturbed = lgb.Booster(model_str=b.model_to_string())
+    perturbed.set_leaf_output(0, 0, perturbed.get_leaf_output(0, 0) + 1e-3)  # one leaf of one tree
+    assert np.abs(QuickScorer(perturbed).raw(X) - b.predict(X, raw_score=True)).max() > 1e-9
+
+
+def test_a_round_gathered_inside_the_kernel_scores_like_its_matrix():
+    b = booster(seed=6)
+    trees = QuickScorer(b)
+    rng = np.random.default_rng(7)
+    block = rng.normal(size=(10, 9))
+    block[rng.random(block.shape) < 0.2] = np.nan
+    positions, columns = np.array([1, 2, 3, 5]), np.array([8, 0, 4, 2])  # matrix column <- block column
+    prior = rng.random(10)
+    m = np.empty((10, F))
+    m[:, positions] = block[:, columns]
+    m[:, 4], m[:, 0] = prior, 2.0  # the prior and the task's code
+    np.testing.assert_array_equal(trees.raw_round(block, positions, columns, 4, prior, 0, 2.0), b.predict(m, raw_score=True))
+
+
+def test_63_leaf_trees_at_the_rerankers_size_are_exact():
+    b = booster(seed=2, trees=40, leaves=63, objective="cross_entropy")
+    X = random_rows(seed=3)
+    np.testing.assert_array_equal(QuickScorer(b).raw(X), b.predict(X, raw_score=True))
+
+
+def test_what_the_arrays_cannot_hold_is_left_to_lightgbm():
+    wide = booster(seed=4, trees=3, leaves=80)
+    assert max(wide.dump_model()["tree_info"][0]["num_leaves"], 0) > 64
+    with pytest.raises(Unsupported, match="more than 64 leaves"):
+        arrays_of(wide)
+    trees, how = quickscorer_of(wide)
+    assert trees is None and how.startswith("LightGBM predict (no QuickScorer arrays: Unsupported")
+    with pytest.raises(ValueError, match="rows of 5 features, the trees read 6"):
+        QuickScorer(booster(seed=5, trees=2)).raw(np.zeros((2, 5)))
+
+
+def _features(n=400, seed=5):
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"q": rng.random(n), "token": rng.integers(0, 30, n), "task": "t"})
+    for c in ("log_q", "sib_rank", "position"):
+        df[c] = rng.normal(size=n)
+    df["label"] = (rng.random(n) < df["q"]).astype(float)
+    df.attrs[META_KEY] = feature_meta("argmax", 4, 0.0)
+    return df
+
+
+def test_gbm_reranker_quickscorer_and_fallback_agree_and_name_their_path(monkeypatch):
+    X = _features()
+    est = GBMReranker(features=["q", "log_q", "sib_rank", "position", "task", "token_prior"], n_estimators=20,
+                      num_leaves=7, min_child_samples=5, n_jobs=1).fit(X)
+    fallback = est.predict(X)
+    assert est.compile("lightgbm").inference_ == "LightGBM predict" and est.trees_ is None
+    with pytest.raises(ValueError, match="'gpu' is not one of quickscorer, lightgbm"):
+        est.compile("gpu")
+    assert est.compile().inference_ == "QuickScorer arrays (numba)" and est.trees_ is not None
+    np.testing.assert_array_equal(est.predict(X), fallback)
+    monkeypatch.setenv("SPECRANK_TREES", "lightgbm")
+    assert est.compile().inference_ == "LightGBM predict" and est.trees_ is None
+    est.compile("quickscorer")
+    np.testing.assert_allclose(fallback, est.model_.predict(est._matrix(X, est.prior_.transform(X["token"]))),
+                               rtol=0, atol=1e-12)
+    copy = pickle.loads(pickle.dumps(est))  # the kernel stays behind; the copy predicts through LightGBM
+    assert getattr(copy, "trees_", None) is None and not hasattr(copy, "inference_")
+    np.testing.assert_allclose(copy.predict(X), fallback, rtol=0, atol=1e-12)
+    est.fit(X.assign(label=1.0 - X["label"]))  # a refit drops the arrays of the old model
+    assert est.trees_ is None
+
+
+def test_isotonic_lookup_equals_sklearn_predict():
+    rng = np.random.default_rng(6)
+    q = rng.random(3000)
+    iso = binned_isotonic(q, (rng.random(3000) < q ** 2).astype(float), 50)
+    t = rng.random(10_000) * 1.4 - 0.2  # outside the fitted range too
+    np.testing.assert_allclose(isotonic_lookup(iso, t), iso.predict(t), rtol=0, atol=1e-12)
+    est = IsotonicFirstFactor(n_bins=20).fit(_features())
+    assert est.compile().inference_.startswith("array lookup")
+    np.testing.assert_allclose(est.predict(_features(seed=7)), np.clip(est.iso_.predict(_features(seed=7)["q"]), 0, 1),
+                               rtol=0, atol=1e-12)
