@@ -209,3 +209,22 @@ def test_a_run_stopped_after_its_recordings_resumes_them(tmp_path, monkeypatch):
     assert main(argv) == 0
     assert {f: f.stat().st_mtime_ns for f in out.glob("recordings/*/rounds/*.parquet")} == shards  # reused
     assert len(pd.read_parquet(out / "tree_config_table.parquet")) == 2
+
+
+def test_recordings_of_another_run_in_out_are_refused_before_any_model_loads(tmp_path, monkeypatch, capsys):
+    import specrank.decode as decode
+    from specrank.cli import main
+
+    out = tmp_path / "out"
+    argv = tiny_command(tmp_path, out, "3")
+    assert main(argv) == 0
+    capsys.readouterr()
+
+    def no_models(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(decode, "load_target", no_models)
+    longer = argv[:argv.index("--max-new-tokens") + 1] + ["7"] + argv[argv.index("--max-new-tokens") + 2:]
+    assert main(longer) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "recordings/topk1-depth2 holds a different run (differs in: max_new_tokens)" in err

@@ -12,6 +12,7 @@ from specrank.decode.prompts import default_prompts_path
 
 HELP = "exact acceptance length and predicted tokens/s of SGLang / EAGLE / vLLM tree settings, and the best flags"
 RERANKER_CROSS_FIT = "cross-fit"
+RECORDING_SHARD = 4  # prompts a recording shard holds
 
 
 def int_list(flag: str, low: int = 1):
@@ -122,6 +123,7 @@ def run(args) -> int:
     check_target_spec(args.target)
     parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
     check_unseen(args.drafter, prompts, args.allow_training_prompts)
+    check_recordings(args, settings)
     uri = None
     if not args.no_tracking:
         from specrank.tracking import check_tracking_uri, resolve_tracking_uri
@@ -146,14 +148,11 @@ def tree_config(target, drafter, prompts, settings, args, reranker, out: Path) -
     from specrank.decode.prompts import encode_prompts
     from specrank.decode.runs.cost import measure_cost
     from specrank.evaluation.tree_config import (
-        position_table, recording_plan, reliability_table, score_setting, setting_table,
+        position_table, reliability_table, score_setting, setting_table,
     )
 
-    plan = recording_plan(settings)
     recordings, scores, reliability = {}, [], []
-    for k, depth in plan.items():
-        budget = max(s.budget for s in settings if s.topk == k)
-        name = f"topk{k}-depth{depth}"
+    for name, (k, depth, budget) in recordings_needed(settings).items():
         print(f"recording {name}: {len(prompts)} prompts, {args.max_new_tokens} tokens each", flush=True)
         # Recordings go straight to --out (not the stage): a run stopped midway keeps its finished shards, and the
         # same command resumes them (record_run refuses a recording of another configuration).
@@ -186,6 +185,26 @@ def tree_config(target, drafter, prompts, settings, args, reranker, out: Path) -
             "law": "greedy" if args.temperature == 0 else "sampling", "out": Path(args.out)}
 
 
+def recordings_needed(settings) -> dict:
+    """{recording name: (topk, depth, budget)} of the pools ``settings`` score (one per topk)."""
+    from specrank.evaluation.tree_config import recording_plan
+
+    return {f"topk{k}-depth{depth}": (k, depth, max(s.budget for s in settings if s.topk == k))
+            for k, depth in recording_plan(settings).items()}
+
+
+def check_recordings(args, settings) -> None:
+    """Before any model loads: a recording already in --out (a run being resumed) must be of this command's pool,
+    budget, law, seed and prompts (the models' hashes are compared once they are loaded)."""
+    from specrank.decode.runs.manifest import config_manifest
+    from specrank.decode.runs.shards import check_same_run
+
+    prompts = args.prompts or default_prompts_path()
+    for name, (k, depth, budget) in recordings_needed(settings).items():
+        check_same_run(Path(args.out) / "recordings" / name,
+                       config_manifest(_config(args, k, depth, budget), prompts, RECORDING_SHARD), partial=True)
+
+
 def _config(args, k: int, depth: int, budget: int):
     from specrank.decode import DecodeConfig, PoolShape
 
@@ -198,8 +217,8 @@ def _record(target, drafter, prompts, args, k, depth, budget, run_dir: Path) -> 
 
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     config = _config(args, k, depth, budget)
-    manifest = build_manifest(target, drafter, config, args.prompts or default_prompts_path(), 4)
-    record_run(target, drafter, prompts, run_dir, config, manifest, shard_size=4)
+    manifest = build_manifest(target, drafter, config, args.prompts or default_prompts_path(), RECORDING_SHARD)
+    record_run(target, drafter, prompts, run_dir, config, manifest, shard_size=RECORDING_SHARD)
     return run_dir
 
 

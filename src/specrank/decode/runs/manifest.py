@@ -36,8 +36,12 @@ def model_identity(target, drafter) -> dict:
 def run_manifest(identity: dict, config: DecodeConfig, prompts_path, shard_size: int) -> dict:
     """The manifest of ``model_identity`` fields decoding the prompt file under ``config``."""
     models = {k: v for k, v in identity.items() if k != "versions"}
+    return {**models, **config_manifest(config, prompts_path, shard_size), "versions": identity["versions"]}
+
+
+def config_manifest(config: DecodeConfig, prompts_path, shard_size: int) -> dict:
+    """The manifest's fields known before any model loads: pool, budget, law, seed, prompts, shards."""
     return {
-        **models,
         "pool_shape": asdict(config.shape),
         "pool_size": config.shape.size,
         "budget": config.budget,
@@ -48,7 +52,6 @@ def run_manifest(identity: dict, config: DecodeConfig, prompts_path, shard_size:
         "prompts": str(prompts_path),
         "prompts_sha256": sha256_files([prompts_path]),
         "shard_size": shard_size,
-        "versions": identity["versions"],
     }
 
 

@@ -38,18 +38,28 @@ class RunDirError(ValueError):
     """The run directory holds a different run."""
 
 
+def check_same_run(out_dir, manifest: dict, partial: bool = False) -> None:
+    """RunDirError unless ``out_dir`` holds no run yet or the run of ``manifest``; with ``partial`` only the keys
+    ``manifest`` has are compared (the fields known before any model loads, ``runs.manifest.config_manifest``)."""
+    out = Path(out_dir)
+    path = out / "manifest.json"
+    if not path.exists():
+        return
+    old = read_json(path, "run manifest")
+    if not isinstance(old, dict):
+        raise RunDirError(f"{path}: not a run manifest (a JSON object)")
+    keys = (set(manifest) if partial else set(old) | set(manifest)) - set(RECORDED_ONLY)
+    differ = sorted(k for k in keys if old.get(k) != manifest.get(k))
+    if differ:
+        raise RunDirError(f"{out} holds a different run (differs in: {', '.join(differ)}); use a new --out")
+
+
 def open_run_dir(out_dir, manifest: dict) -> Path:
     """Create the run directory, or check that an existing one holds the same run."""
     out = Path(out_dir)
     path = out / "manifest.json"
     if path.exists():
-        old = read_json(path, "run manifest")
-        if not isinstance(old, dict):
-            raise RunDirError(f"{path}: not a run manifest (a JSON object)")
-        keys = (set(old) | set(manifest)) - set(RECORDED_ONLY)
-        differ = sorted(k for k in keys if old.get(k) != manifest.get(k))
-        if differ:
-            raise RunDirError(f"{out} holds a different run (differs in: {', '.join(differ)}); use a new --out")
+        check_same_run(out, manifest)
     else:
         (out / DONE_FOLDER).mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, manifest)
