@@ -32,7 +32,6 @@ import argparse
 import json
 import sys
 import tempfile
-from pathlib import Path
 
 
 GPU_ROUND_MS = 14.5  # EAGLE-3, Llama-3.1-8B, SGLang, one H100: 373 tokens/s at ~5.4 tokens a round

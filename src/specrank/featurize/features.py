@@ -13,7 +13,7 @@ from specrank import schema
 from specrank.featurize.arrays import check_pool, label_kind, manifest_value, round_arrays
 from specrank.featurize.block import candidate_block, round_block
 from specrank.featurize.columns import COLUMN, NUMERIC_CONTEXT
-from specrank.featurize.context import CONTEXT_FEATURES, previous_acceptance
+from specrank.featurize.context import previous_acceptance
 from specrank.featurize.draft import DRAFT_FEATURES
 from specrank.featurize.rows import ROW_FEATURES, ROW_SOURCES
 from specrank.featurize.subtree import SUBTREE_FEATURES
@@ -50,12 +50,13 @@ def _slice(rounds, start: int, stop: int):
 
 
 FEATURE_GROUPS = ("draft", "subtree", "context", "rows")
+# each group's numeric columns, as the features kernel writes them (the task is a key column)
+GROUP_COLUMNS = dict(zip(FEATURE_GROUPS, (DRAFT_FEATURES, SUBTREE_FEATURES, NUMERIC_CONTEXT, ROW_FEATURES)))
 
 
 def feature_groups(names) -> tuple[str, ...]:
     """The groups of ``FEATURE_GROUPS`` that compute ``names`` (the token prior needs only ``token``)."""
-    members = dict(zip(FEATURE_GROUPS, (DRAFT_FEATURES, SUBTREE_FEATURES, CONTEXT_FEATURES, ROW_FEATURES)))
-    return tuple(g for g in FEATURE_GROUPS if any(n in members[g] for n in names))
+    return tuple(g for g in FEATURE_GROUPS if any(n in GROUP_COLUMNS[g] or (g, n) == ("context", "task") for n in names))
 
 
 def candidate_features(a: dict, topk: int, kind: str, labels: bool,
@@ -68,9 +69,8 @@ def candidate_features(a: dict, topk: int, kind: str, labels: bool,
                             a["prompt_len"], a["position"], a["prev_accepted"], row("cache_logp"),
                             row("same_token_logp"), row("preceding_logp"), row("cache_age"),
                             row("prev_tree_root_token_count"), a.get("first_ancestor"))
-    members = dict(zip(FEATURE_GROUPS, (DRAFT_FEATURES, SUBTREE_FEATURES, NUMERIC_CONTEXT, ROW_FEATURES)))
     feats = {"token": a["token"][:, :topk].astype(np.int64)}
-    feats.update({f: block[:, :, COLUMN[f]] for g in groups for f in members[g]})
+    feats.update({f: block[:, :, COLUMN[f]] for g in groups for f in GROUP_COLUMNS[g]})
     if labels:
         feats[schema.LABEL_COLUMN] = a[LABEL_SOURCE[kind]][:, :topk].astype(np.float64)
     return feats
@@ -173,8 +173,7 @@ class FeatureArrays:
 @functools.lru_cache(maxsize=None)
 def round_columns(groups: tuple) -> tuple:
     """The columns of one round's features of ``groups``: ``token``, the groups' features, ``task`` with the context."""
-    members = dict(zip(FEATURE_GROUPS, (DRAFT_FEATURES, SUBTREE_FEATURES, NUMERIC_CONTEXT, ROW_FEATURES)))
-    return ("token", *(f for g in groups for f in members[g]), *(("task",) if "context" in groups else ()))
+    return ("token", *(f for g in groups for f in GROUP_COLUMNS[g]), *(("task",) if "context" in groups else ()))
 
 
 @functools.lru_cache(maxsize=None)

@@ -57,12 +57,10 @@ def check_same_run(out_dir, manifest: dict, partial: bool = False) -> None:
 def open_run_dir(out_dir, manifest: dict) -> Path:
     """Create the run directory, or check that an existing one holds the same run."""
     out = Path(out_dir)
-    path = out / "manifest.json"
-    if path.exists():
-        check_same_run(out, manifest)
-    else:
+    check_same_run(out, manifest)
+    if not (out / "manifest.json").exists():
         (out / DONE_FOLDER).mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, manifest)
+        write_json_atomic(out / "manifest.json", manifest)
     (out / DONE_FOLDER).mkdir(exist_ok=True)
     remove_temps(out, TEMPS)  # left by a killed write; never a finished shard
     return out
