@@ -1,10 +1,10 @@
-"""Benchmark online decoding: draft selection and the reranked decoder with each reranker (Rows, Base,
+"""Benchmark online decoding: draft selection and the reranked strategy with each reranker (Rows, Base,
 isotonic, per-depth) side by side on the embedded default, at B = 8 and 59.
 
 Per budget: records greedy rounds of training prompts, featurizes them and fits the four rerankers, then
-runs every decoder on held-out prompts through the speed protocol (order rotated per prompt, after
+runs every strategy on held-out prompts through the speed protocol (order rotated per prompt, after
 warm-up) and reports tokens/s, tokens per target pass, realized acceptance with prompt-bootstrap
-intervals, the reranked decoders' speed ratio over draft selection, per-round milliseconds of host
+intervals, the reranked strategies' speed ratio over draft selection, per-round milliseconds of host
 bookkeeping and of reranker features plus inference (``rerank``), and the break-even gain: rerank ms over
 round ms, for this CPU's round and for a 14.5 ms GPU round (an EAGLE-3 round of an 8B target in SGLang on
 one H100). A reranker pays when its relative gain in accepted tokens a round exceeds that ratio.
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     from specrank.decode import DecodeConfig, load_drafter, load_target, make_strategy
     from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
     from specrank.decode.runs import build_manifest, record_run, run_protocol
-    from specrank.evaluation.online import acceptance_summary, decoder_table, realized_gain, speed_ratios
+    from specrank.evaluation.online import acceptance_summary, strategy_table, realized_gain, speed_ratios
 
     torch.set_num_threads(args.threads)
     target = load_target(args.target, "cpu", "float32")
@@ -159,36 +159,36 @@ def main(argv=None) -> int:
             strategies[f"reranked-{k}"].name = f"reranked-{k}"  # the rounds table tells the four apart by name
         rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, warmup=1)
         warm = {d: back_to_back_ms(target, drafter, encoded[:2], config, s) for d, s in strategies.items() if d != "draft"}
-        table = decoder_table(decodes).set_index("decoder")
-        acc = acceptance_summary(rounds, args.bootstrap).set_index(["decoder", "statistic"])
-        speed = speed_ratios(decodes, "draft", args.bootstrap).set_index("decoder")
+        table = strategy_table(decodes).set_index("strategy")
+        acc = acceptance_summary(rounds, args.bootstrap).set_index(["strategy", "statistic"])
+        speed = speed_ratios(decodes, "draft", args.bootstrap).set_index("strategy")
         per_round = lambda d, col: 1000 * table.loc[d, col] / table.loc[d, "rounds"]  # noqa: E731
-        decoders = {}
+        strategies = {}
         for d, r in table.iterrows():
             ms = {k.removesuffix("_s"): per_round(d, k) for k in (
                 "seconds", "prefill_s", "draft_s", "root_pass_s", "tree_pass_s", "rerank_s", "bookkeeping_s")}
-            decoders[d] = {"tokens_per_s": float(r["tokens_per_s"]), "tokens_per_pass": float(r["tokens_per_pass"]),
+            strategies[d] = {"tokens_per_s": float(r["tokens_per_s"]), "tokens_per_pass": float(r["tokens_per_pass"]),
                            "rounds": int(r["rounds"]),
                            "realized": list(acc.loc[(d, "realized"), ["mean", "low", "high"]].astype(float)),
                            "speed_vs_draft": list(speed.loc[d, ["ratio", "low", "high"]].astype(float)),
                            "ms_per_round": ms}
             if d != "draft":
-                decoders[d] |= {"inference": rerankers[d.removeprefix("reranked-")].inference_,
+                strategies[d] |= {"inference": rerankers[d.removeprefix("reranked-")].inference_,
                                 "rerank_back_to_back_ms": warm[d],
                                 "break_even_gain": {"cpu_round": ms["rerank"] / ms["seconds"],
                                                     "gpu_round": ms["rerank"] / GPU_ROUND_MS},
                                 "realized_minus_draft": list(realized_gain(rounds, d, "draft", args.bootstrap))}
-                print(f"B = {budget} {d}: rerank {ms['rerank']:.3f} ms a round ({decoders[d]['inference']}), "
+                print(f"B = {budget} {d}: rerank {ms['rerank']:.3f} ms a round ({strategies[d]['inference']}), "
                       f"{warm[d]:.3f} ms back to back; "
                       f"break-even gain {ms['rerank'] / ms['seconds']:.2%} of a {ms['seconds']:.1f} ms CPU round, "
                       f"{ms['rerank'] / GPU_ROUND_MS:.2%} of a {GPU_ROUND_MS} ms GPU round", file=sys.stderr)
         topk = config.shape.topk
-        result["budgets"][budget] = {"training_rows": len(features), "decoders": decoders,
+        result["budgets"][budget] = {"training_rows": len(features), "strategies": strategies,
                                      "inference_ms": {k: inference_ms(rerankers[k], features, topk)
                                                       for k in ("rows", "base")}}
     result["goals"] = {"rerank_ms_per_round": args.max_rerank_ms}
     worst = max(d["ms_per_round"]["rerank"] for b in result["budgets"].values()
-                for n, d in b["decoders"].items() if n != "draft")
+                for n, d in b["strategies"].items() if n != "draft")
     result["met"] = bool(worst <= args.max_rerank_ms)
     text = json.dumps(result, indent=2)
     print(text)

@@ -4,20 +4,20 @@ in its own process drafts while the target runs the root pass.
 Decoders: serial draft selection (the base), serial root-draw (what pipelining saves), and draft, root,
 root-draw and PEARL-style selection with the drafter in a worker process ("-pipelined"), on the embedded
 default (SmolLM2-135M, early-exit:8 drafting as a standalone 8-layer copy), one CPU thread for the target
-process and one for the worker. Per budget, every decoder runs on every prompt in an order rotated by the
+process and one for the worker. Per budget, every strategy runs on every prompt in an order rotated by the
 prompt's position in a seeded prompt order, after warm-up decodes; speeds are summed tokens over summed
 seconds (prefill included), with 95% paired prompt-bootstrap intervals. Reports tokens/s, tokens per target
-pass, each decoder's speed ratio over serial draft selection and over the pipelined PEARL-style decoder,
+pass, each strategy's speed ratio over serial draft selection and over the pipelined PEARL-style strategy,
 where each round's time goes, and the share of root-pass time hidden under drafting. Logs to MLflow
 (tables, metrics, the speed-gain figure in the style of Figure 4) unless --no-tracking.
 
-Measured on a quiet 2-core machine (pinned, one thread each): 12 prompts x 24 tokens with all six decoders
-took 13 minutes; the goals' three decoders on 24 prompts also 13 minutes (every goal met):
+Measured on a quiet 2-core machine (pinned, one thread each): 12 prompts x 24 tokens with all six strategies
+took 13 minutes; the goals' three strategies on 24 prompts also 13 minutes (every goal met):
 
     python benchmarks/bench_pipeline.py --pin --prompts 24 --warmup 1 --max-new-tokens 24 --budgets 8 \\
         --serial draft --pipelined root_draw,pearl --out runs/bench_pipeline --tracking-uri sqlite:///mlflow.db
 
-All six decoders at both budgets (about an hour quiet):
+All six strategies at both budgets (about an hour quiet):
 
     python benchmarks/bench_pipeline.py --pin --prompts 24 --warmup 1 --max-new-tokens 24 --budgets 8,59 \\
         --out runs/bench_pipeline --tracking-uri sqlite:///mlflow.db
@@ -27,7 +27,7 @@ Quick look (~8 minutes loaded): python benchmarks/bench_pipeline.py --prompts 2 
 
 Goals, at B = 8: pipelined root-draw over serial draft and over pipelined PEARL-style with the
 lower end of each paired interval above 1.0; root-pass time hidden under drafting >= 80% for every pipelined
-root-pass decoder. Prints one JSON object; exits 1 when a goal is missed.
+root-pass strategy. Prints one JSON object; exits 1 when a goal is missed.
 """
 
 from __future__ import annotations
@@ -48,12 +48,12 @@ def parse_args(argv):
     parser.add_argument("--target", default="smollm2")
     parser.add_argument("--drafter", default="early-exit:8")
     parser.add_argument("--prompts", type=int, default=24, help="the first N bundled prompts, in a seeded order")
-    parser.add_argument("--warmup", type=int, default=2, help="prompts decoded first by every decoder, untimed")
+    parser.add_argument("--warmup", type=int, default=2, help="prompts decoded first by every strategy, untimed")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--budgets", default="8,59")
     parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--serial", default="draft,root_draw", help="decoders run with the drafter in-process")
-    parser.add_argument("--pipelined", default="draft,root,root_draw,pearl", help="decoders run with the worker")
+    parser.add_argument("--serial", default="draft,root_draw", help="strategies run with the drafter in-process")
+    parser.add_argument("--pipelined", default="draft,root,root_draw,pearl", help="strategies run with the worker")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the target process")
     parser.add_argument("--drafter-threads", type=int, default=1, help="torch threads of the drafter worker")
     parser.add_argument("--drafter-device", default=None, help="the worker's device (default: the drafter's)")
@@ -69,8 +69,8 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
-def decoders(args) -> dict:
-    """{decoder name: (rule, pipelined?)}."""
+def named_strategies(args) -> dict:
+    """{strategy name: (rule, pipelined?)}."""
     serial = {r: (r, False) for r in args.serial.split(",") if r}
     return {**serial, **{f"{r}{PIPE}": (r, True) for r in args.pipelined.split(",") if r}}
 
@@ -82,7 +82,7 @@ def run_budgets(args, target, drafter, worker, encoded) -> "pd.DataFrame":  # no
     from specrank.decode import DecodeConfig, make_strategy
     from specrank.decode.runs import run_protocol
 
-    named = decoders(args)
+    named = named_strategies(args)
     frames = []
     for budget in [int(b) for b in args.budgets.split(",")]:
         config = DecodeConfig(budget=budget, extra=0, temperature=args.temperature,
@@ -97,25 +97,25 @@ def run_budgets(args, target, drafter, worker, encoded) -> "pd.DataFrame":  # no
 
 
 def summarize(args, decodes) -> dict:
-    """{table name: DataFrame}: per-budget decoder table, speed ratios over both bases, root-pass overlap."""
+    """{table name: DataFrame}: per-budget strategy table, speed ratios over both bases, root-pass overlap."""
     import pandas as pd
 
-    from specrank.evaluation.online import decoder_table, root_overlap, speed_ratios
+    from specrank.evaluation.online import strategy_table, root_overlap, speed_ratios
 
-    bases = ["draft"] + [f"pearl{PIPE}"] * (f"pearl{PIPE}" in set(decodes["decoder"]))
-    tables = {"decoders": [], "speed": [], "overlap": []}
+    bases = ["draft"] + [f"pearl{PIPE}"] * (f"pearl{PIPE}" in set(decodes["strategy"]))
+    tables = {"strategies": [], "speed": [], "overlap": []}
     for budget, part in decodes.groupby("budget"):
-        tables["decoders"].append(decoder_table(part).assign(budget=budget))
+        tables["strategies"].append(strategy_table(part).assign(budget=budget))
         tables["speed"] += [speed_ratios(part, b, args.bootstrap, args.seed).assign(budget=budget) for b in bases]
         tables["overlap"].append(root_overlap(part, args.bootstrap, args.seed).assign(budget=budget))
     return {"pipeline_decodes": decodes, **{f"pipeline_{k}": pd.concat(v, ignore_index=True) for k, v in tables.items()}}
 
 
 def report(args, tables) -> dict:
-    """The JSON result: per budget and decoder, speeds, ratios, time per round and hidden root-pass share."""
-    dec = tables["pipeline_decoders"].set_index(["budget", "decoder"])
-    speed = tables["pipeline_speed"].set_index(["budget", "decoder", "base"])
-    overlap = tables["pipeline_overlap"].set_index(["budget", "decoder"])
+    """The JSON result: per budget and strategy, speeds, ratios, time per round and hidden root-pass share."""
+    dec = tables["pipeline_strategies"].set_index(["budget", "strategy"])
+    speed = tables["pipeline_speed"].set_index(["budget", "strategy", "base"])
+    overlap = tables["pipeline_overlap"].set_index(["budget", "strategy"])
     out = {}
     for (budget, d), r in dec.iterrows():
         ms = lambda c: 1000 * r[c] / r["rounds"]  # noqa: E731
@@ -211,7 +211,7 @@ def main(argv=None) -> int:
     tables = summarize(args, decodes)
     result = report(args, tables)
     checks = goals(args, result)
-    figure = speed_gain_figure(tables["pipeline_speed"], "Pipelined decoding: speed gain", list(decoders(args)))
+    figure = speed_gain_figure(tables["pipeline_speed"], "Pipelined decoding: speed gain", list(named_strategies(args)))
     if args.out:
         write(args.out, tables, figure)
     if not args.no_tracking:

@@ -19,14 +19,14 @@ from contextlib import contextmanager
 import numpy as np
 
 from specrank.selection import (
-    RULES,
+    SCORES,
     PromptBootstrap,
     draw_values,
     equal_mean,
     fixed_values,
     pearl_curves,
-    rule_score,
-    rule_table,
+    score_of,
+    score_table,
     synthetic_pools,
 )
 from specrank.selection.draws import DraftGroups
@@ -37,7 +37,7 @@ GOAL_MEMORY_GB = 3.0
 GOAL_BOOTSTRAP_S = 5.0
 
 
-def rule_inputs(rounds, rng) -> dict:
+def score_inputs(rounds, rng) -> dict:
     """Synthetic inputs for the rules that need them (predictions, calibrated factors, rows)."""
     pool = rounds.pool
     p1 = pool.p_edge[:, : pool.n_first].astype(np.float64)
@@ -62,13 +62,13 @@ def timed(timings: dict, name: str):
 def evaluate_chunk(rounds, law, max_budget, rng, timings) -> tuple[dict, tuple]:
     """Per-round values and sizes of every rule at BUDGETS; adds seconds per stage to ``timings``."""
     pool = rounds.pool
-    inputs = rule_inputs(rounds, rng)
+    inputs = score_inputs(rounds, rng)
     out = {}
     with timed(timings, "shared (paths, ancestors)"):
         pool.path_prob(law), pool.first_ancestor
-    for name in RULES:
+    for name in SCORES:
         with timed(timings, name):
-            out[name] = fixed_values(pool, rule_score(pool, name, law, **inputs), BUDGETS, law)
+            out[name] = fixed_values(pool, score_of(pool, name, law, **inputs), BUDGETS, law)
     with timed(timings, "draw rules (3) + curves"):
         groups = DraftGroups.of(pool)
         out.update(draw_values(pool, BUDGETS, law, groups))
@@ -104,7 +104,7 @@ def evaluate_all(args, timings: dict):
 
 def print_rates(timings: dict, n_rounds: int) -> None:
     """Per-stage and overall rounds per second per (rule, budget), wall-clock and CPU time."""
-    n_pairs = len(RULES) + 3 + 1  # fixed rules, three draw rules, equal mean
+    n_pairs = len(SCORES) + 3 + 1  # fixed rules, three draw rules, equal mean
     per_stage = {"draw rules (3) + curves": 3}
     print(f"{'stage':<28}{'wall s':>8}{'CPU s':>8}{'rounds/s per (rule, budget): wall':>36}{'CPU':>9}")
     for name, (w, c) in timings.items():
@@ -123,7 +123,7 @@ def bootstrap_report(values: dict, prompt_id: np.ndarray, n_resamples: int) -> N
     timings = {}
     with timed(timings, "bootstrap"):
         boot = PromptBootstrap(prompt_id, n_resamples=n_resamples, seed=0)
-        table = rule_table(boot, values, BUDGETS)
+        table = score_table(boot, values, BUDGETS)
     wall, cpu = timings["bootstrap"]
     print(f"bootstrap: {n_resamples} resamples x {len(boot.prompts)} prompts, {len(table)} (rule, budget) rows, "
           f"5 statistics each: {wall:.2f} s wall, {cpu:.2f} s CPU   goal < {GOAL_BOOTSTRAP_S} s  "
@@ -131,7 +131,7 @@ def bootstrap_report(values: dict, prompt_id: np.ndarray, n_resamples: int) -> N
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     verdict = "OK" if peak_gb < GOAL_MEMORY_GB else "MISSED"
     print(f"peak memory: {peak_gb:.2f} GB   goal < {GOAL_MEMORY_GB} GB  {verdict}")
-    cols = ["rule", "budget", "mean", "gain", "gain_low", "gain_high", "gain_pct"]
+    cols = ["score", "budget", "mean", "gain", "gain_low", "gain_high", "gain_pct"]
     print("\n" + table[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
 
 

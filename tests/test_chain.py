@@ -14,7 +14,7 @@ from specrank.decode.runs.lossy import lossy_decode_run, read_diagnostics
 from specrank.decode.core import PoolShape
 from specrank.decode.prompts import Prompt
 from specrank.decode.runs.tables import read_rounds
-from specrank.decode.verify.lossy.parse import parse_verifier
+from specrank.decode.verify.lossy.parse import parse_verification_rule
 from specrank.decode.verify.lossy.rules import Lossless
 
 from decode_helpers import noisy_drafter, tiny_target
@@ -100,7 +100,7 @@ def chi_square_distance(law, p):
 @pytest.mark.parametrize("spec", ["lossless", "lenience:l=0.3", "speccascade:p_base=0.3", "accept-all"])
 def test_first_token_law_in_the_decoder(sampling_pair, spec):
     target, drafter, p, q = sampling_pair
-    rule = AcceptAll() if spec == "accept-all" else parse_verifier(spec)
+    rule = AcceptAll() if spec == "accept-all" else parse_verification_rule(spec)
     law = q if spec == "accept-all" else rule.induced(p[None], q[None])[0]
     tokens = first_tokens(target, drafter, rule, DRAWS)
     assert chi_square_pvalue(tokens, law) > 1e-3
@@ -118,15 +118,16 @@ def test_chain_config_is_refused_for_pools():
         chain_config(0)
 
 
-@pytest.mark.parametrize("decoder, spec", [("chain", "typical:eps=0.1"), ("tree", "speccascade:p_base=0.3")])
-def test_run_records_diagnostics_beside_rounds(tmp_path, decoder, spec):
+@pytest.mark.parametrize("speculation, spec", [("chain", "typical:eps=0.1"), ("tree", "speccascade:p_base=0.3")])
+def test_run_records_diagnostics_beside_rounds(tmp_path, speculation, spec):
     target = tiny_target(48)
     drafter = noisy_drafter(target.model, 0.3, seed=2)
-    config = chain_config(3, 1.0, 10, 1) if decoder == "chain" else DecodeConfig(PoolShape(3, 3, 3), 6, 0, 1.0, 10, 1)
+    config = (chain_config(3, 1.0, 10, 1) if speculation == "chain"
+              else DecodeConfig(PoolShape(3, 3, 3), 6, 0, 1.0, 10, 1))
     prompts = [Prompt(f"p{i}", "t", text) for i, text in enumerate(["the cat", "a dog and", "red sun"])]
     manifest = {"target": "tiny"}
-    rule = parse_verifier(spec)
-    lossy_decode_run(target, drafter, prompts, tmp_path, config, manifest, rule, decoder, 2, progress=False)
+    rule = parse_verification_rule(spec)
+    lossy_decode_run(target, drafter, prompts, tmp_path, config, manifest, rule, speculation, 2, progress=False)
     rounds, diag = read_rounds(tmp_path), read_diagnostics(tmp_path)
     assert list(rounds.columns) == schema.ROUNDS_COLUMNS
     assert sorted(p.name for p in (tmp_path / "diagnostics").iterdir()) == sorted(
@@ -137,8 +138,8 @@ def test_run_records_diagnostics_beside_rounds(tmp_path, decoder, spec):
                                    check_dtype=False)
     assert (diag.loc[diag["accepted"], "step"] < diag.loc[diag["accepted"], "round_accepted"]).all()
     assert diag["tv_truncated"].notna().all() and (diag["tv_truncated"] > 1e-6).any()
-    if decoder == "chain":
+    if speculation == "chain":
         assert rounds["token"].map(len).eq(3).all() and (rounds["n_scored"] == 4).all()
     before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.parquet")}
-    lossy_decode_run(target, drafter, prompts, tmp_path, config, manifest, rule, decoder, 2, progress=False)
+    lossy_decode_run(target, drafter, prompts, tmp_path, config, manifest, rule, speculation, 2, progress=False)
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.parquet")} == before  # resumed: nothing redone

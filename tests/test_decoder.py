@@ -72,7 +72,7 @@ def test_sampling_is_seeded_and_rounds_yield_records(pair):
     assert a == b and a != c
     records = list(dec.rounds(PROMPT, max_new_tokens=16, seed=3))
     assert sum(r["accepted"] + 1 for r in records) >= 16 and [r["round"] for r in records] == list(range(len(records)))
-    assert all(r["decoder"] == "draft" and len(r["token"]) == SHAPE.size for r in records)
+    assert all(r["strategy"] == "draft" and len(r["token"]) == SHAPE.size for r in records)
 
 
 def test_construction_errors_are_one_line_before_any_model_pass(pair, tmp_path):
@@ -110,7 +110,7 @@ def test_construction_errors_are_one_line_before_any_model_pass(pair, tmp_path):
 def test_importing_evaluation_leaves_the_matplotlib_backend_alone():
     code = ("import matplotlib; matplotlib.use('svg'); import specrank.evaluation, specrank.evaluation.sweep; "
             "from specrank.evaluation.figures import acceptance_figure; import pandas as pd; "
-            "acceptance_figure(pd.DataFrame({'decoder': ['a'], 'statistic': ['realized'], 'mean': [1.0], "
+            "acceptance_figure(pd.DataFrame({'strategy': ['a'], 'statistic': ['realized'], 'mean': [1.0], "
             "'low': [0.5], 'high': [1.5]})).savefig('/dev/null', format='png'); print(matplotlib.get_backend())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "svg"

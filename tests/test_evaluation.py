@@ -12,7 +12,7 @@ from specrank.evaluation.offline import first_factor_estimates, split_labels
 from specrank.evaluation.values import mixture_values, per_depth_edges
 from specrank.featurize.synthetic import synthetic_rounds
 from specrank.schema import SchemaError
-from specrank.selection.rules import MIXTURE_WEIGHTS, fixed_values, rule_score
+from specrank.selection.scores import MIXTURE_WEIGHTS, fixed_values, score_of
 
 BUDGETS = (2, 8, 24, 59)
 
@@ -61,7 +61,7 @@ def brute_value(rounds: Rounds, r: int, score: np.ndarray, budget: int) -> float
 
 
 def test_exact_values_against_brute_force(rounds, evaluation):
-    s = evaluation.summary.set_index(["rule", "budget"])
+    s = evaluation.summary.set_index(["score", "budget"])
     pool, k = rounds.pool, rounds.topk
     p1 = rounds.first_label
     for b in (8, 59):
@@ -74,7 +74,7 @@ def test_exact_values_against_brute_force(rounds, evaluation):
 
 
 def test_controls_reproduce_root_and_draft_exactly(evaluation):
-    s = evaluation.summary.set_index(["rule", "budget"])
+    s = evaluation.summary.set_index(["score", "budget"])
     for b in BUDGETS:
         assert s.loc[("perfect", b), "mean"] == pytest.approx(s.loc[("root", b), "mean"], abs=1e-12)
         assert s.loc[("copy", b), "mean"] == pytest.approx(s.loc[("draft", b), "mean"], abs=1e-12)
@@ -127,7 +127,7 @@ def test_mixture_weight_of_each_half_is_chosen_on_the_other():
     rounds.rows["cache"] = np.where((fold == 1)[:, None], np.log(rounds.first_label), noise)
     values, chosen = mixture_values(rounds, BUDGETS)
     for source in ("cache", "preceding"):
-        per_w = np.stack([fixed_values(rounds.pool, rule_score(rounds.pool, "mixture", rounds.law,
+        per_w = np.stack([fixed_values(rounds.pool, score_of(rounds.pool, "mixture", rounds.law,
                           row_logp=rounds.rows[source], weight=w), list(BUDGETS), rounds.law)[0] for w in MIXTURE_WEIGHTS])
         for half in (0, 1):
             other = np.asarray(MIXTURE_WEIGHTS)[per_w[:, fold != half].mean(axis=1).argmax(axis=0)]
@@ -156,10 +156,10 @@ def test_first_factor_errors_and_top1(rounds, evaluation):
 
 def test_splits_cover_all_rounds_and_match_labels(rounds, evaluation):
     sp = evaluation.splits
-    for kind, t in sp[(sp["rule"] == "draft") & (sp["budget"] == 8)].groupby("split_kind"):
+    for kind, t in sp[(sp["score"] == "draft") & (sp["budget"] == 8)].groupby("split_kind"):
         assert t["rounds"].sum() == rounds.n_rounds, kind
         assert t["round_share"].sum() == pytest.approx(1.0)
-    agree = sp[(sp["split_kind"] == "agreement") & (sp["group"] == "agree") & (sp["rule"] == "draft")]
+    agree = sp[(sp["split_kind"] == "agreement") & (sp["group"] == "agree") & (sp["score"] == "draft")]
     assert agree["rounds"].iloc[0] == int((rounds.pool.p_argmax_child[:, 0] == 1).sum())
     labels = split_labels(rounds)["entropy_quintile"]
     assert set(labels) == {"Q1", "Q2", "Q3", "Q4", "Q5"}
@@ -172,7 +172,7 @@ def test_greedy_run_uses_point_masses(tmp_path):
     rounds = make_rounds(temperature=0.0)
     assert rounds.law == "greedy"
     ev = evaluate(rounds, align_predictions(rounds, controls_frame(rounds)), budgets=(8,), n_boot=50)
-    s = ev.summary.set_index("rule")
+    s = ev.summary.set_index("score")
     assert s.loc["perfect", "mean"] == pytest.approx(s.loc["root", "mean"])
     assert s.loc["root", "gain"] >= 0  # root selection cannot shorten the greedy path
     ff = ev.first_factor.set_index("estimate")
@@ -192,7 +192,7 @@ def test_root_share_figure_keeps_its_bars_readable_when_an_interval_explodes():
     from specrank.evaluation.figures import root_share_by_task
 
     def rows(groups, low):
-        return [{"rule": "rows", "budget": 8, "group": g, "split_kind": "task", "root_share": 40.0,
+        return [{"score": "rows", "budget": 8, "group": g, "split_kind": "task", "root_share": 40.0,
                  "root_share_low": low if g == "b" else 10.0, "root_share_high": 80.0} for g in groups]
 
     summary = pd.DataFrame(rows(["all"], 10.0)).drop(columns=["group", "split_kind"])

@@ -55,12 +55,12 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
     report = (out / "report.md").read_text()
     first_section = report.split("\n## ")[1]
     assert first_section.startswith("Rules at B = 8, 59")
-    assert "| Rule | B=8 value | B=8 gain [95% CI] | B=8 gain % of draft | B=8 root share % | B=59 value" in first_section
+    assert "| Score | B=8 value | B=8 gain [95% CI] | B=8 gain % of draft | B=8 root share % | B=59 value" in first_section
     for fig in ("gain_vs_budget", "root_share_by_task"):
         assert (out / "figures" / f"{fig}.png").read_bytes()[:8] == PNG
         assert f"figures/{fig}.png" in report
     summary = pd.read_parquet(out / "summary.parquet")
-    assert set(summary["rule"]) >= {"draft", "isotonic", "per_depth", "base", "rows", "root", "depth2", "oracle",
+    assert set(summary["score"]) >= {"draft", "isotonic", "per_depth", "base", "rows", "root", "depth2", "oracle",
                                     "subst_cache", "mix_preceding"}
 
     client = MlflowClient(f"sqlite:///{mlflow_db}")
@@ -69,17 +69,17 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
     assert len(parent) == 1
     run = parent[0]
     assert len(run.data.params["run_dir_sha256"]) == 64 and run.data.params["evaluation.budgets"] == "4,8,59"
-    rows = summary[(summary["rule"] == "rows") & (summary["budget"] == 8)].iloc[0]
+    rows = summary[(summary["score"] == "rows") & (summary["budget"] == 8)].iloc[0]
     assert run.data.metrics["rows_gain_tokens_B8_ci_low"] == pytest.approx(rows["gain_low"])
     assert run.data.metrics["rows_root_share_pct_B59"] == pytest.approx(
-        summary[(summary["rule"] == "rows") & (summary["budget"] == 59)]["root_share"].iloc[0])
-    assert len(run.data.metrics) <= 60 and "| Rule | B=8 value" in run.data.tags["mlflow.note.content"]
+        summary[(summary["score"] == "rows") & (summary["budget"] == 59)]["root_share"].iloc[0])
+    assert len(run.data.metrics) <= 60 and "| Score | B=8 value" in run.data.tags["mlflow.note.content"]
     folds = client.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'")
     assert sorted(r.info.run_name for r in folds) == ["fold-0", "fold-1"]
     splits = pd.read_parquet(out / "splits.parquet")
     for fold in folds:  # each fold run's headline metrics are its split rows
         at = splits[(splits.split_kind == "fold") & (splits.group == fold.info.run_name[-1]) & (splits.budget == 8)]
-        assert fold.data.metrics["root_gain_tokens_B8"] == pytest.approx(at.set_index("rule").loc["root", "gain"])
+        assert fold.data.metrics["root_gain_tokens_B8"] == pytest.approx(at.set_index("score").loc["root", "gain"])
     uris = dict(line[len("model "):].split(": ") for line in captured.out.splitlines() if line.startswith("model "))
     assert sorted(uris) == ["rows-fold0", "rows-fold1"]
     logged = {m.name for m in client.search_logged_models([exp.experiment_id])}
@@ -100,6 +100,14 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
     assert main(["report", str(out)]) == 0
     assert (out / "report.md").read_text() == report
     assert (out / "figures" / "gain_vs_budget.png").read_bytes()[:8] == PNG
+
+    # ...and from tables written before the ``rule`` column was renamed ``score``
+    for name in ("summary", "comparisons", "mixture_weights", "splits"):
+        path = out / f"{name}.parquet"
+        pd.read_parquet(path).rename(columns={"score": "rule"}).to_parquet(path, index=False)
+    (out / "report.md").unlink()
+    assert main(["report", str(out)]) == 0
+    assert (out / "report.md").read_text() == report
 
 
 def test_unreachable_tracking_server_fails_before_any_output(run_and_predictions, tmp_path, capsys):

@@ -57,7 +57,7 @@ def train_and_hand_off(world, store_uri, tmp_path, monkeypatch, capsys):
     tracked = [a for a in online if a != "--no-tracking"]  # the online run is logged to the same store
     assert main(tracked + ["--strategies", "draft,reranked", "--reranker", uri, "--tracking-uri", store_uri,
                            "--out", str(out)]) == 0
-    assert set(pd.read_parquet(out / "online_decodes.parquet")["decoder"]) == {"draft", "reranked"}
+    assert set(pd.read_parquet(out / "online_decodes.parquet")["strategy"]) == {"draft", "reranked"}
     import mlflow
 
     from specrank.rerankers import load_reranker

@@ -34,14 +34,14 @@ def test_online_protocol_runs_every_rule_on_every_prompt_and_logs_to_mlflow(setu
                       "--tracking-uri", str(mlflow_db), "--run-name", "t"])
     assert rc == 0
     decodes = pd.read_parquet(out / "online_decodes.parquet")
-    assert len(decodes) == 3 * 4 and set(decodes["decoder"]) == {"draft", "root", "root_draw", "pearl"}
-    first = decodes.groupby("prompt_id", sort=False)["decoder"].first().tolist()
+    assert len(decodes) == 3 * 4 and set(decodes["strategy"]) == {"draft", "root", "root_draw", "pearl"}
+    first = decodes.groupby("prompt_id", sort=False)["strategy"].first().tolist()
     assert first == ["draft", "root", "root_draw"]  # the order is rotated per prompt
     rounds = pd.read_parquet(out / "online_rounds.parquet")
     assert {"expected_root", "expected_draft", "realized", "expected"} <= set(rounds.columns)
-    greedy = rounds[rounds["decoder"] != "covering"]
+    greedy = rounds[rounds["strategy"] != "covering"]
     assert (greedy["realized"] == greedy["expected"]).all()  # greedy: realized is the tree's value
-    speed = pd.read_parquet(out / "online_speed.parquet").set_index("decoder")
+    speed = pd.read_parquet(out / "online_speed.parquet").set_index("strategy")
     assert speed.loc["draft", "ratio"] == 1.0
     assert (out / "realized_acceptance.png").stat().st_size > 1000
     run = mlflow.MlflowClient(f"sqlite:///{mlflow_db}").search_runs(
@@ -68,4 +68,4 @@ def test_last_release_spellings_still_work_with_a_deprecation_line(setup, tmp_pa
     err = capsys.readouterr().err
     assert rc == 0 and "--rules is deprecated" in err and "use --strategies" in err and "'root-draw' is deprecated" in err
     decodes = pd.read_parquet(tmp_path / "o" / "online_decodes.parquet")
-    assert set(decodes["decoder"]) == {"draft", "root_draw"}
+    assert set(decodes["strategy"]) == {"draft", "root_draw"}

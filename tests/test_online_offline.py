@@ -13,7 +13,7 @@ from specrank.decode.runs.tables import rounds_table
 from specrank.featurize import featurize_rounds
 from specrank.featurize.edges import edge_frame
 from specrank.rerankers import GBMReranker, IsotonicFirstFactor, PerDepthCalibration
-from specrank.selection import PoolBatch, PromptBootstrap, draw_values, fixed_values, rule_score, select_top
+from specrank.selection import PoolBatch, PromptBootstrap, draw_values, fixed_values, score_of, select_top
 from decode_helpers import tiny_pair
 
 SHAPE = PoolShape(4, 3, 4)  # 4 + 16 + 16 = 36 candidates
@@ -41,7 +41,7 @@ def test_realized_acceptance_agrees_with_offline_value_on_recorded_rounds(pair, 
     table = rounds_table(records, SHAPE.size, SHAPE.topk).to_pandas()
     pool = PoolBatch.from_frame(table)
     if rule == "draft":
-        offline = fixed_values(pool, rule_score(pool, "draft"), [4])[0][:, 0]
+        offline = fixed_values(pool, score_of(pool, "draft"), [4])[0][:, 0]
     else:
         offline = draw_values(pool, [4])["root_draw"][0][:, 0]
     realized = np.array([r["realized"] for r in records], float)
@@ -115,7 +115,7 @@ def test_online_features_predictions_and_trees_equal_offline_on_recorded_rounds(
     np.testing.assert_allclose(online_pred, offline_pred, rtol=0, atol=1e-12)
     assert len(np.unique(online_pred)) > 1  # the reranker is not a constant
     pool = PoolBatch.from_frame(table.to_pandas())
-    score = rule_score(pool, "reranked", "greedy", first_factor=offline_pred.reshape(-1, SHAPE.topk))
+    score = score_of(pool, "reranked", "greedy", first_factor=offline_pred.reshape(-1, SHAPE.topk))
     np.testing.assert_array_equal(np.stack(strategy.trees), select_top(score, pool.depth, GREEDY.budget))
 
 

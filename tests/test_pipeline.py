@@ -160,7 +160,7 @@ def test_online_command_pipeline(tmp_path, capsys):
     assert main(args + ["--drafter-threads", "1", "--out", str(tmp_path / "x")]) == 2
     assert "place the worker of --pipeline" in capsys.readouterr().err
     assert main(args + ["--pipeline", "--drafter-threads", "1", "--out", str(tmp_path / "out")]) == 0
-    decoders = pd.read_parquet(tmp_path / "out" / "online_decoders.parquet").set_index("decoder")
+    decoders = pd.read_parquet(tmp_path / "out" / "online_strategies.parquet").set_index("strategy")
     assert decoders.loc[["root_draw", "pearl"], "root_pass_hidden_share"].between(0, 1).all()
     assert np.isnan(decoders.loc["draft", "root_pass_hidden_share"]) and (decoders["drafter_busy_s"] > 0).all()
 
@@ -171,12 +171,12 @@ def test_root_overlap_and_speed_gain_figure_from_a_decodes_table():
 
     piped = "root_draw-pipelined"
     decodes = pd.DataFrame({
-        "prompt_id": list("abab"), "decoder": ["draft", "draft", piped, piped], "tokens": [10, 10, 12, 12],
+        "prompt_id": list("abab"), "strategy": ["draft", "draft", piped, piped], "tokens": [10, 10, 12, 12],
         "rounds": [5, 5, 5, 5], "seconds": [2.0, 2.0, 1.5, 1.5], "draft_s": [1.0, 1.0, 0.5, 0.5],
         "drafter_busy_s": [1.0] * 4, "root_pass_s": [0.0, 0.0, 0.2, 0.4], "root_pass_hidden_s": [0.0, 0.0, 0.2, 0.2],
         "tree_pass_s": [0.5] * 4})
     overlap = root_overlap(decodes, 200)
-    assert overlap["decoder"].tolist() == [piped]
+    assert overlap["strategy"].tolist() == [piped]
     assert overlap.loc[0, "hidden"] == pytest.approx(0.4 / 0.6) and overlap.loc[0, "low"] <= overlap.loc[0, "high"]
     assert overlap.loc[0, "root_pass_ms"] == pytest.approx(60.0)
     speed = speed_ratios(decodes, "draft", 200).assign(budget=8)

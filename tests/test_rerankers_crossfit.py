@@ -9,7 +9,7 @@ from specrank.featurize.arrays import round_arrays
 from specrank.featurize.synthetic import synthetic_rounds
 from specrank.rerankers import FoldError, GBMReranker, cross_fit, tune
 from specrank.rerankers.tune import inner_folds
-from specrank.selection import PoolBatch, fixed_values, rule_score
+from specrank.selection import PoolBatch, fixed_values, score_of
 
 SMALL = {"n_estimators": 100, "num_leaves": 15, "n_jobs": 1}
 
@@ -100,8 +100,8 @@ def test_gbm_tune_returns_usable_parameters(feats):
 def _values(table, predictions, topk):
     pool = PoolBatch(**round_arrays(table, ["token", "parent", "depth", "q_edge", "draft_logp", "p_edge", "p_argmax_child"]))
     v = lambda score: fixed_values(pool, score, [8, 59])[0]  # noqa: E731  (N, 2)
-    out = {"draft": v(rule_score(pool, "draft")), "root": v(rule_score(pool, "root"))}
-    out.update({k: v(rule_score(pool, "reranked", first_factor=p.reshape(-1, topk))) for k, p in predictions.items()})
+    out = {"draft": v(score_of(pool, "draft")), "root": v(score_of(pool, "root"))}
+    out.update({k: v(score_of(pool, "reranked", first_factor=p.reshape(-1, topk))) for k, p in predictions.items()})
     return out
 
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from specrank.selection.draws import DRAW_RULES, draw_values, equal_mean, pearl_curves
 from specrank.selection.pool import PoolError
-from specrank.selection.rules import RULES, MIXTURE_WEIGHTS, fixed_values, rule_score
+from specrank.selection.scores import SCORES, MIXTURE_WEIGHTS, fixed_values, score_of
 from specrank.selection.select import select_top, value
 from specrank.selection.synthetic import random_pool
 
@@ -24,7 +24,7 @@ def pools(draw, max_rounds=4):
     return pool, draw(st.integers(1, 30)), draw(st.sampled_from(["sampling", "greedy"]))
 
 
-def rule_inputs(pool, seed):
+def score_inputs(pool, seed):
     """Inputs for every registered rule, with exact ties and absent rows."""
     rng = np.random.default_rng(seed)
     n, m, L = pool.n_rounds, pool.shape[1], pool.n_first
@@ -49,12 +49,12 @@ def ancestor_closed(mask, parent):
 @given(pools(max_rounds=24), st.integers(0, 100))  # >= 16 rounds takes the partition path
 def test_every_rule_selects_min_b_ancestor_closed_and_oracle_dominates(case, seed):
     pool, b, law = case
-    inputs = rule_inputs(pool, seed)
+    inputs = score_inputs(pool, seed)
     path = pool.path_prob(law)
     with np.errstate(divide="ignore"):
-        oracle = value(select_top(rule_score(pool, "oracle", law), pool.depth, b), path)
-    for name in RULES:
-        mask = select_top(rule_score(pool, name, law, **inputs), pool.depth, b)
+        oracle = value(select_top(score_of(pool, "oracle", law), pool.depth, b), path)
+    for name in SCORES:
+        mask = select_top(score_of(pool, name, law, **inputs), pool.depth, b)
         assert (mask.sum(axis=1) == min(b, pool.shape[1])).all(), name
         assert ancestor_closed(mask, pool.parent), name
         assert (value(mask, path) <= oracle + 1e-12).all(), name
@@ -64,8 +64,8 @@ def test_every_rule_selects_min_b_ancestor_closed_and_oracle_dominates(case, see
 @given(pools(max_rounds=24))
 def test_greedy_root_beats_draft_every_round(case):
     pool, b, _ = case
-    draft, _ = fixed_values(pool, rule_score(pool, "draft", "greedy"), [b], "greedy")
-    root, _ = fixed_values(pool, rule_score(pool, "root", "greedy"), [b], "greedy")
+    draft, _ = fixed_values(pool, score_of(pool, "draft", "greedy"), [b], "greedy")
+    root, _ = fixed_values(pool, score_of(pool, "root", "greedy"), [b], "greedy")
     assert (root >= draft - 1e-12).all()
 
 
@@ -130,7 +130,7 @@ def test_draw_rules_match_brute_force_and_order(case):
     # PEARL-style = draft + Pr(draw not on the draft tree's first level)
     tree = select_top(pool.draft_logp, pool.depth, b)
     p1 = pool.first_draw_prob(law)
-    draft, _ = fixed_values(pool, rule_score(pool, "draft", law), [b], law)
+    draft, _ = fixed_values(pool, score_of(pool, "draft", law), [b], law)
     miss = 1 - np.where(tree[:, : pool.n_first], p1, 0).sum(axis=1)
     np.testing.assert_allclose(got["pearl"][0][:, 0], draft[:, 0] + miss, atol=1e-12)
     vc, sc = pearl_curves(pool, law)
@@ -144,7 +144,7 @@ def test_oracle_maximizes_value_among_ancestor_closed_sets():
     pool = random_pool(6, 8, 2, seed=11)
     path = pool.path_prob("sampling")
     for b in range(1, 8):
-        oracle = value(select_top(rule_score(pool, "oracle"), pool.depth, b), path)
+        oracle = value(select_top(score_of(pool, "oracle"), pool.depth, b), path)
         for i in range(pool.n_rounds):
             best = max(
                 path[i, list(s)].sum()
@@ -187,7 +187,7 @@ def test_value_equals_simulated_exhaustive_traversal(law):
     rng = np.random.default_rng(0)
     for rule in ("draft", "root", "oracle"):
         for b in (3, 10, 40):
-            mask = select_top(rule_score(pool, rule, law), pool.depth, b)
+            mask = select_top(score_of(pool, rule, law), pool.depth, b)
             v = value(mask, pool.path_prob(law))
             for i in range(pool.n_rounds):
                 mean, se = simulate_acceptance(pool, i, mask[i], 4000, rng, law)
@@ -207,43 +207,43 @@ def test_equal_mean_mixes_the_two_nearest_budgets():
         equal_mean(vc, sc, sc.mean(axis=0)[-1] + 1)
 
 
-def test_rule_inputs_are_checked():
+def test_score_inputs_are_checked():
     pool = random_pool(3, 10, 3, seed=1)
     with pytest.raises(PoolError, match="^first_factor:"):
-        rule_score(pool, "reranked")
+        score_of(pool, "reranked")
     with pytest.raises(PoolError, match="^first_factor: expected shape"):
-        rule_score(pool, "reranked", first_factor=np.zeros((3, 4)))
-    with pytest.raises(PoolError, match="^rule:"):
-        rule_score(pool, "nope")
+        score_of(pool, "reranked", first_factor=np.zeros((3, 4)))
+    with pytest.raises(PoolError, match="^score: unknown score"):
+        score_of(pool, "nope")
     with pytest.raises(PoolError, match="^law:"):
-        rule_score(pool, "root", "beam")
+        score_of(pool, "root", "beam")
     with pytest.raises(PoolError, match="^weight:"):
-        rule_score(pool, "mixture", row_logp=np.zeros((3, 3)), weight=2)
+        score_of(pool, "mixture", row_logp=np.zeros((3, 3)), weight=2)
 
 
 def test_substitution_keeps_draft_ranking_without_a_row_and_matches_root_with_the_root_row():
     pool = random_pool(6, 20, 4, seed=2)
     row = np.log(pool.p_edge[:, :4].astype(float))
     row[::2] = np.nan
-    sub = select_top(rule_score(pool, "substitution", row_logp=row), pool.depth, 7)
-    draft = select_top(rule_score(pool, "draft"), pool.depth, 7)
-    root = select_top(rule_score(pool, "root"), pool.depth, 7)
+    sub = select_top(score_of(pool, "substitution", row_logp=row), pool.depth, 7)
+    draft = select_top(score_of(pool, "draft"), pool.depth, 7)
+    root = select_top(score_of(pool, "root"), pool.depth, 7)
     np.testing.assert_array_equal(sub[::2], draft[::2])
     np.testing.assert_array_equal(sub[1::2], root[1::2])
-    mix = select_top(rule_score(pool, "mixture", row_logp=row, weight=1.0), pool.depth, 7)
+    mix = select_top(score_of(pool, "mixture", row_logp=row, weight=1.0), pool.depth, 7)
     np.testing.assert_array_equal(mix, sub)
 
 
 def test_evaluate_rules_covers_every_rule_and_matches_the_parts():
     from specrank.selection.synthetic import synthetic_pools
-    from specrank.selection.values import evaluate_rules
+    from specrank.selection.values import evaluate_scores
 
     rounds = synthetic_pools(40, seed=1)
     pool = rounds.pool
-    out = evaluate_rules(pool, [8, 59], "greedy", {"row_logp": rounds.rows["cache_logp"]})
+    out = evaluate_scores(pool, [8, 59], "greedy", {"row_logp": rounds.rows["cache_logp"]})
     assert set(out) == {"draft", "root", "depth2", "oracle", "substitution", "root_draw", "pearl",
                         "pearl_variant", "pearl_equal_mean"}
-    root, _ = fixed_values(pool, rule_score(pool, "root", "greedy"), [8, 59], "greedy")
+    root, _ = fixed_values(pool, score_of(pool, "root", "greedy"), [8, 59], "greedy")
     np.testing.assert_array_equal(out["root"][0], root)
     assert out["pearl_equal_mean"][1].mean(axis=0) == pytest.approx(out["root_draw"][1].mean(axis=0))
     assert (out["oracle"][0] >= out["draft"][0]).all() and (out["draft"][1] == [8, 59]).all()
@@ -294,5 +294,5 @@ def test_scores_select_as_their_definitions(law):
             want = np.array([[definition_score(pool, i, j, factors) for j in range(25)] for i in range(20)])
             for b in (1, 5, 12):
                 np.testing.assert_array_equal(
-                    select_top(rule_score(pool, name, law, **inputs), pool.depth, b),
+                    select_top(score_of(pool, name, law, **inputs), pool.depth, b),
                     select_top(want, pool.depth, b), err_msg=f"{name} B={b}")

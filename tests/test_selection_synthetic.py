@@ -3,7 +3,7 @@
 import numpy as np
 
 from specrank.selection.pool import PoolBatch
-from specrank.selection.rules import fixed_values, rule_score
+from specrank.selection.scores import fixed_values, score_of
 from specrank.selection.synthetic import random_pool, synthetic_pools
 
 
@@ -31,7 +31,7 @@ def test_seeded_and_reproducible():
 
 def test_realized_acceptance_agrees_with_expected_value():
     rounds = synthetic_pools(2000, seed=5)
-    expected, _ = fixed_values(rounds.pool, rule_score(rounds.pool, "draft"), [59])
+    expected, _ = fixed_values(rounds.pool, score_of(rounds.pool, "draft"), [59])
     realized = rounds.rounds["accepted"].astype(float)
     se = realized.std() / np.sqrt(len(realized))
     assert abs(realized.mean() - expected.mean()) < 4 * se

@@ -5,7 +5,7 @@ import pytest
 
 from specrank.selection.draws import draw_values, equal_mean, pearl_curves
 from specrank.selection.select import SelectionError
-from specrank.selection.stats import PromptBootstrap, quintile_labels, rule_table
+from specrank.selection.stats import PromptBootstrap, quintile_labels, score_table
 from specrank.selection.synthetic import random_pool
 
 
@@ -85,11 +85,11 @@ def test_equal_mean_gain_point_matches_per_round_matching():
 def test_rule_table_rows_and_columns():
     prompt, cols = data()
     values = {k: np.column_stack([v, v * 1.1]) for k, v in cols.items()}
-    tab = rule_table(PromptBootstrap(prompt, 50), values, [8, 59], labels=prompt % 2)
+    tab = score_table(PromptBootstrap(prompt, 50), values, [8, 59], labels=prompt % 2)
     assert len(tab) == 2 * 3 * 2
-    row = tab[(tab.rule == "root") & (tab.budget == 8) & (tab.split == 0)].iloc[0]
+    row = tab[(tab.score == "root") & (tab.budget == 8) & (tab.split == 0)].iloc[0]
     assert row.gain_low <= row.gain <= row.gain_high and not np.isnan(row.oracle_share)
-    assert np.isnan(tab[tab.rule == "draft"].oracle_share).all()
+    assert np.isnan(tab[tab.score == "draft"].oracle_share).all()
 
 
 def test_bad_inputs_name_the_field():

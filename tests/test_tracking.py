@@ -82,7 +82,7 @@ def log_experiment(uri: str, reranker, features) -> tuple[str, str]:
         ax.plot([8, 59], [0.1, 0.05])
         tracking.log_figure(fig, "gain_vs_budget")
         plt.close(fig)
-        tracking.log_frame(pd.DataFrame({"rule": ["draft", "root"], "value": [1.0, 1.2]}), "values")
+        tracking.log_frame(pd.DataFrame({"score": ["draft", "root"], "value": [1.0, 1.2]}), "values")
         tracking.log_report("# report\n")
         model_uri = tracking.log_reranker(reranker, "isotonic", features)
     return parent.info.run_id, model_uri
@@ -196,7 +196,7 @@ def test_headline_metrics_stay_within_the_limit_and_name_their_units():
     from specrank.tracking.evaluation import MAX_METRICS, headline_metrics
 
     rules = ["draft", "root", "oracle", "depth2", "subst_cache"] + [f"r{i}" for i in range(9)]
-    rows = [{"rule": r, "budget": b, "rounds": 50, "mean": 1.0 + i / 10, "gain": i / 10, "gain_low": i / 20,
+    rows = [{"score": r, "budget": b, "rounds": 50, "mean": 1.0 + i / 10, "gain": i / 10, "gain_low": i / 20,
              "gain_high": i / 5, "root_share": 10.0 * i} for i, r in enumerate(rules) for b in (8, 59, 100)]
     metrics = headline_metrics(pd.DataFrame(rows), [8, 59, 100])
     assert len(metrics) <= MAX_METRICS

@@ -86,7 +86,7 @@ def test_every_run_has_few_metrics_a_description_and_the_code_version(demo):
     children = {r.info.run_name for r in runs if r.data.tags.get("mlflow.parentRunId") == pipeline.info.run_id}
     assert children == {"demo-t1-decode", "demo-t1-featurize", "demo-t1-train", "demo-t1-evaluate"}
     evaluate = by_name(runs, "demo-t1-evaluate")
-    assert "| Rule | B=8 value" in evaluate.data.tags["mlflow.note.content"]
+    assert "| Score | B=8 value" in evaluate.data.tags["mlflow.note.content"]
     assert pipeline.data.metrics["rows_gain_tokens_B8"] == evaluate.data.metrics["rows_gain_tokens_B8"]
     assert len(pipeline.data.metrics) <= 12 < len(evaluate.data.metrics)  # curated, not the evaluation's copy
     train = by_name(runs, "demo-t1-train")
@@ -112,7 +112,7 @@ def test_evaluation_tables_are_mlflow_tables(demo):
     path = client.download_artifacts(evaluate.info.run_id, "tables/summary.json")
     table = pd.read_json(path, orient="split")  # the form mlflow.log_table writes and the UI reads
     local = pd.read_parquet(run_dir / "evaluation" / "summary.parquet")
-    assert len(table) == len(local) and list(table["rule"]) == list(local["rule"])
+    assert len(table) == len(local) and list(table["score"]) == list(local["score"])
     # log_table writes JSON with 10 decimal places (pandas' default); the Parquet copy beside it is exact
     np.testing.assert_allclose(table["gain"].to_numpy(float), local["gain"].to_numpy(float), rtol=0, atol=1e-10)
     assert "tables/summary.parquet" in {a.path for a in client.list_artifacts(evaluate.info.run_id, "tables")}
@@ -260,7 +260,7 @@ def test_the_champion_is_the_best_cross_fitted_candidate_refitted_on_all_prompts
     assert pipeline.data.params["temperature"] == "1.0" and pipeline.data.params["drafter"].startswith("standalone:")
     assert {"report.html", "tables"} <= {a.path for a in client.list_artifacts(pipeline.info.run_id)}
     headline = pd.read_json(client.download_artifacts(pipeline.info.run_id, "tables/headline.json"), orient="split")
-    assert {"draft", "root", "rows", "per_depth"} <= set(headline["rule"])
+    assert {"draft", "root", "rows", "per_depth"} <= set(headline["score"])
 
 
 def test_every_run_lasts_as_long_as_its_work(demo):

@@ -3,6 +3,7 @@ exactness against specrank's own Decoder (greedy round by round, sampled as a la
 negative control), and refusal of trees outside the recorded pool."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -36,7 +37,8 @@ def test_engine_conventions_name_one_tree():
             TreeSetting(*bad)
     grid = tree_grid([1, 2], [2, 3], [4, 8])
     assert [g.label for g in grid] == ["k1-s2-n3", "k1-s3-n4", "k2-s2-n4", "k2-s3-n4", "k2-s3-n8"]
-    assert recording_plan(grid) == {1: 3, 2: 3}
+    assert {name: (r.topk, r.depth, r.expand) for name, r in recording_plan(grid).items()} == {
+        "topk1-depth3": (1, 3, 1), "topk2-depth3": (2, 3, 2)}
 
 
 def hand_pool():
@@ -185,6 +187,32 @@ def test_the_command_end_to_end_on_tiny_models(tmp_path, capsys):
     assert "--speculative-num-draft-tokens" in capsys.readouterr().out
 
 
+def test_the_command_scores_a_vllm_static_tree_on_its_own_recording(tmp_path, capsys):
+    import pandas as pd
+
+    from specrank.cli import main
+
+    out = tmp_path / "out"
+    argv = tiny_command(tmp_path, out, "3")
+    argv[argv.index("--topk") + 1] = "1"
+    rc = main(argv + ["--vllm-tree", "[(0,), (1,), (0, 0), (1, 0)]"])
+    assert rc == 0
+    table = pd.read_parquet(out / "tree_config_table.parquet").set_index("setting")
+    assert sorted(table.index) == ["k1-s2-n3", "vllm-tree-2x1"] and (table["outside"] == 0).all()
+    static = table.loc["vllm-tree-2x1"]
+    assert static["num_draft_tokens"] == 5 and static["sglang_flags"] == "" and static["tokens_per_s"] > 0
+    assert json.loads(static["vllm_config"])["speculative_token_tree"] == "[(0,), (1,), (0, 0), (1, 0)]"
+    assert sorted(p.name for p in (out / "recordings").iterdir()) == ["full-topk2-depth2", "topk1-depth2"]
+    cost = pd.read_parquet(out / "tree_config_cost.parquet")
+    assert ((cost["part"] == "draft") & (cost["topk"] == 2) & (cost["expand"] == 2)).any()
+    summary = json.loads((out / "summary.json").read_text())
+    assert "speculative_token_tree" in summary["best_vllm"]["flags"]["vllm"] or \
+        summary["best_vllm"]["setting"] == "k1-s2-n3"
+    printed = capsys.readouterr().out
+    assert "best vllm" in printed
+    assert main(argv + ["--vllm-tree", "[(0,), (1,), (0, 0)]", "--out", str(tmp_path / "x")]) == 2
+
+
 def test_a_run_stopped_after_its_recordings_resumes_them(tmp_path, monkeypatch):
     """A tree-config that dies after recording (here in the cost model) leaves its recordings in --out and nothing
     else; the same command then reuses every recorded shard and writes the outputs."""
@@ -228,3 +256,106 @@ def test_recordings_of_another_run_in_out_are_refused_before_any_model_loads(tmp
     assert main(longer) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "recordings/topk1-depth2 holds a different run (differs in: max_new_tokens)" in err
+
+
+def test_vllm_static_trees_are_read_as_vllm_drafts_them():
+    from specrank.evaluation.tree_config import StaticTreeSetting, vllm_tree
+    from specrank.selection import StaticTree, StaticTreeError
+
+    tree = StaticTree.from_choices("[(0,), (1,), (0, 0), (1, 0)]")
+    assert tree.branching == (2, 1) and tree.size == 4 and tree.widths == (2, 2)
+    assert tree.choices == [(0,), (1,), (0, 0), (1, 0)] and tree.parents.tolist() == [-1, -1, 0, 1]
+    # vLLM drafts the top child of each node whatever the last index labels it: the same tree
+    assert StaticTree.from_choices([(1,), (0,), (1, 1), (0, 0)]) == tree
+    assert StaticTree.from_choices("[(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]").branching \
+        == (3, 2)
+    for bad, why in (("[(0,), (1,), (0, 0)]", "variable branching at depth 1"), ("[(0,), (0, 0, 0)]", "no parent"),
+                     ("[(0,), (0,)]", "distinct"), ("[]", "non-empty"), ("trees", "not a list"),
+                     ("[(0,), (-1,)]", ">= 0")):
+        with pytest.raises(StaticTreeError, match=re.escape(why)):
+            StaticTree.from_choices(bad)
+    assert vllm_tree("[(0,), (0, 0), (0, 0, 0)]") == vllm_chain(3)  # single children: the chain
+    st = vllm_tree("[(0,), (1,), (0, 0), (1, 0)]")
+    assert isinstance(st, StaticTreeSetting) and (st.budget, st.num_draft_tokens, st.num_steps) == (4, 5, 2)
+    assert st.sglang_flags() is None and st.draft_shape == (2, 2, 2)
+    assert json.loads(st.vllm_config("h")) == {"method": "eagle3", "model": "h", "num_speculative_tokens": 4,
+                                               "speculative_token_tree": "[(0,), (1,), (0, 0), (1, 0)]"}
+    with pytest.raises(TreeConfigError, match="more than 1024"):
+        StaticTreeSetting(StaticTree((8, 8, 8, 8)))
+    plan = recording_plan(tree_grid([2], [3], [4]) + [st, vllm_tree("[(0,), (0, 0), (0, 1)]")])
+    assert {name: (r.topk, r.depth, r.expand, r.budget) for name, r in plan.items()} == {
+        "topk2-depth3": (2, 3, 2, 3), "full-topk2-depth2": (2, 2, 2, 4)}
+
+
+def test_a_hand_worked_static_tree_and_one_outside_the_recorded_pool():
+    from specrank.evaluation.tree_config import StaticTreeSetting
+    from specrank.selection import StaticTree
+
+    pool = hand_pool()  # both depth-1 candidates expanded, only candidate 4 at depth 2
+    sc = score_setting(pool, "sampling", StaticTreeSetting(StaticTree((2, 1))))  # nodes 0, 1, 2, 4
+    assert sc.outside == 0
+    assert sc.accepted["draft"] == pytest.approx([0.5 + 0.2 + 0.5 * 0.8 + 0.2 * 0.6])
+    assert sc.positions[0] == pytest.approx([0.7, 0.52])
+    assert sc.accepted["root"] == pytest.approx(sc.accepted["draft"])  # both first tokens are in the tree
+    one = StaticTreeSetting(StaticTree((1, 1)))
+    chosen = score_setting(pool, "sampling", one, first_factor=np.array([[0.1, 0.9]]))  # reranked: 1, then 4
+    assert chosen.accepted["draft"] == pytest.approx([0.5 + 0.5 * 0.8])
+    assert chosen.accepted["reranked"] == pytest.approx([0.2 + 0.2 * 0.6])
+    outside = score_setting(pool, "sampling", StaticTreeSetting(StaticTree((2, 1, 1))))  # node 2 never grew
+    assert outside.outside == 1 and outside.accepted["draft"].size == 0
+    table = setting_table([sc, outside], n_boot=20).set_index("setting")
+    assert table.loc["vllm-tree-2x1x1", "status"].startswith("flagged")
+    assert table.loc["vllm-tree-2x1", "tree"] == "[(0,), (1,), (0, 0), (1, 0)]"
+    with pytest.raises(TreeConfigError, match="outside the recorded pool"):
+        score_setting(pool, "sampling", StaticTreeSetting(StaticTree((3,))))
+
+
+def static_recorded(pair, tree, temperature, seed=0, tokens=24):
+    """One prompt decoded with vLLM's static tree (every node verified) on a pool expanding every node."""
+    from specrank.decode import StaticTreeSelection
+
+    target, drafter = pair
+    shape = PoolShape(*tree.full_pool())
+    config = DecodeConfig(shape, budget=tree.size, extra=0, temperature=temperature, max_new_tokens=tokens, seed=seed)
+    records = record_prompt(target, drafter, PROMPT, config, "0", strategy=StaticTreeSelection(tree))[1]
+    return records, PoolBatch.from_frame(rounds_table(records, shape.size, shape.topk).to_pandas())
+
+
+def test_a_static_tree_greedy_prediction_equals_the_decoder_round_by_round(pair):
+    from specrank.decode import StaticTreeSelection, StrategyError
+    from specrank.evaluation.tree_config import StaticTreeSetting
+    from specrank.selection import StaticTree
+
+    target, drafter = pair
+    tree = StaticTree((2, 2, 1))
+    records, pool = static_recorded(pair, tree, 0.0)
+    predicted = score_setting(pool, "greedy", StaticTreeSetting(tree)).accepted["draft"]
+    out = Decoder(target, drafter, StaticTreeSelection(tree), budget=tree.size,
+                  shape=PoolShape(*tree.full_pool())).generate(PROMPT, max_new_tokens=24)
+    plain = Decoder(target, drafter, "draft", budget=1, shape=PoolShape(1, 1, 1)).generate(PROMPT, max_new_tokens=24)
+    assert out.tokens == plain.tokens  # lossless: the target's own greedy output
+    assert predicted.tolist() == out.stats.accepted == [r["accepted"] for r in records]
+    assert max(out.stats.accepted) >= 1
+    with pytest.raises(StrategyError, match="does not expand every node"):
+        Decoder(target, drafter, StaticTreeSelection(tree), budget=tree.size, shape=PoolShape(2, 3, 2))
+    with pytest.raises(StrategyError, match="budget 3"):
+        Decoder(target, drafter, StaticTreeSelection(tree), budget=3, shape=PoolShape(*tree.full_pool()))
+
+
+def test_a_static_tree_sampled_law_matches_the_decoder_and_a_narrower_tree_fails(pair):
+    """The law of accepted tokens predicted for the static tree fits the realized counts; the law of a tree
+    verifying two first tokens fewer (what a misread ``speculative_token_tree`` would score) must not."""
+    from specrank.evaluation.tree_config import StaticTreeSetting
+    from specrank.selection import StaticTree
+
+    tree, narrower = StaticTree((4, 1)), StaticTreeSetting(StaticTree((2, 1)))
+    realized, laws, wrong_laws = [], [], []
+    for seed in range(100):
+        records, pool = static_recorded(pair, tree, 0.7, seed=seed, tokens=16)
+        realized += [r["accepted"] for r in records]
+        laws.append(accepted_law(score_setting(pool, "sampling", StaticTreeSetting(tree)).positions))
+        wrong_laws.append(accepted_law(score_setting(pool, "sampling", narrower).positions))
+    realized = np.array(realized)
+    assert len(realized) >= 800
+    assert pooled_test(realized, np.concatenate(laws)) > 1e-3
+    assert pooled_test(realized, np.concatenate(wrong_laws)) < 1e-6

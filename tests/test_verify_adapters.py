@@ -15,7 +15,7 @@ from specrank.decode.loading.targets import Target
 from specrank.decode.core import PoolShape
 from specrank.decode.verify import VerifyTree
 from specrank.decode.verify.lossy.adapters import TreeRuleVerifier, path_rows
-from specrank.decode.verify.lossy.parse import parse_verifier
+from specrank.decode.verify.lossy.parse import parse_verification_rule
 from specrank.decode.verify.lossy.rules import RuleError
 from specrank.decode.verify.lossy.tree import sample_tree, tree_form, tree_law
 from specrank.testing import tiny_llama, tiny_tokenizer
@@ -49,7 +49,7 @@ def outcomes(verifier, rows, seed):
 @pytest.mark.parametrize("spec", ["lossless", "speccascade:p_base=0.3", "typical:eps=0.2,delta=0.5", "minp:p_base=0.3"])
 def test_verifier_replays_tree_traversal(spec):
     """Same generator stream: the verifier emits exactly the traversal of the rule's tree form at T."""
-    rule, rows = parse_verifier(spec), logits(1)
+    rule, rows = parse_verification_rule(spec), logits(1)
     probs = torch.softmax(rows.double() / 0.8, -1)
     tree = VerifyTree(TOKEN, PARENT, POOL_INDEX, np.full(len(TOKEN), 0.5))
     verifier = TreeRuleVerifier(rule, temperature=0.8)
@@ -63,21 +63,21 @@ def test_verifier_replays_tree_traversal(spec):
 
 def test_verifier_draws_follow_the_tree_law():
     """Chi-square against the closed-form tree law, with the lossless law as a negative control."""
-    rule, rows = parse_verifier("speccascade:p_base=0.3"), logits(1)
+    rule, rows = parse_verification_rule("speccascade:p_base=0.3"), logits(1)
     probs = torch.softmax(rows.double() / 0.8, -1)
     verifier = TreeRuleVerifier(rule, temperature=0.8)
     cells = outcomes(verifier, rows, 2)
     law = tree_law(tree_form(rule), TOKEN, PARENT, probs)
     assert chi_square_pvalue(cells, law.outcome) > 1e-4
     assert all(r["expected_accepted"] == pytest.approx(float(law.block_efficiency)) for r in verifier.take()[:5])
-    wrong = tree_law(tree_form(parse_verifier("lossless")), TOKEN, PARENT, probs).outcome.reshape(-1)
+    wrong = tree_law(tree_form(parse_verification_rule("lossless")), TOKEN, PARENT, probs).outcome.reshape(-1)
     assert chi_square_pvalue(cells, wrong) < 1e-6
 
 
 @pytest.mark.parametrize("spec", ["lenience:l=0.5", "cos:lam=0.5", "fuzzy:T=0.3"])
 def test_rules_without_tree_form_are_refused(spec):
     with pytest.raises(RuleError, match="no tree form.*--speculation chain"):
-        TreeRuleVerifier(parse_verifier(spec))
+        TreeRuleVerifier(parse_verification_rule(spec))
 
 
 def test_diagnostics_along_the_emitted_path():
@@ -86,8 +86,8 @@ def test_diagnostics_along_the_emitted_path():
     probs = torch.softmax(rows.double(), -1)
     tree = VerifyTree(TOKEN, PARENT, POOL_INDEX, np.full(len(TOKEN), 0.5))
     gen = torch.Generator().manual_seed(0)
-    lossless, cascade = TreeRuleVerifier(parse_verifier("lossless"), 1.0), TreeRuleVerifier(
-        parse_verifier("speccascade:p_base=0.3"), 1.0)
+    lossless, cascade = TreeRuleVerifier(parse_verification_rule("lossless"), 1.0), TreeRuleVerifier(
+        parse_verification_rule("speccascade:p_base=0.3"), 1.0)
     for _ in range(30):
         lossless.verify(tree, rows, gen)
         cascade.verify(tree, rows, gen)
@@ -95,7 +95,7 @@ def test_diagnostics_along_the_emitted_path():
         assert len(r["token"]) == int(r["accepted"].sum()) + 1 and not r["accepted"][-1]
         assert np.abs(r["tv"]).max() < 1e-12 and np.isnan(r["tv_truncated"]).all()
     cas = cascade.take()
-    law = tree_law(tree_form(parse_verifier("speccascade:p_base=0.3")), TOKEN, PARENT, probs)
+    law = tree_law(tree_form(parse_verification_rule("speccascade:p_base=0.3")), TOKEN, PARENT, probs)
     assert cas[0]["acceptance"][0] == pytest.approx(float(law.position_acceptance[0]))
     assert max(float(r["tv_truncated"][0]) for r in cas) > 1e-3  # the first allowed child is kept outright
 
@@ -111,7 +111,7 @@ def test_tree_decoder_with_rule_verifiers_greedy_equals_target_greedy():
     with torch.no_grad():
         ref = target.model.generate(torch.tensor([PROMPT]), max_new_tokens=16, do_sample=False)[0, len(PROMPT):]
     for spec in ("lossless", "speccascade:p_base=0.5"):  # greedy: the allowed set is the argmax alone
-        verifier = TreeRuleVerifier(parse_verifier(spec), 0.0)
+        verifier = TreeRuleVerifier(parse_verification_rule(spec), 0.0)
         out, records = decode_prompt(target, drafter, PROMPT, config, verifier=verifier)
         assert out == ref.tolist()
         rounds = verifier.take()

@@ -94,11 +94,11 @@ def test_diagnostics_table():
     rules = [Lossless(), Lenience(0.5), TruncationAcceptance(MinP(0.2)), TruncatedLossless(Eta(0.1))]
     table = diagnostics_table(rules, p, q)
     assert len(table) == 16
-    assert list(table["rule"].unique()) == [r.name for r in rules]
+    assert list(table["verification_rule"].unique()) == [r.name for r in rules]
     assert {"acceptance", "tv", "kl", "tv_truncated", "kl_truncated", "gain", "loss", "delta_be"} <= set(table)
-    row = table[table["rule"] == rules[3].name]
+    row = table[table["verification_rule"] == rules[3].name]
     assert row["tv_truncated"].abs().max() < 1e-12
-    assert table.loc[table["rule"] == "lossless", "gain"].isna().all()
+    assert table.loc[table["verification_rule"] == "lossless", "gain"].isna().all()
 
 
 def test_allowed_sets():

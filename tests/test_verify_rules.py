@@ -8,7 +8,7 @@ from verify_helpers import chi_square_pvalue, one_thread, random_rows  # noqa: F
 from specrank.decode.verify.lossy.chain import verify_chain
 from specrank.decode.verify.lossy.collaborative import Diversed, FuzzySD, Interpolation, JudgeRelaxation, Lenience
 from specrank.decode.verify.lossy.diagnostics import total_variation
-from specrank.decode.verify.lossy.parse import parse_verifier
+from specrank.decode.verify.lossy.parse import parse_verification_rule
 from specrank.decode.verify.lossy.rules import Lossless, RuleError, TargetSampling, check_rows, positive_residual
 from specrank.decode.verify.lossy.truncation import Eta, MinP, TruncatedLossless, TruncationAcceptance, truncate
 
@@ -240,7 +240,7 @@ def test_invalid_parameters(make, message):
     ],
 )
 def test_parse_verifier(text, kind, name):
-    rule = parse_verifier(text)
+    rule = parse_verification_rule(text)
     assert type(rule) is kind
     if name is not None:
         assert rule.name == name
@@ -262,4 +262,4 @@ def test_parse_verifier(text, kind, name):
 )
 def test_parse_verifier_errors(text, message):
     with pytest.raises(RuleError, match=message):
-        parse_verifier(text)
+        parse_verification_rule(text)

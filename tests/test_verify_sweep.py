@@ -54,19 +54,19 @@ def test_sweep_end_to_end(models, mlflow_db, tmp_path, monkeypatch, capsys):  # 
     assert rc == 0, captured.err
     assert "skipped (no tree form): tree lenience:l=0.5" in captured.out
     table = pd.read_parquet(out / "verify_sweep.parquet")
-    assert len(table) == 7 and set(table["decoder"]) == {"tree", "chain"}
+    assert len(table) == 7 and set(table["speculation"]) == {"tree", "chain"}
     for row in table.itertuples():  # every number is recomputed from the cell's own run directory
-        run = out / "runs" / row.decoder / row.rule.replace(":", "_")
+        run = out / "runs" / row.speculation / row.verification_rule.replace(":", "_")
         rounds, diag = read_rounds(run), read_diagnostics(run)
         assert row.block_efficiency == pytest.approx(rounds["accepted"].mean())
         assert row.tokens == len(diag) == int((rounds["accepted"] + 1).sum())
         assert row.tv == pytest.approx(diag["tv"].mean())
         assert row.tokens_per_s > 0
-    lossless = table[table["rule"] == "lossless"]
+    lossless = table[table["verification_rule"] == "lossless"]
     assert (lossless["tv"] < 1e-9).all() and lossless["tv_truncated"].isna().all()
     lenience = table[table["family"] == "lenience"].iloc[0]
     assert lenience["ceiling_excess"] <= 1e-12 and lenience["tv"] > 0
-    tree = table[table["decoder"] == "tree"]
+    tree = table[table["speculation"] == "tree"]
     assert tree["expected_block_efficiency"].notna().all()
     assert len(matched_pairs(table)) == 2 and len(findings(table)) == 3
     report = (out / "report.md").read_text()
@@ -78,7 +78,7 @@ def test_sweep_end_to_end(models, mlflow_db, tmp_path, monkeypatch, capsys):  # 
     assert run.data.params["stage"] == "verify-sweep"
     key = "chain.speccascade_p_base_0.3.block_efficiency"  # MLflow keys: ":" and "=" become "_"
     assert run.data.metrics[key] == pytest.approx(
-        float(table[(table["decoder"] == "chain") & (table["family"] == "speccascade")]["block_efficiency"].iloc[0]))
+        float(table[(table["speculation"] == "chain") & (table["family"] == "speccascade")]["block_efficiency"].iloc[0]))
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "figures")}
     assert "figures/tradeoff.png" in artifacts
 
@@ -86,6 +86,16 @@ def test_sweep_end_to_end(models, mlflow_db, tmp_path, monkeypatch, capsys):  # 
     assert main(args + ["--no-tracking"]) == 0  # a rerun resumes every cell: nothing is decoded again
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("*.parquet")} == before
     np.testing.assert_allclose(pd.read_parquet(out / "verify_sweep.parquet")["tv"], table["tv"])
+
+    for path in (out / "runs").glob("*/*/manifest.json"):  # cells written before the keys were renamed
+        manifest = json.loads(path.read_text())
+        manifest["decoder"], manifest["verifier"] = manifest.pop("speculation"), manifest.pop("verification_rule")
+        path.write_text(json.dumps(manifest))
+    assert main(args + ["--no-tracking"]) == 0  # ...still resume
+    assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("*.parquet")} == before
+    path = out / "runs" / "chain" / "lenience_l=0.5" / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "verifier": "lossless"}))  # still compared
+    assert main(args + ["--no-tracking"]) == 2 and "differs in: verification_rule" in capsys.readouterr().err
 
 
 def test_bad_grid_is_one_line_and_writes_nothing(models, tmp_path, capsys):
@@ -96,7 +106,7 @@ def test_bad_grid_is_one_line_and_writes_nothing(models, tmp_path, capsys):
     assert not out.exists()
     assert main(["verify-sweep", *models, "--out", str(out), "--grid", "cos:lam=0.5", "--speculations", "tree",
                  "--no-tracking"]) == 2
-    assert "no rule the chosen decoders can run" in capsys.readouterr().err and not out.exists()
+    assert "no rule the chosen speculations can run" in capsys.readouterr().err and not out.exists()
 
 
 def test_decode_command_with_a_verifier(models, tmp_path, capsys):
@@ -107,7 +117,7 @@ def test_decode_command_with_a_verifier(models, tmp_path, capsys):
     assert main(base + ["--out", str(out), *chain]) == 0
     diag, rounds = read_diagnostics(out), read_rounds(out)
     assert len(diag) == int((rounds["accepted"] + 1).sum()) and (diag["ceiling_excess"] <= 1e-12).all()
-    assert json.loads((out / "manifest.json").read_text())["verifier"] == "lenience:l=0.5"
+    assert json.loads((out / "manifest.json").read_text())["verification_rule"] == "lenience:l=0.5"
     tree = tmp_path / "tree"
     assert main(base + ["--out", str(tree), "--topk", "3", "--depth", "3", "--expand", "3", "--budget", "6",
                         "--verification-rule", "typical:eps=0.1"]) == 0

@@ -7,7 +7,7 @@ import torch
 from verify_helpers import chi_square_pvalue, one_thread, random_rows  # noqa: F401 (autouse fixture)
 
 from specrank.decode.verify.lossy.diagnostics import diagnose
-from specrank.decode.verify.lossy.parse import parse_verifier
+from specrank.decode.verify.lossy.parse import parse_verification_rule
 from specrank.decode.verify.lossy.rules import RuleError
 from specrank.decode.verify.lossy.tree import (
     FirstAllowed,
@@ -185,11 +185,11 @@ def test_bad_tree_raises(token, parent, probs, message):
     ],
 )
 def test_tree_form(text, kind, allowed):
-    rule = tree_form(parse_verifier(text))
+    rule = tree_form(parse_verification_rule(text))
     assert type(rule) is kind
     assert (rule.allowed is None) if allowed is None else isinstance(rule.allowed, allowed)
 
 
 def test_tree_form_rejects_collaborative_rules():
     with pytest.raises(RuleError, match="no tree form"):
-        tree_form(parse_verifier("lenience:l=0.5"))
+        tree_form(parse_verification_rule("lenience:l=0.5"))

@@ -35,7 +35,7 @@ def add_arguments(parser) -> None:
     add_deprecated_alias(parser, "--verifier", "--verification-rule", "verification_rule")
     add_deprecated_alias(parser, "--decoder", "--speculation", "speculation", choices=["tree", "chain"])
     parser.add_argument("--chain-length", type=int, default=4,
-                        help="chain decoder: drafted tokens per round (default 4)")
+                        help="chain speculation: drafted tokens per round (default 4)")
     add_worker_arguments(parser)
     add_tracking_arguments(parser, run_name="decode-<out dir name>", no_tracking="record the run directory only, log nothing")
     add_seen_prompts_argument(parser)
@@ -70,9 +70,9 @@ def run(args) -> int:
     if lossy:
         from specrank.decode.runs.chain import chain_config
         from specrank.decode.verify.lossy.adapters import TreeRuleVerifier
-        from specrank.decode.verify.lossy.parse import parse_verifier
+        from specrank.decode.verify.lossy.parse import parse_verification_rule
 
-        rule = parse_verifier(args.verification_rule or "lossless")
+        rule = parse_verification_rule(args.verification_rule or "lossless")
         if args.speculation == "chain":
             config = chain_config(args.chain_length, args.temperature, args.max_new_tokens, args.seed)
         else:

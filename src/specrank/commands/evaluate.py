@@ -69,8 +69,8 @@ def run(args) -> int:
                 print(f"model {key}: {model_uri}")
     s = evaluation.summary
     for b in evaluation.meta["headline_budgets"]:
-        root = s[(s["rule"] == "root") & (s["budget"] == b)].iloc[0]
-        print(f"B={b}: draft {s[(s['rule'] == 'draft') & (s['budget'] == b)]['mean'].iloc[0]:.3f}, "
+        root = s[(s["score"] == "root") & (s["budget"] == b)].iloc[0]
+        print(f"B={b}: draft {s[(s['score'] == 'draft') & (s['budget'] == b)]['mean'].iloc[0]:.3f}, "
               f"root gain {root['gain']:+.3f} [{root['gain_low']:+.3f}, {root['gain_high']:+.3f}]")
     print(f"{evaluation.meta['rounds']} rounds, {evaluation.meta['prompts']} prompts -> {args.out}/report.md"
           + (f" (MLflow: {uri})" if uri else ""))

@@ -81,7 +81,7 @@ def run(args) -> int:
     from specrank.decode.loading.drafters import parse_drafter_spec
     from specrank.decode.loading.targets import check_target_spec
     from specrank.decode.runs import parse_strategies, run_protocol
-    from specrank.evaluation.online import acceptance_summary, decoder_table, speed_ratios
+    from specrank.evaluation.online import acceptance_summary, strategy_table, speed_ratios
 
     check_output_dir(args.out)
     if args.threads:
@@ -114,7 +114,7 @@ def run(args) -> int:
         "online_rounds": rounds,
         "online_decodes": decodes,
         "online_acceptance": acceptance_summary(rounds, args.bootstrap, args.seed),
-        "online_decoders": decoder_table(decodes),
+        "online_strategies": strategy_table(decodes),
         "online_speed": speed_ratios(decodes, next(iter(strategies)), args.bootstrap, args.seed),
     }
     with staged(args.out) as stage:  # the local outputs appear only once MLflow has them too
@@ -166,10 +166,10 @@ def _track(args, uri, tables, config, target, drafter, compare, strategies, star
 
 
 def _print(tables) -> None:
-    acc = tables["online_acceptance"].set_index(["decoder", "statistic"])
-    speed = tables["online_speed"].set_index("decoder")
-    for _, r in tables["online_decoders"].iterrows():
-        d = r["decoder"]
+    acc = tables["online_acceptance"].set_index(["strategy", "statistic"])
+    speed = tables["online_speed"].set_index("strategy")
+    for _, r in tables["online_strategies"].iterrows():
+        d = r["strategy"]
         real = acc.loc[(d, "realized")]
         print(f"{d}: realized {real['mean']:.3f} [{real['low']:.3f}, {real['high']:.3f}], "
               f"{r['tokens_per_pass']:.2f} tokens/pass, {r['tokens_per_s']:.1f} tokens/s, speed x"

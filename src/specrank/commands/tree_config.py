@@ -1,4 +1,5 @@
-"""``specrank tree-config``: score a grid of SGLang / EAGLE / vLLM tree settings exactly on recorded rounds,
+"""``specrank tree-config``: score a grid of SGLang / EAGLE / vLLM tree settings (vLLM chains and static trees)
+exactly on recorded rounds,
 time the drafter and the target on ``--device``, rank the settings by predicted tokens/s and print the flags
 of the best one (docs/tree-config.md)."""
 
@@ -47,6 +48,10 @@ def add_arguments(parser) -> None:
                         help="also score EAGLE's EaModel setting (repeatable)")
     parser.add_argument("--vllm-tokens", default=None,
                         help="also score vLLM chains of these num_speculative_tokens (comma list)")
+    parser.add_argument("--vllm-tree", action="append", default=[], metavar="TREE",
+                        help="also score vLLM's static tree, written as its speculative_token_tree, e.g."
+                             " \"[(0,), (1,), (0, 0), (1, 0)]\" (repeatable; recorded in a pool that expands every"
+                             " node to its depth)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--max-new-tokens", type=at_least(1), default=48, help="tokens per prompt (default 48)")
     parser.add_argument("--seed", type=int, default=0, help="run seed; every recording decodes every prompt with it")
@@ -64,7 +69,9 @@ def add_arguments(parser) -> None:
 
 def grid_of(args) -> list:
     """Every setting the arguments name, checked (one line naming the flag) before any model loads."""
-    from specrank.evaluation.tree_config import TreeConfigError, eagle_setting, tree_grid, vllm_chain
+    from specrank.evaluation.tree_config import (
+        TreeConfigError, eagle_setting, setting_order, tree_grid, vllm_chain, vllm_tree,
+    )
 
     topks = int_list("--topk")(args.topk)
     steps = int_list("--num-steps")(args.num_steps)
@@ -81,7 +88,12 @@ def grid_of(args) -> list:
             raise TreeConfigError(f"--eagle {text}: {exc}") from None
     if args.vllm_tokens:
         settings.update(vllm_chain(t) for t in int_list("--vllm-tokens")(args.vllm_tokens))
-    return sorted(settings)
+    for text in args.vllm_tree:
+        try:
+            settings.add(vllm_tree(text))
+        except TreeConfigError as exc:
+            raise TreeConfigError(f"--vllm-tree {text}: {exc}") from None
+    return sorted(settings, key=setting_order)
 
 
 def _triple(text: str) -> tuple[int, int, int]:
@@ -144,31 +156,31 @@ def run(args) -> int:
 
 
 def tree_config(target, drafter, prompts, settings, args, reranker, out: Path) -> dict:
-    """Record one pool per topk, score every setting, time the cost model; the result's tables and notes."""
+    """Record the pools the grid needs, score every setting, time the cost model; the result's tables and notes."""
     from specrank.decode.prompts import encode_prompts
     from specrank.decode.runs.cost import measure_cost
     from specrank.evaluation.tree_config import (
-        position_table, reliability_table, score_setting, setting_table,
+        position_table, recording_plan, reliability_table, score_setting, setting_table,
     )
 
     recordings, scores, reliability = {}, [], []
-    for name, (k, depth, budget) in recordings_needed(settings).items():
+    for name, rec in recording_plan(settings).items():
         print(f"recording {name}: {len(prompts)} prompts, {args.max_new_tokens} tokens each", flush=True)
         # Recordings go straight to --out (not the stage): a run stopped midway keeps its finished shards, and the
         # same command resumes them (record_run refuses a recording of another configuration).
-        run_dir = _record(target, drafter, prompts, args, k, depth, budget, Path(args.out) / "recordings" / name)
+        run_dir = _record(target, drafter, prompts, args, rec, Path(args.out) / "recordings" / name)
         rounds = _load(run_dir)
         factor, note = _first_factor(rounds, run_dir, args, reranker)
-        recordings[name] = {"topk": k, "depth": depth, "budget": budget, "rounds": rounds.n_rounds,
-                            "reranker": note}
-        for s in (s for s in settings if s.topk == k):
+        recordings[name] = {"topk": rec.topk, "depth": rec.depth, "expand": rec.expand, "budget": rec.budget,
+                            "rounds": rounds.n_rounds, "reranker": note}
+        for s in rec.settings:
             scores.append(score_setting(rounds.pool, rounds.law, s, factor, name))
         part = reliability_table(rounds.pool, rounds.law)
         reliability.append(part.assign(recording=name))
-    config_ids = encode_prompts(target, prompts[:1], _config(args, 1, 1, 1))[0]
+    config_ids = encode_prompts(target, prompts[:1], _config(args, _shape(None), 1))[0]
     cost = measure_cost(target, drafter, config_ids, settings, args.repeats)
     cost.host = _host_seconds(target, drafter, config_ids, settings, cost, args)
-    costs = {s.label: cost.round_seconds(s.topk, s.num_steps, s.num_draft_tokens) for s in settings}
+    costs = {s.label: cost.round_seconds(s) for s in settings}
     import pandas as pd
 
     table = setting_table(scores, costs, args.bootstrap, args.seed)
@@ -185,38 +197,39 @@ def tree_config(target, drafter, prompts, settings, args, reranker, out: Path) -
             "law": "greedy" if args.temperature == 0 else "sampling", "out": Path(args.out)}
 
 
-def recordings_needed(settings) -> dict:
-    """{recording name: (topk, depth, budget)} of the pools ``settings`` score (one per topk)."""
-    from specrank.evaluation.tree_config import recording_plan
-
-    return {f"topk{k}-depth{depth}": (k, depth, max(s.budget for s in settings if s.topk == k))
-            for k, depth in recording_plan(settings).items()}
-
-
 def check_recordings(args, settings) -> None:
     """Before any model loads: a recording already in --out (a run being resumed) must be of this command's pool,
     budget, law, seed and prompts (the models' hashes are compared once they are loaded)."""
     from specrank.decode.runs.manifest import config_manifest
     from specrank.decode.runs.shards import check_same_run
+    from specrank.evaluation.tree_config import recording_plan
 
     prompts = args.prompts or default_prompts_path()
-    for name, (k, depth, budget) in recordings_needed(settings).items():
+    for name, rec in recording_plan(settings).items():
         check_same_run(Path(args.out) / "recordings" / name,
-                       config_manifest(_config(args, k, depth, budget), prompts, RECORDING_SHARD), partial=True)
+                       config_manifest(_config(args, _shape(rec), rec.budget), prompts, RECORDING_SHARD),
+                       partial=True)
 
 
-def _config(args, k: int, depth: int, budget: int):
-    from specrank.decode import DecodeConfig, PoolShape
+def _shape(rec):
+    """The planned recording's pool (a one-node pool for None)."""
+    from specrank.decode import PoolShape
 
-    return DecodeConfig(PoolShape(k, depth, k), budget, 0, args.temperature, args.max_new_tokens, args.seed)
+    return PoolShape(1, 1, 1) if rec is None else PoolShape(rec.topk, rec.depth, rec.expand)
 
 
-def _record(target, drafter, prompts, args, k, depth, budget, run_dir: Path) -> Path:
-    """One recording of the beam (topk k, depth): every prompt under the same seed, every pool edge scored."""
+def _config(args, shape, budget: int):
+    from specrank.decode import DecodeConfig
+
+    return DecodeConfig(shape, budget, 0, args.temperature, args.max_new_tokens, args.seed)
+
+
+def _record(target, drafter, prompts, args, rec, run_dir: Path) -> Path:
+    """One recording of a planned pool: every prompt under the same seed, every pool edge scored."""
     from specrank.decode.runs import build_manifest, record_run
 
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    config = _config(args, k, depth, budget)
+    config = _config(args, _shape(rec), rec.budget)
     manifest = build_manifest(target, drafter, config, args.prompts or default_prompts_path(), RECORDING_SHARD)
     record_run(target, drafter, prompts, run_dir, config, manifest, shard_size=RECORDING_SHARD)
     return run_dir
@@ -264,13 +277,14 @@ def _host_seconds(target, drafter, prompt_ids, settings, cost, args) -> float:
     """Host seconds per round: an online decode's round time beyond its timed pool and pass (one middle setting)."""
     from specrank.decode import Decoder, PoolShape
 
-    s = settings[len(settings) // 2]
-    dec = Decoder(target, drafter, "draft", budget=s.budget, shape=PoolShape(s.topk, s.num_steps, s.topk))
+    beams = [s for s in settings if s.sglang_flags()]  # the grid always holds beams; a static tree's host work
+    s = beams[len(beams) // 2]  # is the same bookkeeping
+    dec = Decoder(target, drafter, "draft", budget=s.budget, shape=PoolShape(*s.draft_shape))
     dec.generate(prompt_ids, max_new_tokens=8, temperature=args.temperature, seed=args.seed)  # warm-up
     stats = dec.generate(prompt_ids, max_new_tokens=min(32, args.max_new_tokens), temperature=args.temperature,
                          seed=args.seed).stats
     per_round = (stats.seconds - stats.time_split.get("prefill", 0.0)) / max(stats.rounds, 1)
-    return max(0.0, per_round - cost.draft[(s.topk, s.num_steps)] - cost.verify[s.num_draft_tokens])
+    return max(0.0, per_round - cost.draft[s.draft_shape] - cost.verify[s.num_draft_tokens])
 
 
 def _export_heads(spec: str, out: Path) -> dict:
@@ -286,7 +300,8 @@ def _export_heads(spec: str, out: Path) -> dict:
 
 
 def _summary(result: dict) -> dict:
-    """The best setting overall and the best chain, with the flags to paste (heads at their final place)."""
+    """The best setting overall, the best chain and the best vLLM setting (a chain or a static tree), with the
+    flags to paste (heads at their final place)."""
     from specrank.evaluation.tree_config import best_settings, serving_flags
 
     heads = {k: str(result["out"] / "heads" / k) for k in result["heads"]}
@@ -365,7 +380,7 @@ def _print(result: dict, out: Path) -> None:
                         "reranked_length", "tokens_per_s", "status") if c in table]
     print(table[cols].head(12).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     summary = _summary(result)
-    for name in ("best", "best_chain"):
+    for name in ("best", "best_chain", "best_vllm"):
         if name in summary:
             print(f"{name.replace('_', ' ')}: {summary[name]['setting']}")
             for engine, flags in summary[name]["flags"].items():

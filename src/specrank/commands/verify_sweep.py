@@ -1,4 +1,4 @@
-"""``specrank verify-sweep``: a grid of verification rules under the tree and chain decoders on one
+"""``specrank verify-sweep``: a grid of verification rules with tree and chain speculation on one
 prompt set -> block efficiency, tokens/s and exact distortion per rule, a report, a trade-off figure,
 MLflow."""
 
@@ -15,7 +15,7 @@ from specrank.decode.prompts import default_prompts_path, read_prompts
 from specrank.outputs import check_output_dir, removing_new_dirs, staged
 from specrank.scale import add_worker_arguments, workers_from_args
 
-HELP = "sweep verification rules (tree and chain decoders): block efficiency vs exact distortion, logged to MLflow"
+HELP = "sweep verification rules (tree and chain speculation): block efficiency vs exact distortion, logged to MLflow"
 
 
 def add_arguments(parser) -> None:
@@ -31,7 +31,7 @@ def add_arguments(parser) -> None:
                         help="tree and/or chain speculative decoding (default both)")
     add_deprecated_alias(parser, "--decoders", "--speculations", "speculations", nargs="+", choices=["tree", "chain"])
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
-    parser.add_argument("--chain-length", type=int, default=4, help="chain decoder: drafted tokens per round")
+    parser.add_argument("--chain-length", type=int, default=4, help="chain speculation: drafted tokens per round")
     add_pool_arguments(parser, budget="tree speculation: verified tree size B, root excluded", extra=0)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
@@ -42,38 +42,39 @@ def add_arguments(parser) -> None:
     add_worker_arguments(parser)  # the cells' shards, all in one queue
 
 
-def grid_cells(grid, decoders) -> tuple[list[dict], list[str]]:
-    """(cells {decoder, rule, verifier}, skipped 'decoder rule' notes) for every grid combination."""
-    from specrank.decode.verify.lossy.parse import parse_verifier
+def grid_cells(grid, speculations) -> tuple[list[dict], list[str]]:
+    """(cells {speculation, verification_rule (the spec), rule (parsed)}, skipped 'speculation spec' notes) for
+    every grid combination."""
+    from specrank.decode.verify.lossy.parse import parse_verification_rule
     from specrank.decode.verify.lossy.rules import RuleError
     from specrank.decode.verify.lossy.tree import tree_form
     from specrank.evaluation.sweep import expand_grid
 
     specs = [spec for entry in grid for spec in expand_grid(entry)]
-    rules = [parse_verifier(spec) for spec in specs]  # every entry must parse before any work
+    rules = [parse_verification_rule(spec) for spec in specs]  # every entry must parse before any work
     cells, skipped = [], []
-    for decoder in decoders:
+    for speculation in speculations:
         for spec, rule in zip(specs, rules, strict=True):
             try:
-                if decoder == "tree":
+                if speculation == "tree":
                     tree_form(rule)
             except RuleError:
-                skipped.append(f"{decoder} {spec}")
+                skipped.append(f"{speculation} {spec}")
                 continue
-            cells.append({"decoder": decoder, "rule": spec, "verifier": rule})
+            cells.append({"speculation": speculation, "verification_rule": spec, "rule": rule})
     if not cells:
-        raise ValueError("the grid has no rule the chosen decoders can run")
+        raise ValueError("the grid has no rule the chosen speculations can run")
     return cells, skipped
 
 
 def cell_dir(out: Path, cell: dict) -> Path:
-    return out / "runs" / cell["decoder"] / re.sub(r"[^A-Za-z0-9_.=-]", "_", cell["rule"])
+    return out / "runs" / cell["speculation"] / re.sub(r"[^A-Za-z0-9_.=-]", "_", cell["verification_rule"])
 
 
-def cell_config(args, decoder: str):
+def cell_config(args, speculation: str):
     from specrank.decode.runs.chain import chain_config
 
-    if decoder == "chain":
+    if speculation == "chain":
         return chain_config(args.chain_length, args.temperature, args.max_new_tokens, args.seed)
     return DecodeConfig(PoolShape(args.topk, args.depth, args.expand), args.budget, args.extra, args.temperature,
                         args.max_new_tokens, args.seed)
@@ -94,7 +95,7 @@ def run(args) -> int:
     out = check_output_dir(args.out)
     workers = workers_from_args(args)
     cells, skipped = grid_cells(args.grid, args.speculations)
-    configs = {decoder: cell_config(args, decoder) for decoder in args.speculations}  # refused before any model loads
+    configs = {s: cell_config(args, s) for s in args.speculations}  # refused before any model loads
     uri = None
     if not args.no_tracking:
         from specrank.tracking import check_tracking_uri, resolve_tracking_uri
@@ -111,7 +112,8 @@ def run(args) -> int:
         if workers is not None:
             from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers
 
-            runs = [RunSpec(str(cell_dir(out, c)), configs[c["decoder"]], c["decoder"], c["rule"]) for c in cells]
+            runs = [RunSpec(str(cell_dir(out, c)), configs[c["speculation"]], c["speculation"], c["verification_rule"])
+                    for c in cells]
             models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers,
                             args.specforge_norm_output)
             decode_on_workers(workers, models, prompts, prompts_path, runs, args.shard_size,
@@ -121,10 +123,10 @@ def run(args) -> int:
             target = load_target(args.target, args.device, args.dtype)
             drafter = load_drafter(args.drafter, target, args.eagle3_layers, args.specforge_norm_output)
             for cell in cells:
-                config = configs[cell["decoder"]]
+                config = configs[cell["speculation"]]
                 manifest = build_manifest(target, drafter, config, prompts_path, args.shard_size)
-                lossy_decode_run(target, drafter, prompts, cell_dir(out, cell), config, manifest, cell["verifier"],
-                                 cell["decoder"], args.shard_size, progress=not args.no_progress)
+                lossy_decode_run(target, drafter, prompts, cell_dir(out, cell), config, manifest, cell["rule"],
+                                 cell["speculation"], args.shard_size, progress=not args.no_progress)
     table = sweep_table(cells, [read_diagnostics(cell_dir(out, c)) for c in cells])
     meta = {"target": args.target, "drafter": args.drafter, "prompts": len(prompts), "temperature": args.temperature,
             "max_new_tokens": args.max_new_tokens, "chain_length": args.chain_length, "budget": args.budget}
@@ -156,13 +158,14 @@ def track(args, uri, table, report: str, figure, meta: dict, skipped: list[str])
     from specrank import tracking
     from specrank.evaluation.sweep import METRICS
 
-    params = {"stage": "verify-sweep", **meta, "grid": list(args.grid), "decoders": list(args.speculations),
+    params = {"stage": "verify-sweep", **meta, "grid": list(args.grid), "speculations": list(args.speculations),
               "pool": {"topk": args.topk, "depth": args.depth, "expand": args.expand, "extra": args.extra},
               "seed": args.seed, "skipped": skipped}
     run_name = args.run_name or f"verify-sweep-{Path(args.out).resolve().name}"
     with tracking.experiment_run(args.experiment, run_name=run_name, tracking_uri=uri):
         tracking.log_params(params)
-        tracking.log_metrics({f"{r.decoder}.{r.rule}.{m}": getattr(r, m) for r in table.itertuples() for m in METRICS})
+        tracking.log_metrics({f"{r.speculation}.{r.verification_rule}.{m}": getattr(r, m)
+                              for r in table.itertuples() for m in METRICS})
         tracking.log_frame(table, "verify_sweep")
         tracking.log_figure(figure, "tradeoff")
         tracking.log_report(report)

@@ -19,8 +19,8 @@ _EXPORTS = {
     "PoolShape": "core",
     "ModelLoadError": "loading", "Target": "loading", "TokenizerMismatchError": "loading", "load_drafter": "loading",
     "load_target": "loading",
-    "STRATEGY_NAMES": "strategies", "SelectionStrategy": "strategies", "StrategyError": "strategies",
-    "make_strategy": "strategies",
+    "STRATEGY_NAMES": "strategies", "SelectionStrategy": "strategies", "StaticTreeSelection": "strategies",
+    "StrategyError": "strategies", "make_strategy": "strategies",
 }
 __all__ = sorted(_EXPORTS)
 

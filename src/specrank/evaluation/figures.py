@@ -44,7 +44,7 @@ def _colors(rules) -> dict[str, str]:
 
 def _gain_panel(ax, summary: pd.DataFrame, rules, colors, title: str) -> None:
     for rule in rules:
-        t = summary[summary["rule"] == rule].sort_values("budget")
+        t = summary[summary["score"] == rule].sort_values("budget")
         if t.empty:
             continue
         ax.plot(t["budget"], t["gain"], marker="o", ms=3, lw=1.6, color=colors[rule], label=label(rule),
@@ -67,7 +67,7 @@ def _gain_panel(ax, summary: pd.DataFrame, rules, colors, title: str) -> None:
 def gain_vs_budget(summary: pd.DataFrame, meta: dict | None = None):
     """Gain over draft selection vs budget, one line per rule with its 95% band; left: exact rows,
     rerankers and controls; right: retained rows substituted or mixed (root for reference)."""
-    rules = ordered(summary["rule"].unique())
+    rules = ordered(summary["score"].unique())
     colors = _colors(rules)
     learned = [r for r in rules if r in EXACT or r in rerankers(rules)]
     retained = ["root"] * ("root" in rules) + [r for r in rules if r in ROW_RULES]
@@ -87,8 +87,8 @@ def gain_vs_budget(summary: pd.DataFrame, meta: dict | None = None):
 
 def root_share_by_task(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict | None = None):
     """Share of the root gain each reranker recovers, per task and over all rounds, at the headline budgets."""
-    rules = rerankers(summary["rule"].unique())
-    colors = _colors(summary["rule"].unique())
+    rules = rerankers(summary["score"].unique())
+    colors = _colors(summary["score"].unique())
     by_task = splits[splits["split_kind"] == "task"]
     budgets = sorted(by_task["budget"].unique())
     groups = sorted(by_task["group"].unique()) + ["all"]
@@ -101,7 +101,7 @@ def root_share_by_task(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict |
         whole = summary[summary["budget"] == b].assign(group="all")
         table = pd.concat([by_task[by_task["budget"] == b], whole], ignore_index=True)
         for i, rule in enumerate(rules):
-            t = table[table["rule"] == rule].set_index("group").reindex(groups)
+            t = table[table["score"] == rule].set_index("group").reindex(groups)
             share = t["root_share"].to_numpy(dtype=float)
             low, high = (t[f"root_share_{k}"].to_numpy(dtype=float) for k in ("low", "high"))
             err = np.vstack([share - low, high - share])
@@ -152,17 +152,17 @@ def close_figures(figures: dict) -> None:
 
 
 def acceptance_figure(summary: pd.DataFrame):
-    """Bar chart: realized mean acceptance by decoder with intervals, own expected value as a marker."""
+    """Bar chart: realized mean acceptance by strategy with intervals, own expected value as a marker."""
     realized = summary[summary["statistic"] == "realized"].reset_index(drop=True)
     fig, axes = new_figure(1, (1.2 * len(realized) + 2, 3.2))
     ax = axes[0, 0]
     x = np.arange(len(realized))
     err = np.vstack([realized["mean"] - realized["low"], realized["high"] - realized["mean"]])
     ax.bar(x, realized["mean"], yerr=err, capsize=4, color="tab:blue", label="realized")
-    expected = summary[summary["statistic"] == "expected"].set_index("decoder")["mean"]
-    ax.scatter(x, [expected.get(d, np.nan) for d in realized["decoder"]], color="black", marker="_", s=400,
+    expected = summary[summary["statistic"] == "expected"].set_index("strategy")["mean"]
+    ax.scatter(x, [expected.get(d, np.nan) for d in realized["strategy"]], color="black", marker="_", s=400,
                zorder=3, label="expected (same rounds)")
-    ax.set_xticks(x, realized["decoder"])
+    ax.set_xticks(x, realized["strategy"])
     ax.set_ylabel("accepted draft tokens / round")
     ax.set_title("Realized acceptance by rule (95% prompt-bootstrap intervals)", fontsize=9)
     ax.legend(fontsize=8)
@@ -171,7 +171,7 @@ def acceptance_figure(summary: pd.DataFrame):
 
 
 def speed_gain_figure(speed: pd.DataFrame, title: str = "Decoding-speed gain", order=None):
-    """Speed gains (%) with 95% intervals, one panel per budget, bars per decoder (in ``order`` when given)
+    """Speed gains (%) with 95% intervals, one panel per budget, bars per strategy (in ``order`` when given)
     grouped by base (target-row reuse, arXiv 2610.29210, Figure 4). ``speed``: ``speed_ratios`` rows with a ``budget``
     column."""
     budgets = sorted(speed["budget"].unique())
@@ -179,18 +179,18 @@ def speed_gain_figure(speed: pd.DataFrame, title: str = "Decoding-speed gain", o
     fig, axes = new_figure(len(budgets), (5.4 * len(budgets), 3.8), sharey=True)
     width = 0.8 / len(bases)
     for ax, b in zip(axes[0], budgets):
-        part = speed[(speed["budget"] == b) & (speed["decoder"] != speed["base"])]
-        decoders = [d for d in (order or dict.fromkeys(part["decoder"])) if d in set(part["decoder"])]
-        x = np.arange(len(decoders))
+        part = speed[(speed["budget"] == b) & (speed["strategy"] != speed["base"])]
+        names = [d for d in (order or dict.fromkeys(part["strategy"])) if d in set(part["strategy"])]
+        x = np.arange(len(names))
         for i, base in enumerate(bases):
-            t = part[part["base"] == base].set_index("decoder").reindex(decoders)
+            t = part[part["base"] == base].set_index("strategy").reindex(names)
             gain = 100 * (t["ratio"].to_numpy(float) - 1)
             err = np.abs(np.vstack([gain - 100 * (t["low"] - 1), 100 * (t["high"] - 1) - gain]))
             ax.bar(x + (i - (len(bases) - 1) / 2) * width, gain, width, yerr=err, capsize=3,
                    color=BASE_COLORS[i % len(BASE_COLORS)], label=f"over {base}", error_kw={"lw": 0.8})
         ax.axhline(0.0, color="black", lw=0.8)
         ax.set_xticks(x)
-        ax.set_xticklabels(decoders, fontsize=8, rotation=20, ha="right")
+        ax.set_xticklabels(names, fontsize=8, rotation=20, ha="right")
         ax.set_title(f"B = {b}", fontsize=11)
         ax.grid(axis="y", alpha=0.3)
     axes[0, 0].set_ylabel("speed gain (%)")

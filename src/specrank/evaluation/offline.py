@@ -24,14 +24,14 @@ from specrank.evaluation.values import (
     HEADLINE_BUDGETS,
     check_budgets,
     mixture_values,
-    rule_inputs,
-    rule_values,
+    score_inputs,
+    score_values,
 )
 from specrank.featurize.rows import ROW_SOURCES
 from specrank.featurize.storage import check_same_rounds, rounds_digest, rounds_of
 from specrank.files import DataFileError, read_json, read_table
-from specrank.selection.rules import first_token_agreement
-from specrank.selection.stats import PromptBootstrap, quintile_labels, rule_table
+from specrank.selection.scores import first_token_agreement
+from specrank.selection.stats import PromptBootstrap, quintile_labels, score_table
 
 TABLES = ("summary", "splits", "first_factor", "comparisons", "mixture_weights")
 
@@ -58,12 +58,12 @@ def evaluate(rounds: Rounds, first_factors: dict[str, np.ndarray], budgets=None,
     budgets = check_budgets([b for b in BUDGET_SWEEP if b <= m] if budgets is None else budgets, m)
     if n_boot < 1:
         raise ValueError(f"bootstrap: expected at least 1 resample, got {n_boot}")
-    rules = rule_inputs(rounds, first_factors)
-    values = rule_values(rounds, rules, budgets)
+    rules = score_inputs(rounds, first_factors)
+    values = score_values(rounds, rules, budgets)
     mixed, weights = mixture_values(rounds, budgets)
     values.update(mixed)
     boot = PromptBootstrap(rounds.prompt_id, n_resamples=n_boot, seed=seed, level=level)
-    summary = rule_table(boot, values, budgets).drop(columns="split")
+    summary = score_table(boot, values, budgets).drop(columns="split")
     headline = [b for b in budgets if b in HEADLINE_BUDGETS] or list(budgets)
     calibrated = dict(first_factors, per_depth=rules["per_depth"][1]["edge_factor"][:, : rounds.topk])
     meta = {
@@ -104,12 +104,12 @@ def split_labels(rounds: Rounds) -> dict[str, np.ndarray]:
 
 
 def split_table(boot, rounds: Rounds, values: dict, budgets, headline) -> pd.DataFrame:
-    """``rule_table`` for each split kind at the headline budgets, with each group's share of rounds."""
+    """``score_table`` for each split kind at the headline budgets, with each group's share of rounds."""
     cols = [list(budgets).index(b) for b in headline]
     picked = {rule: v[:, cols] for rule, v in values.items()}
     frames = []
     for kind, labels in split_labels(rounds).items():
-        table = rule_table(boot, picked, headline, labels=labels).rename(columns={"split": "group"})
+        table = score_table(boot, picked, headline, labels=labels).rename(columns={"split": "group"})
         table.insert(0, "split_kind", kind)
         table["round_share"] = table["rounds"] / rounds.n_rounds
         frames.append(table)
@@ -163,18 +163,18 @@ def comparison_table(boot, values: dict, rerankers: list[str], budgets) -> pd.Da
     """Paired gains of each reranker over each earlier one and over the isotonic-free draft baseline."""
     frames = []
     for base, rule in combinations(rerankers, 2):
-        table = rule_table(boot, {base: values[base], rule: values[rule]}, budgets, base=base)
-        frames.append(table[table["rule"] == rule].assign(base=base))
+        table = score_table(boot, {base: values[base], rule: values[rule]}, budgets, base=base)
+        frames.append(table[table["score"] == rule].assign(base=base))
     if not frames:
-        return pd.DataFrame(columns=["rule", "base", "budget", "gain", "gain_low", "gain_high"])
-    keep = ["rule", "base", "budget", "rounds", "gain", "gain_low", "gain_high", "gain_pct", "gain_pct_low",
+        return pd.DataFrame(columns=["score", "base", "budget", "gain", "gain_low", "gain_high"])
+    keep = ["score", "base", "budget", "rounds", "gain", "gain_low", "gain_high", "gain_pct", "gain_pct_low",
             "gain_pct_high"]
     return pd.concat(frames, ignore_index=True)[keep]
 
 
 def _weights_frame(weights: dict, budgets) -> pd.DataFrame:
     rows = [
-        {"rule": rule, "half": half, "budget": b, "weight": float(w[half, j])}
+        {"score": rule, "half": half, "budget": b, "weight": float(w[half, j])}
         for rule, w in weights.items() for half in (0, 1) for j, b in enumerate(budgets)
     ]
     return pd.DataFrame(rows)
@@ -203,13 +203,17 @@ def save_evaluation(evaluation: Evaluation, out_dir) -> list[Path]:
     return written
 
 
+# Columns of evaluations written before the vocabulary was unified: such a directory still loads.
+RENAMED_COLUMNS = {"rule": "score"}
+
+
 def load_evaluation(out_dir) -> Evaluation:
     """Read back the tables written by ``save_evaluation``."""
     out = Path(out_dir)
     missing = [f"{n}.parquet" for n in TABLES if not (out / f"{n}.parquet").is_file()]
     if missing or not (out / "meta.json").is_file():
         raise FileNotFoundError(f"{out}: not an evaluation directory (missing {', '.join(missing) or 'meta.json'})")
-    tables = {n: read_table(out / f"{n}.parquet").to_pandas() for n in TABLES}
+    tables = {n: read_table(out / f"{n}.parquet").to_pandas().rename(columns=RENAMED_COLUMNS) for n in TABLES}
     meta = read_json(out / "meta.json", "evaluation metadata")
     if not isinstance(meta, dict):
         raise DataFileError(f"{out / 'meta.json'}: not evaluation metadata (a JSON object)")

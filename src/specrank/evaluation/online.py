@@ -11,17 +11,17 @@ from specrank.selection.stats import _interval
 
 
 class OnlineStatsError(ValueError):
-    """Online tables that cannot give the asked statistic (a base decoder that did not run)."""
+    """Online tables that cannot give the asked statistic (a base strategy that did not run)."""
 
 
 def acceptance_summary(rounds: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Per decoder: mean ``realized``, ``expected`` (its own tree's value given the round's draw) and each
-    ``expected_<rule>`` with prompt-bootstrap intervals, and realized minus expected on the same rounds.
+    """Per strategy: mean ``realized``, ``expected`` (its own tree's value given the round's draw) and each
+    ``expected_<score>`` with prompt-bootstrap intervals, and realized minus expected on the same rounds.
 
-    ``rounds``: one row per round with ``decoder``, ``prompt_id``, ``realized`` and ``expected*`` columns.
+    ``rounds``: one row per round with ``strategy``, ``prompt_id``, ``realized`` and ``expected*`` columns.
     """
     rows = []
-    for decoder, part in rounds.groupby("decoder", sort=False):
+    for strategy, part in rounds.groupby("strategy", sort=False):
         boot = PromptBootstrap(part["prompt_id"].to_numpy(), n_boot, seed)
         cols = {c: part[c].to_numpy(float) for c in part.columns if c == "realized" or c.startswith("expected")}
         usable = {k: v for k, v in cols.items() if not np.isnan(v).any()}
@@ -30,16 +30,16 @@ def acceptance_summary(rounds: pd.DataFrame, n_boot: int = 2000, seed: int = 0) 
         if "expected" in usable:
             stats["realized_minus_expected"] = tot.gain("realized", "expected")
         for name, iv in stats.items():
-            rows.append({"decoder": decoder, "statistic": name, "mean": iv.point, "low": iv.low, "high": iv.high,
+            rows.append({"strategy": strategy, "statistic": name, "mean": iv.point, "low": iv.low, "high": iv.high,
                          "rounds": len(part), "prompts": len(boot.prompts)})
     return pd.DataFrame(rows)
 
 
-def decoder_table(decodes: pd.DataFrame) -> pd.DataFrame:
-    """Per decoder: tokens, target passes, tokens per pass, tokens/s, the summed wall-time split and, when
+def strategy_table(decodes: pd.DataFrame) -> pd.DataFrame:
+    """Per strategy: tokens, target passes, tokens per pass, tokens/s, the summed wall-time split and, when
     timed, ``root_pass_hidden_share``: the share of root-pass time spent while the drafter drafted."""
     seconds = [c for c in decodes.columns if c.endswith("_s")]
-    t = decodes.groupby("decoder", sort=False)[["tokens", "rounds", "passes", "seconds"] + seconds].sum()
+    t = decodes.groupby("strategy", sort=False)[["tokens", "rounds", "passes", "seconds"] + seconds].sum()
     t["tokens_per_pass"] = t["tokens"] / t["passes"]
     t["tokens_per_s"] = t["tokens"] / t["seconds"]
     for c in seconds:
@@ -51,16 +51,16 @@ def decoder_table(decodes: pd.DataFrame) -> pd.DataFrame:
 
 def speed_ratios(decodes: pd.DataFrame, base: str, n_boot: int = 2000, seed: int = 0,
                  level: float = 0.95) -> pd.DataFrame:
-    """Speed of each decoder over ``base`` (summed tokens / summed seconds), paired prompt bootstrap.
+    """Speed of each strategy over ``base`` (summed tokens / summed seconds), paired prompt bootstrap.
 
-    ``decodes``: one row per (prompt, decoder) with ``prompt_id``, ``decoder``, ``tokens``, ``seconds``.
+    ``decodes``: one row per (prompt, strategy) with ``prompt_id``, ``strategy``, ``tokens``, ``seconds``.
     """
-    tokens = decodes.pivot(index="prompt_id", columns="decoder", values="tokens")
-    seconds = decodes.pivot(index="prompt_id", columns="decoder", values="seconds")
+    tokens = decodes.pivot(index="prompt_id", columns="strategy", values="tokens")
+    seconds = decodes.pivot(index="prompt_id", columns="strategy", values="seconds")
     if base not in tokens.columns:
         raise OnlineStatsError(f"speed base {base!r} was not run")
     if tokens.isna().any().any():
-        raise OnlineStatsError("speed ratios need every decoder on every prompt")
+        raise OnlineStatsError("speed ratios need every strategy on every prompt")
     w = PromptBootstrap(tokens.index.to_numpy(), n_boot, seed, level).weights  # (R, P), prompts sorted
     tail = 100 * (1 - level) / 2
     speed = lambda wt, d: (wt @ tokens[d].to_numpy(float)) / (wt @ seconds[d].to_numpy(float))  # noqa: E731
@@ -69,20 +69,20 @@ def speed_ratios(decodes: pd.DataFrame, base: str, n_boot: int = 2000, seed: int
     for d in tokens.columns:
         ratio = speed(w, d) / speed(w, base)
         low, high = np.percentile(ratio, [tail, 100 - tail])
-        rows.append({"decoder": d, "base": base, "tokens_per_s": float(speed(ones, d)),
+        rows.append({"strategy": d, "base": base, "tokens_per_s": float(speed(ones, d)),
                      "ratio": float(speed(ones, d) / speed(ones, base)), "low": float(low), "high": float(high)})
     return pd.DataFrame(rows)
 
 
 def root_overlap(decodes: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Per decoder with root passes: the share of root-pass time spent while the drafter drafted (pipelined
+    """Per strategy with root passes: the share of root-pass time spent while the drafter drafted (pipelined
     decoding; 0 when serial), with a prompt-bootstrap interval, and milliseconds per round of the drafter's
     own drafting, the target's wait for the pool, root and tree passes.
 
     ``decodes``: the decodes table (``root_pass_hidden_s``, ``root_pass_s``, ``drafter_busy_s``, ``draft_s``, ...).
     """
     rows = []
-    for decoder, part in decodes.groupby("decoder", sort=False):
+    for strategy, part in decodes.groupby("strategy", sort=False):
         if part["root_pass_s"].sum() <= 0:
             continue
         cols = {c: part[c].to_numpy(float) for c in ("root_pass_hidden_s", "root_pass_s")}
@@ -90,16 +90,16 @@ def root_overlap(decodes: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd
             [("root_pass_hidden_s", 1)], [("root_pass_s", 1)])
         per_round = {f"{c.removesuffix('_s')}_ms": 1000 * part[c].sum() / part["rounds"].sum()
                      for c in ("drafter_busy_s", "draft_s", "root_pass_s", "tree_pass_s")}
-        rows.append({"decoder": decoder, "hidden": iv.point, "low": iv.low, "high": iv.high, **per_round})
+        rows.append({"strategy": strategy, "hidden": iv.point, "low": iv.low, "high": iv.high, **per_round})
     return pd.DataFrame(rows)
 
 
-def realized_gain(rounds: pd.DataFrame, decoder: str, base: str, n_boot: int = 2000, seed: int = 0):
-    """Mean realized acceptance of ``decoder`` minus ``base`` at their own contexts; prompts resampled
+def realized_gain(rounds: pd.DataFrame, strategy: str, base: str, n_boot: int = 2000, seed: int = 0):
+    """Mean realized acceptance of ``strategy`` minus ``base`` at their own contexts; prompts resampled
     jointly for both (App. D.3). Returns an ``Interval``."""
-    parts = {d: rounds[rounds["decoder"] == d] for d in (decoder, base)}
+    parts = {d: rounds[rounds["strategy"] == d] for d in (strategy, base)}
     if any(p.empty for p in parts.values()):
-        raise OnlineStatsError(f"realized gain needs rounds of both {decoder!r} and {base!r}")
+        raise OnlineStatsError(f"realized gain needs rounds of both {strategy!r} and {base!r}")
     boot = PromptBootstrap(rounds["prompt_id"].to_numpy(), n_boot, seed)
     means = []
     for part in parts.values():

@@ -36,14 +36,14 @@ def _ci(row, name: str, digits: int = 3, suffix: str = "") -> str:
 
 def headline_table(summary: pd.DataFrame, budgets) -> str:
     """Rules x headline budgets: value, gain over draft with 95% interval, % of draft, share of root gain."""
-    header = ["Rule"]
+    header = ["Score"]
     for b in budgets:
         header += [f"B={b} value", f"B={b} gain [95% CI]", f"B={b} gain % of draft", f"B={b} root share %"]
     rows = []
-    for rule in ordered(summary["rule"].unique()):
+    for rule in ordered(summary["score"].unique()):
         cells = [label(rule)]
         for b in budgets:
-            r = summary[(summary["rule"] == rule) & (summary["budget"] == b)]
+            r = summary[(summary["score"] == rule) & (summary["budget"] == b)]
             if r.empty:
                 cells += ["–"] * 4
                 continue
@@ -56,16 +56,17 @@ def headline_table(summary: pd.DataFrame, budgets) -> str:
 def sweep_table(summary: pd.DataFrame) -> str:
     """Gain over draft (% of draft's value) for every rule over the budget sweep."""
     budgets = sorted(summary["budget"].unique())
-    pivot = summary.pivot(index="rule", columns="budget", values="gain_pct")
+    pivot = summary.pivot(index="score", columns="budget", values="gain_pct")
     rows = [[label(r)] + [f"{pivot.loc[r, b]:+.1f}" for b in budgets] for r in ordered(pivot.index) if r != "draft"]
-    return markdown_table(["Rule"] + [f"B={b}" for b in budgets], rows)
+    return markdown_table(["Score"] + [f"B={b}" for b in budgets], rows)
 
 
 def comparison_section(comparisons: pd.DataFrame, budgets) -> str:
     if comparisons.empty:
         return "Only one reranker column: no paired reranker comparison."
     t = comparisons[comparisons["budget"].isin(budgets)]
-    rows = [[f"{label(r['rule'])} − {label(r['base'])}", str(r["budget"]), _ci(r, "gain"), _ci(r, "gain_pct", 2, "%")]
+    rows = [[f"{label(r['score'])} − {label(r['base'])}", str(r["budget"]), _ci(r, "gain"),
+             _ci(r, "gain_pct", 2, "%")]
             for _, r in t.iterrows()]
     return markdown_table(["Paired gain", "B", "tokens [95% CI]", "% of base [95% CI]"], rows)
 
@@ -87,7 +88,7 @@ def split_section(splits: pd.DataFrame, kind: str, budgets, rules: list[str]) ->
         g = t[t["group"] == group]
         cells = [str(group), f"{100 * g['round_share'].iloc[0]:.1f}"]
         for b in budgets:
-            at = g[g["budget"] == b].set_index("rule")
+            at = g[g["budget"] == b].set_index("score")
             cells += [_ci(at.loc[r], "gain") if r in at.index else "–" for r in ("root", "oracle")]
             cells += [_ci(at.loc[r], "root_share", 1) if r in at.index else "–" for r in rules]
         rows.append(cells)
@@ -98,7 +99,7 @@ def weights_section(weights: pd.DataFrame, budgets) -> str:
     t = weights[weights["budget"].isin(budgets)]
     if t.empty:
         return "No mixtures evaluated."
-    rows = [[label(r["rule"]), str(r["budget"]), str(r["half"]), f"{r['weight']:.2f}"] for _, r in t.iterrows()]
+    rows = [[label(r["score"]), str(r["budget"]), str(r["half"]), f"{r['weight']:.2f}"] for _, r in t.iterrows()]
     return markdown_table(["Mixture", "B", "half scored", "weight (chosen on the other half)"], rows)
 
 
@@ -131,7 +132,7 @@ def render_report(evaluation, figures: dict[str, str] | None = None) -> str:
     """Markdown report of an ``Evaluation``; ``figures`` maps figure names to relative image paths."""
     meta, summary = evaluation.meta, evaluation.summary
     budgets = meta.get("headline_budgets") or sorted(summary["budget"].unique())[:2]
-    learned = [r for r in rerankers(summary["rule"].unique()) if r not in CONTROLS]  # split tables stay narrow
+    learned = [r for r in rerankers(summary["score"].unique()) if r not in CONTROLS]  # split tables stay narrow
     parts = [
         "# Offline evaluation of selection rules",
         f"{meta.get('law', '?')} decoding · {meta.get('rounds', '?')} rounds · {meta.get('prompts', '?')} prompts · "

@@ -22,17 +22,17 @@ from sklearn.base import clone
 
 from specrank.evaluation.data import Rounds, align_predictions
 from specrank.evaluation.offline import first_factor_table
-from specrank.evaluation.values import per_depth_edges, rule_inputs, rule_values
+from specrank.evaluation.values import per_depth_edges, score_inputs, score_values
 from specrank.featurize.context import previous_acceptance, prompt_index
 from specrank.featurize.rows import ROW_SOURCES
 from specrank.selection.stats import PromptBootstrap
 
 STUDY_BUDGETS = (8, 59)
 RERANKERS = ("isotonic", "base", "rows")
-RULES = ("draft", "isotonic", "per_depth", "base", "rows", "root", "oracle")
+STUDY_SCORES = ("draft", "isotonic", "per_depth", "base", "rows", "root", "oracle")
 STACKED = {"rows+per_depth": "rows"}  # a reranker's first factor, every deeper factor calibrated per depth
 CURVE_FRACTIONS = (0.25, 0.5, 1.0)
-CURVE_RULES = ("draft", "base", "rows", "root")
+CURVE_SCORES = ("draft", "base", "rows", "root")
 ESTIMATES = ("draft", "isotonic", "per_depth", "base", "rows")
 # What the target-row reuse paper (arXiv 2610.29210) reports for its six targets (App. D.8, Table 4).
 PAPER = {
@@ -54,16 +54,16 @@ def triple(iv) -> list[float]:
 
 
 def study_values(rounds: Rounds, first_factors: dict[str, np.ndarray], edges: np.ndarray, budgets=STUDY_BUDGETS,
-                 rules=RULES) -> dict[str, np.ndarray]:
-    """Rule -> (N, len(budgets)) expected accepted draft tokens: ``rules`` that have inputs, and the stacked rules;
+                 scores=STUDY_SCORES) -> dict[str, np.ndarray]:
+    """Score -> (N, len(budgets)) expected accepted draft tokens: ``scores`` that have inputs, and the stacked scores;
     ``edges`` (N, M): the rounds' cross-fitted per-depth calibrated factors (``per_depth_edges``)."""
-    inputs = rule_inputs(rounds, first_factors, edges)
-    values = rule_values(rounds, {r: inputs[r] for r in rules if r in inputs}, budgets)
+    inputs = score_inputs(rounds, first_factors, edges)
+    values = score_values(rounds, {r: inputs[r] for r in scores if r in inputs}, budgets)
     for name, reranker in STACKED.items():
-        if reranker in first_factors and "per_depth" in rules:
+        if reranker in first_factors and "per_depth" in scores:
             stacked = edges.copy()
             stacked[:, : rounds.topk] = first_factors[reranker]  # pool order: the first level comes first
-            values[name] = rule_values(rounds, {name: ("per_depth", {"edge_factor": stacked})}, budgets)[name]
+            values[name] = score_values(rounds, {name: ("per_depth", {"edge_factor": stacked})}, budgets)[name]
     return values
 
 
@@ -170,8 +170,8 @@ def learning_curve(rounds: Rounds, features: pd.DataFrame, fold_models: dict[str
             preds[name] = column
         if fraction == 1.0:
             used = [len(features.loc[fold != f, ["prompt_id", "round"]].drop_duplicates()) for f in np.unique(fold)]
-        values = study_values(rounds, align_predictions(rounds, preds), edges, budgets, rules=CURVE_RULES)
-        figures = budget_figures(boot, {r: values[r] for r in CURVE_RULES}, budgets)
+        values = study_values(rounds, align_predictions(rounds, preds), edges, budgets, scores=CURVE_SCORES)
+        figures = budget_figures(boot, {r: values[r] for r in CURVE_SCORES}, budgets)
         points.append({
             "fraction": fraction,
             "training_rounds": int(round(float(np.mean(used)))),
@@ -251,7 +251,7 @@ def _temperature_name(t: str) -> str:
 
 def _rules_table(budget: str, figures: dict) -> list[str]:
     paper = PAPER["rows_root_share_max"][budget] if budget in PAPER["rows_root_share_max"] else None
-    lines = ["| Rule | accepted draft tokens / round | gain over draft [95% CI] | % of draft [95% CI] "
+    lines = ["| Score | accepted draft tokens / round | gain over draft [95% CI] | % of draft [95% CI] "
              "| share of root's gain, % [95% CI] | paper |", "|---|---|---|---|---|---|"]
     for rule, r in figures["rules"].items():
         gain = _ci(r["gain"], 3) if "gain" in r else "–"

@@ -1,5 +1,6 @@
 """The verification-rule sweep (lossy verification, arXiv 2607.26627, Table 3, with exact distortion in place of task
-accuracy): one row per (decoder, rule), the matched-pair comparison, the report and the trade-off figure."""
+accuracy): one row per (speculation, verification rule), the matched-pair comparison, the report and the trade-off
+figure."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ class GridError(ValueError):
 
 
 def expand_grid(entry: str) -> list[str]:
-    """``NAME:KEY=V1/V2,K2=W`` -> one verifier spec per combination of values, in grid order."""
+    """``NAME:KEY=V1/V2,K2=W`` -> one verification-rule spec per combination of values, in grid order."""
     name, _, body = entry.strip().partition(":")
     if not name:
         raise GridError(f"grid entry {entry!r} has no rule name")
@@ -60,43 +61,47 @@ def summarize_cell(diag: pd.DataFrame) -> dict:
 
 
 def sweep_table(cells: list[dict], diagnostics: list[pd.DataFrame]) -> pd.DataFrame:
-    """One row per cell (``decoder``, ``rule`` spec) with its summary."""
+    """One row per cell (``speculation``, ``verification_rule`` spec) with its summary."""
     rows = []
     for cell, diag in zip(cells, diagnostics, strict=True):
-        family, _, params = cell["rule"].partition(":")
-        rows.append({"decoder": cell["decoder"], "rule": cell["rule"], "family": family, "params": params,
+        family, _, params = cell["verification_rule"].partition(":")
+        rows.append({"speculation": cell["speculation"], "verification_rule": cell["verification_rule"],
+                     "family": family, "params": params,
                      **summarize_cell(diag)})
     return pd.DataFrame(rows)
 
 
 def matched_pairs(table: pd.DataFrame) -> pd.DataFrame:
-    """Each truncation rule beside its matched baseline at the same parameters and decoder."""
-    key = ["decoder", "params"]
+    """Each truncation rule beside its matched baseline at the same parameters and speculation."""
+    key = ["speculation", "params"]
     rows = []
     for rule, base in MATCHED.items():
         a, b = table[table["family"] == rule], table[table["family"] == base]
         both = a.merge(b, on=key, suffixes=("", "_baseline"))
         for _, r in both.iterrows():
-            rows.append({"decoder": r["decoder"], "rule": r["rule"], "baseline": r["rule_baseline"],
+            rows.append({"speculation": r["speculation"], "verification_rule": r["verification_rule"],
+                         "baseline": r["verification_rule_baseline"],
                          "be": r["block_efficiency"], "be_baseline": r["block_efficiency_baseline"],
                          "be_gain": r["block_efficiency"] - r["block_efficiency_baseline"],
                          "expected_be_gain": r["expected_block_efficiency"] - r["expected_block_efficiency_baseline"],
                          "tv_truncated": r["tv_truncated"], "kl_truncated": r["kl_truncated"],
                          "tv_truncated_baseline": r["tv_truncated_baseline"]})
-    return pd.DataFrame(rows, columns=["decoder", "rule", "baseline", "be", "be_baseline", "be_gain",
+    return pd.DataFrame(rows, columns=["speculation", "verification_rule", "baseline", "be", "be_baseline", "be_gain",
                                        "expected_be_gain", "tv_truncated", "kl_truncated", "tv_truncated_baseline"])
 
 
 def tree_vs_chain(table: pd.DataFrame) -> pd.DataFrame:
-    """Distortion from the truncated target of each truncation rule under both decoders."""
+    """Distortion from the truncated target of each truncation rule under both speculations."""
     trunc = table[table["family"].isin(list(MATCHED))]
-    tree, chain = trunc[trunc["decoder"] == "tree"], trunc[trunc["decoder"] == "chain"]
-    both = tree.merge(chain, on="rule", suffixes=("_tree", "_chain"))
-    return both[["rule", "tv_truncated_tree", "tv_truncated_chain", "kl_truncated_tree", "kl_truncated_chain"]]
+    tree, chain = trunc[trunc["speculation"] == "tree"], trunc[trunc["speculation"] == "chain"]
+    both = tree.merge(chain, on="verification_rule", suffixes=("_tree", "_chain"))
+    return both[["verification_rule", "tv_truncated_tree", "tv_truncated_chain", "kl_truncated_tree",
+                 "kl_truncated_chain"]]
 
 
 def findings(table: pd.DataFrame) -> list[str]:
-    """The seed's qualitative findings, checked on this sweep (one line each)."""
+    """The paper's qualitative findings (lossy verification, arXiv 2607.26627), checked on this sweep (one line
+    each)."""
     lines = []
     pairs = matched_pairs(table)
     if len(pairs):
@@ -106,7 +111,7 @@ def findings(table: pd.DataFrame) -> list[str]:
     versus = tree_vs_chain(table)
     if len(versus):
         larger = versus["kl_truncated_tree"] > versus["kl_truncated_chain"]
-        lines.append(f"KL from the truncated target larger under the tree decoder than under chains in "
+        lines.append(f"KL from the truncated target larger with tree speculation than with chains in "
                      f"{larger.sum()} of {len(versus)} truncation rules")
     lenience = table[table["family"] == "lenience"]
     if len(lenience):
@@ -127,7 +132,8 @@ def markdown_table(frame: pd.DataFrame) -> str:
 
 def sweep_report(table: pd.DataFrame, meta: dict) -> str:
     """Markdown: the sweep table, the matched pairs, tree vs chain distortion and the findings."""
-    shown = ["decoder", "rule", "rounds", "tokens", "block_efficiency", "expected_block_efficiency", "tokens_per_s",
+    shown = ["speculation", "verification_rule", "rounds", "tokens", "block_efficiency", "expected_block_efficiency",
+             "tokens_per_s",
              "tv", "kl", "tv_truncated", "kl_truncated", "ceiling_excess"]
     parts = [
         "# Verification-rule sweep",
@@ -157,24 +163,24 @@ def sweep_report(table: pd.DataFrame, meta: dict) -> str:
 
 
 def tradeoff_figure(table: pd.DataFrame, meta: dict | None = None):
-    """Block efficiency vs exact distortion, one curve per rule family and decoder (tree solid, chain dashed);
+    """Block efficiency vs exact distortion, one curve per rule family and speculation (tree solid, chain dashed);
     left: TV from the target row, right: TV from the matched truncated target."""
     fig, axes = new_figure(2, (11.5, 4.4))
     axes = axes[0]
     families = list(dict.fromkeys(table["family"]))
     colors = {f: matplotlib.colormaps["tab10"](i % 10) for i, f in enumerate(families)}
     for ax, metric in zip(axes, ("tv", "tv_truncated"), strict=True):
-        for (family, decoder), group in table.groupby(["family", "decoder"], sort=False):
+        for (family, speculation), group in table.groupby(["family", "speculation"], sort=False):
             group = group.dropna(subset=[metric]).sort_values(metric)
             if group.empty:
                 continue
             ax.plot(group[metric], group["block_efficiency"], marker="o" if family != "lossless" else "*", ms=6,
-                    ls="-" if decoder == "tree" else "--", color=colors[family], label=f"{family} ({decoder})")
+                    ls="-" if speculation == "tree" else "--", color=colors[family], label=f"{family} ({speculation})")
         ax.set_xlabel("mean TV from the target" if metric == "tv" else "mean TV from the matched truncated target")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, frameon=False)
     axes[0].set_ylabel("block efficiency (accepted draft tokens / round)")
-    caption = "Block efficiency vs exact distortion; solid: tree decoder, dashed: chain decoder"
+    caption = "Block efficiency vs exact distortion; solid: tree speculation, dashed: chain speculation"
     if meta:
         caption += "\n" + ", ".join(f"{k}={v}" for k, v in meta.items())
     fig.suptitle(caption, fontsize=9)

@@ -13,6 +13,11 @@ number of accepted draft tokens of any tree inside it is a sum of path probabili
 A smaller beam is read out of a larger recording by replaying the growth on the recorded
 candidates (``beam_subpool``); a round whose replayed beam needs a node the recording did not
 expand is *outside the recorded pool* and is never scored: it is counted and the setting flagged.
+
+vLLM's static tree (``speculative_token_tree``, ``selection.static_tree``) verifies the same shape every round:
+the top c_1 first tokens, then the top c_l children of every node above. A beam need not expand those nodes,
+so a static tree is scored on its own recording, a pool that expands every node to the tree's depth
+(``StaticTree.full_pool``), where it lies in every round.
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ import numpy as np
 import pandas as pd
 
 from specrank.selection.pool import PoolBatch
-from specrank.selection.rules import rule_score
+from specrank.selection.scores import score_of
 from specrank.selection.select import select_top
+from specrank.selection.static_tree import StaticTree, StaticTreeError, first_child, static_columns
 from specrank.selection.stats import PromptBootstrap
 
-RULES = ("draft", "root", "reranked")  # draft selection (the engines'), exact root selection, a reranker
+MAX_RECORDED_POOL = 1024  # candidates of one recorded pool: every one is in the target's pass
+SETTING_SCORES = ("draft", "root", "reranked")  # draft selection (the engines'), exact root selection, a reranker
 
 
 class TreeConfigError(ValueError):
@@ -77,6 +84,11 @@ class TreeSetting:
     def is_chain(self) -> bool:
         return self.topk == 1
 
+    @property
+    def draft_shape(self) -> tuple[int, int, int]:
+        """(topk, depth, expand) of the pool the drafter grows for this setting (the cost model times it)."""
+        return self.topk, self.num_steps, self.topk
+
     def sglang_flags(self, head: str = "HEAD") -> str:
         return (f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {head} --speculative-num-steps "
                 f"{self.num_steps} --speculative-eagle-topk {self.topk} --speculative-num-draft-tokens "
@@ -90,6 +102,78 @@ class TreeSetting:
         if not self.is_chain:
             return None
         return json.dumps({"method": "eagle3", "model": head, "num_speculative_tokens": self.num_steps})
+
+
+@dataclass(frozen=True, order=True)
+class StaticTreeSetting:
+    """vLLM's static tree: ``num_speculative_tokens`` = the tree's size, every node verified each round."""
+
+    tree: StaticTree
+
+    def __post_init__(self):
+        topk, depth, expand = self.tree.full_pool()
+        size = sum(topk ** d for d in range(1, depth + 1))
+        if size > MAX_RECORDED_POOL:
+            raise TreeConfigError(f"static tree {self.label}: scoring it exactly needs a pool that expands every"
+                                  f" node (topk {topk}, depth {depth}: {size} candidates, more than"
+                                  f" {MAX_RECORDED_POOL})")
+
+    @property
+    def topk(self) -> int:
+        return self.tree.branching[0]
+
+    @property
+    def num_steps(self) -> int:
+        return self.tree.depth
+
+    @property
+    def num_draft_tokens(self) -> int:
+        return self.tree.size + 1
+
+    @property
+    def budget(self) -> int:
+        return self.tree.size
+
+    @property
+    def label(self) -> str:
+        return self.tree.label
+
+    @property
+    def is_chain(self) -> bool:
+        return False
+
+    @property
+    def draft_shape(self) -> tuple[int, int, int]:
+        """vLLM drafts each level from all nodes of the level above: the pool of the widest branching that
+        expands the widest level."""
+        return max(self.tree.branching), self.tree.depth, max(self.tree.widths[:-1], default=1)
+
+    def sglang_flags(self, head: str = "HEAD") -> None:
+        return None  # SGLang has no static tree
+
+    def eagle_arguments(self) -> None:
+        return None
+
+    def vllm_config(self, head: str = "HEAD") -> str:
+        return json.dumps({"method": "eagle3", "model": head, "num_speculative_tokens": self.tree.size,
+                           "speculative_token_tree": str(self.tree.choices)})
+
+
+def setting_order(setting) -> tuple:
+    """Sort key over both kinds of setting: the beams first, then the static trees."""
+    return (isinstance(setting, StaticTreeSetting), setting.topk, setting.num_steps, setting.num_draft_tokens,
+            setting.label)
+
+
+def vllm_tree(choices) -> TreeSetting | StaticTreeSetting:
+    """vLLM's ``speculative_token_tree`` as a setting; a tree of single children is the chain it drafts."""
+    try:
+        tree = StaticTree.from_choices(choices)
+    except StaticTreeError as exc:
+        raise TreeConfigError(str(exc)) from None
+    if max(tree.branching) == 1:
+        return vllm_chain(tree.depth)
+    return StaticTreeSetting(tree)
 
 
 def sglang_setting(topk: int, num_steps: int, num_draft_tokens: int) -> TreeSetting:
@@ -124,19 +208,37 @@ def tree_grid(topks, num_steps, num_draft_tokens) -> list[TreeSetting]:
     return sorted(out)
 
 
-def recording_plan(settings) -> dict[int, int]:
-    """{topk: depth} of the recordings the grid needs: one per topk, at its deepest setting. A beam's first s
-    levels do not depend on later ones, so each shallower setting of that topk is the recording truncated."""
-    plan: dict[int, int] = {}
+@dataclass(frozen=True)
+class PlannedRecording:
+    """One recording the grid needs: its pool (topk, depth, expand), the budget it decodes with, its settings."""
+
+    topk: int
+    depth: int
+    expand: int
+    budget: int
+    settings: tuple
+
+    @property
+    def name(self) -> str:
+        full = isinstance(self.settings[0], StaticTreeSetting)
+        return f"{'full-' if full else ''}topk{self.topk}-depth{self.depth}"
+
+
+def recording_plan(settings) -> dict[str, PlannedRecording]:
+    """The recordings a grid needs, by name. Beams: one per topk, at its deepest setting (a beam's first s
+    levels do not depend on later ones, so each shallower setting of that topk is the recording truncated).
+    Static trees: one pool per widest branching K that expands every node to the deepest such tree."""
+    groups: dict[tuple, list] = {}
     for st in settings:
-        plan[st.topk] = max(plan.get(st.topk, 0), st.num_steps)
-    return dict(sorted(plan.items()))
-
-
-def _level_starts(depth_row: np.ndarray) -> np.ndarray:
-    """(M,) first pool index of each column's depth in a fixed-shape pool."""
-    first = {int(d): int(np.argmax(depth_row == d)) for d in np.unique(depth_row)}
-    return np.array([first[int(d)] for d in depth_row], dtype=np.int64)
+        full = isinstance(st, StaticTreeSetting)
+        groups.setdefault((full, max(st.tree.branching) if full else st.topk), []).append(st)
+    plan = {}
+    for (full, k), group in sorted(groups.items()):
+        depth = max(st.num_steps for st in group)
+        rec = PlannedRecording(k, depth, k ** (depth - 1) if full else k, max(st.budget for st in group),
+                               tuple(sorted(group, key=setting_order)))
+        plan[rec.name] = rec
+    return plan
 
 
 def beam_subpool(pool: PoolBatch, topk: int, depth: int) -> tuple[PoolBatch | None, np.ndarray]:
@@ -152,12 +254,7 @@ def beam_subpool(pool: PoolBatch, topk: int, depth: int) -> tuple[PoolBatch | No
                               f" depth {dmax}): record that shape")
     if not (pool.depth == pool.depth[:1]).all():
         raise TreeConfigError("rounds: pools of different shapes in one recording")
-    rank = (np.arange(m) - _level_starts(pool.depth[0])) % kk  # (M,) rank among siblings
-    firsts = np.flatnonzero((pool.depth[0] >= 2) & (rank == 0))
-    child_start = np.full((n, m), -1, dtype=np.int64)  # first child's pool index, -1: not expanded
-    if firsts.size:
-        np.put_along_axis(child_start, pool.parent[:, firsts].astype(np.int64),
-                          np.broadcast_to(firsts, (n, firsts.size)), axis=1)
+    child_start = first_child(pool.parent)  # first child's pool index, -1: not expanded
     logp = pool.draft_logp
     levels = [np.tile(np.arange(topk), (n, 1))]  # recorded columns of each level, in the beam's order
     parents = [np.full((n, topk), -1, dtype=np.int64)]  # parents as positions in the sub-pool
@@ -205,30 +302,63 @@ class SettingScore:
     extra: dict = field(default_factory=dict)
 
 
-def score_setting(pool: PoolBatch, law: str, setting: TreeSetting, first_factor: np.ndarray | None = None,
+def score_setting(pool: PoolBatch, law: str, setting, first_factor: np.ndarray | None = None,
                   recording: str = "") -> SettingScore:
     """Exact expected accepted draft tokens per round for draft selection, root selection and (given
-    ``first_factor`` (N, recorded topk), a reranker's cross-fitted predictions) the reranked rule."""
+    ``first_factor`` (N, recorded topk), a reranker's cross-fitted predictions) the reranked score."""
+    if isinstance(setting, StaticTreeSetting):
+        return score_static_tree(pool, law, setting, first_factor, recording)
     sub, contained = beam_subpool(pool, setting.topk, setting.num_steps)
     prompt_id = np.asarray(pool.prompt_id if pool.prompt_id is not None else np.zeros(pool.n_rounds, str))
     if sub is None:
         empty = np.zeros(0)
-        return SettingScore(setting, prompt_id[:0], {r: empty for r in RULES}, np.zeros((0, setting.num_steps)),
+        return SettingScore(setting, prompt_id[:0], {r: empty for r in SETTING_SCORES}, np.zeros((0, setting.num_steps)),
                             pool.n_rounds, pool.n_rounds, recording)
     path = sub.path_prob(law)
     accepted, positions = {}, None
-    for rule in RULES:
+    for rule in SETTING_SCORES:
         if rule == "reranked":
             if first_factor is None:
                 continue
-            score = rule_score(sub, rule, law, first_factor=np.asarray(first_factor)[contained][:, : setting.topk])
+            score = score_of(sub, rule, law, first_factor=np.asarray(first_factor)[contained][:, : setting.topk])
         else:
-            score = rule_score(sub, rule, law)
+            score = score_of(sub, rule, law)
         tree = select_top(score, sub.depth, setting.budget)  # (R, m)
         accepted[rule] = np.where(tree, path, 0.0).sum(axis=1)
         if rule == "draft":
             positions = np.stack([np.where(tree & (sub.depth == d), path, 0.0).sum(axis=1)
                                   for d in range(1, setting.num_steps + 1)], axis=1)
+    return SettingScore(setting, prompt_id[contained], accepted, positions, pool.n_rounds,
+                        int((~contained).sum()), recording)
+
+
+def score_static_tree(pool: PoolBatch, law: str, setting: StaticTreeSetting, first_factor: np.ndarray | None = None,
+                      recording: str = "") -> SettingScore:
+    """A static tree's exact values: its nodes' path probabilities summed, every node verified. Root selection
+    and the reranker pick the tree's c_1 first tokens among the recorded first level by their own first factor
+    (a hook before vLLM's drafting), the levels below stay the drafter's top c_l; draft selection takes the
+    drafter's top c_1, as vLLM does."""
+    tree, kk, dmax = setting.tree, pool.n_first, int(pool.depth.max())
+    if max(tree.branching) > kk or tree.depth > dmax:
+        raise TreeConfigError(f"static tree {setting.label} lies outside the recorded pool (topk {kk}, depth"
+                              f" {dmax}): record that shape")
+    path = pool.path_prob(law)
+    prompt_id = np.asarray(pool.prompt_id if pool.prompt_id is not None else np.zeros(pool.n_rounds, str))
+    columns, contained = {}, np.ones(pool.n_rounds, dtype=bool)
+    for rule in SETTING_SCORES:
+        first = None
+        if rule == "reranked" and first_factor is None:
+            continue
+        if rule != "draft":
+            inputs = {"first_factor": np.asarray(first_factor)} if rule == "reranked" else {}
+            top = score_of(pool, rule, law, **inputs)[:, :kk]
+            first = np.argsort(-top, axis=1, kind="stable")[:, : tree.branching[0]]  # ties: the drafter's order
+        columns[rule], inside = static_columns(tree, pool.parent, first)
+        contained &= inside
+    depth = np.repeat(np.arange(1, tree.depth + 1), tree.widths)  # (size,) each node's depth
+    accepted = {rule: np.take_along_axis(path, c, axis=1)[contained].sum(axis=1) for rule, c in columns.items()}
+    on_tree = np.take_along_axis(path, columns["draft"], axis=1)[contained]
+    positions = np.stack([on_tree[:, depth == d].sum(axis=1) for d in range(1, tree.depth + 1)], axis=1)
     return SettingScore(setting, prompt_id[contained], accepted, positions, pool.n_rounds,
                         int((~contained).sum()), recording)
 
@@ -258,7 +388,7 @@ def setting_table(scores: list[SettingScore], costs: dict | None = None, n_boot:
                "status": "exact" if s.outside == 0 else f"flagged: {s.outside} of {s.rounds} rounds outside the"
                                                          f" recorded pool ({s.recording}), not scored",
                "recording": s.recording}
-        for rule in RULES:
+        for rule in SETTING_SCORES:
             if rule not in s.accepted or s.rounds == s.outside:
                 row.update({f"{rule}_length": np.nan, f"{rule}_low": np.nan, f"{rule}_high": np.nan})
                 continue
@@ -271,8 +401,9 @@ def setting_table(scores: list[SettingScore], costs: dict | None = None, n_boot:
         if cost is not None:
             row.update({"round_seconds": cost, "tokens_per_s": row["draft_length"] / cost,
                         "tokens_per_s_low": row["draft_low"] / cost, "tokens_per_s_high": row["draft_high"] / cost})
-        row.update({"sglang_flags": st.sglang_flags(), "eagle_arguments": st.eagle_arguments(),
-                    "vllm_config": st.vllm_config() or ""})
+        row.update({"sglang_flags": st.sglang_flags() or "", "eagle_arguments": st.eagle_arguments() or "",
+                    "vllm_config": st.vllm_config() or "",
+                    "tree": str(st.tree.choices) if isinstance(st, StaticTreeSetting) else ""})
         rows.append(row)
     table = pd.DataFrame(rows)
     key = "tokens_per_s" if "tokens_per_s" in table else "draft_length"
@@ -313,24 +444,32 @@ def reliability_table(pool: PoolBatch, law: str, bins: int = 10) -> pd.DataFrame
         })
 
 
-def predicted_round_seconds(setting: TreeSetting, draft_s: dict, verify_s: dict, host_s: float) -> float:
-    """Seconds per round: the drafter's pool for (topk, num_steps), the target's pass over n tokens, host time."""
-    return draft_s[(setting.topk, setting.num_steps)] + verify_s[setting.num_draft_tokens] + host_s
-
-
 def best_settings(table: pd.DataFrame) -> dict:
-    """The best exact setting overall and the best chain (what vLLM can serve)."""
+    """The best exact setting overall, the best chain and the best setting vLLM can serve (a chain or a static
+    tree; None where the grid has none)."""
     exact = table[table["outside"] == 0]
     if exact.empty:
         raise TreeConfigError("grid: no setting was scored exactly")
-    chains = exact[exact["topk"] == 1]
-    return {"best": exact.iloc[0], "best_chain": None if chains.empty else chains.iloc[0]}
+    static = exact["tree"] != "" if "tree" in exact else np.zeros(len(exact), bool)
+    chains = exact[(exact["topk"] == 1) & ~static]
+    vllm = exact[(exact["topk"] == 1) | static]
+    return {"best": exact.iloc[0], "best_chain": None if chains.empty else chains.iloc[0],
+            "best_vllm": None if vllm.empty else vllm.iloc[0]}
+
+
+def row_setting(row) -> TreeSetting | StaticTreeSetting:
+    """The setting of a table row."""
+    if row.get("tree", ""):
+        return StaticTreeSetting(StaticTree.from_choices(row["tree"]))
+    return TreeSetting(int(row["topk"]), int(row["num_steps"]), int(row["num_draft_tokens"]))
 
 
 def serving_flags(row, sglang_head: str, vllm_head: str) -> dict[str, str]:
     """The commands to paste for a table row (heads: paths of the exported heads)."""
-    st = TreeSetting(int(row["topk"]), int(row["num_steps"]), int(row["num_draft_tokens"]))
-    out = {"sglang": st.sglang_flags(sglang_head), "eagle": st.eagle_arguments()}
+    st = row_setting(row)
+    out = {}
+    if st.sglang_flags():
+        out.update({"sglang": st.sglang_flags(sglang_head), "eagle": st.eagle_arguments()})
     if st.vllm_config():
         out["vllm"] = f"--speculative-config '{st.vllm_config(vllm_head)}'"
     return out
@@ -342,6 +481,8 @@ def tree_config_figure(table: pd.DataFrame):
     from specrank.evaluation.figures import new_figure
 
     exact = table[table["outside"] == 0]
+    if "tree" in exact:
+        exact = exact[exact["tree"] == ""]  # a static tree is one point, not a line over num_draft_tokens
     speed = "tokens_per_s" in exact
     fig, axes = new_figure(2 if speed else 1, (10.5 if speed else 5.4, 3.8))
     panels = [("draft", "acceptance length (tokens / round)")] + ([("tokens_per_s", "predicted tokens/s")] if speed else [])

@@ -1,6 +1,6 @@
 """Per-round expected accepted draft tokens of every evaluated rule over a budget sweep.
 
-Rules come from ``specrank.selection.rules``; this module only decides which inputs
+Rules come from ``specrank.selection.scores``; this module only decides which inputs
 each one gets (reranker predictions, calibrated edges, retained rows) and chooses the
 geometric-mixture weight of each prompt half on the other half.
 """
@@ -14,7 +14,7 @@ from specrank.evaluation.data import Rounds
 from specrank.featurize.features import META_KEY
 from specrank.featurize.rows import ROW_SOURCES
 from specrank.rerankers import PerDepthCalibration
-from specrank.selection.rules import MIXTURE_WEIGHTS, fixed_values, rule_score
+from specrank.selection.scores import MIXTURE_WEIGHTS, fixed_values, score_of
 
 BUDGET_SWEEP = (2, 4, 8, 12, 16, 24, 32, 48, 59, 80, 100, 150, 200)
 HEADLINE_BUDGETS = (8, 59)
@@ -58,7 +58,7 @@ def _edges(rounds: Rounds, mask: np.ndarray) -> pd.DataFrame:
     return edges
 
 
-def rule_inputs(rounds: Rounds, first_factors: dict[str, np.ndarray], edges: np.ndarray | None = None
+def score_inputs(rounds: Rounds, first_factors: dict[str, np.ndarray], edges: np.ndarray | None = None
                 ) -> dict[str, tuple[str, dict]]:
     """Rule name -> (registered rule, its inputs) for every rule evaluated on ``rounds``; ``edges``: the rounds'
     ``per_depth_edges`` when the caller already has them (they cost a cross-fit over every pool edge)."""
@@ -74,11 +74,11 @@ def rule_inputs(rounds: Rounds, first_factors: dict[str, np.ndarray], edges: np.
     return rules
 
 
-def rule_values(rounds: Rounds, rules: dict[str, tuple], budgets) -> dict[str, np.ndarray]:
+def score_values(rounds: Rounds, rules: dict[str, tuple], budgets) -> dict[str, np.ndarray]:
     """Rule name -> (N, len(budgets)) expected accepted draft tokens of its top-B trees."""
     pool, law = rounds.pool, rounds.law
     return {
-        name: fixed_values(pool, rule_score(pool, rule, law, **inputs), list(budgets), law)[0]
+        name: fixed_values(pool, score_of(pool, rule, law, **inputs), list(budgets), law)[0]
         for name, (rule, inputs) in rules.items()
     }
 
@@ -93,7 +93,7 @@ def mixture_values(rounds: Rounds, budgets, weights=MIXTURE_WEIGHTS) -> tuple[di
     values, chosen = {}, {}
     for source in ROW_SOURCES:
         per_w = np.stack([
-            fixed_values(pool, rule_score(pool, "mixture", law, row_logp=rounds.rows[source], weight=w),
+            fixed_values(pool, score_of(pool, "mixture", law, row_logp=rounds.rows[source], weight=w),
                          list(budgets), law)[0]
             for w in weights
         ])  # (W, N, nB)

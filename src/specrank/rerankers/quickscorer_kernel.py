@@ -15,55 +15,60 @@ TABLE = np.array([0, 47, 1, 56, 48, 27, 2, 60, 57, 49, 41, 37, 28, 16, 3, 61, 54
 
 
 @numba.njit(cache=True, nogil=True)
-def margins(x, offsets, thresholds, trees, clears, nan_offsets, nan_trees, nan_clears, cat_features, cat_trees,
-            cat_sets, cat_clears, leaf_offsets, leaf_values):
-    """(n,) raw margins of the rows of ``x`` (n, F). A feature with one value in every row (a round's context
-    features) is applied once, to the words every row starts from (pass -1 below)."""
-    n, n_features = x.shape
+def columns_margins(xt, offsets, thresholds, trees, clears, nan_offsets, nan_trees, nan_clears, cat_features,
+                    cat_trees, cat_sets, cat_clears, leaf_offsets, leaf_values):
+    """(n,) raw margins of the rows whose features are the columns of ``xt`` (F, n).
+
+    A node's test updates the word of its tree for every row at once (the words are (T, n), a feature's values
+    (n,) contiguous), so the inner loop over rows is branch-free and vectorizes; per row, the scan of a
+    feature's ascending thresholds would branch on every node. A feature's scan stops at the rows' largest
+    value, past which no row goes right."""
+    n_features, n = xt.shape
     n_trees = leaf_offsets.shape[0]
-    constant = np.zeros(n_features, np.bool_)
+    words = np.full((n_trees, n), ALL_LEAVES)
     for f in range(n_features):
-        same = n > 1
-        for r in range(1, n):
-            a, b = x[r, f], x[0, f]
-            if not (a == b or (a != a and b != b)):
-                same = False
-                break
-        constant[f] = same
-    shared = np.full(n_trees, ALL_LEAVES)
-    words = np.empty(n_trees, np.uint64)
-    out = np.empty(n)
-    for r in range(-1, n):
-        target = shared if r < 0 else words
-        row = max(r, 0)
-        if r >= 0:
-            words[:] = shared
-        for f in range(n_features):
-            if constant[f] != (r < 0):
-                continue
-            value = x[row, f]
-            if value != value:  # missing: the nodes that send it right
-                for k in range(nan_offsets[f], nan_offsets[f + 1]):
-                    target[nan_trees[k]] &= nan_clears[k]
-                continue
-            k, end = offsets[f], offsets[f + 1]
-            while k < end and thresholds[k] < value:  # value > threshold: the test fails, the row goes right
-                target[trees[k]] &= clears[k]
-                k += 1
-        if r < 0:
-            continue
-        for c in range(cat_features.shape[0]):
-            v = x[r, cat_features[c]]
+        col = xt[f]
+        top, missing = -np.inf, False
+        for r in range(n):
+            v = col[r]
+            if v != v:
+                missing = True
+            elif v > top:
+                top = v
+        if missing:  # the nodes that send a missing value right
+            for k in range(nan_offsets[f], nan_offsets[f + 1]):
+                t, keep = nan_trees[k], nan_clears[k]
+                for r in range(n):
+                    if col[r] != col[r]:
+                        words[t, r] &= keep
+        k, end = offsets[f], offsets[f + 1]
+        while k < end and thresholds[k] < top:  # value > threshold: the test fails, the row goes right
+            threshold, t, keep = thresholds[k], trees[k], clears[k]
+            for r in range(n):
+                words[t, r] &= keep if col[r] > threshold else ALL_LEAVES  # NaN compares False: kept
+            k += 1
+    for c in range(cat_features.shape[0]):
+        for r in range(n):
+            v = xt[cat_features[c], r]
             # LightGBM truncates to an int first: -0.5 is category 0; missing and negative go right
             inside = v == v and v > -1.0 and v < 64.0 and (cat_sets[c] >> np.uint64(int(v))) & np.uint64(1) == 1
             if not inside:
-                words[cat_trees[c]] &= cat_clears[c]
-        total = 0.0
-        for t in range(n_trees):  # LightGBM's order: the same float64 sum
-            w = words[t]
-            total += leaf_values[leaf_offsets[t] + TABLE[((w ^ (w - np.uint64(1))) * MAGIC) >> np.uint64(58)]]
-        out[r] = total
+                words[cat_trees[c], r] &= cat_clears[c]
+    out = np.zeros(n)
+    for t in range(n_trees):  # LightGBM's order: the same float64 sum per row
+        base = leaf_offsets[t]
+        for r in range(n):
+            w = words[t, r]
+            out[r] += leaf_values[base + TABLE[((w ^ (w - np.uint64(1))) * MAGIC) >> np.uint64(58)]]
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def margins(x, offsets, thresholds, trees, clears, nan_offsets, nan_trees, nan_clears, cat_features, cat_trees,
+            cat_sets, cat_clears, leaf_offsets, leaf_values):
+    """(n,) raw margins of the rows of ``x`` (n, F)."""
+    return columns_margins(np.ascontiguousarray(x.T), offsets, thresholds, trees, clears, nan_offsets, nan_trees,
+                           nan_clears, cat_features, cat_trees, cat_sets, cat_clears, leaf_offsets, leaf_values)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -74,13 +79,14 @@ def round_margins(block, positions, columns, prior_position, prior, task_positio
     ``positions[j]`` <- block column ``columns[j]``, the prior (topk,) and the task's code (a position of -1:
     not read)."""
     n = block.shape[0]
-    x = np.empty((n, offsets.shape[0] - 1))
+    xt = np.empty((offsets.shape[0] - 1, n))  # (F, n): the matrix's columns
+    for j in range(positions.shape[0]):
+        for r in range(n):
+            xt[positions[j], r] = block[r, columns[j]]
     for r in range(n):
-        for j in range(positions.shape[0]):
-            x[r, positions[j]] = block[r, columns[j]]
         if prior_position >= 0:
-            x[r, prior_position] = prior[r]
+            xt[prior_position, r] = prior[r]
         if task_position >= 0:
-            x[r, task_position] = task_code
-    return margins(x, offsets, thresholds, trees, clears, nan_offsets, nan_trees, nan_clears, cat_features,
-                   cat_trees, cat_sets, cat_clears, leaf_offsets, leaf_values)
+            xt[task_position, r] = task_code
+    return columns_margins(xt, offsets, thresholds, trees, clears, nan_offsets, nan_trees, nan_clears, cat_features,
+                           cat_trees, cat_sets, cat_clears, leaf_offsets, leaf_values)

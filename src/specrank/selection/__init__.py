@@ -2,13 +2,13 @@
 
 from specrank.selection.draws import DRAW_RULES, DraftGroups, draw_values, equal_mean, pearl_curves
 from specrank.selection.pool import PoolBatch, PoolError
-from specrank.selection.rules import (
+from specrank.selection.scores import (
     MIXTURE_WEIGHTS,
-    RULES,
-    Rule,
+    SCORES,
+    Score,
     first_token_agreement,
     fixed_values,
-    rule_score,
+    score_of,
 )
 from specrank.selection.select import (
     SelectionError,
@@ -19,9 +19,10 @@ from specrank.selection.select import (
     select_top,
     value,
 )
-from specrank.selection.stats import Interval, PromptBootstrap, quintile_labels, rule_table
+from specrank.selection.static_tree import StaticTree, StaticTreeError, static_columns
+from specrank.selection.stats import Interval, PromptBootstrap, quintile_labels, score_table
 from specrank.selection.synthetic import SyntheticRounds, random_pool, synthetic_pools
-from specrank.selection.values import cross_fit_choice, evaluate_rules
+from specrank.selection.values import cross_fit_choice, evaluate_scores
 
 __all__ = [
     "DRAW_RULES",
@@ -31,16 +32,18 @@ __all__ = [
     "PoolBatch",
     "PoolError",
     "PromptBootstrap",
-    "RULES",
-    "Rule",
+    "SCORES",
+    "Score",
     "SelectionError",
+    "StaticTree",
+    "StaticTreeError",
     "SyntheticRounds",
     "budget_curve",
     "cross_fit_choice",
     "cumulate",
     "draw_values",
     "equal_mean",
-    "evaluate_rules",
+    "evaluate_scores",
     "first_token_agreement",
     "fixed_values",
     "pearl_curves",
@@ -48,8 +51,9 @@ __all__ = [
     "random_pool",
     "rank_order",
     "rank_positions",
-    "rule_table",
-    "rule_score",
+    "score_table",
+    "static_columns",
+    "score_of",
     "select_top",
     "synthetic_pools",
     "value",

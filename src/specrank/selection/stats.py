@@ -187,7 +187,7 @@ def quintile_labels(x) -> np.ndarray:
     return np.searchsorted(edges, x, side="right")
 
 
-def rule_table(boot: PromptBootstrap, values: Mapping[str, np.ndarray], budgets, labels=None,
+def score_table(boot: PromptBootstrap, values: Mapping[str, np.ndarray], budgets, labels=None,
                base: str = "draft", oracle: str = "oracle", root: str = "root"):
     """Long DataFrame, one row per (split, rule, budget): mean, gain, gain %, oracle and root shares.
 
@@ -214,7 +214,7 @@ def rule_table(boot: PromptBootstrap, values: Mapping[str, np.ndarray], budgets,
                 for name, top in (("oracle_share", oracle), ("root_share", root)):
                     if top in values and rule not in (top, base):
                         stats[name] = tot.share(col, ref, f"{top}@{b}")
-                row = {"split": split, "rule": rule, "budget": b, "rounds": int(tot.point[-1])}
+                row = {"split": split, "score": rule, "budget": b, "rounds": int(tot.point[-1])}
                 for name, iv in stats.items():
                     row.update({name: iv.point, f"{name}_low": iv.low, f"{name}_high": iv.high})
                 rows.append(row)

@@ -7,11 +7,11 @@ import numpy as np
 
 from specrank.selection.draws import DraftGroups, draw_values, equal_mean, pearl_curves
 from specrank.selection.pool import PoolBatch
-from specrank.selection.rules import RULES, fixed_values, rule_score
+from specrank.selection.scores import SCORES, fixed_values, score_of
 from specrank.selection.select import SelectionError, check_budgets
 
 
-def evaluate_rules(pool: PoolBatch, budgets, law: str = "sampling", inputs: dict | None = None,
+def evaluate_scores(pool: PoolBatch, budgets, law: str = "sampling", inputs: dict | None = None,
                    rules=None, equal_size: bool = True) -> dict:
     """{rule: (values (N, nB), sizes (N, nB))} for fixed-tree rules, draw rules and equal-mean PEARL.
 
@@ -21,8 +21,8 @@ def evaluate_rules(pool: PoolBatch, budgets, law: str = "sampling", inputs: dict
     """
     inputs = inputs or {}
     bs = check_budgets(budgets, pool.shape[1])
-    names = [r for r in RULES if set(RULES[r].inputs) <= set(inputs)] if rules is None else list(rules)
-    out = {name: fixed_values(pool, rule_score(pool, name, law, **inputs), bs, law) for name in names}
+    names = [r for r in SCORES if set(SCORES[r].inputs) <= set(inputs)] if rules is None else list(rules)
+    out = {name: fixed_values(pool, score_of(pool, name, law, **inputs), bs, law) for name in names}
     groups = DraftGroups.of(pool)
     out.update(draw_values(pool, bs, law, groups))
     if equal_size:

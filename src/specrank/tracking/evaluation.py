@@ -40,7 +40,7 @@ def headline_metrics(table: pd.DataFrame, budgets, first_factor: pd.DataFrame | 
     the first two ``budgets``, and each reranker's first-factor accuracy. Rerankers past the limit are left out
     (they stay in the tables)."""
     budgets = list(budgets)[:2]
-    at = {b: table[table["budget"] == b].set_index("rule") for b in budgets}
+    at = {b: table[table["budget"] == b].set_index("score") for b in budgets}
     out = {"n_rounds": float(table["rounds"].max())}
     for b in budgets:
         if "draft" in at[b].index:
@@ -51,7 +51,7 @@ def headline_metrics(table: pd.DataFrame, budgets, first_factor: pd.DataFrame | 
     ff = None if first_factor is None else first_factor.set_index("estimate")
     if ff is not None and "draft" in ff.index:
         out["draft_top1_argmax_pct"] = ff.loc["draft", "top1_hit_pct"]
-    for rule in rerankers(table["rule"].unique()):
+    for rule in rerankers(table["score"].unique()):
         more = {k: v for b in budgets for k, v in _gain(at[b], rule, b, share=True).items()}
         if ff is not None and rule in ff.index:
             more[f"{rule}_top1_argmax_pct"] = ff.loc[rule, "top1_hit_pct"]

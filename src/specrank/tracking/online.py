@@ -1,4 +1,4 @@
-"""``specrank online`` in MLflow: the decoders' realized and expected acceptance, speed and time split as
+"""``specrank online`` in MLflow: the strategies' realized and expected acceptance, speed and time split as
 metrics, every table as an MLflow table, the acceptance figure; timed as the decoding was."""
 
 from __future__ import annotations
@@ -12,23 +12,23 @@ from specrank.tracking.runs import experiment_run, log_figure, log_metrics, log_
 
 DECODER_COLUMNS = ("tokens_per_pass", "tokens_per_s", "passes", "draft_share", "root_pass_share", "tree_pass_share",
                    "rerank_share", "bookkeeping_share", "root_pass_hidden_share")
-UNITS = ("`<decoder>.realized.*` / `<decoder>.expected.*` are accepted draft tokens per round (mean and 95% "
+UNITS = ("`<strategy>.realized.*` / `<strategy>.expected.*` are accepted draft tokens per round (mean and 95% "
          "prompt-bootstrap interval), `*.tokens_per_s` tokens per second, `*_share` fractions of the decoding "
-         "time, `*.speed_vs_<base>.*` tokens/s ratios to the base decoder; `wall_s` this run's seconds.")
+         "time, `*.speed_vs_<base>.*` tokens/s ratios to the base strategy; `wall_s` this run's seconds.")
 
 
 def online_metrics(tables: Mapping[str, pd.DataFrame]) -> dict[str, float]:
-    """``<decoder>.<statistic>.<mean|low|high>``, ``<decoder>.<column>`` and ``<decoder>.speed_vs_<base>.*``."""
+    """``<strategy>.<statistic>.<mean|low|high>``, ``<strategy>.<column>`` and ``<strategy>.speed_vs_<base>.*``."""
     metrics = {}
     for _, r in tables["online_acceptance"].iterrows():
         for k in ("mean", "low", "high"):
-            metrics[f"{r['decoder']}.{r['statistic']}.{k}"] = r[k]
-    for _, r in tables["online_decoders"].iterrows():
+            metrics[f"{r['strategy']}.{r['statistic']}.{k}"] = r[k]
+    for _, r in tables["online_strategies"].iterrows():
         for k in DECODER_COLUMNS:
-            metrics[f"{r['decoder']}.{k}"] = r[k]
+            metrics[f"{r['strategy']}.{k}"] = r[k]
     for _, r in tables["online_speed"].iterrows():
         for k in ("ratio", "low", "high"):
-            metrics[f"{r['decoder']}.speed_vs_{r['base']}.{k}"] = r[k]
+            metrics[f"{r['strategy']}.speed_vs_{r['base']}.{k}"] = r[k]
     return metrics
 
 
@@ -38,8 +38,8 @@ def log_online(uri: str, experiment: str, run_name: str, params: Mapping, tables
     ``params``, ``online_metrics``, the tables and the realized-acceptance figure. Returns its id."""
     from specrank.evaluation.figures import acceptance_figure
 
-    decoders = ", ".join(tables["online_decoders"]["decoder"].astype(str))
-    note = f"Online decoding with {decoders} in the loop: realized against expected acceptance, and speed.\n\n{UNITS}"
+    strategies = ", ".join(tables["online_strategies"]["strategy"].astype(str))
+    note = f"Online decoding with {strategies} in the loop: realized against expected acceptance, and speed.\n\n{UNITS}"
     span = (time.time() if started is None else started, None)
     with experiment_run(experiment, run_name=run_name, tracking_uri=uri, tags={"specrank.stage": "online"},
                         description=note, span=span) as run:

@@ -24,18 +24,18 @@ def headline_frame(summary: pd.DataFrame, budgets) -> pd.DataFrame:
     """The headline table as rows: rule (and its label) x headline budget, value, gain with its interval,
     share of root's gain."""
     rows = summary[summary["budget"].isin(list(budgets))]
-    cols = ["rule", "budget", "mean", "gain", "gain_low", "gain_high", "gain_pct", "root_share"]
+    cols = ["score", "budget", "mean", "gain", "gain_low", "gain_high", "gain_pct", "root_share"]
     out = rows[[c for c in cols if c in rows]].copy()
-    out.insert(1, "label", out["rule"].map(label))
-    order = {r: i for i, r in enumerate(ordered(out["rule"].unique()))}
-    return out.sort_values(["budget", "rule"], key=lambda s: s.map(order) if s.name == "rule" else s,
+    out.insert(1, "label", out["score"].map(label))
+    order = {r: i for i, r in enumerate(ordered(out["score"].unique()))}
+    return out.sort_values(["budget", "score"], key=lambda s: s.map(order) if s.name == "score" else s,
                            kind="stable").reset_index(drop=True)
 
 
 def pipeline_metrics(summary: pd.DataFrame, budget: int, train: dict, decode: dict, champion: str | None) -> dict:
     """About eight numbers to read first: draft's value, root's, Rows' and the champion's gains at ``budget``,
     Rows' share of root, the champion's and draft's held-out MSE, the prompts and the decoding speed."""
-    at = summary[summary["budget"] == budget].set_index("rule")
+    at = summary[summary["budget"] == budget].set_index("score")
     out = {"n_prompts": train.get("n_prompts"), "n_rounds": at["rounds"].max() if "rounds" in at else None}
     if "draft" in at.index:
         out[f"draft_tokens_B{budget}"] = at.loc["draft", "mean"]

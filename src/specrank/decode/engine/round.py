@@ -67,7 +67,7 @@ class RoundView:
     state: PromptState
     config: DecodeConfig
     pool: DraftPool
-    strategy: SelectionStrategy  # the decoder
+    strategy: SelectionStrategy  # what the round verifies
     rule: SelectionStrategy  # the strategy acting this round (``strategy.plan``)
     ctx: RoundContext
     tree: np.ndarray  # (M,) bool, the selected tree

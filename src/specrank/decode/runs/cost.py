@@ -1,5 +1,5 @@
 """The cost model of tree settings, timed on the user's device with the real models: the drafter's pool for
-each (topk, num_steps), the target's verify pass for each number of tokens, and the host's share of a round.
+each (topk, depth, expand), the target's verify pass for each number of tokens, and the host's share of a round.
 
 Timed loops queue their work and synchronize once at the end (a pool's single copy to the host is part of
 growing it, as in decoding), so an asynchronous device is charged for its work, not for per-step waits.
@@ -28,23 +28,25 @@ def synchronize(device) -> None:
 
 @dataclass
 class CostModel:
-    """Seconds per pool (topk, num_steps), per verify pass (tokens, root included) and of host work per round."""
+    """Seconds per pool (topk, depth, expand), per verify pass (tokens, root included) and of host work per round."""
 
-    draft: dict = field(default_factory=dict)  # (topk, num_steps) -> seconds
+    draft: dict = field(default_factory=dict)  # (topk, depth, expand) -> seconds
     verify: dict = field(default_factory=dict)  # num_draft_tokens -> seconds
     host: float = 0.0
     device: str = "cpu"
     context: int = 0  # committed tokens the timings ran at
 
-    def round_seconds(self, topk: int, num_steps: int, num_draft_tokens: int) -> float:
-        return self.draft[(topk, num_steps)] + self.verify[num_draft_tokens] + self.host
+    def round_seconds(self, setting) -> float:
+        """A setting's seconds per round: its pool (``setting.draft_shape``), its verify pass, the host."""
+        return self.draft[setting.draft_shape] + self.verify[setting.num_draft_tokens] + self.host
 
     def rows(self) -> list[dict]:
-        out = [{"part": "draft", "topk": k, "num_steps": s, "num_draft_tokens": 0, "seconds": v}
-               for (k, s), v in sorted(self.draft.items())]
-        out += [{"part": "verify", "topk": 0, "num_steps": 0, "num_draft_tokens": n, "seconds": v}
+        out = [{"part": "draft", "topk": k, "num_steps": s, "expand": e, "num_draft_tokens": 0, "seconds": v}
+               for (k, s, e), v in sorted(self.draft.items())]
+        out += [{"part": "verify", "topk": 0, "num_steps": 0, "expand": 0, "num_draft_tokens": n, "seconds": v}
                 for n, v in sorted(self.verify.items())]
-        return out + [{"part": "host", "topk": 0, "num_steps": 0, "num_draft_tokens": 0, "seconds": self.host}]
+        return out + [{"part": "host", "topk": 0, "num_steps": 0, "expand": 0, "num_draft_tokens": 0,
+                       "seconds": self.host}]
 
 
 def _started(target, drafter, prompt_ids):
@@ -53,16 +55,16 @@ def _started(target, drafter, prompt_ids):
 
 
 def time_drafter(target, drafter, prompt_ids, shapes, repeats: int = 5) -> dict:
-    """{(topk, num_steps): median-free mean seconds of one pool} at the prompt's context (one warm-up pool)."""
+    """{(topk, depth, expand): mean seconds of one pool} at the prompt's context (one warm-up pool)."""
     state = _started(target, drafter, prompt_ids)
     out = {}
-    for k, s in shapes:
-        shape = PoolShape(k, s, k)
+    for k, s, e in shapes:
+        shape = PoolShape(k, s, e)
         drafter.grow_pool(state.root, shape)  # warm-up: kernels, allocator
         start = time.perf_counter()
         for _ in range(repeats):
             drafter.grow_pool(state.root, shape)
-        out[(k, s)] = (time.perf_counter() - start) / repeats
+        out[(k, s, e)] = (time.perf_counter() - start) / repeats
     return out
 
 
@@ -88,8 +90,8 @@ def time_verify(target, drafter, prompt_ids, token_counts, repeats: int = 5) -> 
 
 
 def measure_cost(target, drafter, prompt_ids, settings, repeats: int = 5, host: float = 0.0) -> CostModel:
-    """Time every (topk, num_steps) pool and every verify width the ``settings`` need."""
-    shapes = sorted({(s.topk, s.num_steps) for s in settings})
+    """Time every pool (``setting.draft_shape``) and every verify width the ``settings`` need."""
+    shapes = sorted({s.draft_shape for s in settings})
     widths = sorted({s.num_draft_tokens for s in settings})
     with torch.inference_mode():
         draft = time_drafter(target, drafter, prompt_ids, shapes, repeats)

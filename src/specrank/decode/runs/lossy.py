@@ -1,4 +1,4 @@
-"""Runs with a verification rule (tree or chain decoder): ``rounds/`` as usual plus, per shard,
+"""Runs with a verification rule (tree or chain speculation): ``rounds/`` as usual plus, per shard,
 ``diagnostics/shard-FIRST-LAST.parquet`` with one row per emitted token (exact emission diagnostics,
 ``specrank.decode.verify.lossy.emission``). The diagnostics shard is written before the rounds shard, and
 a prompt counts as done once its rounds shard exists, so a rerun resumes exactly as ``decode`` does.
@@ -21,11 +21,11 @@ from specrank.decode.runs.tables import read_shards, rounds_table
 from specrank.decode.verify.lossy.adapters import TreeRuleVerifier
 from specrank.decode.verify.lossy.emission import DIAGNOSTIC_COLUMNS, DIAGNOSTIC_KEYS, DIAGNOSTIC_VALUES
 
-DECODERS = ("tree", "chain")
+SPECULATIONS = ("tree", "chain")
 
 
 class LossyRunError(ValueError):
-    """A lossy run was asked with an unknown decoder or a rule it cannot run."""
+    """A lossy run was asked with an unknown speculation or a rule it cannot run."""
 
 
 def diagnostics_schema() -> pa.Schema:
@@ -62,14 +62,14 @@ def read_diagnostics(run_dir):
     return read_shards(run_dir, "diagnostics")
 
 
-def lossy_manifest(manifest: dict, rule, decoder: str) -> dict:
-    """The run manifest with the decoder and the verification rule."""
-    return {**manifest, "decoder": decoder, "verifier": rule.name}
+def lossy_manifest(manifest: dict, rule, speculation: str) -> dict:
+    """The run manifest with the speculation and the verification rule."""
+    return {**manifest, "speculation": speculation, "verification_rule": rule.name}
 
 
-def decode_one(target, drafter, ids, config: DecodeConfig, rule, decoder: str, verifier, prompt, timer: Timer):
-    """(rounds records, per-round diagnostics) of one prompt under ``decoder``."""
-    if decoder == "chain":
+def decode_one(target, drafter, ids, config: DecodeConfig, rule, speculation: str, verifier, prompt, timer: Timer):
+    """(rounds records, per-round diagnostics) of one prompt under ``speculation``."""
+    if speculation == "chain":
         _, records, rounds = decode_chain_prompt(target, drafter, ids, config, rule, prompt.prompt_id, prompt.task,
                                                  timer=timer)
         return records, rounds
@@ -77,20 +77,20 @@ def decode_one(target, drafter, ids, config: DecodeConfig, rule, decoder: str, v
     return records, verifier.take()
 
 
-def lossy_work(target, drafter, prompts, config: DecodeConfig, rule, decoder: str = "tree",
+def lossy_work(target, drafter, prompts, config: DecodeConfig, rule, speculation: str = "tree",
                timer: Timer | None = None):
     """``(decode_one, tables)`` of the shard writer (``runs.shards.record_shards``) decoding ``prompts`` with
-    ``rule`` under ``decoder``; refuses a bad decoder, rule or prompt before any output."""
-    if decoder not in DECODERS:
-        raise LossyRunError(f"unknown decoder {decoder!r} (one of {', '.join(DECODERS)})")
-    if decoder == "chain":
+    ``rule`` under ``speculation``; refuses a bad speculation, rule or prompt before any output."""
+    if speculation not in SPECULATIONS:
+        raise LossyRunError(f"unknown speculation {speculation!r} (one of {', '.join(SPECULATIONS)})")
+    if speculation == "chain":
         chain_length(config)
-    verifier = TreeRuleVerifier(rule, config.temperature) if decoder == "tree" else None  # refuses non-tree rules
+    verifier = TreeRuleVerifier(rule, config.temperature) if speculation == "tree" else None  # refuses non-tree rules
     encoded = encode_prompts(target, prompts, config)  # fail before any output
 
     def decode_shard_prompt(i):
         start = time.perf_counter()
-        recs, rounds = decode_one(target, drafter, encoded[i], config, rule, decoder, verifier, prompts[i], timer)
+        recs, rounds = decode_one(target, drafter, encoded[i], config, rule, speculation, verifier, prompts[i], timer)
         seconds = time.perf_counter() - start
         return {"rounds": recs,
                 "diagnostics": prompt_diagnostics(rounds, recs, prompts[i].prompt_id, prompts[i].task, seconds)}
@@ -101,15 +101,15 @@ def lossy_work(target, drafter, prompts, config: DecodeConfig, rule, decoder: st
 
 
 def lossy_decode_run(target, drafter, prompts, out_dir, config: DecodeConfig, manifest: dict, rule,
-                     decoder: str = "tree", shard_size: int = 4, progress: bool = True) -> Timer:
-    """Decode ``prompts`` with ``rule`` under ``decoder`` into ``out_dir`` (resumable); return the timer."""
+                     speculation: str = "tree", shard_size: int = 4, progress: bool = True) -> Timer:
+    """Decode ``prompts`` with ``rule`` under ``speculation`` into ``out_dir`` (resumable); return the timer."""
     if shard_size < 1:
         raise LossyRunError(f"shard size must be >= 1, got {shard_size}")
     timer = Timer()
-    decode_shard_prompt, tables = lossy_work(target, drafter, prompts, config, rule, decoder, timer)
-    out = open_run_dir(out_dir, lossy_manifest(manifest, rule, decoder))
+    decode_shard_prompt, tables = lossy_work(target, drafter, prompts, config, rule, speculation, timer)
+    out = open_run_dir(out_dir, lossy_manifest(manifest, rule, speculation))
     record_shards(out, len(prompts), shard_size, decode_shard_prompt, tables, progress=progress)
     return timer
 
 
-__all__ = ["DECODERS", "DIAGNOSTIC_COLUMNS", "lossy_decode_run", "read_diagnostics"]
+__all__ = ["SPECULATIONS", "DIAGNOSTIC_COLUMNS", "lossy_decode_run", "read_diagnostics"]

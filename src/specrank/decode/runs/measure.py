@@ -1,7 +1,7 @@
-"""Measurement inside the decoding loop: records, and the rules compared at the decoder's own contexts.
+"""Measurement inside the decoding loop: records, and the rules compared at the strategy's own contexts.
 
 ``Measure`` is the round engine's observer (``specrank.decode.engine.round``). For measurement only,
-a tree pass may also score the union of other rules' trees at the decoder's own context: the
+a tree pass may also score the union of other rules' trees at the strategy's own context: the
 verifier never sees these prefixes, and the tree mask keeps the verified tree's rows unchanged.
 The recorded target probabilities then give, per round, the expected acceptance of every compared
 rule with the offline value functions of ``specrank.selection`` (the same code the offline
@@ -19,7 +19,7 @@ from specrank.decode.runs.records import round_record
 from specrank.decode.strategies import strategy_name
 from specrank.decode.strategies.base import draft_rank, round_batch
 from specrank.schema import DIAGNOSTIC_COLUMNS, ROW_COLUMNS, ROW_SCALARS
-from specrank.selection import DraftGroups, PoolBatch, cumulate, draw_values, fixed_values, rule_score
+from specrank.selection import DraftGroups, PoolBatch, cumulate, draw_values, fixed_values, score_of
 from specrank.selection.select import select_top
 
 COMPARABLE = ("draft", "root", "root_draw", "pearl", "reranked")
@@ -31,7 +31,7 @@ class CompareError(ValueError):
 
 @dataclass
 class Measure:
-    """What a round records beyond decoding: ``rules`` compared at the decoder's contexts (``reranker``: the
+    """What a round records beyond decoding: ``rules`` compared at the strategy's contexts (``reranker``: the
     RerankedSelection whose reranker ``reranked`` means), and with ``record`` every pool edge."""
 
     rules: tuple = ()
@@ -59,7 +59,7 @@ class Measure:
         return np.concatenate([extra, recorded]).astype(np.int64), self.record
 
     def observe(self, view) -> dict:
-        """The round's record: the ``rounds`` columns, then what the online decoder realized and expected."""
+        """The round's record: the ``rounds`` columns, then what the online strategy realized and expected."""
         state, pool = view.state, view.pool
         topk = view.config.shape.topk
         rows = (state.caches.read(state.rounds, state.root, pool.token[:topk], view.logp_rows([0])[0])
@@ -67,7 +67,8 @@ class Measure:
         record = round_record(state, pool, view.logp_rows, view.scored, view.accepted, view.continuation, view.emitted,
                               draft_rank(pool), rows)
         rule, law = view.rule, view.ctx.law
-        record.update(prompt_id=state.prompt_id, task=state.task, decoder=view.strategy.name, rule=rule.name, drawn=view.drawn, passes=view.passes,
+        record.update(prompt_id=state.prompt_id, task=state.task, strategy=view.strategy.name, score=rule.name,
+                      drawn=view.drawn, passes=view.passes,
                       realized=len(view.accepted) + int(view.skipped and rule.counts_draw),
                       expected=np.nan if view.strategy.carries_leaf_row else own_expected(
                           record, view.tree, rule, view.ctx.drawn_node, law))
@@ -78,7 +79,7 @@ class Measure:
 
 
 def absent_rows(topk: int) -> dict:
-    """The retained-row columns of a round whose decoder keeps no row caches (all absent)."""
+    """The retained-row columns of a round whose strategy keeps no row caches (all absent)."""
     rows = {k: np.full(topk, np.nan, np.float32) for k in ROW_COLUMNS}
     return rows | {k: -1 for k in ROW_SCALARS} | {k: np.nan for k in DIAGNOSTIC_COLUMNS}
 
@@ -114,9 +115,9 @@ def measured_nodes(batch: PoolBatch, rules, budget: int, law: str, root_known: b
         if rule in ("draft", "pearl"):
             nodes |= select_top(batch.draft_logp, depth, budget)[0]
         elif rule == "reranked":
-            nodes |= select_top(rule_score(batch, "reranked", law, first_factor=first_factor), depth, budget)[0]
+            nodes |= select_top(score_of(batch, "reranked", law, first_factor=first_factor), depth, budget)[0]
         elif rule == "root" and root_known:
-            nodes |= select_top(rule_score(batch, "root", law), depth, budget)[0]
+            nodes |= select_top(score_of(batch, "root", law), depth, budget)[0]
         else:  # root before the root row is known, root-draw for every draw
             nodes |= branch_union(batch, budget)
     return nodes
@@ -132,7 +133,7 @@ def expected_values(batch: PoolBatch, rules, budget: int, law: str, first_factor
             out[rule] = float(draws[rule][0][0, 0])
             continue
         inputs = {"first_factor": first_factor} if rule == "reranked" else {}
-        out[rule] = float(fixed_values(batch, rule_score(batch, rule, law, **inputs), [budget], law)[0][0, 0])
+        out[rule] = float(fixed_values(batch, score_of(batch, rule, law, **inputs), [budget], law)[0][0, 0])
     return out
 
 

@@ -1,8 +1,8 @@
 """The online speed protocol (target-row reuse, arXiv 2610.29210, App. D.14): every strategy on every prompt, in an
-order rotated per prompt, after warm-up decodes, with what each decoder realized and expected at its own contexts.
+order rotated per prompt, after warm-up decodes, with what each strategy realized and expected at its own contexts.
 
 Each round's measurement (its record, the expected values of compared rules) is timed apart and left
-out of the decoders' seconds, so tokens/s measures decoding alone.
+out of the strategies' seconds, so tokens/s measures decoding alone.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ def rotated(rules: list, i: int) -> list:
     return rules[k:] + rules[:k]
 
 
-def decode_row(prompt_id: str, task: str, decoder: str, order: int, tokens: int, timer: Timer) -> dict:
+def decode_row(prompt_id: str, task: str, strategy: str, order: int, tokens: int, timer: Timer) -> dict:
     """One row of the decodes table: tokens, rounds, target passes and the seconds by span."""
-    return {"prompt_id": prompt_id, "task": task, "decoder": decoder, "order": order, "tokens": tokens,
+    return {"prompt_id": prompt_id, "task": task, "strategy": strategy, "order": order, "tokens": tokens,
             "rounds": timer.rounds, "passes": timer.passes, "seconds": timer.decoding, "prefill_s": timer.prefill,
             "draft_s": timer.draft, "root_pass_s": timer.root, "tree_pass_s": timer.target,
             "rerank_s": timer.rerank, "bookkeeping_s": timer.bookkeeping, "measure_s": timer.measure,
@@ -38,8 +38,8 @@ def run_protocol(target, drafter, prompts, config: DecodeConfig, strategies: dic
 
     ``prompts``: list of (prompt_id, task, token ids); ``strategies``: {name: SelectionStrategy}. With
     ``measure`` each round's record is kept (realized and expected acceptance, ``compare``'s rules).
-    ``drafters`` ({name: drafter}) gives a decoder its own drafter (a pipelined one); the rest use ``drafter``.
-    Returns (rounds DataFrame: one row per round, decodes DataFrame: one row per (prompt, decoder)).
+    ``drafters`` ({name: drafter}) gives a strategy its own drafter (a pipelined one); the rest use ``drafter``.
+    Returns (rounds DataFrame: one row per round, decodes DataFrame: one row per (prompt, strategy)).
     """
     names = list(strategies)
     reranker = next((s for s in strategies.values() if isinstance(s, RerankedSelection)), None)

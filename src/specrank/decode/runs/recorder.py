@@ -15,10 +15,10 @@ from specrank.decode.strategies import DraftSelection
 
 
 def record_prompt(target, drafter, prompt_ids, config: DecodeConfig, prompt_id: str = "0", task: str = "",
-                  verifier=None, timer: Timer | None = None) -> tuple[list, list]:
-    """Record one prompt: (output token ids, round records). Rounds verify draft selection's top-B and score
-    every pool edge."""
-    return decode_prompt(target, drafter, prompt_ids, config, DraftSelection(), verifier=verifier,
+                  verifier=None, timer: Timer | None = None, strategy=None) -> tuple[list, list]:
+    """Record one prompt: (output token ids, round records). Rounds verify ``strategy``'s tree (default: draft
+    selection's top-B) and score every pool edge."""
+    return decode_prompt(target, drafter, prompt_ids, config, strategy or DraftSelection(), verifier=verifier,
                          observer=Measure(record=True), prompt_id=prompt_id, task=task, timer=timer)
 
 

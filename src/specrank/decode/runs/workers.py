@@ -19,7 +19,7 @@ from specrank.decode.config import DecodeConfig
 from specrank.decode.engine.timer import Timer
 from specrank.decode.loading import load_drafter, load_target
 from specrank.decode.runs.chain import chain_length
-from specrank.decode.runs.lossy import DECODERS, lossy_manifest, lossy_work
+from specrank.decode.runs.lossy import SPECULATIONS, lossy_manifest, lossy_work
 from specrank.decode.runs.manifest import model_identity, run_manifest, with_trained_prompts
 from specrank.decode.runs.recorder import recorder_work
 from specrank.decode.runs.shards import (
@@ -31,7 +31,7 @@ from specrank.decode.runs.shards import (
     write_shard,
 )
 from specrank.decode.verify.lossy.adapters import TreeRuleVerifier
-from specrank.decode.verify.lossy.parse import parse_verifier
+from specrank.decode.verify.lossy.parse import parse_verification_rule
 from specrank.scale import Outcome, ScaleError, Shard, Workers, worker_pool
 
 RECORD = "record"  # the recorder's runs: rounds only, draft selection, exhaustive verification
@@ -55,32 +55,33 @@ class Models:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run directory: the recorder (``decoder="record"``) or a lossy run under ``tree`` / ``chain`` with the
-    rule ``verifier`` (``NAME[:KEY=VALUE,...]``)."""
+    """One run directory: the recorder (``speculation="record"``) or a lossy run under ``tree`` / ``chain`` with the
+    rule ``verification_rule`` (``NAME[:KEY=VALUE,...]``)."""
 
     out: str
     config: DecodeConfig
-    decoder: str = RECORD
-    verifier: str | None = None
+    speculation: str = RECORD
+    verification_rule: str | None = None
     trained_prompts: int = 0  # prompts the drafter was trained on, decoded when asked explicitly
 
     def rule(self):
-        return parse_verifier(self.verifier or "lossless")
+        return parse_verification_rule(self.verification_rule or "lossless")
 
     def check(self) -> None:
-        """Refuse an unknown decoder, a rule without a tree form or a pool that is not a chain (before Ray starts)."""
-        if self.decoder not in (RECORD, *DECODERS):
-            raise ScaleError(f"unknown decoder {self.decoder!r} (one of {RECORD}, {', '.join(DECODERS)})")
-        if self.decoder == "tree":
+        """Refuse an unknown speculation, a rule without a tree form or a pool that is not a chain (before Ray
+        starts)."""
+        if self.speculation not in (RECORD, *SPECULATIONS):
+            raise ScaleError(f"unknown speculation {self.speculation!r} (one of {RECORD}, {', '.join(SPECULATIONS)})")
+        if self.speculation == "tree":
             TreeRuleVerifier(self.rule(), self.config.temperature)
-        elif self.decoder == "chain":
+        elif self.speculation == "chain":
             chain_length(self.config)
             self.rule()
 
     def manifest(self, identity: dict, prompts_path, shard_size: int, workers: int) -> dict:
         manifest = run_manifest(identity, self.config, prompts_path, shard_size)
-        if self.decoder != RECORD:
-            manifest = lossy_manifest(manifest, self.rule(), self.decoder)
+        if self.speculation != RECORD:
+            manifest = lossy_manifest(manifest, self.rule(), self.speculation)
         return {**with_trained_prompts(manifest, self.trained_prompts), "workers": workers}
 
 
@@ -109,9 +110,9 @@ class DecodeWork:
 
 def run_work(target, drafter, prompts, run: RunSpec, timer: Timer):
     """``(decode_one, tables)`` of ``run``'s shards."""
-    if run.decoder == RECORD:
+    if run.speculation == RECORD:
         return recorder_work(target, drafter, prompts, run.config, timer=timer)
-    return lossy_work(target, drafter, prompts, run.config, run.rule(), run.decoder, timer)
+    return lossy_work(target, drafter, prompts, run.config, run.rule(), run.speculation, timer)
 
 
 def decode_on_workers(workers: Workers, models: Models, prompts, prompts_path, runs: list[RunSpec],

@@ -7,6 +7,7 @@ from specrank.decode.strategies.covering import CoveringSelection
 from specrank.decode.strategies.draft import DraftSelection
 from specrank.decode.strategies.reranked import RerankedSelection, check_reranker
 from specrank.decode.strategies.root import PearlSelection, RootDrawSelection, RootSelection
+from specrank.decode.strategies.static_tree import StaticTreeSelection
 
 STRATEGIES = {
     "draft": DraftSelection,
@@ -46,6 +47,6 @@ def make_strategy(name: str, reranker=None, source: str = "") -> SelectionStrate
 
 __all__ = [
     "STRATEGY_NAMES", "STRATEGIES", "CoveringSelection", "DraftSelection", "PearlSelection", "RerankedSelection",
-    "RootDrawSelection", "RootSelection", "RoundContext", "SelectionStrategy", "StrategyError",
+    "RootDrawSelection", "RootSelection", "RoundContext", "SelectionStrategy", "StaticTreeSelection", "StrategyError",
     "DEPRECATED_NAMES", "check_reranker", "make_strategy", "strategy_name",
 ]

@@ -91,7 +91,7 @@ class SelectionStrategy:
     needs_rows = False  # selection reads retained target rows (the row caches are kept)
 
     def plan(self, root_known: bool) -> "SelectionStrategy":
-        """The strategy acting in a round (the covering decoder switches on a carried root row)."""
+        """The strategy acting in a round (the covering strategy switches on a carried root row)."""
         return self
 
     def check(self, config) -> None:
@@ -128,5 +128,5 @@ def skips_tree_pass(rule: SelectionStrategy, tree: np.ndarray, node: int) -> boo
 
 
 def leaf_demotion(accepted: np.ndarray, tree: np.ndarray, parent: np.ndarray) -> bool:
-    """True when the last accepted node is a leaf of the verified tree (covering decoder)."""
+    """True when the last accepted node is a leaf of the verified tree (covering strategy)."""
     return len(accepted) > 0 and not (tree & (parent == accepted[-1])).any()

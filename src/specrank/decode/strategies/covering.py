@@ -1,4 +1,4 @@
-"""The covering decoder (target-row reuse, arXiv 2610.29210, App. D.10)."""
+"""The covering strategy (target-row reuse, arXiv 2610.29210, App. D.10)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from specrank.decode.strategies.base import SelectionStrategy, StrategyError, ro
 from specrank.featurize.features import feature_groups
 from specrank.featurize.rows import ROW_FEATURES
 from specrank.featurize.sets import resolve_features
-from specrank.selection import rule_score
+from specrank.selection import score_of
 
 PREDICTOR = ("features_", "label_kind_", "topk_", "predict_first_factor")
 
@@ -48,7 +48,7 @@ class RerankedSelection(SelectionStrategy):
 
     def select(self, pool, ctx):
         factor = (self.first_factor(pool, ctx) if ctx.first_factor is None else ctx.first_factor)[None]
-        score = rule_score(round_batch(pool, None, 1.0), "reranked", ctx.law, first_factor=factor)[0]
+        score = score_of(round_batch(pool, None, 1.0), "reranked", ctx.law, first_factor=factor)[0]
         return top_tree(score, pool.depth, ctx.budget), score
 
 

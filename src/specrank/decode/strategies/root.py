@@ -1,5 +1,5 @@
 """Decoders that read the root row from a separate root pass: root selection, root-draw selection and the
-PEARL-style decoder (target-row reuse, arXiv 2610.29210, §5.4, App. D.14)."""
+PEARL-style strategy (target-row reuse, arXiv 2610.29210, §5.4, App. D.14)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 from specrank.decode.strategies.base import (
     SelectionStrategy, branch_tree, draft_scores, round_batch, top_tree,
 )
-from specrank.selection import rule_score
+from specrank.selection import score_of
 
 
 class RootSelection(SelectionStrategy):
@@ -20,7 +20,7 @@ class RootSelection(SelectionStrategy):
     draws_first = True
 
     def select(self, pool, ctx):
-        score = rule_score(round_batch(pool, ctx.root_logits, ctx.temperature), "root", ctx.law)[0]
+        score = score_of(round_batch(pool, ctx.root_logits, ctx.temperature), "root", ctx.law)[0]
         return top_tree(score, pool.depth, ctx.budget), score
 
 

@@ -1,9 +1,9 @@
 """One-position rules as tree verifiers: the EAGLE-3 tree form of a rule (lossy verification, arXiv 2607.26627,
-App. G.2) behind the ``verify(tree, logits, generator)`` interface of the tree decoder, recording each round's exact
+App. G.2) behind the ``verify(tree, logits, generator)`` interface of tree speculation, recording each round's exact
 per-position diagnostics along the emitted path (App. G.3-G.4).
 
 Only lossless, exhaustive and truncation rules have a tree form; any other rule is refused here
-with a one-line error (use the chain decoder for them).
+with a one-line error (use chain speculation for them).
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def truncation_efficiency(p: torch.Tensor, q: torch.Tensor, allowed) -> Efficien
 
 
 def diagnostics_table(rules, p: torch.Tensor, q: torch.Tensor):
-    """One row per (rule, position) with every diagnostic: a pandas DataFrame."""
+    """One row per (verification rule, position) with every diagnostic: a pandas DataFrame."""
     frames = []
     for rule in rules:
         diag = diagnose(rule, p, q)
@@ -98,6 +98,6 @@ def diagnostics_table(rules, p: torch.Tensor, q: torch.Tensor):
             cols.update({name: value.reshape(-1).double().numpy() for name, value in eff._asdict().items()})
         frame = pd.DataFrame(cols)
         frame.insert(0, "position", range(len(frame)))
-        frame.insert(0, "rule", rule.name)
+        frame.insert(0, "verification_rule", rule.name)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)

@@ -76,7 +76,7 @@ BUILDERS = {
 }
 
 
-def parse_verifier(text: str) -> VerificationRule:
+def parse_verification_rule(text: str) -> VerificationRule:
     """A rule from ``NAME[:KEY=VALUE,...]``, e.g. ``"lenience:l=0.5"``."""
     name, _, body = text.strip().partition(":")
     if name not in BUILDERS:

@@ -1,4 +1,4 @@
-"""Fixed-tree selection rules (docs/design.md, selection rules) as score functions, their registry, values and sizes.
+"""Fixed-tree selection scores (docs/design.md, selection rules) as functions, their registry, values and tree sizes.
 
 Every score is a log-space, float64 (N, M) array that is non-increasing along each
 path, so the top-B set under the (depth, index) tie-break is ancestor-closed.
@@ -128,38 +128,39 @@ def mixture_score(pool: PoolBatch, law: str = "sampling", *, row_logp, weight: f
 
 
 @dataclass(frozen=True)
-class Rule:
-    """A fixed-tree rule: ``score(pool, law, **inputs)`` with the named extra ``inputs``."""
+class Score:
+    """A fixed-tree selection score: ``function(pool, law, **inputs)`` with the named extra ``inputs``."""
 
     name: str
-    score: Callable[..., np.ndarray]
+    function: Callable[..., np.ndarray]
     inputs: tuple[str, ...] = ()
 
 
-RULES = MappingProxyType(
+SCORES = MappingProxyType(
     {
-        "draft": Rule("draft", draft_score),
-        "root": Rule("root", root_score),
-        "depth2": Rule("depth2", depth2_score),
-        "oracle": Rule("oracle", oracle_score),
-        "reranked": Rule("reranked", reranked_score, ("first_factor",)),
-        "isotonic": Rule("isotonic", isotonic_score, ("iso_factor",)),
-        "per_depth": Rule("per_depth", per_depth_score, ("edge_factor",)),
-        "substitution": Rule("substitution", substitution_score, ("row_logp",)),
-        "mixture": Rule("mixture", mixture_score, ("row_logp", "weight")),
+        "draft": Score("draft", draft_score),
+        "root": Score("root", root_score),
+        "depth2": Score("depth2", depth2_score),
+        "oracle": Score("oracle", oracle_score),
+        "reranked": Score("reranked", reranked_score, ("first_factor",)),
+        "isotonic": Score("isotonic", isotonic_score, ("iso_factor",)),
+        "per_depth": Score("per_depth", per_depth_score, ("edge_factor",)),
+        "substitution": Score("substitution", substitution_score, ("row_logp",)),
+        "mixture": Score("mixture", mixture_score, ("row_logp", "weight")),
     }
 )
 
 
-def rule_score(pool: PoolBatch, rule: str, law: str = "sampling", **inputs) -> np.ndarray:
-    """(N, M) score of a registered rule, with a one-line error for an unknown rule or missing input."""
-    if rule not in RULES:
-        raise PoolError(f"rule: unknown rule {rule!r}; known: {', '.join(RULES)}")
-    spec = RULES[rule]
+def score_of(pool: PoolBatch, name: str, law: str = "sampling", **inputs) -> np.ndarray:
+    """(N, M) values of the registered score ``name``, with a one-line error for an unknown score or a missing
+    input."""
+    if name not in SCORES:
+        raise PoolError(f"score: unknown score {name!r}; known: {', '.join(SCORES)}")
+    spec = SCORES[name]
     missing = [k for k in spec.inputs if k not in inputs]
     if missing:
-        raise PoolError(f"{missing[0]}: rule {rule!r} needs input {missing[0]!r}")
-    return spec.score(pool, check_law(law), **{k: inputs[k] for k in spec.inputs})
+        raise PoolError(f"{missing[0]}: score {name!r} needs input {missing[0]!r}")
+    return spec.function(pool, check_law(law), **{k: inputs[k] for k in spec.inputs})
 
 
 def fixed_values(pool: PoolBatch, score: np.ndarray, budgets, law: str = "sampling") -> tuple[np.ndarray, np.ndarray]:
