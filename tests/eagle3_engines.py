@@ -2,7 +2,8 @@
 own loader (no engine is installed here), and a from-scratch EAGLE-3 forward used as the reference.
 
 - SGLang ``python/sglang/srt/models/llama_eagle3.py`` ``LlamaForCausalLMEagle3.load_weights`` and
-  ``models/llama.py`` ``set_eagle3_layers_to_capture`` (before and after PR #25454).
+  ``LlamaModel.forward`` (03d5a777: ``midlayer`` then ``additional_layers``), and ``models/llama.py``
+  ``set_eagle3_layers_to_capture`` (before and after PR #25454).
 - vLLM ``vllm/model_executor/models/llama_eagle3.py`` ``Eagle3LlamaForCausalLM.load_weights``,
   ``models/qwen3_eagle3.py`` ``Eagle3Qwen3ForCausalLM.load_weights`` (055e47c2),
   ``vllm/transformers_utils/configs/speculators/algos.py`` ``update_eagle3`` and
@@ -32,8 +33,12 @@ def _stack(name: str) -> str:
 
 # ---- SGLang -------------------------------------------------------------------------------------------
 def sglang_params(config: dict) -> set[str]:
-    """Parameter names of SGLang's ``LlamaForCausalLMEagle3`` for ``config``."""
+    """Parameter names of SGLang's ``LlamaForCausalLMEagle3`` for ``config``: ``model.midlayer`` and, for
+    ``num_hidden_layers`` N > 1, ``model.additional_layers.0..N-2`` (``BasicDecoderLayer`` sets its
+    ``input_layernorm`` to None, so that weight is no parameter there)."""
     names = {"model.embed_tokens.weight", "model.fc.weight", "model.norm.weight"} | {f"model.midlayer.{p}" for p in LAYER}
+    for i in range(int(config.get("num_hidden_layers") or 1) - 1):
+        names |= {f"model.additional_layers.{i}.{p}" for p in LAYER if p != "input_layernorm.weight"}
     if config.get("bias"):
         names.add("model.fc.bias")
     if not config.get("tie_word_embeddings"):
@@ -42,8 +47,9 @@ def sglang_params(config: dict) -> set[str]:
 
 
 def sglang_load(config: dict, state: dict) -> tuple[set[str], list[str], torch.Tensor | None]:
-    """(parameters loaded, checkpoint names silently skipped, hot_token_id) as ``load_weights`` does."""
-    params, loaded, skipped, hot = sglang_params(config), set(), [], None
+    """(parameters loaded, checkpoint names silently skipped, hot_token_id) as ``load_weights`` does: a name is
+    tried as given, then under ``model.``; a stacked parameter counts as loaded once every shard of it came."""
+    params, shards, skipped, hot = sglang_params(config), {}, [], None
     for name in state:
         if "d2t" in name:
             hot = state[name] + torch.arange(state[name].shape[0])
@@ -52,8 +58,12 @@ def sglang_load(config: dict, state: dict) -> tuple[set[str], list[str], torch.T
             continue
         mapped = _stack(name)
         target = mapped if mapped in params else f"model.{mapped}"
-        (loaded.add(target) if target in params else skipped.append(name))
-    return loaded, skipped, hot
+        if target not in params:
+            skipped.append(name)
+            continue
+        shards.setdefault(target, set()).add(next((shard for _, shard in STACKED if shard in name), None))
+    whole = {t for t, got in shards.items() if got == ({s for p, s in STACKED if p in t} or {None})}
+    return whole, skipped, hot
 
 
 def sglang_capture(ids, num_layers: int, after_pr_25454: bool) -> tuple[int, ...]:
@@ -176,9 +186,9 @@ def _rope(x, positions, theta):  # x (n, heads, hd), rotate-half convention
     return x * cos + rotated * sin
 
 
-def _block(w, p, x, residual, pos, cfg, flags):
-    """Causal attention of the layer ``p`` on ``x`` (n, in) added to ``residual``, then its MLP -> (n, H);
-    Qwen3 layers norm each query and key head (``q_norm`` / ``k_norm``) before RoPE."""
+def _attention(w, p, x, pos, cfg, flags):
+    """Causal attention of the layer ``p`` on ``x`` (n, in) -> (n, H), ``o_proj`` applied; Qwen3 layers norm
+    each query and key head (``q_norm`` / ``k_norm``) before RoPE."""
     eps, heads, kv, n = cfg.rms_norm_eps, cfg.num_attention_heads, cfg.num_key_value_heads, len(pos)
     hd = cfg.hidden_size // heads
     q = (x @ w[p + "self_attn.q_proj.weight"].T).view(n, heads, hd)
@@ -190,10 +200,18 @@ def _block(w, p, x, residual, pos, cfg, flags):
     k, v = k.repeat_interleave(heads // kv, 1), v.repeat_interleave(heads // kv, 1)
     scores = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd) + torch.full((n, n), float("-inf")).triu(1)
     attn = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(n, heads * hd)
-    out = residual + attn @ w[p + "self_attn.o_proj.weight"].T
-    m = _rms(out, w[p + "post_attention_layernorm.weight"], eps)
-    mlp = torch.nn.functional.silu(m @ w[p + "mlp.gate_proj.weight"].T) * (m @ w[p + "mlp.up_proj.weight"].T)
-    return out + mlp @ w[p + "mlp.down_proj.weight"].T
+    return attn @ w[p + "self_attn.o_proj.weight"].T
+
+
+def _mlp(w, p, x):
+    return (torch.nn.functional.silu(x @ w[p + "mlp.gate_proj.weight"].T) * (x @ w[p + "mlp.up_proj.weight"].T)) @ \
+        w[p + "mlp.down_proj.weight"].T
+
+
+def _block(w, p, x, residual, pos, cfg, flags):
+    """Attention of the layer ``p`` on ``x`` (n, in) added to ``residual``, then its MLP, added -> (n, H)."""
+    out = residual + _attention(w, p, x, pos, cfg, flags)
+    return out + _mlp(w, p, _rms(out, w[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps))
 
 
 def reference_forward(w: dict, cfg, flags: dict, embed, tokens, target_rows, own_rows=None):
@@ -223,3 +241,36 @@ def reference_forward(w: dict, cfg, flags: dict, embed, tokens, target_rows, own
     final = _rms(out, w["norm.weight"], eps)
     read = final if flags.get("logits_from_norm", True) else out
     return read @ w["lm_head.weight"].T, final if flags.get("feedback_post_norm") else out
+
+
+def _add_rms(x, residual, weight, eps):
+    """SGLang's ``RMSNorm(x, residual)`` (fused add): (norm(x + residual), x + residual)."""
+    total = x + residual
+    return _rms(total, weight, eps), total
+
+
+def sglang_forward(w: dict, cfg, flags: dict, embed, tokens, target_rows, own_rows=None):
+    """SGLang's ``LlamaModel.forward`` of ``llama_eagle3.py`` (03d5a777), uncached, from raw tensors ``w``
+    (checkpoint names): the (hidden_states, residual) pair as its layers pass it, ``flags["layers"]`` being
+    ``num_hidden_layers``. ``flags["drop_residual"]`` False is the control: each additional layer then reads
+    hidden + residual, as the speculators stacking does. -> (draft logits (n, Vd), fed-back (n, H))."""
+    w = {k: v.float() for k, v in w.items()}
+    eps, pos = cfg.rms_norm_eps, torch.arange(len(tokens))
+    hidden = target_rows.float() @ w["fc.weight"].T  # fc only where the width is not hidden_size
+    if own_rows is not None:
+        hidden = torch.cat([hidden, own_rows.float()])
+    # LlamaDecoderLayer (the 2H one): residual = its hidden input
+    residual = hidden
+    x = torch.cat([_rms(embed[tokens].float(), w["midlayer.input_layernorm.weight"], eps),
+                   _rms(hidden, w["midlayer.hidden_norm.weight"], eps)], -1)
+    x, residual = _add_rms(_attention(w, "midlayer.", x, pos, cfg, {}), residual,
+                           w["midlayer.post_attention_layernorm.weight"], eps)
+    hidden = _mlp(w, "midlayer.", x)
+    for i in range(flags.get("layers", 1) - 1):  # BasicDecoderLayer: the residual it is handed is overwritten
+        p = f"additional_layers.{i}."
+        residual = hidden if flags.get("drop_residual", True) else hidden + residual
+        x = _attention(w, p, _rms(residual, w[p + "hidden_norm.weight"], eps), pos, cfg, {})
+        x, residual = _add_rms(x, residual, w[p + "post_attention_layernorm.weight"], eps)
+        hidden = _mlp(w, p, x)
+    to_logits, to_aux = _add_rms(hidden, residual, w["norm.weight"], eps)  # aux: before the norm, fed back
+    return to_logits @ w["lm_head.weight"].T, to_aux

@@ -9,6 +9,10 @@ dtypes, the d2t/t2d construction), from random weights; none of them goes throug
 - ``write_specforge_head``: SpecForge ``specforge/export/to_sglang.py``: ``save_pretrained`` of
   ``LlamaForCausalLMEagle3`` (``modeling/draft/llama3_eagle.py``) materialised in bf16, every key with
   "embed" dropped; ``d2t``/``t2d`` from ``data/preprocessing.py`` ``process_token_dict_to_mappings``.
+- ``write_sglang_head``: several draft layers under the names SGLang's ``LlamaForCausalLMEagle3``
+  (``python/sglang/srt/models/llama_eagle3.py``, 03d5a777) gives them, ``model.`` left out as SpecForge's
+  export leaves it (``load_weights`` adds it back): SpecForge's files plus ``additional_layers.0..N-2`` and
+  ``num_hidden_layers`` N. No trainer writes these upstream yet, so the names are those SGLang loads.
 - ``write_speculators_head``: vLLM speculators ``convert/eagle/eagle3_converter.py``: ``midlayer.`` ->
   ``layers.0.``, ``Eagle3SpeculatorConfig`` (``models/eagle3/config.py``), bf16 ``save_pretrained``.
 
@@ -122,6 +126,23 @@ def write_specforge_head(path, cfg, draft_vocab: int = 40, seed: int = 1, ids=No
         config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(ids)}
     (path / "config.json").write_text(json.dumps(config, indent=2))
     return {"fc_norm": fc_norm, "feedback_post_norm": fc_norm}  # norm_output as SpecForge reads it since PR #879
+
+
+def write_sglang_head(path, cfg, num_layers: int = 2, draft_vocab: int = 40, seed: int = 6, ids=None) -> dict:
+    from safetensors.torch import load_file, save_file
+
+    path = Path(path)
+    write_specforge_head(path, cfg, draft_vocab, seed, ids)
+    state = load_file(str(path / "model.safetensors"))
+    gen = torch.Generator().manual_seed(seed)
+    for i in range(num_layers - 1):  # BasicDecoderLayer: q/k/v read H, hidden_norm in place of input_layernorm
+        layer = layer_tensors(f"additional_layers.{i}.", cfg.hidden_size, cfg.num_attention_heads,
+                              cfg.num_key_value_heads, cfg.intermediate_size, gen, first=False)
+        state.update({k.replace("input_layernorm", "hidden_norm"): v.bfloat16() for k, v in layer.items()})
+    save_file({k: v.contiguous() for k, v in state.items()}, str(path / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": num_layers}, indent=2))
+    return {"layers": num_layers}
 
 
 def write_speculators_head(path, cfg, draft_vocab: int = 40, seed: int = 2, ids=None, verifier="tiny-target") -> dict:

@@ -14,6 +14,7 @@ from eagle3_engines import (
     eagle_load,
     reference_forward,
     sglang_capture,
+    sglang_forward,
     sglang_load,
     sglang_params,
     vllm_capture,
@@ -22,7 +23,13 @@ from eagle3_engines import (
     vllm_params,
     vllm_unloaded,
 )
-from eagle3_fixtures import write_eagle_head, write_specforge_head, write_speculators_head, write_speculators_trained_head
+from eagle3_fixtures import (
+    write_eagle_head,
+    write_sglang_head,
+    write_specforge_head,
+    write_speculators_head,
+    write_speculators_trained_head,
+)
 from specrank.cli import main
 from specrank.decode.core import causal_mask
 from specrank.decode.loading.drafters import load_drafter
@@ -50,7 +57,7 @@ def target(tmp):
 def raw(directory):
     """The fixture's tensors under the canonical names (the test's own reading)."""
     state = read_state(directory)
-    return {k.replace("layers.0.", "midlayer."): v for k, v in state.items()}
+    return {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in state.items()}
 
 
 def specrank_root(drafter, target):
@@ -79,14 +86,14 @@ def residual_stream(target, post_norm=False):
         target.model.model.norm = norm
 
 
-def reference_root(weights, flags, target, layers, child, post_norm=False):
-    """The reference on HF ``hidden_states`` at the explicitly chosen indices ``layers``."""
+def reference_root(weights, flags, target, layers, child, post_norm=False, forward=reference_forward):
+    """The reference ``forward`` on HF ``hidden_states`` at the explicitly chosen indices ``layers``."""
     states = residual_stream(target, post_norm)
     rows = torch.cat([states[i][0] for i in layers], -1)
     embed, cfg = weights.get("embed_tokens.weight", target.model.get_input_embeddings().weight), target.model.config
     tokens = CONTEXT[1:] + [ROOT]
-    logits, fed = reference_forward(weights, cfg, flags, embed, tokens, rows)
-    logits_child, _ = reference_forward(weights, cfg, flags, embed, tokens + [child], rows, fed[-1:])
+    logits, fed = forward(weights, cfg, flags, embed, tokens, rows)
+    logits_child, _ = forward(weights, cfg, flags, embed, tokens + [child], rows, fed[-1:])
     return torch.log_softmax(logits[-1], -1), torch.log_softmax(logits_child[-1], -1)
 
 
@@ -187,7 +194,8 @@ def _edit(field, value):
 REFUSED = [  # writer, edit, the field the error names
     (write_specforge_head, _edit("norm_before_residual", True), "norm_before_residual"),
     (write_specforge_head, _edit("mystery_flag", True), "mystery_flag"),
-    (write_specforge_head, _edit("num_hidden_layers", 2), "num_hidden_layers"),
+    (write_eagle_head, _edit("num_hidden_layers", 2), "num_hidden_layers"),
+    (write_sglang_head, _edit("bias", True), "bias"),
     (write_specforge_head, _edit("bias", True), "bias"),
     (write_specforge_head, _edit("eagle_config.use_aux_hidden_state", False), "use_aux_hidden_state"),
     (write_specforge_head, _edit("eagle_config.eagle_aux_hidden_state_layer_ids", [1, 2]),
@@ -417,8 +425,8 @@ def test_multi_layer_heads_export_for_vllm_and_are_refused_where_one_layer_is_bu
     assert torch.equal(specrank_root(reloaded, target)[1], specrank_root(original, target)[1])
     for fmt in ("sglang", "eagle"):
         with pytest.raises(ExportError, match="2 draft layers") as err:
-            export_head(src, tmp / f"multi-{arch}-{fmt}", fmt)
-        assert ("additional_layers" in str(err.value)) == (fmt == "sglang")
+            export_head(src, tmp / f"multi-{arch}-{fmt}", fmt)  # SGLang stacks other layers: a different network
+        assert ("additional_layers" in str(err.value) and "residual" in str(err.value)) == (fmt == "sglang")
 
 
 def test_fields_of_specforge_published_configs_that_nobody_reads_load_unchanged(target, tmp):
@@ -435,18 +443,86 @@ def test_fields_of_specforge_published_configs_that_nobody_reads_load_unchanged(
     assert torch.equal(specrank_root(a, target)[1], specrank_root(b, target)[1])
 
 
-def test_several_draft_layers_in_the_sglang_layout_are_refused_saying_what_sglang_builds(target, tmp):
-    """SGLang's llama_eagle3.py (03d5a777) does stack layers, as ``additional_layers.*`` reading the previous
-    layer's MLP output without its residual; the refusal says so rather than that SGLang builds one."""
-    directory = tmp / "sglang-two-layers"
-    write_specforge_head(directory, target.model.config)
+def sglang_steps(drafter, target):
+    """specrank's pipeline two draft steps deep: the root row, its argmax child, that child's argmax child
+    (each step reads the draft KV cache of the ones before) -> (log-probs (3, Vd), the two tokens)."""
+    n = len(CONTEXT)
+    _, hidden = target.forward(torch.tensor(CONTEXT), torch.arange(n), causal_mask(n, 0), target.new_cache(),
+                               drafter.hidden_layers)
+    drafter.start(torch.tensor(CONTEXT), hidden)
+    root = drafter._draft_root(ROOT)
+    rows, feed, tokens = [root.logp], root.feed[None], []
+    for depth in (1, 2):
+        tokens.append(int(drafter.draft_to_target[int(rows[-1].argmax())]))
+        logp, feed = drafter._draft_step(torch.tensor(tokens[-1:]), torch.tensor([root.position + depth]),
+                                         torch.zeros(1, root.visible + depth), feed)
+        rows.append(logp[0])
+    return torch.stack(rows), tokens
+
+
+def sglang_reference_steps(weights, flags, target, tokens):
+    """``sglang_forward`` uncached on ``hidden_states`` (2, 4, 5) (SGLang ids [1, 3, 4] + 1): the root row, then
+    each child on its parent's fed-back state."""
+    states = residual_stream(target)
+    rows = torch.cat([states[i][0] for i in (2, 4, 5)], -1)
+    embed, cfg, seq = target.model.get_input_embeddings().weight, target.model.config, CONTEXT[1:] + [ROOT]
+    logits, fed = sglang_forward(weights, cfg, flags, embed, seq, rows)
+    out, own = [logits[-1]], fed[-1:]
+    for token in tokens:
+        seq = seq + [token]
+        logits, fed = sglang_forward(weights, cfg, flags, embed, seq, rows, own)
+        out, own = out + [logits[-1]], torch.cat([own, fed[-1:]])
+    return torch.log_softmax(torch.stack(out), -1)
+
+
+@pytest.mark.parametrize("num_layers", [2, 3])
+def test_sglang_heads_of_several_layers_draft_as_sglang_stacks_them(target, tmp, capsys, num_layers):
+    """SGLang's ``llama_eagle3.py`` (03d5a777) stacks ``additional_layers`` that read the previous layer's MLP
+    output without its residual stream: the root and two draft steps match its forward re-implemented, and
+    neither the speculators stacking of the same tensors nor one layer fewer does."""
+    directory = tmp / f"sglang-{num_layers}-layers"
+    flags = write_sglang_head(directory, target.model.config, num_layers=num_layers, ids=[1, 3, 4])
+    drafter = load_drafter(f"eagle3:{directory}", target)
+    assert "SpecForge/SGLang" in capsys.readouterr().err and drafter.hidden_layers == (2, 4, 5)
+    assert len(drafter.head.additional_layers) == num_layers - 1 and not len(drafter.head.layers)
+    weights = raw(directory)
+    rows, tokens = sglang_steps(drafter, target)
+    torch.testing.assert_close(rows, sglang_reference_steps(weights, flags, target, tokens), atol=2e-4, rtol=0)
+    for control in ({"drop_residual": False}, {"layers": num_layers - 1}):
+        other = sglang_reference_steps(weights, {**flags, **control}, target, tokens)
+        assert (rows - other).abs().max() > 1e-2, control  # negative controls: each drafts otherwise
     cfg = json.loads((directory / "config.json").read_text())
-    (directory / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 2}))
-    with pytest.raises(ModelLoadError) as err:
+    (directory / "config.json").write_text(json.dumps({**cfg, "bias": True}))
+    with pytest.raises(ModelLoadError, match="additional layers' attention biases"):
         load_drafter(f"eagle3:{directory}", target)
-    message = str(err.value)
-    assert "\n" not in message and "'num_hidden_layers'" in message and "2 draft layers" in message
-    assert "llama_eagle3.py (03d5a777)" in message and "additional_layers" in message and "residual" in message
+
+
+def test_sglang_stacked_heads_export_as_sglang_loads_them_and_nowhere_else(target, tmp):
+    src = tmp / "sglang-3-export"
+    write_sglang_head(src, target.model.config, num_layers=3, ids=[1, 3, 4])
+    out, _ = export_head(src, tmp / "sglang-3-export-sglang", "sglang", "fp32")
+    cfg, state = json.loads((out / "config.json").read_text()), load_file(str(out / "model.safetensors"))
+    assert cfg["num_hidden_layers"] == 3 and set(cfg) == SGLANG_FIELDS
+    loaded, skipped, hot = sglang_load(cfg, state)  # every tensor a parameter, every parameter whole
+    assert not skipped and loaded == sglang_params(cfg) - {"model.embed_tokens.weight"}
+    source = load_file(str(src / "model.safetensors"))
+    assert set(state) == set(source) and all(torch.equal(state[k], source[k].float()) for k in source)
+    assert torch.equal(hot, torch.arange(len(source["d2t"])) + source["d2t"])
+    h = target.hidden_size  # the additional layers' q/k/v read H, the midlayer's 2H
+    assert state["additional_layers.1.self_attn.q_proj.weight"].shape[1] == h
+    assert state["midlayer.self_attn.q_proj.weight"].shape[1] == 2 * h
+    renamed = {k.replace("additional_layers.1.", "layers.2."): v for k, v in state.items()}  # control
+    loaded_renamed, skipped_renamed, _ = sglang_load(cfg, renamed)
+    assert skipped_renamed and loaded_renamed != loaded
+    partial = {k: v for k, v in state.items() if k != "additional_layers.0.self_attn.k_proj.weight"}
+    assert "model.additional_layers.0.self_attn.qkv_proj.weight" not in sglang_load(cfg, partial)[0]
+    reloaded, original = load_drafter(f"eagle3:{out}", target), load_drafter(f"eagle3:{src}", target)
+    assert torch.equal(sglang_steps(reloaded, target)[0], sglang_steps(original, target)[0])
+    for fmt, reason in (("vllm", "additional_layers"), ("eagle", "3 draft layers")):
+        with pytest.raises(ExportError, match=reason) as err:
+            export_head(src, tmp / f"sglang-3-export-{fmt}", fmt)
+        assert f"cannot export to {fmt}" in str(err.value) and "\n" not in str(err.value)
+        assert not (tmp / f"sglang-3-export-{fmt}").exists()
 
 
 @pytest.mark.parametrize("num_layers", [1, 2])

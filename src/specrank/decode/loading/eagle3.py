@@ -114,10 +114,13 @@ def eagle3_config(cfg: dict):
     """The draft layers' ``LlamaConfig`` / ``Qwen3Config`` from a canonical EAGLE-3 config dict (sdpa
     attention); fields the dict lacks take that class's defaults, as speculators' ``to_diff_dict`` assumes."""
     config_class = layer_classes(cfg.get("draft_layer_type", "llama"))[0]
-    skip = ("architectures", "model_type", "torch_dtype", "dtype", "draft_layer_type")
+    skip = ("architectures", "model_type", "torch_dtype", "dtype", "draft_layer_type", "layer_stacking")
     config = config_class(**{k: v for k, v in cfg.items() if k not in skip})
     config.num_hidden_layers = int(cfg.get("num_hidden_layers") or 1)  # draft layers, not the target's
     config.draft_layer_type = cfg.get("draft_layer_type", "llama")
+    # how layers after the first stack (heads of one layer are alike under both): ``speculators``, plain decoder
+    # layers on the residual stream; ``sglang``, layers reading the previous MLP output without that stream
+    config.layer_stacking = cfg.get("layer_stacking", "speculators")
     if not hasattr(config, "mlp_bias"):  # Qwen3's MLP has no bias: LlamaMLP reads the flag
         config.mlp_bias = False
     config.draft_vocab_size = int(cfg.get("draft_vocab_size") or config.vocab_size)
@@ -145,20 +148,48 @@ class Eagle3Layer(nn.Module):
         self.post_attention_layernorm = LlamaRMSNorm(h, eps=eps)
         self.norm_before_residual = config.norm_before_residual
 
-    def forward(self, embeds, hidden, position_embeddings, mask, cache):
+    def branches(self, embeds, hidden, position_embeddings, mask, cache):
+        """(MLP output, residual stream after attention), each (1, n, H): the layer's output is their sum,
+        and SGLang's next layer reads the MLP output alone."""
         normed = self.hidden_norm(hidden)
         residual = normed if self.norm_before_residual else hidden  # vllm llama_eagle3.py _norm_before_residual
         x = torch.cat([self.input_layernorm(embeds), normed], -1)  # (1, n, 2H)
         attn = self.self_attn(hidden_states=x, position_embeddings=position_embeddings, attention_mask=mask,
                               cache=cache)[0]
         hidden = residual + attn
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+        return self.mlp(self.post_attention_layernorm(hidden)), hidden
+
+    def forward(self, embeds, hidden, position_embeddings, mask, cache):
+        mlp, stream = self.branches(embeds, hidden, position_embeddings, mask, cache)
+        return stream + mlp
+
+
+class SGLangLayer(nn.Module):
+    """A later draft layer as SGLang stacks it (``BasicDecoderLayer``): attention over ``hidden_norm`` of the
+    previous layer's MLP output, that output its residual, then the MLP; no ``input_layernorm``."""
+
+    def __init__(self, config, layer_idx: int):
+        from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm
+
+        super().__init__()
+        h, eps = config.hidden_size, config.rms_norm_eps
+        self.self_attn = layer_classes(config.draft_layer_type)[1](config, layer_idx=layer_idx)  # its own KV cache
+        self.mlp = LlamaMLP(config)
+        self.hidden_norm, self.post_attention_layernorm = LlamaRMSNorm(h, eps=eps), LlamaRMSNorm(h, eps=eps)
+
+    def forward(self, mlp, position_embeddings, mask, cache):
+        """The previous layer's MLP output (1, n, H) -> this layer's (MLP output, residual stream)."""
+        attn = self.self_attn(hidden_states=self.hidden_norm(mlp), position_embeddings=position_embeddings,
+                              attention_mask=mask, cache=cache)[0]
+        stream = mlp + attn
+        return self.mlp(self.post_attention_layernorm(stream)), stream
 
 
 class Eagle3Head(nn.Module):
-    """fc (3 H_target -> H, optionally normed first), an Eagle3Layer, then ``num_hidden_layers - 1`` plain
-    decoder layers on its output (``layers.1`` ...: vLLM PR #26164, speculators ``models/eagle3/core.py``),
-    norm and a draft-vocabulary lm head."""
+    """fc (3 H_target -> H, optionally normed first), an Eagle3Layer, then ``num_hidden_layers - 1`` more
+    layers stacked as ``layer_stacking`` says (``layers.1`` ... plain decoder layers on its output: vLLM PR
+    #26164, speculators ``models/eagle3/core.py``; or SGLang's ``additional_layers.0`` ...), norm and a
+    draft-vocabulary lm head."""
 
     def __init__(self, config):
         from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
@@ -173,8 +204,12 @@ class Eagle3Head(nn.Module):
         if config.fc_norm:  # SpecForge llama3_eagle.py ``fc_norm``: one norm per fused state
             self.fc_norm = nn.ModuleList(LlamaRMSNorm(ht, eps=eps) for _ in range(3))
         self.midlayer = Eagle3Layer(config)
+        more = range(1, config.num_hidden_layers)
+        if config.layer_stacking == "sglang":
+            self.additional_layers = nn.ModuleList(SGLangLayer(config, i) for i in more)
+            more = ()
         decoder = layer_classes(config.draft_layer_type)[2]
-        self.layers = nn.ModuleDict({str(i): decoder(config, i) for i in range(1, config.num_hidden_layers)})
+        self.layers = nn.ModuleDict({str(i): decoder(config, i) for i in more})
         self.norm = LlamaRMSNorm(h, eps=eps)
         self.lm_head = nn.Linear(h, config.draft_vocab_size, bias=False)
         self.rotary_emb = LlamaRotaryEmbedding(config)
@@ -200,7 +235,13 @@ class Eagle3Head(nn.Module):
         hidden = (self.project(hidden) if fused else hidden)[None]  # (1, n, H)
         embeds = self.embed_tokens(input_ids)[None].to(hidden.dtype)
         position_embeddings = self.rotary_emb(hidden, positions[None])
-        out = self.midlayer(embeds, hidden, position_embeddings, mask[None, None], cache)
+        if hasattr(self, "additional_layers"):  # SGLang llama_eagle3.py: norm(mlp, residual) sums the last pair
+            mlp, stream = self.midlayer.branches(embeds, hidden, position_embeddings, mask[None, None], cache)
+            for layer in self.additional_layers:
+                mlp, stream = layer(mlp, position_embeddings, mask[None, None], cache)
+            out = stream + mlp
+        else:
+            out = self.midlayer(embeds, hidden, position_embeddings, mask[None, None], cache)
         for layer in self.layers.values():  # (1, n, H) -> (1, n, H)
             out = layer(out, attention_mask=mask[None, None], cache=cache, position_embeddings=position_embeddings)
         logits, fed = self.read_out(out)

@@ -1,13 +1,14 @@
 """Writing an EAGLE-3 head so that each engine's own loader reads it unchanged, layer ids in its convention.
 
 - ``sglang``: SpecForge's export (``specforge/export/to_sglang.py``): ``LlamaForCausalLMEagle3``, the draft
-  module's own names (``midlayer.*``, ``fc``, ``norm``, ``lm_head``, ``d2t``, ``t2d``, no embedding) in
-  ``model.safetensors``, ids in ``eagle_config`` that SGLang before and after its PR #25454 read as the same
-  layers when such ids exist (index - 1, the first being 1), else those of the chosen rule, recorded.
+  module's own names (``midlayer.*``, ``fc``, ``norm``, ``lm_head``, ``d2t``, ``t2d``, no embedding; a head of
+  SGLang's several layers also ``additional_layers.*``) in ``model.safetensors``, ids in ``eagle_config`` that
+  SGLang before and after its PR #25454 read as the same layers when such ids exist (index - 1, the first
+  being 1), else those of the chosen rule, recorded.
 - ``vllm``: the vLLM speculators layout (``speculators/convert/eagle/eagle3_converter.py``):
   ``Eagle3Speculator`` with ``transformer_layer_config``, ``layers.0.*`` and top-level
   ``eagle_aux_hidden_state_layer_ids`` as ``hidden_states`` indices (vLLM's capture rule); several draft
-  layers (``layers.0..N-1``) and Qwen3 ones (``model_type`` qwen3) only here.
+  layers stacked on the residual stream (``layers.0..N-1``) and Qwen3 ones (``model_type`` qwen3) only here.
 - ``eagle``: SafeAILab EAGLE (``eagle/traineagle3/main.py``, ``config.json``): ``pytorch_model.bin`` and a
   ``LlamaForCausalLM`` config without ``target_hidden_size`` (``cnets.py`` would then skip the target's
   embedding); EAGLE hard-codes the layers, so only heads drafting from (2, L//2, L-3) export.
@@ -84,12 +85,21 @@ def cast(state: dict, dtype) -> dict:
 
 def _check(ckpt: HeadCheckpoint, fmt: str) -> None:
     layers, layer_type = int(ckpt.config.get("num_hidden_layers") or 1), ckpt.config.get("draft_layer_type", "llama")
-    if fmt != "vllm" and (layers != 1 or layer_type != "llama"):  # SGLang llama_eagle3.py, EAGLE cnets.py
+    sglang_stacked = layers > 1 and ckpt.config.get("layer_stacking") == "sglang"
+    # SGLang llama_eagle3.py (03d5a777) additional_layers read the previous MLP output without the residual
+    # stream, speculators' and vLLM's layers.1.. add it: the same tensors make two different networks
+    if fmt == "sglang" and layers > 1 and not sglang_stacked:
+        raise ExportError(f"cannot export to sglang: the head's {layers} draft layers add each layer's residual, "
+                          "SGLang's llama_eagle3.py (03d5a777) stacks additional_layers that do not")
+    if fmt == "vllm" and sglang_stacked:
+        raise ExportError(f"cannot export to vllm: the head's {layers} draft layers are SGLang's additional_layers, "
+                          "which drop the residual that vLLM's layers.1.. add")
+    if fmt == "eagle" and (layers != 1 or layer_type != "llama"):  # EAGLE cnets.py
         what = f"{layers} draft layers" if layers != 1 else f"{layer_type} draft layers (q_norm, k_norm)"
-        if fmt == "sglang" and layers != 1:  # llama_eagle3.py 03d5a777: additional_layers drop the residual
-            raise ExportError(f"cannot export to sglang: the head's {what} add each layer's residual, SGLang's "
-                              "llama_eagle3.py (03d5a777) stacks additional_layers that do not")
         raise ExportError(f"cannot export to {fmt}: its loader builds one Llama draft layer, not the head's {what}")
+    if fmt == "sglang" and layer_type != "llama":  # SGLang llama_eagle3.py
+        raise ExportError(f"cannot export to {fmt}: its loader builds Llama draft layers, not the head's "
+                          f"{layer_type} ones (q_norm, k_norm)")
     unsupported = [f for f in set_flags(ckpt.config) if f not in SUPPORTED[fmt]]
     if unsupported:
         raise ExportError(f"cannot export to {fmt}: its loader does not implement the head's {unsupported[0]}")
@@ -102,7 +112,8 @@ def sglang_files(ckpt: HeadCheckpoint, dtype, rule: str = "current") -> tuple[di
     if "embed_tokens.weight" in ckpt.state:  # sglang models/llama.py set_embed: the target's replaces it
         raise ExportError("cannot export to sglang: the head has its own embed_tokens, which SGLang replaces "
                           "with the target's")
-    cfg = {"architectures": [EAGLE3_ARCH], "model_type": "llama", **llama_fields(c), "num_hidden_layers": 1,
+    cfg = {"architectures": [EAGLE3_ARCH], "model_type": "llama", **llama_fields(c),
+           "num_hidden_layers": int(c.get("num_hidden_layers") or 1),
            "draft_vocab_size": int(c.get("draft_vocab_size") or c["vocab_size"]),
            "tie_word_embeddings": bool(c.get("tie_word_embeddings")), "torch_dtype": DTYPE_NAMES[dtype]}
     if c.get("target_hidden_size") not in (None, c["hidden_size"]):

@@ -11,7 +11,8 @@ i = the output of layer i - 1), the convention of ``Target.forward``. Four layou
   of layer k, ``hidden_states[k + 1]`` (SGLang ``models/llama.py`` ``set_eagle3_layers_to_capture``
   adds 1; SpecForge ``modeling/target/eagle3_target_model.py`` reads ``hidden_states[k + 1]``), unless
   specrank's ``eagle_config.layer_id_rule`` says the ids were written for SGLang's rule since PR #25454.
-  One Llama draft layer.
+  Llama draft layers: ``midlayer`` and, when ``num_hidden_layers`` N > 1, ``additional_layers.0..N-2``, each
+  reading the previous layer's MLP output without its residual stream (SGLang ``models/llama_eagle3.py``).
 - ``speculators`` (vLLM speculators): ``Eagle3Speculator`` / ``speculators_model_type``; id k is
   ``hidden_states[k]`` (vLLM ``models/llama.py`` captures ``hidden_states + residual`` before layer k).
   Llama or Qwen3 draft layers, any number of them.
@@ -133,22 +134,16 @@ def _check_known(cfg: dict, allowed, where: str) -> None:
 
 ONE_LAYER = {  # why a layout's several draft layers are refused: what its engine builds for them
     "eagle": "EAGLE's cnets.py builds one midlayer",
-    # SGLang llama_eagle3.py at 03d5a777: LlamaModel stacks num_hidden_layers - 1 ``additional_layers``
-    # (BasicDecoderLayer) whose forward sets residual = hidden_states, i.e. reads the previous layer's MLP
-    # output without its residual stream, and has no input_layernorm; speculators / vLLM add the residual.
-    "sglang": "SGLang's llama_eagle3.py (03d5a777) stacks them as additional_layers.* that read the previous "
-              "layer's MLP output without its residual, which specrank does not build (SpecForge a6b6b023 "
-              "trains one layer)",
 }
 
 
 def _llama_part(cfg: dict, stacked: bool = False, layout: str = "eagle") -> dict:
     """The shape fields, after refusing values that change the head beyond full-attention layers (one
-    unless ``stacked``: the layouts whose engine stacks more as specrank does)."""
+    unless ``stacked``: the layouts whose engine stacks more layers)."""
     n = cfg.get("num_hidden_layers", 1)
     if not isinstance(n, int) or n < 1 or (n != 1 and not stacked):
         _refuse("num_hidden_layers", f"{n} draft layers: {ONE_LAYER[layout]} (multi-layer heads load in the "
-                                     "speculators layout, vLLM PR #26164)")
+                                     "speculators layout, vLLM PR #26164, and in SGLang's)")
     if cfg.get("use_sliding_window") or any(t != "full_attention" for t in cfg.get("layer_types") or []):
         _refuse("use_sliding_window" if cfg.get("use_sliding_window") else "layer_types",
                 "sliding-window draft attention is not supported")
@@ -226,7 +221,12 @@ def _sglang(cfg: dict, state: dict, notes: list, norm_rule: str | None = None) -
         _refuse("norm_before_residual", "SGLang and SpecForge ignore it and vLLM applies it: "
                                         "convert the head to the speculators layout to say which")
     _no_layer_bias(cfg, "SGLang's llama_eagle3.py")
-    out = _llama_part(cfg, layout="sglang")
+    out = _llama_part(cfg, stacked=True, layout="sglang")
+    if out.get("num_hidden_layers", 1) > 1:  # SGLang llama_eagle3.py (03d5a777) LlamaModel.additional_layers
+        out["layer_stacking"] = "sglang"
+        if _flag(cfg, "bias"):  # SGLang llama.py LlamaDecoderLayer: attention bias = attention_bias or bias
+            _refuse("bias", "true with several draft layers: SGLang then gives the additional layers' attention "
+                            "biases, which specrank does not build")
     # SGLang llama_eagle3.py: fc bias = config.bias, lm_head = embed_tokens when tied; SpecForge
     # llama3_eagle.py: fc_norm (one norm per state), norm_output (see NORM_OUTPUT_RULES).
     out.update(fc_bias=_flag(cfg, "bias"), fc_norm=_flag(cfg, "fc_norm"), norm_before_fc=_flag(cfg, "norm_before_fc"),
