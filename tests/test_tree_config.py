@@ -202,7 +202,7 @@ def test_the_command_scores_a_vllm_static_tree_on_its_own_recording(tmp_path, ca
     static = table.loc["vllm-tree-2x1"]
     assert static["num_draft_tokens"] == 5 and static["sglang_flags"] == "" and static["tokens_per_s"] > 0
     assert json.loads(static["vllm_config"])["speculative_token_tree"] == "[(0,), (1,), (0, 0), (1, 0)]"
-    assert sorted(p.name for p in (out / "recordings").iterdir()) == ["full-topk2-depth2", "topk1-depth2"]
+    assert sorted(p.name for p in (out / "recordings").iterdir()) == ["full-topk3-depth2", "topk1-depth2"]
     cost = pd.read_parquet(out / "tree_config_cost.parquet")
     assert ((cost["part"] == "draft") & (cost["topk"] == 2) & (cost["expand"] == 2)).any()
     summary = json.loads((out / "summary.json").read_text())
@@ -284,7 +284,7 @@ def test_vllm_static_trees_are_read_as_vllm_drafts_them():
         StaticTreeSetting(StaticTree((8, 8, 8, 8)))
     plan = recording_plan(tree_grid([2], [3], [4]) + [st, vllm_tree("[(0,), (0, 0), (0, 1)]")])
     assert {name: (r.topk, r.depth, r.expand, r.budget) for name, r in plan.items()} == {
-        "topk2-depth3": (2, 3, 2, 3), "full-topk2-depth2": (2, 2, 2, 4)}
+        "topk2-depth3": (2, 3, 2, 3), "full-topk3-depth2": (3, 2, 3, 4)}
 
 
 def test_a_hand_worked_static_tree_and_one_outside_the_recorded_pool():

@@ -16,8 +16,8 @@ expand is *outside the recorded pool* and is never scored: it is counted and the
 
 vLLM's static tree (``speculative_token_tree``, ``selection.static_tree``) verifies the same shape every round:
 the top c_1 first tokens, then the top c_l children of every node above. A beam need not expand those nodes,
-so a static tree is scored on its own recording, a pool that expands every node to the tree's depth
-(``StaticTree.full_pool``), where it lies in every round.
+so a static tree is scored on its own recording, a pool that expands every node to the tree's depth, with
+one child per node more than the tree's widest branching, where it lies in every round.
 """
 
 from __future__ import annotations
@@ -111,12 +111,18 @@ class StaticTreeSetting:
     tree: StaticTree
 
     def __post_init__(self):
-        topk, depth, expand = self.tree.full_pool()
+        topk, depth = self.recording_topk, self.tree.depth
         size = sum(topk ** d for d in range(1, depth + 1))
         if size > MAX_RECORDED_POOL:
             raise TreeConfigError(f"static tree {self.label}: scoring it exactly needs a pool that expands every"
                                   f" node (topk {topk}, depth {depth}: {size} candidates, more than"
                                   f" {MAX_RECORDED_POOL})")
+
+    @property
+    def recording_topk(self) -> int:
+        """The recorded pool's children per node: one more than the widest branching, so that root selection
+        and a reranker have a first token beyond the drafter's top c_1 to choose."""
+        return max(self.tree.branching) + 1
 
     @property
     def topk(self) -> int:
@@ -227,11 +233,12 @@ class PlannedRecording:
 def recording_plan(settings) -> dict[str, PlannedRecording]:
     """The recordings a grid needs, by name. Beams: one per topk, at its deepest setting (a beam's first s
     levels do not depend on later ones, so each shallower setting of that topk is the recording truncated).
-    Static trees: one pool per widest branching K that expands every node to the deepest such tree."""
+    Static trees: one pool per recording topk (``StaticTreeSetting.recording_topk``) that expands every node
+    to the deepest such tree."""
     groups: dict[tuple, list] = {}
     for st in settings:
         full = isinstance(st, StaticTreeSetting)
-        groups.setdefault((full, max(st.tree.branching) if full else st.topk), []).append(st)
+        groups.setdefault((full, st.recording_topk if full else st.topk), []).append(st)
     plan = {}
     for (full, k), group in sorted(groups.items()):
         depth = max(st.num_steps for st in group)

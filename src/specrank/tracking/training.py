@@ -141,8 +141,11 @@ def champion_note(chosen: str, candidates: pd.DataFrame, forced: bool, uri: str,
                            [[r["reranker"], f"{r['heldout_mse']:.6f}"] + [f"{r[c]:.6f}" for c in candidates
                                                                         if c.startswith("heldout_mse_")]
                             for _, r in candidates.iterrows()])
+    tie = ("\n\nPer-depth's first factor is the depth-1 isotonic map, so on this criterion it ties isotonic; its "
+           "calibrated deeper factors, which can make it the best score of the evaluation's value table, are not "
+           "what is compared here." if {"isotonic", "per_depth"} <= set(candidates["reranker"]) else "")
     return (f"The {chosen} reranker, {rule}, then refitted on all {prompts} prompts ({rows} rows); the fold models "
-            f"stay for the evaluation.\n\n{table.replace('heldout_mse_', '')}\n\nLoad it: `{uri}` "
+            f"stay for the evaluation.\n\n{table.replace('heldout_mse_', '')}{tie}\n\nLoad it: `{uri}` "
             f"(`specrank.tracking.resolve_reranker(\"{uri}\", tracking_uri=...)` or `specrank online --reranker {uri}`).")
 
 
