@@ -319,8 +319,8 @@ def score_setting(pool: PoolBatch, law: str, setting, first_factor: np.ndarray |
     prompt_id = np.asarray(pool.prompt_id if pool.prompt_id is not None else np.zeros(pool.n_rounds, str))
     if sub is None:
         empty = np.zeros(0)
-        return SettingScore(setting, prompt_id[:0], {r: empty for r in SETTING_SCORES}, np.zeros((0, setting.num_steps)),
-                            pool.n_rounds, pool.n_rounds, recording)
+        return SettingScore(setting, prompt_id[:0], {r: empty for r in SETTING_SCORES},
+                            np.zeros((0, setting.num_steps)), pool.n_rounds, pool.n_rounds, recording)
     path = sub.path_prob(law)
     accepted, positions = {}, None
     for rule in SETTING_SCORES:
