@@ -99,9 +99,10 @@ def start_prompt(target, drafter, prompt_ids, config: DecodeConfig, prompt_id: s
         logits, hidden = target.forward(committed, torch.arange(n), causal_mask(n, 0), cache, drafter.hidden_layers,
                                         all_logits=with_rows)
     caches = None
-    if with_rows:
-        caches = RowCaches(target.vocab_size, config.row_temperature)
-        caches.seed(committed.numpy(), logits)
+    if with_rows:  # the prompt's rows are prompt work, like its pass: not a round's bookkeeping
+        with timer.span("prefill"):
+            caches = RowCaches(target.vocab_size, config.row_temperature)
+            caches.seed(committed.numpy(), logits)
     with timer.span("draft"):
         drafter.start(committed, hidden)
     gen = torch.Generator().manual_seed(prompt_seed(config.seed, prompt_id))

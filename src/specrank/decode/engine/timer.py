@@ -12,7 +12,7 @@ SPANS = ("prefill", "draft", "root", "target", "rerank", "measure")
 
 @dataclass
 class Timer:
-    """Seconds spent in the prompt prefill, drafting, root passes, tree passes, reranker inference (online
+    """Seconds spent in the prompt prefill (its pass and the row caches' seeding), drafting, root passes, tree passes, reranker inference (online
     features included), measurement-only work (records, expected values) and in total, with round, token
     and target-pass (after the prefill) counts. With a pipelined drafter the ``draft`` span is the time the
     target waited for the pool; ``drafting`` is the drafter's own time and ``root_pass_hidden_s`` the root-pass
