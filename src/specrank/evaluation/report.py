@@ -54,7 +54,7 @@ def headline_table(summary: pd.DataFrame, budgets) -> str:
 
 
 def sweep_table(summary: pd.DataFrame) -> str:
-    """Gain over draft (% of draft's value) for every rule over the budget sweep."""
+    """Gain over draft (% of draft's value) for every score over the budget sweep."""
     budgets = sorted(summary["budget"].unique())
     pivot = summary.pivot(index="score", columns="budget", values="gain_pct")
     rows = [[label(r)] + [f"{pivot.loc[r, b]:+.1f}" for b in budgets] for r in ordered(pivot.index) if r != "draft"]
