@@ -7,7 +7,9 @@
 
 Goals: the grid (>= 24 settings) in <= 30 minutes on 2 cores; for each of the top 3 settings the realized
 acceptance length (1 + accepted draft tokens per round) inside the predicted 95% interval; the realized
-speed ranking of the three equal to the predicted one. Prints one JSON object, writes
+speed ranking of the three equal to the predicted one. A vLLM static tree (``--vllm-tree``) is decoded online
+on a pool that expands every node (``StaticTreeSelection``), so its acceptance is vLLM's but its drafting costs
+more than vLLM's, which drafts only the tree. Prints one JSON object, writes
 benchmarks/results/tree_config.json, exits 1 when a goal is missed.
 """
 
@@ -36,6 +38,7 @@ def main(argv=None) -> int:
     parser.add_argument("--topk", default="1,2,4,8")
     parser.add_argument("--num-steps", default="2,3,4,5,6")
     parser.add_argument("--num-draft-tokens", default="4,8,16,32")
+    parser.add_argument("--vllm-tree", action="append", default=[], help="also a vLLM static tree (repeatable)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--bootstrap", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=2)
@@ -72,7 +75,7 @@ def run_grid(args, out: Path) -> float:
             "--max-new-tokens", str(args.max_new_tokens), "--temperature", str(args.temperature), "--topk", args.topk,
             "--num-steps", args.num_steps, "--num-draft-tokens", args.num_draft_tokens, "--repeats",
             str(args.repeats), "--bootstrap", str(args.bootstrap), "--threads", str(args.threads), "--device",
-            args.device, "--out", str(out), "--no-tracking"]
+            args.device, "--out", str(out), "--no-tracking"] + [a for t in args.vllm_tree for a in ("--vllm-tree", t)]
     start = time.perf_counter()
     rc = cli(argv)
     if rc != 0:
@@ -85,19 +88,26 @@ def check_online(args, table) -> dict:
     import numpy as np
     import torch
 
-    from specrank.decode import Decoder, PoolShape, load_drafter, load_target
+    from specrank.decode import Decoder, PoolShape, StaticTreeSelection, load_drafter, load_target
     from specrank.decode.config import DecodeConfig
     from specrank.decode.prompts import default_prompts_path, encode_prompts, read_prompts
+    from specrank.evaluation.tree_config import StaticTreeSetting, row_setting
     from specrank.selection import PromptBootstrap
+
+    def online(row):
+        """The setting of a table row as specrank decodes it: a beam's draft selection, or the static tree."""
+        st = row_setting(row)
+        if isinstance(st, StaticTreeSetting):
+            return Decoder(target, drafter, StaticTreeSelection(st.tree), budget=st.budget,
+                           shape=PoolShape(*st.tree.full_pool()))
+        return Decoder(target, drafter, "draft", budget=st.budget, shape=PoolShape(*st.draft_shape))
 
     torch.set_num_threads(args.threads)
     target = load_target(args.target, args.device, "float32")
     drafter = load_drafter(args.drafter, target)
     prompts = read_prompts(default_prompts_path(), limit=args.limit)
     top = table[table["outside"] == 0].head(3)
-    decoders = {r["setting"]: Decoder(target, drafter, "draft", budget=int(r["budget"]),
-                                      shape=PoolShape(int(r["topk"]), int(r["num_steps"]), int(r["topk"])))
-                for _, r in top.iterrows()}
+    decoders = {r["setting"]: online(r) for _, r in top.iterrows()}
     config = DecodeConfig(PoolShape(1, int(top["num_steps"].max()), 1), 1, 0, args.temperature, args.max_new_tokens)
     encoded = encode_prompts(target, prompts, config)
     next(iter(decoders.values())).generate(encoded[0], max_new_tokens=8, temperature=args.temperature)  # warm-up
