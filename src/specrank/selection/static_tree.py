@@ -7,7 +7,8 @@ the top c_1 tokens of the root's draft logits, then the top c_l tokens of every 
 path to its listed ancestors (``vllm/v1/attention/backends/tree_attn.py`` at 00c457b61cf7,
 ``_prepare_tree_attn_bias``: an unlisted ancestor fails). A tree whose nodes of one level have different
 numbers of children is drafted as if they had the same and masked by its labels, which then name other
-tokens; later vLLM refuses such a tree (``_assert_fixed_branching_factor_per_level``), and so does specrank.
+tokens; a later version of the tree-attention code refuses such a tree
+(``_assert_fixed_branching_factor_per_level``), and so does specrank.
 The last index of a path only labels a slot: the drafter's top-c order fills it. So the drafted and verified
 tree is fixed by the branching factors (c_1, ..., c_d) alone, and every node of it is verified (no budget
 selection).
