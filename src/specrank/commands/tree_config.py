@@ -276,9 +276,10 @@ def _first_factor(rounds, run_dir, args, reranker):
 def _host_seconds(target, drafter, prompt_ids, settings, cost, args) -> float:
     """Host seconds per round: an online decode's round time beyond its timed pool and pass (one middle setting)."""
     from specrank.decode import Decoder, PoolShape
+    from specrank.evaluation.tree_config import TreeSetting
 
-    beams = [s for s in settings if s.sglang_flags()]  # the grid always holds beams; a static tree's host work
-    s = beams[len(beams) // 2]  # is the same bookkeeping
+    beams = [s for s in settings if isinstance(s, TreeSetting)]  # the grid always holds beams; a static tree's
+    s = beams[len(beams) // 2]  # host work is the same bookkeeping
     dec = Decoder(target, drafter, "draft", budget=s.budget, shape=PoolShape(*s.draft_shape))
     dec.generate(prompt_ids, max_new_tokens=8, temperature=args.temperature, seed=args.seed)  # warm-up
     stats = dec.generate(prompt_ids, max_new_tokens=min(32, args.max_new_tokens), temperature=args.temperature,

@@ -457,7 +457,7 @@ def best_settings(table: pd.DataFrame) -> dict:
     exact = table[table["outside"] == 0]
     if exact.empty:
         raise TreeConfigError("grid: no setting was scored exactly")
-    static = exact["tree"] != "" if "tree" in exact else np.zeros(len(exact), bool)
+    static = exact["tree"] != ""
     chains = exact[(exact["topk"] == 1) & ~static]
     vllm = exact[(exact["topk"] == 1) | static]
     return {"best": exact.iloc[0], "best_chain": None if chains.empty else chains.iloc[0],
@@ -488,8 +488,7 @@ def tree_config_figure(table: pd.DataFrame):
     from specrank.evaluation.figures import new_figure
 
     exact = table[table["outside"] == 0]
-    if "tree" in exact:
-        exact = exact[exact["tree"] == ""]  # a static tree is one point, not a line over num_draft_tokens
+    exact = exact[exact["tree"] == ""]  # a static tree is one point, not a line over num_draft_tokens
     speed = "tokens_per_s" in exact
     fig, axes = new_figure(2 if speed else 1, (10.5 if speed else 5.4, 3.8))
     panels = [("draft", "acceptance length (tokens / round)")] + ([("tokens_per_s", "predicted tokens/s")] if speed else [])
