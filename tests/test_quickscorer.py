@@ -10,6 +10,9 @@ import pytest
 lgb = pytest.importorskip("lightgbm")
 pytest.importorskip("numba")
 
+from specrank.featurize import TokenPrior, round_inputs  # noqa: E402
+from specrank.featurize.block import round_block  # noqa: E402
+from specrank.featurize.columns import COLUMN  # noqa: E402
 from specrank.featurize.features import META_KEY, feature_meta  # noqa: E402
 from specrank.rerankers import GBMReranker, IsotonicFirstFactor  # noqa: E402
 from specrank.rerankers.isotonic import binned_isotonic, isotonic_lookup  # noqa: E402
@@ -54,18 +57,48 @@ def test_quickscorer_equals_lightgbm_predict_and_a_perturbed_model_fails():
     assert np.abs(QuickScorer(perturbed).raw(X) - b.predict(X, raw_score=True)).max() > 1e-9
 
 
-def test_a_round_gathered_inside_the_kernel_scores_like_its_matrix():
+def a_round(seed=5, topk=6, m=40, vocab=50):
+    """One round's ``RoundInputs``: a random pool (first level first, parents before children) and retained rows
+    (3, vocab) with NaNs, read at the first-level tokens."""
+    rng = np.random.default_rng(seed)
+    parent = np.full(m, -1, np.int64)
+    for i in range(topk, m):
+        parent[i] = rng.integers(0, i)
+    depth = np.ones(m, np.int64)
+    for i in range(topk, m):
+        depth[i] = depth[parent[i]] + 1
+    token = rng.choice(vocab, m).astype(np.int64)
+    token[:topk] = rng.choice(vocab, topk, replace=False)
+    q = rng.dirichlet(np.ones(topk)).astype(np.float32)
+    q_edge = np.concatenate([np.sort(q)[::-1], rng.random(m - topk).astype(np.float32)])
+    draft_logp = np.log(q_edge).astype(np.float32)
+    rows = np.log(rng.dirichlet(np.ones(vocab), 3)).astype(np.float32)
+    rows[rng.random(rows.shape) < 0.2] = np.nan
+    return round_inputs(token, parent, depth, q_edge, draft_logp, topk, int(token[0]), 30.0, 12.0, 2.0, rows,
+                        token[:topk], 3.0, 1.0)
+
+
+def test_a_round_scored_inside_the_kernel_equals_its_features_matrix_through_lightgbm():
     b = booster(seed=6)
     trees = QuickScorer(b)
-    rng = np.random.default_rng(7)
-    block = rng.normal(size=(10, 9))
-    block[rng.random(block.shape) < 0.2] = np.nan
-    positions, columns = np.array([1, 2, 3, 5]), np.array([8, 0, 4, 2])  # matrix column <- block column
-    prior = rng.random(10)
-    m = np.empty((10, F))
+    inputs = a_round()
+    block = round_block(inputs)  # the features kernel's own block
+    positions, columns = np.array([1, 2, 3, 5]), np.array([COLUMN["q"], COLUMN["cache_logp"], COLUMN["sib_gap"],
+                                                           COLUMN["preceding_logp"]])
+    prior_tokens = np.sort(inputs.token[:4])  # two first-level tokens have a prior, the rest the default
+    means = np.linspace(0.1, 0.4, 4)
+    m = np.empty((inputs.topk, F))
     m[:, positions] = block[:, columns]
-    m[:, 4], m[:, 0] = prior, 2.0  # the prior and the task's code
-    np.testing.assert_array_equal(trees.raw_round(block, positions, columns, 4, prior, 0, 2.0), b.predict(m, raw_score=True))
+    m[:, 0] = 2.0  # the task's code
+    prior = TokenPrior(pseudo_count=0.0).fit(prior_tokens, means)  # each token once: its mean is its label
+    m[:, 4] = prior.transform(inputs.token[: inputs.topk])
+    plan = (positions, columns, 4, prior.tokens_, prior.means_, prior.mean_, 0)
+    got = trees.round_probabilities(inputs, plan, 2.0)
+    want = 1 / (1 + np.exp(-b.predict(m, raw_score=True)))
+    assert np.isnan(block[:, COLUMN["cache_logp"]]).any() and len(np.unique(m[:, 4])) > 1  # NaNs, two priors
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+    shifted = (positions, columns, 4, prior.tokens_, prior.means_ + 1.5, prior.mean_, 0)  # the priors read
+    assert np.abs(trees.round_probabilities(inputs, shifted, 2.0) - want).max() > 1e-9
 
 
 def test_63_leaf_trees_at_the_rerankers_size_are_exact():

@@ -1,6 +1,7 @@
 """Features per first-level candidate (docs/design.md, features and labels): draft, subtree, context, retained rows,
 token prior."""
 
+from specrank.featurize.block import RoundInputs, round_inputs
 from specrank.featurize.edges import edge_frame
 from specrank.featurize.features import FeatureArrays, featurize_rounds, features_meta, round_features
 from specrank.featurize.prior import TokenPrior
@@ -13,6 +14,7 @@ __all__ = [
     "FEATURE_SETS",
     "FeatureArrays",
     "ROWS",
+    "RoundInputs",
     "TokenPrior",
     "edge_frame",
     "edges_run",
@@ -23,5 +25,6 @@ __all__ = [
     "read_manifest",
     "resolve_features",
     "round_features",
+    "round_inputs",
     "write_features",
 ]

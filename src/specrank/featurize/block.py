@@ -10,6 +10,8 @@ the first call, not with this module.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 def candidate_block(token, parent, depth, q_edge, draft_logp, topk: int, root_token, prompt_len, position,
@@ -38,19 +40,54 @@ def candidate_block(token, parent, depth, q_edge, draft_logp, topk: int, root_to
                         NO_ANCESTORS if first_ancestor is None else i64(first_ancestor))
 
 
-def round_block(token, parent, depth, q_edge, draft_logp, topk: int, root_token: int, prompt_len: float,
-                position: float, prev_accepted: float, rows=None, cache_age: float = -1.0,
-                prev_tree_root_token_count: float = -1.0, first_ancestor=None) -> np.ndarray:
-    """(topk, len(BLOCK_FEATURES)) features of one round, by the same per-round code as ``candidate_block``.
+class RoundInputs(NamedTuple):
+    """The features kernel's arguments for one online round, as the decoder holds them (no conversions: an
+    online round builds this once and a compiled reranker passes it on to its own kernel unchanged).
 
-    Pool arrays (M,) as a ``DraftPool`` holds them (int64 indices, float32 probabilities); ``rows`` the three
-    sources' (topk,) float32 log-probabilities or None. No conversions: an online round calls this once.
+    Pool arrays (M,) as a ``DraftPool`` holds them (int64 indices, float32 probabilities). ``rows`` holds the
+    retained rows' log-probabilities per source of ``featurize.rows.ROW_SOURCES`` (3, R) float32, read at
+    ``row_index`` (topk,) int64: the whole (3, V) block on the host, or the candidates' (3, topk) entries
+    copied from the rows' device. ``has_rows`` False: the row features are NaN (``rows`` is not read).
     """
-    from specrank.featurize.kernel import NO_ANCESTOR, NO_ROW, round_kernel  # numba
 
-    has_rows, empty = rows is not None, NO_ROW
-    return round_kernel(token, parent, depth, q_edge, draft_logp, topk, root_token, float(prompt_len),
-                        float(position), float(prev_accepted), rows[0] if has_rows else empty,
-                        rows[1] if has_rows else empty, rows[2] if has_rows else empty, has_rows,
-                        float(cache_age), float(prev_tree_root_token_count),
-                        NO_ANCESTOR if first_ancestor is None else first_ancestor)
+    token: np.ndarray
+    parent: np.ndarray
+    depth: np.ndarray
+    q_edge: np.ndarray
+    draft_logp: np.ndarray
+    topk: int
+    root_token: int
+    prompt_len: float
+    position: float
+    prev_accepted: float
+    rows: np.ndarray
+    row_index: np.ndarray
+    has_rows: bool
+    cache_age: float  # rounds since the root's token-keyed row was stored, -1 when none (or no rows)
+    prev_count: float  # the previous tree's count of the root token, -1 when unknown (or no rows)
+    first_ancestor: np.ndarray  # (M,) when the pool's growth carried it, else (0,)
+
+
+NO_ROWS = np.zeros((0, 0), np.float32)
+NO_INDEX = np.zeros(0, np.int64)
+
+
+def round_inputs(token, parent, depth, q_edge, draft_logp, topk: int, root_token: int, prompt_len: float,
+                 position: float, prev_accepted: float, rows=None, row_index=None, cache_age: float = -1.0,
+                 prev_tree_root_token_count: float = -1.0, first_ancestor=None) -> RoundInputs:
+    """``RoundInputs`` of one round (``rows`` None: no retained rows; ``row_index`` None: ``rows`` is already
+    (3, topk))."""
+    has_rows = rows is not None
+    if has_rows and row_index is None:
+        row_index = np.arange(topk, dtype=np.int64)
+    return RoundInputs(token, parent, depth, q_edge, draft_logp, int(topk), int(root_token), float(prompt_len),
+                       float(position), float(prev_accepted), rows if has_rows else NO_ROWS,
+                       row_index if has_rows else NO_INDEX, has_rows, float(cache_age),
+                       float(prev_tree_root_token_count), NO_INDEX if first_ancestor is None else first_ancestor)
+
+
+def round_block(inputs: RoundInputs) -> np.ndarray:
+    """(topk, len(BLOCK_FEATURES)) features of one round, by the same per-round code as ``candidate_block``."""
+    from specrank.featurize.kernel import round_kernel  # numba
+
+    return round_kernel(*inputs)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import specrank
 from specrank import schema
 from specrank.featurize.arrays import check_pool, label_kind, manifest_value, round_arrays
-from specrank.featurize.block import candidate_block, round_block
+from specrank.featurize.block import RoundInputs, candidate_block, round_block
 from specrank.featurize.columns import COLUMN, NUMERIC_CONTEXT
 from specrank.featurize.context import previous_acceptance
 from specrank.featurize.draft import DRAFT_FEATURES
@@ -134,19 +134,26 @@ class FeatureArrays:
     """One round's first-level features, read like a features DataFrame (``[name]`` -> (topk,) array,
     ``columns``, ``in``, ``attrs``, ``len``) by every reranker, without pandas per round. The numeric columns
     are views of ``block``, the kernel's (topk, len(BLOCK_FEATURES)) array, computed on first use: a reranker
-    may gather its whole matrix from it at once, and one that reads only ``q`` (the drafter's probability,
-    the pool's own entry) never runs the kernel."""
+    may gather its whole matrix from it at once, one that reads only ``q`` (the drafter's probability, the
+    pool's own entry) never runs the kernel, and a compiled one passes ``inputs`` to its own kernel, which
+    computes the features and the predictions in one call."""
 
-    def __init__(self, compute_block, token: np.ndarray, q: np.ndarray, task: str | None, columns: tuple,
-                 attrs: dict):
-        self._compute, self._block = compute_block, None
-        self.token, self.q, self.task, self.attrs, self._columns = token, q, task, attrs, columns
+    def __init__(self, inputs: RoundInputs, task: str | None, columns: tuple, attrs: dict):
+        self.inputs, self._block, self._q = inputs, None, None
+        self.token, self.task, self.attrs, self._columns = inputs.token[: inputs.topk], task, attrs, columns
 
     @property
     def block(self) -> np.ndarray:
         if self._block is None:
-            self._block = self._compute()
+            self._block = round_block(self.inputs)
         return self._block
+
+    @property
+    def q(self) -> np.ndarray:
+        """The drafter's first-level probabilities as float64 (the kernel's ``q`` column)."""
+        if self._q is None:
+            self._q = self.inputs.q_edge[: self.inputs.topk].astype(np.float64)
+        return self._q
 
     @property
     def columns(self) -> list[str]:
@@ -181,29 +188,12 @@ def round_meta(kind: str, topk: int, temperature: float) -> dict:
     return {META_KEY: feature_meta(kind, topk, temperature)}
 
 
-def round_features(pool: dict, context: dict, rows: dict | None, *, task: str, topk: int, temperature: float,
-                   groups=FEATURE_GROUPS) -> FeatureArrays:
-    """Features of one round's ``topk`` first-level candidates, computed by the offline featurizer's own
-    kernel (so they equal ``featurize_rounds`` on the recorded round, bit for bit).
-
-    ``pool``: ``token, parent, depth, q_edge, draft_logp`` (M,), and optionally ``first_ancestor`` (M,) when
-    the pool's growth carried it; ``context``: ``root_token, prompt_len, position, prev_accepted`` scalars;
-    ``rows``: the retained-row columns of ``specrank.schema`` (None when ``groups`` leaves them out). The
-    columns of ``groups`` are returned (a reranker reads the columns it was fitted on).
-    """
+def round_features(inputs: RoundInputs, *, task: str, temperature: float, groups=FEATURE_GROUPS) -> FeatureArrays:
+    """Features of one round's ``topk`` first-level candidates (``featurize.block.RoundInputs``), computed by the
+    offline featurizer's own kernel (so they equal ``featurize_rounds`` on the recorded round, bit for bit), when
+    first read. The columns of ``groups`` are returned (a reranker reads the columns it was fitted on)."""
     kind = "argmax" if temperature == 0 else "probability"
-
-    def block():
-        return round_block(pool["token"], pool["parent"], pool["depth"], pool["q_edge"], pool["draft_logp"], topk,
-                           context["root_token"], context["prompt_len"], context["position"],
-                           context["prev_accepted"],
-                           None if rows is None else (rows["cache_logp"], rows["same_token_logp"],
-                                                      rows["preceding_logp"]),
-                           -1 if rows is None else rows["cache_age"],
-                           -1 if rows is None else rows["prev_tree_root_token_count"], pool.get("first_ancestor"))
-
-    return FeatureArrays(block, pool["token"][:topk], pool["q_edge"][:topk].astype(np.float64), task,
-                         round_columns(tuple(groups)), round_meta(kind, int(topk), float(temperature)))
+    return FeatureArrays(inputs, task, round_columns(tuple(groups)), round_meta(kind, inputs.topk, float(temperature)))
 
 
 def feature_meta(kind: str, topk: int, temperature) -> dict:

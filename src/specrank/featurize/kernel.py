@@ -36,14 +36,27 @@ def block_kernel(token, parent, depth, q_edge, draft_logp, topk, root_token, pro
 
 @numba.njit(cache=True, nogil=True)
 def round_kernel(token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position, prev_accepted,
-                 cache_logp, same_token_logp, preceding_logp, has_rows, cache_age, prev_count, first_ancestor):
-    m = parent.shape[0]
+                 rows, row_index, has_rows, cache_age, prev_count, first_ancestor):
+    """One online round (``featurize.block.RoundInputs``): its (topk, WIDTH) features."""
     out = np.full((topk, WIDTH), np.nan)
-    work = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(topk), np.empty(topk)
-    fill_round(out, token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
-               prev_accepted, cache_logp, same_token_logp, preceding_logp, has_rows, cache_age, prev_count,
-               first_ancestor, work)
+    fill_online_round(out, token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
+                      prev_accepted, rows, row_index, has_rows, cache_age, prev_count, first_ancestor)
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def fill_online_round(o, token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
+                      prev_accepted, rows, row_index, has_rows, cache_age, prev_count, first_ancestor):
+    """``fill_round`` of one online round: the candidates' row entries gathered here (float32, as recorded)."""
+    m = parent.shape[0]
+    work = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(topk), np.empty(topk)
+    values = np.empty((3, topk if has_rows else 0), np.float32)  # (3, 0) without rows: not read
+    for s in range(values.shape[0]):
+        for k in range(values.shape[1]):
+            values[s, k] = rows[s, row_index[k]]
+    fill_round(o, token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
+               prev_accepted, values[0], values[1], values[2], has_rows, cache_age, prev_count, first_ancestor,
+               work)
 
 
 @numba.njit(cache=True, nogil=True)

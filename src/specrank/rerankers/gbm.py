@@ -22,8 +22,9 @@ BACKENDS = ("lightgbm", "sklearn")
 MONOTONE_FEATURES = ("q", "log_q")  # the draft probability of the candidate
 SMALL_BATCH = 1024  # rows LightGBM scores on one thread
 TREE_PATHS = ("quickscorer", "lightgbm")
-MARGIN_CLIP = 1e-6
-NO_PRIOR = np.zeros(0)  # q is clipped to [c, 1 - c] before its logit becomes the starting margin
+MARGIN_CLIP = 1e-6  # q is clipped to [c, 1 - c] before its logit becomes the starting margin
+NO_PRIOR = np.zeros(0)
+NO_TOKENS = np.zeros(0, np.int64)
 
 
 def draft_margin(X) -> np.ndarray:
@@ -167,7 +168,7 @@ class GBMReranker(Reranker):
         prior = self.prior_.fit_transform(X["token"].to_numpy(), y) if PRIOR_FEATURE in self.features_ else None
         margin = draft_margin(X) if self.boost_from_draft else None
         self.model_ = self._fit_backend(self._matrix(X, prior), y, margin)
-        self.trees_ = self.round_plan_ = None  # the arrays of an earlier fit would score the old model
+        self.trees_ = self.round_plan_ = self.round_args_ = None  # an earlier fit's arrays would score the old model
         self.__dict__.pop("task_codes_", None)
 
     def compile(self, trees: str | None = None):
@@ -182,11 +183,13 @@ class GBMReranker(Reranker):
         choice = trees or os.environ.get("SPECRANK_TREES") or "quickscorer"
         if choice not in TREE_PATHS:
             raise ValueError(f"trees: {choice!r} is not one of {', '.join(TREE_PATHS)}")
-        self.trees_, self.inference_ = None, "LightGBM predict"
+        self.trees_, self.round_args_, self.inference_ = None, None, "LightGBM predict"
         if self.backend != "lightgbm":
             self.inference_ = "sklearn predict (QuickScorer arrays are for LightGBM boosters)"
         elif choice == "quickscorer":
             self.trees_, self.inference_ = quickscorer_of(self.model_)
+        if self.trees_ is not None and not getattr(self, "boost_from_draft", False):
+            self.round_args_ = self._round_args()  # a round's features and trees in one kernel call
         return self
 
     def __getstate__(self):
@@ -194,6 +197,7 @@ class GBMReranker(Reranker):
         state.pop("trees_", None)  # a numba kernel does not pickle: LightGBM predicts until compile() again
         state.pop("inference_", None)
         state.pop("round_plan_", None)
+        state.pop("round_args_", None)
         state.pop("task_codes_", None)
         return state
 
@@ -205,19 +209,30 @@ class GBMReranker(Reranker):
         threads = 1 if len(m) <= SMALL_BATCH else (self.n_jobs or 0)  # a thread pool costs more than ~10 rows
         return self.model_.predict(m, raw_score=True, num_threads=threads)
 
+    def _predict_round(self, X: FeatureArrays) -> np.ndarray:
+        """One round through the compiled trees: its features and predictions in one kernel call (``round_args_``,
+        set by ``compile``); elsewhere the matrix path."""
+        args = getattr(self, "round_args_", None)
+        if args is None:
+            return super()._predict_round(X)
+        return self.trees_.round_probabilities(X.inputs, args, self._task_code(X.task) if args[-1] >= 0 else 0.0)
+
+    def _round_args(self) -> tuple:
+        """The round kernel's plan: (positions, columns, prior position, prior tokens, means, default, task
+        position)."""
+        plan = self._round_plan()
+        prior = self.prior_ if plan.prior >= 0 else None
+        tokens = NO_TOKENS if prior is None else np.ascontiguousarray(prior.tokens_, dtype=np.int64)
+        means = NO_PRIOR if prior is None else np.ascontiguousarray(prior.means_, dtype=np.float64)
+        default = 0.0 if prior is None else float(prior.mean_)
+        return plan.positions, plan.columns, plan.prior, tokens, means, default, plan.task
+
     def _predict(self, X):
         one_round = isinstance(X, FeatureArrays)
         prior = None
         if PRIOR_FEATURE in self.features_:
             prior = self.prior_.lookup(X.token) if one_round else self.prior_.transform(np.asarray(X["token"]))
         boost = getattr(self, "boost_from_draft", False)
-        trees = getattr(self, "trees_", None)
-        if one_round and trees is not None and not boost:  # the round's matrix is built inside the kernel
-            plan = self._round_plan()
-            raw = trees.raw_round(X.block, plan.positions, plan.columns, plan.prior,
-                                  prior if prior is not None else NO_PRIOR, plan.task,
-                                  self._task_code(X.task) if plan.task >= 0 else 0.0)
-            return 1.0 / (1.0 + np.exp(-raw))
         m = self._matrix(X, prior)
         if self.backend == "lightgbm":  # both objectives map the margin through the logistic function
             raw = self.margin(m) + (draft_margin(X) if boost else 0.0)

@@ -97,7 +97,11 @@ class Reranker(BaseEstimator):
         if not isinstance(features, FeatureArrays):
             return self.predict(features)
         self.check_round(features)
-        return np.clip(np.asarray(self._predict(features), dtype=np.float64), 0.0, 1.0)
+        return self._predict_round(features)
+
+    def _predict_round(self, X: FeatureArrays) -> np.ndarray:
+        """One round's predictions; a reranker with a compiled round path overrides this."""
+        return np.clip(np.asarray(self._predict(X), dtype=np.float64), 0.0, 1.0)
 
     def check_round(self, features: FeatureArrays) -> None:
         """``check_meta`` for one round's features, without the table checks (a few dictionary reads)."""

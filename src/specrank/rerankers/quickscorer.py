@@ -113,15 +113,19 @@ class QuickScorer:
     """``raw(m)``: (n, F) float64 rows -> (n,) LightGBM raw margins, through the numba kernel."""
 
     def __init__(self, booster):
-        from specrank.rerankers.quickscorer_kernel import margins, round_margins  # numba: imported when used
+        from specrank.featurize import round_inputs
+        from specrank.rerankers.quickscorer_kernel import margins, round_probabilities  # numba: imported when used
 
         self.arrays = arrays_of(booster)
-        self.kernel, self.round_kernel = margins, round_margins
+        self.kernel, self.round_kernel = margins, round_probabilities
         a = self.arrays
         self.tail = (a.offsets, a.thresholds, a.trees, a.clears, a.nan_offsets, a.nan_trees, a.nan_clears,
                      a.cat_features, a.cat_trees, a.cat_sets, a.cat_clears, a.leaf_offsets, a.leaf_values)
         self.raw(np.zeros((1, a.n_features)))  # compile (or load the cached kernels) now, not mid-decode
-        self.raw_round(np.zeros((1, 1)), np.zeros(0, np.int64), np.zeros(0, np.int64), -1, np.zeros(1), -1, 0.0)
+        one = np.zeros(1, np.int64)
+        pool = round_inputs(one, one - 1, one + 1, np.ones(1, np.float32), np.zeros(1, np.float32), 1, 0, 1.0, 0.0,
+                            0.0)
+        self.round_probabilities(pool, (NO_COLUMNS, NO_COLUMNS, -1, NO_COLUMNS, np.zeros(0), 0.0, -1), 0.0)
 
     def raw(self, m: np.ndarray) -> np.ndarray:
         m = np.ascontiguousarray(m, dtype=np.float64)
@@ -129,13 +133,15 @@ class QuickScorer:
             raise ValueError(f"rows of {m.shape[-1]} features, the trees read {self.arrays.n_features}")
         return self.kernel(m, *self.tail)
 
-    def raw_round(self, block, positions, columns, prior_position: int, prior, task_position: int,
-                  task_code: float) -> np.ndarray:
-        """``raw`` of one round's matrix, built inside the kernel from the features block (topk, W):
-        ``positions`` <- block ``columns`` (int64), the prior (topk,) float64 and the task's code at their
-        positions (-1: not read). One call a round."""
-        return self.round_kernel(block, positions, columns, prior_position, prior, task_position, task_code,
-                                 *self.tail)
+    def round_probabilities(self, inputs, plan: tuple, task_code: float) -> np.ndarray:
+        """(topk,) logistic margins, clipped to [0, 1], of one round's features (``featurize.RoundInputs``),
+        computed inside the kernel. ``plan``: (positions, columns) int64 (matrix column <- feature column),
+        the prior's position, the prior's tokens (int64, sorted), means and default, the task's position
+        (-1: not read). One call a round."""
+        return self.round_kernel(*inputs, *plan, task_code, *self.tail)
+
+
+NO_COLUMNS = np.zeros(0, np.int64)
 
 
 def quickscorer_of(booster) -> tuple[QuickScorer | None, str]:

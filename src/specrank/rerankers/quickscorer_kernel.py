@@ -1,10 +1,15 @@
-"""The numba kernel of ``rerankers.quickscorer``: importing this module imports numba; the kernel compiles on
-its first call and is cached beside this file (``cache=True``), so later processes load it."""
+"""The numba kernels of ``rerankers.quickscorer``: importing this module imports numba; the margins kernel
+compiles on its first call and is cached beside this file (``cache=True``), so later processes load it."""
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
+
+from specrank.featurize.columns import WIDTH
+from specrank.featurize.kernel import fill_online_round
 
 ALL_LEAVES = np.uint64(0xFFFFFFFFFFFFFFFF)
 # de Bruijn bit scan: the index of the lowest set bit of w is TABLE[((w ^ (w - 1)) * MAGIC) >> 58]
@@ -22,26 +27,33 @@ def columns_margins(xt, offsets, thresholds, trees, clears, nan_offsets, nan_tre
     A node's test updates the word of its tree for every row at once (the words are (T, n), a feature's values
     (n,) contiguous), so the inner loop over rows is branch-free and vectorizes; per row, the scan of a
     feature's ascending thresholds would branch on every node. A feature's scan stops at the rows' largest
-    value, past which no row goes right."""
+    value, past which no row goes right; below the smallest, every row goes right, and the node clears the
+    bits of one word its tree shares across the rows (a round's context features are one value for all its
+    rows, so most of their nodes cost one operation, not one a row)."""
     n_features, n = xt.shape
     n_trees = leaf_offsets.shape[0]
     words = np.full((n_trees, n), ALL_LEAVES)
+    shared = np.full(n_trees, ALL_LEAVES)
     for f in range(n_features):
         col = xt[f]
-        top, missing = -np.inf, False
+        low, top, missing = np.inf, -np.inf, False
         for r in range(n):
             v = col[r]
             if v != v:
                 missing = True
-            elif v > top:
-                top = v
+            else:
+                low, top = min(low, v), max(top, v)
         if missing:  # the nodes that send a missing value right
+            low = -np.inf  # ... and a missing row does not go right with the others below the smallest value
             for k in range(nan_offsets[f], nan_offsets[f + 1]):
                 t, keep = nan_trees[k], nan_clears[k]
                 for r in range(n):
                     if col[r] != col[r]:
                         words[t, r] &= keep
         k, end = offsets[f], offsets[f + 1]
+        while k < end and thresholds[k] < low:  # every row's value > threshold: every row goes right
+            shared[trees[k]] &= clears[k]
+            k += 1
         while k < end and thresholds[k] < top:  # value > threshold: the test fails, the row goes right
             threshold, t, keep = thresholds[k], trees[k], clears[k]
             for r in range(n):
@@ -58,7 +70,7 @@ def columns_margins(xt, offsets, thresholds, trees, clears, nan_offsets, nan_tre
     for t in range(n_trees):  # LightGBM's order: the same float64 sum per row
         base = leaf_offsets[t]
         for r in range(n):
-            w = words[t, r]
+            w = words[t, r] & shared[t]
             out[r] += leaf_values[base + TABLE[((w ^ (w - np.uint64(1))) * MAGIC) >> np.uint64(58)]]
     return out
 
@@ -71,22 +83,39 @@ def margins(x, offsets, thresholds, trees, clears, nan_offsets, nan_trees, nan_c
                            nan_clears, cat_features, cat_trees, cat_sets, cat_clears, leaf_offsets, leaf_values)
 
 
-@numba.njit(cache=True, nogil=True)
-def round_margins(block, positions, columns, prior_position, prior, task_position, task_code, offsets, thresholds,
-                  trees, clears, nan_offsets, nan_trees, nan_clears, cat_features, cat_trees, cat_sets, cat_clears,
-                  leaf_offsets, leaf_values):
-    """``margins`` of one round's matrix, gathered here from the features kernel's block (topk, W): column
-    ``positions[j]`` <- block column ``columns[j]``, the prior (topk,) and the task's code (a position of -1:
-    not read)."""
-    n = block.shape[0]
-    xt = np.empty((offsets.shape[0] - 1, n))  # (F, n): the matrix's columns
+# Not cached: it calls the features kernel of another module, and numba's cache is keyed on this file alone, so
+# a changed features kernel would not recompile it. Compiled once a process (about a second), when a reranker
+# compiles its trees, never mid-decode.
+@numba.njit(nogil=True)
+def round_probabilities(token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
+                        prev_accepted, rows, row_index, has_rows, cache_age, prev_count, first_ancestor, positions,
+                        columns, prior_position, prior_tokens, prior_means, prior_default, task_position, task_code,
+                        offsets, thresholds, trees, clears, nan_offsets, nan_trees, nan_clears, cat_features,
+                        cat_trees, cat_sets, cat_clears, leaf_offsets, leaf_values):
+    """One online round's first-factor predictions (topk,), features and trees in one call: the round's
+    features (``featurize.block.RoundInputs``, the features kernel's own code), its matrix's columns
+    (``positions[j]`` <- feature ``columns[j]``, the token prior looked up as ``TokenPrior.transform`` does
+    and the task's code; a position of -1: not read), the margins, then the logistic function clipped to
+    [0, 1]."""
+    block = np.full((topk, WIDTH), np.nan)
+    fill_online_round(block, token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
+                      prev_accepted, rows, row_index, has_rows, cache_age, prev_count, first_ancestor)
+    xt = np.empty((offsets.shape[0] - 1, topk))  # (F, topk): the matrix's columns
     for j in range(positions.shape[0]):
-        for r in range(n):
+        for r in range(topk):
             xt[positions[j], r] = block[r, columns[j]]
-    for r in range(n):
+    for r in range(topk):
         if prior_position >= 0:
-            xt[prior_position, r] = prior[r]
+            value = prior_default
+            if prior_tokens.shape[0]:
+                i = min(np.searchsorted(prior_tokens, token[r]), prior_tokens.shape[0] - 1)
+                if prior_tokens[i] == token[r]:
+                    value = prior_means[i]
+            xt[prior_position, r] = value
         if task_position >= 0:
             xt[task_position, r] = task_code
-    return columns_margins(xt, offsets, thresholds, trees, clears, nan_offsets, nan_trees, nan_clears, cat_features,
-                           cat_trees, cat_sets, cat_clears, leaf_offsets, leaf_values)
+    out = columns_margins(xt, offsets, thresholds, trees, clears, nan_offsets, nan_trees, nan_clears, cat_features,
+                          cat_trees, cat_sets, cat_clears, leaf_offsets, leaf_values)
+    for r in range(topk):
+        out[r] = min(max(1.0 / (1.0 + math.exp(-out[r])), 0.0), 1.0)
+    return out

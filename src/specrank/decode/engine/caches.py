@@ -132,19 +132,30 @@ class RowCaches:
         self.prepared = ReadBlock(int(root_token), stored is not None, when, logp, host)
         return self.prepared
 
+    def gather(self, round_: int, root_token: int, first_tokens: np.ndarray) -> tuple:
+        """What the features kernel reads of the rows at this round's first-level candidates (``featurize.
+        RoundInputs``): (rows (3, R) float32, row_index (topk,) int64, cache age, previous tree count). On the
+        CPU ``rows`` is the read block itself, indexed by the candidates' tokens (nothing is copied); on a
+        device, the candidates' (3, topk) entries copied to the host."""
+        block = self.prepared
+        if block is None or block.root_token != root_token:
+            block = self.prepare(root_token)
+        age = round_ - block.stored_round if block.stored else -1
+        if block.host is not None:
+            return block.host, first_tokens, age, self.prev_tree_count
+        index = np.arange(len(first_tokens), dtype=np.int64)
+        if block.logp is None:
+            return np.full((3, len(first_tokens)), np.nan, np.float32), index, age, self.prev_tree_count
+        rows = block.logp[:, torch.as_tensor(first_tokens, device=block.logp.device)].cpu().numpy()
+        return rows, index, age, self.prev_tree_count
+
     def read(self, round_: int, root_token: int, first_tokens: np.ndarray, root_row: torch.Tensor | None = None) -> dict:
         """Retained-row columns of ``specrank.schema`` at this round's first-level candidates; the diagnostics
         against ``root_row`` (log-probabilities) are NaN without it (before verification, when a reranker reads
         the rows)."""
+        rows, index, age, count = self.gather(round_, root_token, first_tokens)
+        values = rows[:, index]
         block = self.prepared
-        if block is None or block.root_token != root_token:
-            block = self.prepare(root_token)
-        if block.logp is None:
-            values = np.full((3, len(first_tokens)), np.nan, np.float32)
-        elif block.host is not None:
-            values = block.host[:, first_tokens]
-        else:  # on the rows' device: one (3, topk) copy to the host
-            values = block.logp[:, torch.as_tensor(first_tokens, device=block.logp.device)].cpu().numpy()
         diagnose = root_row is not None
         matched = None if not diagnose or self.matched is None else log_probabilities(self.matched[None],
                                                                                        self.temperature)[0]
@@ -155,8 +166,8 @@ class RowCaches:
             "cache_logp": values[0],
             "same_token_logp": values[1],
             "preceding_logp": values[2],
-            "cache_age": round_ - block.stored_round if block.stored else -1,
-            "prev_tree_root_token_count": self.prev_tree_count,
+            "cache_age": age,
+            "prev_tree_root_token_count": count,
             "matched_tv": matched_tv,
             "matched_argmax_agree": matched_agree,
             "token_tv": token_tv,
