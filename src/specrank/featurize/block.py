@@ -68,22 +68,20 @@ class RoundInputs(NamedTuple):
     first_ancestor: np.ndarray  # (M,) when the pool's growth carried it, else (0,)
 
 
-NO_ROWS = np.zeros((0, 0), np.float32)
-NO_INDEX = np.zeros(0, np.int64)
-
-
 def round_inputs(token, parent, depth, q_edge, draft_logp, topk: int, root_token: int, prompt_len: float,
                  position: float, prev_accepted: float, rows=None, row_index=None, cache_age: float = -1.0,
                  prev_tree_root_token_count: float = -1.0, first_ancestor=None) -> RoundInputs:
     """``RoundInputs`` of one round (``rows`` None: no retained rows; ``row_index`` None: ``rows`` is already
     (3, topk))."""
+    from specrank.featurize.kernel import NO_ANCESTOR, NO_ROWS  # numba: a round's inputs go to its kernel next
+
     has_rows = rows is not None
     if has_rows and row_index is None:
         row_index = np.arange(topk, dtype=np.int64)
     return RoundInputs(token, parent, depth, q_edge, draft_logp, int(topk), int(root_token), float(prompt_len),
                        float(position), float(prev_accepted), rows if has_rows else NO_ROWS,
-                       row_index if has_rows else NO_INDEX, has_rows, float(cache_age),
-                       float(prev_tree_root_token_count), NO_INDEX if first_ancestor is None else first_ancestor)
+                       row_index if has_rows else NO_ANCESTOR, has_rows, float(cache_age),
+                       float(prev_tree_root_token_count), NO_ANCESTOR if first_ancestor is None else first_ancestor)
 
 
 def round_block(inputs: RoundInputs) -> np.ndarray:
