@@ -16,6 +16,7 @@ from specrank.featurize.columns import COLUMN  # noqa: E402
 from specrank.featurize.features import META_KEY, feature_meta  # noqa: E402
 from specrank.rerankers import GBMReranker, IsotonicFirstFactor  # noqa: E402
 from specrank.rerankers.isotonic import binned_isotonic, isotonic_lookup  # noqa: E402
+from specrank.rerankers.online import unit_interval  # noqa: E402
 from specrank.rerankers.quickscorer import QuickScorer, Unsupported, arrays_of, quickscorer_of  # noqa: E402
 
 F = 6
@@ -156,6 +157,14 @@ def test_isotonic_lookup_equals_sklearn_predict():
     iso = binned_isotonic(q, (rng.random(3000) < q ** 2).astype(float), 50)
     t = rng.random(10_000) * 1.4 - 0.2  # outside the fitted range too
     np.testing.assert_allclose(isotonic_lookup(iso, t), iso.predict(t), rtol=0, atol=1e-12)
+    t32 = t.astype(np.float32)  # a pool's own probabilities: converted as np.interp converts them
+    np.testing.assert_array_equal(isotonic_lookup(iso, t32), iso.predict(t32.astype(np.float64)))
+    assert np.isnan(isotonic_lookup(iso, np.array([np.nan])))[0]
+    flat = binned_isotonic(np.full(40, 0.3), np.ones(40), 50)  # one threshold: its value everywhere
+    assert len(flat.X_thresholds_) == 1
+    np.testing.assert_array_equal(isotonic_lookup(flat, np.array([0.0, 0.3, 2.0])), flat.predict([0.0, 0.3, 2.0]))
+    p = np.array([-0.5, -0.0, 0.0, 0.25, 1.0, 1.0 + 1e-16, 1.5, np.nan, -np.inf, np.inf])
+    np.testing.assert_array_equal(unit_interval(p), np.clip(p, 0.0, 1.0))
     est = IsotonicFirstFactor(n_bins=20).fit(_features())
     assert est.compile().inference_.startswith("array lookup")
     np.testing.assert_allclose(est.predict(_features(seed=7)), np.clip(est.iso_.predict(_features(seed=7)["q"]), 0, 1),

@@ -14,6 +14,14 @@ from typing import NamedTuple
 
 import numpy as np
 
+# "absent" arguments of the kernels (numba needs an array of the right type where a value is missing); defined
+# here, not in the kernels' module, so that building a round's inputs imports nothing
+NO_ANCESTORS = np.zeros((0, 0), np.int64)
+NO_ROWS = np.zeros((0, 0), np.float32)
+NO_ROW = np.zeros(0, np.float32)
+NO_ANCESTOR = np.zeros(0, np.int64)
+
+
 def candidate_block(token, parent, depth, q_edge, draft_logp, topk: int, root_token, prompt_len, position,
                     prev_accepted, cache_logp=None, same_token_logp=None, preceding_logp=None, cache_age=None,
                     prev_tree_root_token_count=None, first_ancestor=None) -> np.ndarray:
@@ -24,7 +32,7 @@ def candidate_block(token, parent, depth, q_edge, draft_logp, topk: int, root_to
     None: the row features are NaN. ``first_ancestor`` (N, M), when the pool's growth carried it, spares
     deriving it.
     """
-    from specrank.featurize.kernel import NO_ANCESTORS, NO_ROWS, block_kernel  # numba
+    from specrank.featurize.kernel import block_kernel  # numba
 
     n = len(root_token)
     f64 = lambda v: np.ascontiguousarray(v, dtype=np.float64).reshape(n)  # noqa: E731
@@ -73,8 +81,6 @@ def round_inputs(token, parent, depth, q_edge, draft_logp, topk: int, root_token
                  prev_tree_root_token_count: float = -1.0, first_ancestor=None) -> RoundInputs:
     """``RoundInputs`` of one round (``rows`` None: no retained rows; ``row_index`` None: ``rows`` is already
     (3, topk))."""
-    from specrank.featurize.kernel import NO_ANCESTOR, NO_ROWS  # numba: a round's inputs go to its kernel next
-
     has_rows = rows is not None
     if has_rows and row_index is None:
         row_index = np.arange(topk, dtype=np.int64)

@@ -13,11 +13,8 @@ from specrank.featurize.columns import (CACHE_AGE, CHILD_ENTROPY, CHILD_MAX_Q, L
                                         PREV_COUNT, PROMPT_LEN, Q, REPEATS_ROOT, ROW_LOGP, SIB_ENTROPY, SIB_GAP,
                                         SIB_RANK, SIB_SUM_Q, SIB_TOP_Q, SUBTREE_EXPANDED, SUBTREE_MASS,
                                         SUBTREE_SIZE, WIDTH)
+from specrank.featurize.block import NO_ANCESTOR, NO_ANCESTORS, NO_ROW, NO_ROWS
 
-NO_ANCESTORS = np.zeros((0, 0), np.int64)
-NO_ROWS = np.zeros((0, 0), np.float32)
-NO_ROW = np.zeros(0, np.float32)
-NO_ANCESTOR = np.zeros(0, np.int64)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -7,7 +7,7 @@ from sklearn.isotonic import IsotonicRegression
 
 from specrank import schema
 from specrank.featurize.features import FeatureArrays
-from specrank.rerankers.online import Reranker, integer
+from specrank.rerankers.online import Reranker, integer, unit_interval
 
 
 def binned_isotonic(q, y, n_bins: int) -> IsotonicRegression:
@@ -26,10 +26,9 @@ def binned_isotonic(q, y, n_bins: int) -> IsotonicRegression:
 
 def isotonic_lookup(iso: IsotonicRegression, q) -> np.ndarray:
     """``iso.predict(q)`` as one np.interp on its fitted thresholds (no input validation, no scipy
-    interpolator per call): inputs clipped to the fitted range, NaN stays NaN."""
-    x, y = iso.X_thresholds_, iso.y_thresholds_
-    q = np.clip(np.asarray(q, dtype=np.float64), iso.X_min_, iso.X_max_)
-    return np.full(q.shape, float(y[0])) if len(x) == 1 else np.interp(q, x, y)
+    interpolator per call). The thresholds run from ``X_min_`` to ``X_max_``, and np.interp holds the end values
+    beyond them, as ``out_of_bounds="clip"`` does; NaN stays NaN (a single threshold: its value everywhere)."""
+    return np.interp(q, iso.X_thresholds_, iso.y_thresholds_)
 
 
 class IsotonicFirstFactor(Reranker):
@@ -95,4 +94,4 @@ class PerDepthCalibration(Reranker):
         first = self.__dict__.get("first_map_")
         if first is None:  # as ``_map`` clips depth 1
             first = self.first_map_ = self.maps_[int(np.clip(1, min(self.maps_), max(self.maps_)))]
-        return np.clip(isotonic_lookup(first, features["q"]), 0.0, 1.0)
+        return unit_interval(isotonic_lookup(first, features["q"]))
