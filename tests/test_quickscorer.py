@@ -163,7 +163,7 @@ def test_isotonic_lookup_equals_sklearn_predict():
     flat = binned_isotonic(np.full(40, 0.3), np.ones(40), 50)  # one threshold: its value everywhere
     assert len(flat.X_thresholds_) == 1
     np.testing.assert_array_equal(isotonic_lookup(flat, np.array([0.0, 0.3, 2.0])), flat.predict([0.0, 0.3, 2.0]))
-    p = np.array([-0.5, -0.0, 0.0, 0.25, 1.0, 1.0 + 1e-16, 1.5, np.nan, -np.inf, np.inf])
+    p = np.array([-0.5, -0.0, 0.0, 0.25, 1.0, np.nextafter(1.0, 2.0), 1.5, np.nan, -np.inf, np.inf])
     np.testing.assert_array_equal(unit_interval(p), np.clip(p, 0.0, 1.0))
     est = IsotonicFirstFactor(n_bins=20).fit(_features())
     assert est.compile().inference_.startswith("array lookup")

@@ -16,7 +16,6 @@ from specrank.featurize.columns import (CACHE_AGE, CHILD_ENTROPY, CHILD_MAX_Q, L
 from specrank.featurize.block import NO_ANCESTOR, NO_ANCESTORS, NO_ROW, NO_ROWS
 
 
-
 @numba.njit(cache=True, nogil=True)
 def block_kernel(token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position, prev_accepted,
                  cache_logp, same_token_logp, preceding_logp, has_rows, cache_age, prev_count, first_ancestor):
