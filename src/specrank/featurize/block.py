@@ -14,12 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-# "absent" arguments of the kernels (numba needs an array of the right type where a value is missing); defined
-# here, not in the kernels' module, so that building a round's inputs imports nothing
-NO_ANCESTORS = np.zeros((0, 0), np.int64)
-NO_ROWS = np.zeros((0, 0), np.float32)
-NO_ROW = np.zeros(0, np.float32)
-NO_ANCESTOR = np.zeros(0, np.int64)
+from specrank.featurize.absent import NO_ANCESTOR, NO_ANCESTORS, NO_ROWS
 
 
 def candidate_block(token, parent, depth, q_edge, draft_logp, topk: int, root_token, prompt_len, position,

@@ -13,7 +13,7 @@ from specrank.featurize.columns import (CACHE_AGE, CHILD_ENTROPY, CHILD_MAX_Q, L
                                         PREV_COUNT, PROMPT_LEN, Q, REPEATS_ROOT, ROW_LOGP, SIB_ENTROPY, SIB_GAP,
                                         SIB_RANK, SIB_SUM_Q, SIB_TOP_Q, SUBTREE_EXPANDED, SUBTREE_MASS,
                                         SUBTREE_SIZE, WIDTH)
-from specrank.featurize.block import NO_ANCESTOR, NO_ANCESTORS, NO_ROW, NO_ROWS
+from specrank.featurize.absent import NO_ANCESTOR, NO_ANCESTORS, NO_ROW, NO_ROWS
 
 
 @numba.njit(cache=True, nogil=True)
