@@ -319,13 +319,20 @@ def default_hidden_layers(config, num_layers: int) -> tuple[int, ...]:
     return default_layers(num_layers)
 
 
+def aligned(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in memory of its own, 64-byte aligned, when it is not: a safetensors file's tensors are views of its
+    buffer at 8-byte offsets, and CPU kernels round differently (and run slower) on unaligned weights, so one
+    head read from an fp32 file would draft other logits than the same head cast from a bf16 file."""
+    return t if t.data_ptr() % 64 == 0 else t.clone()
+
+
 def build_head(ckpt, embedding) -> tuple[Eagle3Head, bool]:
-    """An ``Eagle3Head`` holding ``ckpt``'s tensors (no copy) and whether it uses ``embedding`` (the
+    """An ``Eagle3Head`` holding ``ckpt``'s tensors (copied only where unaligned) and whether it uses ``embedding`` (the
     target's) rather than its own."""
     config = eagle3_config(ckpt.config)
     with torch.device("meta"):
         head = Eagle3Head(config)
-    weights = {k: v for k, v in ckpt.state.items() if k not in ("d2t", "t2d")}
+    weights = {k: aligned(v) for k, v in ckpt.state.items() if k not in ("d2t", "t2d")}
     shared = "embed_tokens.weight" not in weights
     if shared:
         weights["embed_tokens.weight"] = embedding.weight
