@@ -92,6 +92,21 @@ def test_tree_pass_matches_sequential_and_commit(target):
     assert cache.get_seq_length() == 6
 
 
+@pytest.mark.parametrize("keep, path", [([0, 1], [70, 71]), ([0, 1, 3], [70, 71, 73]), ([0], [70])])
+def test_a_commit_whose_path_is_in_place_moves_only_the_rest(target, keep, path):
+    """Rows already at their committed position (a leading run keep[i] == i) stay; the next row is the
+    sequential one."""
+    context = [5, 9, 17]
+    cache = target.new_cache()
+    target.forward(torch.tensor(context), torch.arange(3), causal_mask(3, 0), cache)
+    target.forward(torch.tensor([70, 71, 72, 73]), torch.tensor([3, 4, 4, 5]), tree_mask(3, [-1, 0, 0, 1]), cache)
+    target.commit(cache, 3, torch.tensor(keep))
+    assert cache.get_seq_length() == 3 + len(keep)
+    nxt, _ = target.forward(torch.tensor([80]), torch.tensor([3 + len(keep)]), causal_mask(1, 3 + len(keep)), cache)
+    ref, _ = full_logits(target, context + path + [80])
+    torch.testing.assert_close(nxt[0], ref[-1], atol=1e-4, rtol=1e-4)
+
+
 def test_wrong_commit_fails_sequential_check(target):
     """Negative control: committing the wrong branch changes the next row."""
     context = [5, 9, 17]

@@ -87,6 +87,6 @@ def ancestor_matrix(parent_row: np.ndarray, max_depth: int) -> torch.Tensor:
 def attention_mask(ancestors: torch.Tensor, context_len: int, dtype=torch.float32) -> torch.Tensor:
     """(n, context_len + n) additive float mask: 0 where visible, -inf elsewhere."""
     n = ancestors.shape[0]
-    visible = torch.cat([torch.ones(n, context_len, dtype=torch.bool), ancestors], dim=1)
     mask = torch.zeros(n, context_len + n, dtype=dtype)
-    return mask.masked_fill_(~visible, float("-inf"))
+    mask[:, context_len:].masked_fill_(~ancestors, float("-inf"))  # the context is visible: only the tree is filled
+    return mask

@@ -356,10 +356,15 @@ def gather_cache(cache, past_len: int, keep) -> None:
     """Keep positions ``[0, past_len)`` and ``past_len + keep`` of every layer of ``cache``, in place.
 
     Only the new positions move (the kept ones to ``past_len, past_len + 1, ...``): the committed context
-    is never copied, so a commit costs what the round added, not what the context holds.
+    is never copied, so a commit costs what the round added, not what the context holds. Kept positions
+    already in place (a leading run ``keep[i] == i``: the root, and the first-ranked path) do not move: when
+    the whole path is in place, as in every round that accepts nothing, a commit is a crop, and launches no
+    device work.
     """
     keep = torch.as_tensor(keep, dtype=torch.long).cpu()  # checked on the host: no device sync
     k, index = len(keep), None
+    in_place = (keep == torch.arange(k)).numpy()
+    start = k if in_place.all() else int(in_place.argmin())
     for layer in cache.layers:
         if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
             continue
@@ -367,8 +372,9 @@ def gather_cache(cache, past_len: int, keep) -> None:
             n_new = layer.keys.shape[-2] - past_len
             if n_new < 0 or (k and not (0 <= int(keep.min()) and int(keep.max()) < n_new)):
                 raise ValueError(f"commit: keep indices must lie in [0, {n_new}) after past_len {past_len}")
-            index = (past_len + keep).to(layer.keys.device)
+            index = (past_len + keep[start:]).to(layer.keys.device)
         for name in ("keys", "values"):
             full = getattr(layer, name)
-            full[..., past_len : past_len + k, :] = full.index_select(-2, index)
+            if start < k:
+                full[..., past_len + start : past_len + k, :] = full.index_select(-2, index)
             setattr(layer, name, full[..., : past_len + k, :])
