@@ -421,8 +421,6 @@ def test_multi_layer_heads_export_for_vllm_and_are_refused_where_one_layer_is_bu
     assert vllm_unloaded(hf, vllm_load(hf, state)) == ({"model.layers.1.hidden_norm.weight"} if arch == "qwen3" else set())
     assert vllm_capture(hf, LAYERS) == (2, 5, LAYERS)
     reloaded, original = load_drafter(f"eagle3:{out}", target), load_drafter(f"eagle3:{src}", target)
-    own = [p for n, p in reloaded.head.named_parameters() if not n.startswith("embed_tokens.")]  # the target's
-    assert all(p.data_ptr() % 64 == 0 for p in own)  # an fp32 file's tensors, views at 8-byte offsets, copied
     assert len(reloaded.head.layers) == 1 and reloaded.head.config.draft_layer_type == arch
     assert torch.equal(specrank_root(reloaded, target)[1], specrank_root(original, target)[1])
     for fmt in ("sglang", "eagle"):
@@ -443,6 +441,13 @@ def test_fields_of_specforge_published_configs_that_nobody_reads_load_unchanged(
     (extra / "config.json").write_text(json.dumps(cfg))
     a, b = load_drafter(f"eagle3:{plain}", target), load_drafter(f"eagle3:{extra}", target)
     assert torch.equal(specrank_root(a, target)[1], specrank_root(b, target)[1])
+
+
+def owns_aligned_weights(drafter) -> bool:
+    """Every parameter the head owns (not the target's shared embedding) starts 64-byte aligned: an fp32 file's
+    tensors, views of its buffer at 8-byte offsets, were copied."""
+    own = [p for n, p in drafter.head.named_parameters() if not n.startswith("embed_tokens.")]
+    return all(p.data_ptr() % 64 == 0 for p in own)
 
 
 def sglang_steps(drafter, target):
@@ -519,8 +524,7 @@ def test_sglang_stacked_heads_export_as_sglang_loads_them_and_nowhere_else(targe
     partial = {k: v for k, v in state.items() if k != "additional_layers.0.self_attn.k_proj.weight"}
     assert "model.additional_layers.0.self_attn.qkv_proj.weight" not in sglang_load(cfg, partial)[0]
     reloaded, original = load_drafter(f"eagle3:{out}", target), load_drafter(f"eagle3:{src}", target)
-    own = [p for n, p in reloaded.head.named_parameters() if not n.startswith("embed_tokens.")]  # the target's
-    assert all(p.data_ptr() % 64 == 0 for p in own)  # an fp32 file's tensors, views at 8-byte offsets, copied
+    assert owns_aligned_weights(reloaded)
     assert torch.equal(sglang_steps(reloaded, target)[0], sglang_steps(original, target)[0])
     for fmt, reason in (("vllm", "additional_layers"), ("eagle", "3 draft layers")):
         with pytest.raises(ExportError, match=reason) as err:

@@ -321,7 +321,7 @@ def default_hidden_layers(config, num_layers: int) -> tuple[int, ...]:
 
 def aligned(t: torch.Tensor) -> torch.Tensor:
     """``t`` in memory of its own, 64-byte aligned, when it is not: a safetensors file's tensors are views of its
-    buffer at 8-byte offsets, and CPU kernels round differently (and run slower) on unaligned weights, so one
+    buffer at 8-byte offsets, and CPU kernels round differently on unaligned weights, so one
     head read from an fp32 file would draft other logits than the same head cast from a bf16 file."""
     return t if t.data_ptr() % 64 == 0 else t.clone()
 
