@@ -192,8 +192,9 @@ def resolve_strategy(strategy, reranker, tracking_uri, *, trust_pickle: bool = F
         raise StrategyError(f"strategy must be a name or a SelectionStrategy, got {type(strategy).__name__}")
     if strategy != "reranked" or reranker is None:
         return make_strategy(strategy, reranker)
+    if not isinstance(reranker, (str, Path)):  # a fitted estimator: nothing to load
+        return make_strategy("reranked", reranker, type(reranker).__name__)
     from specrank.tracking.models import resolve_reranker  # MLflow: imported only for a reranker to load
 
-    source = str(reranker) if isinstance(reranker, (str, Path)) else type(reranker).__name__
     loaded = resolve_reranker(reranker, tracking_uri=tracking_uri, trust_pickle=trust_pickle)
-    return make_strategy("reranked", loaded, source)
+    return make_strategy("reranked", loaded, str(reranker))

@@ -45,7 +45,7 @@ from specrank.decode.loading.eagle3_formats import (  # noqa: F401  (read_state,
 )
 from specrank.decode.loading.hub import parse_hub_id, revision_of, snapshot
 from specrank.decode.loading.standalone import TokenizerMismatchError
-from specrank.decode.loading.targets import ModelLoadError, additive_mask, crop_cache
+from specrank.decode.loading.targets import ModelLoadError, additive_mask, cache_keyword, crop_cache
 from specrank.files import cache_root, sha256_files
 
 DEFAULT_HEAD = "smollm2-eagle3"
@@ -155,7 +155,7 @@ class Eagle3Layer(nn.Module):
         residual = normed if self.norm_before_residual else hidden  # vllm llama_eagle3.py _norm_before_residual
         x = torch.cat([self.input_layernorm(embeds), normed], -1)  # (1, n, 2H)
         attn = self.self_attn(hidden_states=x, position_embeddings=position_embeddings, attention_mask=mask,
-                              cache=cache)[0]
+                              **{cache_keyword(): cache})[0]
         hidden = residual + attn
         return self.mlp(self.post_attention_layernorm(hidden)), hidden
 
@@ -180,7 +180,7 @@ class SGLangLayer(nn.Module):
     def forward(self, mlp, position_embeddings, mask, cache):
         """The previous layer's MLP output (1, n, H) -> this layer's (MLP output, residual stream)."""
         attn = self.self_attn(hidden_states=self.hidden_norm(mlp), position_embeddings=position_embeddings,
-                              attention_mask=mask, cache=cache)[0]
+                              attention_mask=mask, **{cache_keyword(): cache})[0]
         stream = mlp + attn
         return self.mlp(self.post_attention_layernorm(stream)), stream
 
@@ -243,7 +243,8 @@ class Eagle3Head(nn.Module):
         else:
             out = self.midlayer(embeds, hidden, position_embeddings, mask[None, None], cache)
         for layer in self.layers.values():  # (1, n, H) -> (1, n, H)
-            out = layer(out, attention_mask=mask[None, None], cache=cache, position_embeddings=position_embeddings)
+            out = layer(out, attention_mask=mask[None, None], position_embeddings=position_embeddings,
+                        **{cache_keyword(): cache})
         logits, fed = self.read_out(out)
         return logits[0], fed[0]
 

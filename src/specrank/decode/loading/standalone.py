@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 
 from specrank.decode.core import Drafter, RootStep, causal_mask, draft_log_probs
-from specrank.decode.loading.targets import ModelLoadError, additive_mask, crop_cache, load_causal_lm, weight_files
+from specrank.decode.loading.targets import (ModelLoadError, additive_mask, cache_keyword, crop_cache, load_causal_lm,
+                                             weight_files)
 from specrank.files import sha256_files
 
 
@@ -64,7 +65,7 @@ class CausalLMDrafter(Drafter):
             input_ids=ids.to(dev)[None],
             position_ids=positions.to(dev)[None],
             attention_mask=additive_mask(mask, self.model.dtype).to(dev)[None, None],
-            cache=self.cache,
+            **{cache_keyword(): self.cache},
             use_cache=True,
             logits_to_keep=1 if last_only else 0,
         )

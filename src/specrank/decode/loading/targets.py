@@ -308,7 +308,7 @@ class Target:
                 input_ids=input_ids.to(dev)[None],
                 position_ids=position_ids.to(dev)[None],
                 attention_mask=additive_mask(mask, dt).to(dev)[None, None],
-                cache=cache,
+                **{cache_keyword(): cache},
                 use_cache=True,
                 output_hidden_states=bool(layers) or final_normed,
                 logits_to_keep=0 if all_logits else 1,
@@ -335,6 +335,19 @@ class Target:
     def commit(cache, past_len: int, keep) -> None:
         """Keep the first ``past_len`` cached positions plus ``keep`` (indices into the last forward's new ones)."""
         gather_cache(cache, past_len, keep)
+
+
+@functools.cache
+def cache_keyword() -> str:
+    """The keyword a Hugging Face model's forward takes its KV cache by: ``cache`` in the transformers releases
+    that renamed it (``past_key_values`` is then a deprecated alias), ``past_key_values`` before them, whose
+    forwards would swallow an unknown ``cache`` in ``**kwargs`` and run without the cache. The rename was made
+    across every model and layer at once, so Llama's signature answers for all of them."""
+    import inspect
+
+    from transformers.models.llama.modeling_llama import LlamaModel
+
+    return "cache" if "cache" in inspect.signature(LlamaModel.forward).parameters else "past_key_values"
 
 
 def additive_mask(mask, dtype) -> torch.Tensor:
