@@ -3,9 +3,11 @@
 Rows are stored as the pass returned them (logits). After each round, the three rows the next round's
 features read (the token-keyed row of the next root token, the same-token row and the preceding row) are
 turned into log-probabilities at the recording temperature at once, one (3, V) block on the rows' device
-(``row / T - logsumexp(row / T)``, the preceding row's continuation entry zeroed). A read before
-verification then gathers the first-level candidates' entries, a (3, topk) copy to the host: no
-normalizer and no full-vocabulary work inside the reranker's time. The recorder reads through the same
+(``row / T - logsumexp(row / T)``, the preceding row's continuation entry zeroed). On a GPU the block is
+then copied to page-locked host memory without waiting (about 1.5 MB at a 128k vocabulary, while the
+next round drafts), so a read before verification indexes host memory, as on the CPU: no normalizer, no
+full-vocabulary work and no device call inside the reranker's time (each device call costs the host tens
+of microseconds, more than the features themselves). The recorder reads through the same
 block, so recorded and online features agree bit for bit. Only what later stages need is read out each
 round (values at the first-level candidates, ages, counts, agreement with the root row).
 """
@@ -72,7 +74,29 @@ class ReadBlock:
     stored: bool  # the root token has a token-keyed row
     stored_round: int  # the round it was stored (-1: the prompt)
     logp: torch.Tensor | None
-    host: np.ndarray | None  # ``logp`` as numpy when it lives on the CPU (a read is one fancy index)
+    host: np.ndarray | None  # ``logp`` on the host (a read is one fancy index); on a GPU once ``ready``
+    ready: torch.cuda.Event | None = None  # the host copy of a GPU block is complete once this has fired
+
+    def host_rows(self) -> np.ndarray | None:
+        """``host``, after its copy from the device has finished (by a read, it almost always has: the pool's
+        own copy to the host comes later in the stream)."""
+        if self.ready is not None:
+            self.ready.synchronize()
+            self.ready = None
+        return self.host
+
+
+def host_copy(logp: torch.Tensor) -> tuple[np.ndarray, torch.cuda.Event | None]:
+    """(``logp`` as numpy on the host, the event after which it holds the values). A CPU block is itself; a
+    GPU block is copied into a new page-locked tensor without waiting (PyTorch's caching host allocator reuses
+    freed ones, and a block still held by an earlier round's features is never overwritten)."""
+    if logp.device.type != "cuda":
+        return logp.cpu().numpy(), None
+    host = torch.empty(logp.shape, dtype=logp.dtype, pin_memory=True)
+    host.copy_(logp, non_blocking=True)
+    ready = torch.cuda.Event()
+    ready.record(torch.cuda.current_stream(logp.device))
+    return host.numpy(), ready
 
 
 def latest_unique(tokens: np.ndarray) -> np.ndarray:
@@ -128,26 +152,22 @@ class RowCaches:
             if self.preceding is not None:
                 logp[2, self.continuation] = -torch.inf  # the continuation's entry is zeroed
                 logp[2, root_token] = torch.nan  # ... and missing (the root is that continuation)
-            host = logp.numpy() if logp.device.type == "cpu" else None
-        self.prepared = ReadBlock(int(root_token), stored is not None, when, logp, host)
+        host, ready = (None, None) if logp is None else host_copy(logp)
+        self.prepared = ReadBlock(int(root_token), stored is not None, when, logp, host, ready)
         return self.prepared
 
     def gather(self, round_: int, root_token: int, first_tokens: np.ndarray) -> tuple:
         """What the features kernel reads of the rows at this round's first-level candidates (``featurize.
-        RoundInputs``): (rows (3, R) float32, row_index (topk,) int64, cache age, previous tree count). On the
-        CPU ``rows`` is the read block itself, indexed by the candidates' tokens (nothing is copied); on a
-        device, the candidates' (3, topk) entries copied to the host."""
+        RoundInputs``): (rows (3, R) float32, row_index (topk,) int64, cache age, previous tree count).
+        ``rows`` is the read block's host copy, indexed by the candidates' tokens (nothing is copied here)."""
         block = self.prepared
         if block is None or block.root_token != root_token:
             block = self.prepare(root_token)
         age = round_ - block.stored_round if block.stored else -1
-        if block.host is not None:
-            return block.host, first_tokens, age, self.prev_tree_count
-        index = np.arange(len(first_tokens), dtype=np.int64)
         if block.logp is None:
+            index = np.arange(len(first_tokens), dtype=np.int64)
             return np.full((3, len(first_tokens)), np.nan, np.float32), index, age, self.prev_tree_count
-        rows = block.logp[:, torch.as_tensor(first_tokens, device=block.logp.device)].cpu().numpy()
-        return rows, index, age, self.prev_tree_count
+        return block.host_rows(), first_tokens, age, self.prev_tree_count
 
     def read(self, round_: int, root_token: int, first_tokens: np.ndarray, root_row: torch.Tensor | None = None) -> dict:
         """Retained-row columns of ``specrank.schema`` at this round's first-level candidates; the diagnostics
