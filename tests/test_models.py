@@ -185,3 +185,20 @@ def test_default_smollm2_convert_and_reload():
     drafter.start(prompt[:-1])
     pool = drafter.grow_pool(int(prompt[-1]))
     assert len(pool) == 710 and pool.expanded.sum() == 70
+
+
+def test_the_cache_keyword_is_taken_by_every_forward_the_decoder_calls():
+    """Targets, standalone drafters and EAGLE-3 layers get their KV cache by ``cache_keyword()``; a name a forward
+    does not declare would vanish into its ``**kwargs`` and the pass would run without the cache."""
+    import inspect
+
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM, LlamaModel
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
+
+    from specrank.decode.loading.eagle3 import layer_classes
+    from specrank.decode.loading.targets import cache_keyword
+
+    forwards = [LlamaForCausalLM, LlamaModel, Qwen2ForCausalLM, *layer_classes("llama")[1:], *layer_classes("qwen3")[1:]]
+    for cls in forwards:
+        assert cache_keyword() in inspect.signature(cls.forward).parameters, cls.__name__
+    assert cache_keyword() in ("cache", "past_key_values")
