@@ -25,14 +25,16 @@ def results_dir() -> Path:
 
 
 def commit() -> str:
-    """The checkout's commit, ``+dirty`` when tracked files changed; ``unknown`` outside a git checkout."""
+    """The checkout's commit, ``+dirty`` when tracked files outside ``benchmarks/results`` changed (a benchmark that
+    writes its results file after each part must not call its own later writes dirty); ``unknown`` outside a git
+    checkout."""
     def git(*args):
         return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=30)
     try:
         head = git("rev-parse", "HEAD")
         if head.returncode != 0:
             return "unknown"
-        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results").stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return head.stdout.strip() + ("+dirty" if dirty else "")

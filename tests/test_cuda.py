@@ -16,13 +16,9 @@ from specrank.decode.core import PoolShape
 from specrank.decode.runs.measure import Measure
 from specrank.decode.runs.tables import rounds_table
 from specrank.decode.strategies import STRATEGIES, make_strategy
-from specrank.featurize import featurize_rounds
-from specrank.featurize.edges import edge_frame
-from specrank.rerankers import GBMReranker, IsotonicFirstFactor, PerDepthCalibration
-from specrank.selection import PoolBatch, score_of, select_top
 from specrank.testing import save_tiny_eagle3
 from decode_helpers import PROMPT, decode_prompt_online, tiny_pair
-from test_online_offline import CapturingReranked
+from online_helpers import CapturingReranked, assert_online_equals_offline, fitted_reranker, recorded
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -57,17 +53,9 @@ def greedy_on(target, prompt, n):
         return target.model.generate(ids, max_new_tokens=n, do_sample=False)[0, len(prompt):].tolist()
 
 
-def record(target, drafter, strategy, config, prompts):
-    records = []
-    for i, ids in enumerate(prompts):
-        records += decode_prompt_online(target, drafter, ids, config, strategy, prompt_id=f"p{i:02d}", task="t",
-                                        measure=Measure(record=True))[1]
-    return records
-
-
 @pytest.fixture(scope="module")
 def training_rounds(cuda_pair):
-    return rounds_table(record(*cuda_pair, make_strategy("draft"), GREEDY, PROMPTS[:5]), SHAPE.size, SHAPE.topk)
+    return rounds_table(recorded(*cuda_pair, make_strategy("draft"), GREEDY, PROMPTS[:5]), SHAPE.size, SHAPE.topk)
 
 
 def test_the_models_are_on_the_gpu(cuda_pair):
@@ -87,8 +75,8 @@ def test_recorded_target_probabilities_equal_a_cpu_recording(pairs):
     """Every recorded edge probability of the GPU run within float32 rounding of the CPU run's; the pools and
     tokens are the same (the drafts agree on every argmax)."""
     (cpu_target, cpu_drafter), (gpu_target, gpu_drafter) = pairs
-    cpu = record(cpu_target, cpu_drafter, make_strategy("draft"), GREEDY, PROMPTS[:2])
-    gpu = record(gpu_target, gpu_drafter, make_strategy("draft"), GREEDY, PROMPTS[:2])
+    cpu = recorded(cpu_target, cpu_drafter, make_strategy("draft"), GREEDY, PROMPTS[:2])
+    gpu = recorded(gpu_target, gpu_drafter, make_strategy("draft"), GREEDY, PROMPTS[:2])
     assert len(cpu) == len(gpu)
     for a, b in zip(cpu, gpu):
         np.testing.assert_array_equal(a["token"], b["token"])
@@ -96,42 +84,22 @@ def test_recorded_target_probabilities_equal_a_cpu_recording(pairs):
         np.testing.assert_allclose(b["p_edge"], a["p_edge"], atol=1e-5, equal_nan=True)
 
 
-def reranker_of(kind, rounds):
-    if kind == "per-depth":
-        return PerDepthCalibration(n_bins=8).fit(edge_frame(rounds, MANIFEST))
-    train = featurize_rounds(rounds, MANIFEST)
-    if kind == "isotonic":
-        return IsotonicFirstFactor(n_bins=8).fit(train)
-    return GBMReranker(features=kind, n_estimators=20, num_leaves=7, min_child_samples=5, n_jobs=1).fit(train)
-
-
 @pytest.mark.parametrize("kind,trees", [("isotonic", "quickscorer"), ("per-depth", "quickscorer"),
                                         ("base", "quickscorer"), ("rows", "quickscorer"), ("rows", "lightgbm")])
 def test_online_rerank_on_the_gpu_equals_offline_and_keeps_greedy_output(cuda_pair, training_rounds, kind, trees,
                                                                           monkeypatch):
-    """Rows retained on the device, read as the candidates' entries: features bit for bit the offline
-    featurizer's, predictions within 1e-12, the same trees, and the target's greedy text."""
+    """Rows retained on the device, read through their host copy: features bit for bit the offline featurizer's,
+    predictions within 1e-12, the same trees, and the target's greedy text."""
     monkeypatch.setenv("SPECRANK_TREES", trees)
     target, drafter = cuda_pair
-    reranker = reranker_of(kind, training_rounds)
-    strategy = CapturingReranked(reranker)
-    records, outputs = [], []
+    strategy = CapturingReranked(fitted_reranker(kind, training_rounds, MANIFEST))
+    records = []
     for i, ids in enumerate(PROMPTS[5:8]):
         out, recs = decode_prompt_online(target, drafter, ids, GREEDY, strategy, prompt_id=f"p{i:02d}", task="t",
                                          measure=Measure(record=True))
         records += recs
         assert out == greedy_on(target, ids, GREEDY.max_new_tokens)
-    table = rounds_table(records, SHAPE.size, SHAPE.topk)
-    offline = featurize_rounds(table, MANIFEST, labels=False)
-    columns = [c for c in strategy.seen[0][0].columns if c != "task"]
-    online = np.concatenate([np.column_stack([f[c] for c in columns]) for f, _ in strategy.seen])
-    np.testing.assert_array_equal(online, offline[columns].to_numpy(float))
-    online_pred = np.concatenate([p for _, p in strategy.seen])
-    offline_pred = reranker.predict_first_factor(offline)
-    np.testing.assert_allclose(online_pred, offline_pred, rtol=0, atol=1e-12)
-    pool = PoolBatch.from_frame(table.to_pandas())
-    score = score_of(pool, "reranked", "greedy", first_factor=offline_pred.reshape(-1, SHAPE.topk))
-    np.testing.assert_array_equal(np.stack(strategy.trees), select_top(score, pool.depth, GREEDY.budget))
+    assert_online_equals_offline(strategy, records, GREEDY, MANIFEST)
 
 
 @pytest.mark.parametrize("spec", ["early-exit:2", "eagle3"])
@@ -142,7 +110,7 @@ def test_built_in_drafters_on_the_gpu_decode_the_target_greedy_text(cuda_pair, t
     drafter = load_drafter(spec, target)
     model = drafter.head if spec.startswith("eagle3") else drafter.model
     assert all(p.device.type == "cuda" for p in model.parameters())
-    reranker = reranker_of("rows", training_rounds)
+    reranker = fitted_reranker("rows", training_rounds, MANIFEST)
     for strategy in ("draft", "root", "reranked"):
         dec = Decoder(target, drafter, strategy, reranker=reranker if strategy == "reranked" else None, budget=4,
                       shape=SHAPE)
@@ -152,10 +120,9 @@ def test_built_in_drafters_on_the_gpu_decode_the_target_greedy_text(cuda_pair, t
 
 def test_sampled_decoding_on_the_gpu_is_reproducible_from_its_seed(cuda_pair):
     target, drafter = cuda_pair
-    config = DecodeConfig(SHAPE, budget=4, extra=0, temperature=1.0, max_new_tokens=24, seed=3)
-    first, _ = decode_prompt_online(target, drafter, PROMPT, config, make_strategy("draft"))
-    again, _ = decode_prompt_online(target, drafter, PROMPT, config, make_strategy("draft"))
-    other, _ = decode_prompt_online(target, drafter, PROMPT,
-                                    DecodeConfig(SHAPE, budget=4, extra=0, temperature=1.0, max_new_tokens=24, seed=4),
-                                    make_strategy("draft"))
-    assert first == again and len(first) == 24 and first != other
+    def sample(seed):
+        config = DecodeConfig(SHAPE, budget=4, extra=0, temperature=1.0, max_new_tokens=24, seed=seed)
+        return decode_prompt_online(target, drafter, PROMPT, config, make_strategy("draft"))[0]
+
+    first = sample(3)
+    assert first == sample(3) and len(first) == 24 and first != sample(4)

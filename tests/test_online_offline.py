@@ -6,15 +6,14 @@ import pytest
 
 from specrank.decode.config import DecodeConfig
 from specrank.decode.strategies import RerankedSelection, StrategyError, make_strategy
-from specrank.decode.runs.measure import Measure
 from decode_helpers import decode_prompt_online
 from specrank.decode.core import PoolShape
 from specrank.decode.runs.tables import rounds_table
 from specrank.featurize import featurize_rounds
-from specrank.featurize.edges import edge_frame
-from specrank.rerankers import GBMReranker, IsotonicFirstFactor, PerDepthCalibration
-from specrank.selection import PoolBatch, PromptBootstrap, draw_values, fixed_values, score_of, select_top
+from specrank.rerankers import IsotonicFirstFactor
+from specrank.selection import PoolBatch, PromptBootstrap, draw_values, fixed_values, score_of
 from decode_helpers import tiny_pair
+from online_helpers import CapturingReranked, assert_online_equals_offline, fitted_reranker, recorded
 
 SHAPE = PoolShape(4, 3, 4)  # 4 + 16 + 16 = 36 candidates
 PROMPTS = [[2, 5, 7, 16, 25, 19, 3, 2, 6 + i, 30 + 3 * i] for i in range(12)]
@@ -26,11 +25,7 @@ def pair():
 
 
 def _run(target, drafter, strategy, config, prompts=PROMPTS):
-    records = []
-    for i, ids in enumerate(prompts):
-        records += decode_prompt_online(target, drafter, ids, config, strategy, prompt_id=f"p{i:02d}", task="t",
-                                        measure=Measure(record=True))[1]
-    return records
+    return recorded(target, drafter, strategy, config, prompts)
 
 
 @pytest.mark.parametrize("rule", ["draft", "root_draw"])
@@ -57,24 +52,6 @@ def test_realized_acceptance_agrees_with_offline_value_on_recorded_rounds(pair, 
     assert not shifted.low <= 0.0 <= shifted.high
 
 
-class CapturingReranked(RerankedSelection):
-    """The real reranked strategy, keeping the features, predictions and trees it computed online."""
-
-    def __init__(self, reranker):
-        super().__init__(reranker, "test")
-        self.seen, self.trees = [], []
-
-    def first_factor(self, pool, ctx):
-        factor = super().first_factor(pool, ctx)
-        self.seen.append((ctx.features(self.groups), factor))  # the features it predicted from (cached)
-        return factor
-
-    def select(self, pool, ctx):
-        tree, score = super().select(pool, ctx)
-        self.trees.append(tree)
-        return tree, score
-
-
 GREEDY = DecodeConfig(SHAPE, budget=4, extra=36, temperature=0.0, max_new_tokens=40)
 MANIFEST = {"temperature": 0.0, "topk": SHAPE.topk}
 
@@ -84,39 +61,19 @@ def training_rounds(pair):
     return rounds_table(_run(*pair, make_strategy("draft"), GREEDY, PROMPTS[:6]), SHAPE.size, SHAPE.topk)
 
 
-def _reranker(kind, rounds):
-    if kind == "per-depth":
-        return PerDepthCalibration(n_bins=8).fit(edge_frame(rounds, MANIFEST))
-    train = featurize_rounds(rounds, MANIFEST)
-    if kind == "isotonic":
-        return IsotonicFirstFactor(n_bins=8).fit(train)
-    return GBMReranker(features=kind, n_estimators=20, num_leaves=7, min_child_samples=5, n_jobs=1).fit(train)
-
-
 @pytest.mark.parametrize("kind,path", [("isotonic", "array lookup"), ("per-depth", "array lookup"),
                                        ("base", "QuickScorer arrays"), ("base", "LightGBM predict"),
                                        ("rows", "QuickScorer arrays"), ("rows", "LightGBM predict")])
 def test_online_features_predictions_and_trees_equal_offline_on_recorded_rounds(pair, training_rounds, kind, path,
                                                                                  monkeypatch):
     monkeypatch.setenv("SPECRANK_TREES", "lightgbm" if path == "LightGBM predict" else "quickscorer")
-    reranker = _reranker(kind, training_rounds)
+    reranker = fitted_reranker(kind, training_rounds, MANIFEST)
     strategy = CapturingReranked(reranker)
     records = _run(*pair, strategy, GREEDY, PROMPTS[6:9])
     assert reranker.inference_.startswith(path)  # prepared once, when the first decode checked it
-    table = rounds_table(records, SHAPE.size, SHAPE.topk)
-    offline = featurize_rounds(table, MANIFEST, labels=False)
-    columns = [c for c in strategy.seen[0][0].columns if c != "task"]  # token and every numeric feature
-    online = np.concatenate([np.column_stack([f[c] for c in columns]) for f, _ in strategy.seen])
-    np.testing.assert_array_equal(online, offline[columns].to_numpy(float))
-    assert all((f["task"] == "t").all() for f, _ in strategy.seen if "task" in f)
+    online_pred = assert_online_equals_offline(strategy, records, GREEDY, MANIFEST)
     assert ("task" in strategy.seen[0][0]) == (kind in ("base", "rows"))  # only what the reranker reads
-    online_pred = np.concatenate([p for _, p in strategy.seen])
-    offline_pred = reranker.predict_first_factor(offline)
-    np.testing.assert_allclose(online_pred, offline_pred, rtol=0, atol=1e-12)
     assert len(np.unique(online_pred)) > 1  # the reranker is not a constant
-    pool = PoolBatch.from_frame(table.to_pandas())
-    score = score_of(pool, "reranked", "greedy", first_factor=offline_pred.reshape(-1, SHAPE.topk))
-    np.testing.assert_array_equal(np.stack(strategy.trees), select_top(score, pool.depth, GREEDY.budget))
 
 
 def test_reranker_for_another_run_is_refused_before_decoding(pair):
