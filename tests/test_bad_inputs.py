@@ -872,7 +872,9 @@ def test_the_suite_covers_every_command():
 
 
 def run_cli(args, cwd, **env):
-    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), **env}
+    src = str(Path(__file__).parents[1] / "src")  # kept ahead of an inherited PYTHONPATH
+    path = os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))
+    environment = {**os.environ, "PYTHONPATH": path, **env}
     environment.pop("MLFLOW_TRACKING_URI", None)
     return subprocess.run([sys.executable, "-m", "specrank.cli", *args], cwd=cwd, env=environment,
                           capture_output=True, text=True, timeout=300)

@@ -58,7 +58,8 @@ def reference(setup):
 def test_sigkill_then_rerun_equals_uninterrupted_run(setup, reference):
     d, args, _ = setup
     ref, run = reference, d / "run"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    src = str(Path(__file__).parents[1] / "src")  # kept ahead of an inherited PYTHONPATH
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen([sys.executable, "-m", "specrank.cli", *args, "--out", str(run)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 180

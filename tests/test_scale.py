@@ -94,7 +94,8 @@ def test_workers_record_the_rounds_and_manifest_of_one_process(cluster, models, 
 
 def driver(args, cluster, out):
     """``specrank decode --workers 2`` in a subprocess joined to the module's Ray, and its worker pids."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    src = str(Path(__file__).parents[1] / "src")  # kept ahead of an inherited PYTHONPATH
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
     # SIGINT back to its default in the child: a suite started as a background job (`make test &`, CI runners)
     # inherits SIGINT ignored, Python then installs no KeyboardInterrupt handler, and the driver would sail past
     # the Ctrl-C test's interrupt and finish every shard.

@@ -51,14 +51,16 @@ def test_tree_rows_equal_plain_forward_on_each_prefix():
     """Every pass row equals a plain forward on that prefix's full context (HF 4D mask contract)."""
     from transformers import DynamicCache
 
+    from specrank.decode.loading.targets import cache_keyword
+
     model = tiny_llama(vocab_size=64)
     ctx = torch.randint(0, 64, (1, 5), generator=torch.Generator().manual_seed(1))
     s = _set([0, 1, 2, 4], rank=[0, 1, 2, 3, 4, 5, 6], extra=7)
-    cache = DynamicCache()
+    cache = {cache_keyword(): DynamicCache()}
     with torch.no_grad():
-        model(ctx, cache=cache, use_cache=True)
+        model(ctx, **cache, use_cache=True)
         out = model(s.input_ids[None], attention_mask=attention_mask(s.ancestors, 5)[None, None],
-                    position_ids=s.position_ids[None], cache=cache, use_cache=True).logits[0]
+                    position_ids=s.position_ids[None], **cache, use_cache=True).logits[0]
         for i in range(s.n):
             seq = torch.cat([ctx[0], s.input_ids[s.ancestors[i]]])  # ancestors precede in row order
             ref = model(seq[None]).logits[0, -1]
