@@ -199,3 +199,26 @@ def test_root_share_figure_keeps_its_bars_readable_when_an_interval_explodes():
     for low, bottom in ((-900.0, -100.0), (-20.0, -25.0)):  # a near-zero root gain in a resample: -900%
         fig = root_share_by_task(summary, pd.DataFrame(rows(["a", "b"], low)))
         assert fig.axes[0].get_ylim() == pytest.approx((bottom, 105.0))
+
+
+def test_root_share_figure_leaves_out_a_group_without_a_share_and_warns_nothing():
+    """A task whose root selection gains nothing has a NaN share (and interval): no bar and no whisker, where a NaN
+    bar made matplotlib compute its limits from NaN (a RuntimeWarning in every evaluation that had such a task)."""
+    import warnings
+
+    from specrank.evaluation.figures import root_share_by_task
+
+    def row(group, share, low, high):
+        return {"score": "rows", "budget": 8, "group": group, "split_kind": "task", "root_share": share,
+                "root_share_low": low, "root_share_high": high}
+
+    summary = pd.DataFrame([row("all", 40.0, 10.0, 80.0)]).drop(columns=["group", "split_kind"])
+    splits = pd.DataFrame([row("a", 30.0, 5.0, 60.0), row("b", np.nan, np.nan, np.nan), row("c", 20.0, np.nan, 50.0)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = root_share_by_task(summary, splits)
+    ax = fig.axes[0]
+    heights = sorted(p.get_height() for p in ax.patches)
+    assert heights == [20.0, 30.0, 40.0]  # a, c and all; b has no bar
+    whiskers = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
+    assert len(whiskers) == 1 and len(whiskers[0].lines[2][0].get_segments()) == 2  # a and all; c has no interval

@@ -104,10 +104,14 @@ def root_share_by_task(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict |
             t = table[table["score"] == rule].set_index("group").reindex(groups)
             share = t["root_share"].to_numpy(dtype=float)
             low, high = (t[f"root_share_{k}"].to_numpy(dtype=float) for k in ("low", "high"))
-            err = np.vstack([share - low, high - share])
+            err = np.abs(np.vstack([share - low, high - share]))
             ends += [low, high, share]
-            ax.bar(x + (i - (len(rules) - 1) / 2) * width, share, width, color=colors[rule], label=label(rule),
-                   yerr=np.abs(err), capsize=2, error_kw={"lw": 0.8})
+            # a group whose root selection gains nothing has no share, and one whose resamples do has no interval:
+            # no bar, or no whisker (NaN coordinates upset matplotlib's limits)
+            pos, bar, whisker = x + (i - (len(rules) - 1) / 2) * width, np.isfinite(share), np.isfinite(err).all(0)
+            ax.bar(pos[bar], share[bar], width, color=colors[rule], label=label(rule))
+            ax.errorbar(pos[whisker], share[whisker], yerr=err[:, whisker], fmt="none", ecolor="black", capsize=2,
+                        lw=0.8)
         ax.axhline(0.0, color="black", lw=0.8)
         ax.axhline(100.0, color="grey", ls=":", lw=1.0)
         ax.set_xticks(x)
