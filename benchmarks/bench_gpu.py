@@ -18,7 +18,9 @@ decoder's reranker milliseconds over its round's (split run), also printed per b
 ``--layers N`` keeps N of the target's layers (its width, heads and 128,256-token vocabulary unchanged), the
 head then reading ``hidden_states`` (0, 1, N) when N < 5 (N = the last layer's output before the final norm).
 ``--record-rounds R`` also records R rounds as the recorder does (every one of the pool's M = 710 edges
-scored by the target). Peak memory is the device's peak allocation (CUDA) or the process's peak resident
+scored by the target). ``--profile-rounds R`` profiles R more rounds of each budget's first decoder and
+reports the PyTorch operations of its host bookkeeping (outside every timed span), by count and host time: on
+CUDA, an operation that waits for the device shows there. Peak memory is the device's peak allocation (CUDA) or the process's peak resident
 set (CPU, Linux ``VmHWM``), reset before each phase: after building, recording, and each budget's decodes.
 
 On a lent GPU machine (its python3 holds torch, transformers, pandas, pyarrow and scikit-learn, not
@@ -205,6 +207,47 @@ def reranked_name(kind: str) -> str:
     return "reranked" if kind == "rows" else f"reranked-{kind}"
 
 
+def bookkeeping_profile(decoder, prompt, rounds: int, sync, top: int = 25) -> dict:
+    """The PyTorch operations a decode issues outside its timed spans (host bookkeeping), per round: each
+    top-level ATen operation's count and host microseconds, the most expensive first, with the device's kernels
+    on CUDA. Spans are labelled for the profiler only here (``record_function`` costs the loop a little)."""
+    from contextlib import contextmanager
+
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from specrank.decode.engine.timer import Timer
+
+    plain = Timer.span
+
+    @contextmanager
+    def labelled(self, name):
+        with record_function(f"span:{name}"), plain(self, name):
+            yield
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if sync is not None else [])
+    Timer.span = labelled
+    try:
+        with profile(activities=activities) as prof:
+            run_decoder(decoder, prompt, rounds, sync)
+    finally:
+        Timer.span = plain
+    events = prof.events()
+    spans = [(e.time_range.start, e.time_range.end) for e in events
+             if e.name.startswith("span:") and e.name != "span:total"]
+    parent = lambda e: e.cpu_parent.name if e.cpu_parent is not None else ""  # noqa: E731
+    outside = [e for e in events if e.name.startswith("aten::") and not parent(e).startswith("aten::")
+               and not any(a <= e.time_range.start and e.time_range.end <= b for a, b in spans)]
+    n = 2 * rounds  # run_decoder decodes twice: as run and split
+    ops = {}
+    for e in outside:
+        count, us = ops.get(e.name, (0, 0.0))
+        ops[e.name] = (count + 1, us + e.cpu_time_total)
+    ranked = sorted(ops.items(), key=lambda kv: -kv[1][1])[:top]
+    return {"rounds": n, "ops_per_round": len(outside) / n,
+            "host_us_per_round": sum(e.cpu_time_total for e in outside) / n,
+            "ops": {name: {"per_round": c / n, "host_us_per_round": us / n} for name, (c, us) in ranked}}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -220,6 +263,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rerankers", default="rows", help="rerankers of the reranked strategy, each timed "
                         f"apart (comma-separated, from {', '.join(RERANKERS)})")
     parser.add_argument("--warmup-rounds", type=int, default=3)
+    parser.add_argument("--profile-rounds", type=int, default=0, help="also profile this many rounds of each "
+                        "budget's first decoder: the operations of its host bookkeeping (PyTorch's profiler)")
     parser.add_argument("--max-bookkeeping-ms", type=float, default=5.0)
     parser.add_argument("--max-rerank-ms", type=float, default=0.15)
     args = parser.parse_args(argv)
@@ -271,6 +316,12 @@ def main(argv=None) -> int:
             run_decoder(next(iter(decoders.values())), prompt, args.rounds, sync)
         result["budgets"][budget] = {name: run_decoder(d, prompt, args.rounds, sync) for name, d in decoders.items()}
         result["budgets"][budget]["peak_mib"] = peak_memory_mib(device)
+        if args.profile_rounds:
+            first = next(iter(decoders))
+            profiled = bookkeeping_profile(decoders[first], prompt, args.profile_rounds, sync)
+            result.setdefault("bookkeeping_profile", {})[budget] = {"decoder": first, **profiled}
+            print(f"B = {budget} {first}: {profiled['ops_per_round']:.0f} operations a round outside the spans, "
+                  f"{profiled['host_us_per_round'] / 1000:.2f} ms of host time", file=sys.stderr)
         for kind in rerankers:
             split = result["budgets"][budget][reranked_name(kind)]["split"]
             share = result["reranker_share_of_round"].setdefault(budget, {})

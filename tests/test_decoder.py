@@ -119,7 +119,7 @@ def test_importing_evaluation_leaves_the_matplotlib_backend_alone():
 def test_gpu_benchmark_runs_at_a_tiny_shape_on_cpu():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--shape", "tiny", "--rounds", "3",
                           "--prompt-len", "24", "--budget", "8", "--threads", "1",
-                          "--rerankers", "rows,base,isotonic,per-depth"],
+                          "--rerankers", "rows,base,isotonic,per-depth", "--profile-rounds", "2"],
                          capture_output=True, text=True, check=True, timeout=300)
     result = json.loads(out.stdout)
     reranked = ("reranked", "reranked-base", "reranked-isotonic", "reranked-per-depth")
@@ -128,6 +128,8 @@ def test_gpu_benchmark_runs_at_a_tiny_shape_on_cpu():
         assert split["rounds"] == 3 and split["draft"] > 0 and split["target"] > 0 and split["bookkeeping"] >= 0
     assert all(result["budgets"]["8"][name]["split"]["rerank"] > 0 for name in reranked)
     assert set(result["reranker_share_of_round"]["8"]) == {"rows", "base", "isotonic", "per-depth"}
+    profile = result["bookkeeping_profile"]["8"]  # the commit's slices and verification's argmax, at least
+    assert profile["decoder"] == "draft" and profile["ops_per_round"] > 2 and "aten::argmax" in profile["ops"]
 
 
 def test_the_full_vocabulary_path_records_and_reranks_token_ids_above_65535():
