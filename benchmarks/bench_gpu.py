@@ -20,8 +20,9 @@ head then reading ``hidden_states`` (0, 1, N) when N < 5 (N = the last layer's o
 ``--record-rounds R`` also records R rounds as the recorder does (every one of the pool's M = 710 edges
 scored by the target). ``--profile-rounds R`` profiles R more rounds of each budget's first decoder and
 reports the PyTorch operations of its host bookkeeping (outside every timed span), by count and host time: on
-CUDA, an operation that waits for the device shows there. Peak memory is the device's peak allocation (CUDA) or the process's peak resident
-set (CPU, Linux ``VmHWM``), reset before each phase: after building, recording, and each budget's decodes.
+CUDA, an operation that waits for the device shows there. Peak memory is the device's peak allocation (CUDA)
+or the process's peak resident set (CPU, Linux ``VmHWM``), reset before each phase: after building, recording,
+and each budget's decodes.
 
 On a lent GPU machine (its python3 holds torch, transformers, pandas, pyarrow and scikit-learn, not
 LightGBM): here, once, `echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps
