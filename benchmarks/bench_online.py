@@ -31,6 +31,7 @@ from __future__ import annotations
 from record import write_results  # benchmarks/record.py, beside this script
 import argparse
 import json
+import re
 import sys
 import tempfile
 
@@ -39,8 +40,9 @@ GPU_ROUND_MS = 14.5  # EAGLE-3, Llama-3.1-8B, SGLang, one H100: 373 tokens/s at 
 RERANKERS = ("rows", "base", "isotonic", "per-depth")
 
 
-def fit_rerankers(run_dir):
-    """({name: reranker}, features): the four rerankers fitted on one recorded run (GBMs at the paper's size)."""
+def fit_rerankers(run_dir, gbm: dict | None = None):
+    """({name: reranker}, features): the four rerankers fitted on one recorded run (the GBMs at their default
+    size, or with ``gbm``'s parameters)."""
     from specrank.featurize import featurize_run
     from specrank.featurize.edges import edge_frame
     from specrank.decode.runs.tables import read_rounds
@@ -48,10 +50,19 @@ def fit_rerankers(run_dir):
 
     features = featurize_run(run_dir)
     manifest = features.attrs["specrank"]
-    return {"rows": GBMReranker(features="rows", n_jobs=1).fit(features),
-            "base": GBMReranker(features="base", n_jobs=1).fit(features),
+    gbm = gbm or {}
+    return {"rows": GBMReranker(features="rows", n_jobs=1, **gbm).fit(features),
+            "base": GBMReranker(features="base", n_jobs=1, **gbm).fit(features),
             "isotonic": IsotonicFirstFactor().fit(features),
             "per-depth": PerDepthCalibration().fit(edge_frame(read_rounds(run_dir), manifest))}, features
+
+
+def gbm_size(text: str) -> dict:
+    """``TREESxLEAVES@RATE`` -> GBMReranker parameters."""
+    match = re.fullmatch(r"(\d+)x(\d+)@([0-9.]+)", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not TREESxLEAVES@RATE (e.g. 400x63@0.05)")
+    return {"n_estimators": int(match[1]), "num_leaves": int(match[2]), "learning_rate": float(match[3])}
 
 
 def best_ms(fn, repeat: int = 200) -> float:
@@ -128,6 +139,9 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--bootstrap", type=int, default=2000)
     parser.add_argument("--max-rerank-ms", type=float, default=0.15)
+    parser.add_argument("--gbm-size", type=gbm_size, default=None, metavar="TREESxLEAVES@RATE",
+                        help="the GBM rerankers' trees, leaves and learning rate, e.g. 400x63@0.05 (the paper's; "
+                             "default: GBMReranker's defaults)")
     parser.add_argument("--name", default="bench_online", help="results file benchmarks/results/NAME.json")
     args = parser.parse_args(argv)
 
@@ -152,7 +166,8 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as run_dir:
             manifest = build_manifest(target, drafter, record_cfg, default_prompts_path(), 4)
             record_run(target, drafter, train, run_dir, record_cfg, manifest)
-            rerankers, features = fit_rerankers(run_dir)
+            rerankers, features = fit_rerankers(run_dir, args.gbm_size)
+        result["gbm"] = {k: rerankers["rows"].get_params()[k] for k in ("n_estimators", "num_leaves", "learning_rate")}
         config = DecodeConfig(budget=budget, extra=0, max_new_tokens=args.max_new_tokens)
         strategies = {"draft": make_strategy("draft")}
         for k, r in rerankers.items():

@@ -94,12 +94,12 @@ def test_a_round_scored_inside_the_kernel_equals_its_features_matrix_through_lig
     prior = TokenPrior(pseudo_count=0.0).fit(prior_tokens, means)  # each token once: its mean is its label
     m[:, 4] = prior.transform(inputs.token[: inputs.topk])
     plan = (positions, columns, 4, prior.tokens_, prior.means_, prior.mean_, 0)
-    got = trees.round_probabilities(inputs, plan, 2.0)
+    got = trees.round_probabilities(inputs, trees.round_model(plan), 2.0)
     want = 1 / (1 + np.exp(-b.predict(m, raw_score=True)))
     assert np.isnan(block[:, COLUMN["cache_logp"]]).any() and len(np.unique(m[:, 4])) > 1  # NaNs, two priors
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
     shifted = (positions, columns, 4, prior.tokens_, prior.means_ + 1.5, prior.mean_, 0)  # the priors read
-    assert np.abs(trees.round_probabilities(inputs, shifted, 2.0) - want).max() > 1e-9
+    assert np.abs(trees.round_probabilities(inputs, trees.round_model(shifted), 2.0) - want).max() > 1e-9
 
 
 def test_63_leaf_trees_at_the_rerankers_size_are_exact():

@@ -82,8 +82,8 @@ def test_gbm_objectives_and_probability_range(sampling, greedy, backend):
             assert est.model_.params["objective"] == ("binary" if kind == "argmax" else "cross_entropy")
         else:
             assert type(est.model_).__name__.endswith("Classifier" if kind == "argmax" else "Regressor")
-    assert GBMReranker().get_params()["n_estimators"] == 400
-    assert (GBMReranker().learning_rate, GBMReranker().num_leaves) == (0.05, 63)
+    assert GBMReranker().get_params()["n_estimators"] == 100
+    assert (GBMReranker().learning_rate, GBMReranker().num_leaves) == (0.1, 15)
 
 
 @pytest.mark.parametrize("backend", ["lightgbm", "sklearn"])

@@ -37,7 +37,7 @@ from specrank.decode.prompts import encode_prompt, read_prompts, spec_bench_path
 from specrank.featurize import read_features
 from specrank.featurize.storage import read_rounds_table
 from specrank.outputs import check_output_dir
-from specrank.rerankers import load_reranker
+from specrank.rerankers import GBMReranker, load_reranker
 from specrank.scale import add_worker_arguments, workers_from_args
 
 HELP = "the pipeline at scale (decode to a round target, featurize, cross-fit, evaluate) -> one results JSON"
@@ -74,8 +74,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
     parser.add_argument("--tune-trials", type=at_least(0), default=4,
                         help="Optuna trials per fold of Base and Rows (default 4)")
-    parser.add_argument("--n-estimators", type=at_least(1), default=400,
-                        help="boosting iterations of Base and Rows (default 400, the paper's)")
+    trees = GBMReranker().n_estimators
+    parser.add_argument("--n-estimators", type=at_least(1), default=trees,
+                        help=f"boosting iterations of Base and Rows when not tuned (default {trees}, the rerankers' "
+                             "default; the paper's: 400)")
     parser.add_argument("--seed", type=int, default=0, help="prompt order, decoding and bootstrap seed (default 0)")
     add_worker_arguments(parser)
     add_seen_prompts_argument(parser)

@@ -47,9 +47,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out-dir", help="output directory (default: next to FEATURES, in rerankers/)")
     parser.add_argument("--edges", help="edges table (`featurize --edges-out`), needed by per_depth")
     parser.add_argument("--backend", choices=("lightgbm", "sklearn"), default="lightgbm")
-    parser.add_argument("--n-estimators", type=int, default=400)
-    parser.add_argument("--learning-rate", type=float, default=0.05)
-    parser.add_argument("--num-leaves", type=int, default=63)
+    gbm = GBMReranker()
+    parser.add_argument("--n-estimators", type=int, default=gbm.n_estimators,
+                        help=f"boosting iterations of Base and Rows (default {gbm.n_estimators}; the paper's: 400)")
+    parser.add_argument("--learning-rate", type=float, default=gbm.learning_rate,
+                        help=f"(default {gbm.learning_rate}; the paper's: 0.05)")
+    parser.add_argument("--num-leaves", type=int, default=gbm.num_leaves,
+                        help=f"the most leaves a tree has (default {gbm.num_leaves}; the paper's: 63)")
     parser.add_argument("--monotone-draft", action="store_true", help="predictions non-decreasing in q")
     parser.add_argument("--boost-from-draft", action="store_true",
                         help="LightGBM starts from logit(q) and learns a correction (robust on small runs)")

@@ -48,9 +48,10 @@ class RoundInputs(NamedTuple):
     online round builds this once and a compiled reranker passes it on to its own kernel unchanged).
 
     Pool arrays (M,) as a ``DraftPool`` holds them (int64 indices, float32 probabilities). ``rows`` holds the
-    retained rows' log-probabilities per source of ``featurize.rows.ROW_SOURCES`` (3, R) float32, read at
-    ``row_index`` (topk,) int64: the whole (3, V) block on the host (a GPU block's page-locked host copy), or
-    only the candidates' (3, topk) entries (``row_index`` 0..topk-1; the block absent: NaN). ``has_rows`` False:
+    retained rows' log-probabilities per source of ``featurize.rows.ROW_SOURCES`` (3, R) float32, read at the
+    first topk entries of ``row_index`` int64: the whole (3, V) block on the host (a GPU block's page-locked host
+    copy) read at the pool's tokens (its first-level candidates lead), or only the candidates' (3, topk) entries
+    (``row_index`` 0..topk-1; the block absent: NaN). ``has_rows`` False:
     the row features are NaN (``rows`` is not read).
     """
 

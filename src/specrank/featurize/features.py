@@ -139,8 +139,15 @@ class FeatureArrays:
     computes the features and the predictions in one call."""
 
     def __init__(self, inputs: RoundInputs, task: str | None, columns: tuple, attrs: dict):
-        self.inputs, self._block, self._q = inputs, None, None
-        self.token, self.task, self.attrs, self._columns = inputs.token[: inputs.topk], task, attrs, columns
+        self.inputs, self._block, self._q, self._token = inputs, None, None, None
+        self.task, self.attrs, self._columns = task, attrs, columns
+
+    @property
+    def token(self) -> np.ndarray:
+        """The first-level candidates' tokens (a view, made when first read: a compiled reranker never reads it)."""
+        if self._token is None:
+            self._token = self.inputs.token[: self.inputs.topk]
+        return self._token
 
     @property
     def block(self) -> np.ndarray:
@@ -174,7 +181,7 @@ class FeatureArrays:
         return self.block[:, COLUMN[name]]
 
     def __len__(self) -> int:
-        return len(self.token)
+        return min(self.inputs.topk, len(self.inputs.token))
 
 
 @functools.lru_cache(maxsize=None)

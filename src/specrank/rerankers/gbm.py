@@ -68,7 +68,10 @@ def round_plan(features) -> RoundPlan:
 class GBMReranker(Reranker):
     """Predicts each first-level candidate's target probability (sampling) or argmax indicator (greedy).
 
-    Defaults are the paper's: 400 iterations, learning rate 0.05, at most 63 leaves. LightGBM
+    Defaults: 100 trees of at most 15 leaves, learning rate 0.1. On recorded runs of a few thousand
+    rounds they recover more of root selection's gain than the paper's 400 trees of 63 leaves at 0.05
+    (``n_estimators=400, num_leaves=63, learning_rate=0.05``), which overfit there, and their round
+    costs a decoding loop less (``benchmarks/bench_gbm_size.py``, docs/benchmarks.md). LightGBM
     uses the cross-entropy objective for probability labels and the binary one for argmax labels;
     the ``sklearn`` backend uses a histogram-boosting regressor / classifier. ``reg_lambda`` is the L2
     penalty on leaf values (0, as in the paper). ``features`` is a
@@ -97,8 +100,8 @@ class GBMReranker(Reranker):
         "random_state": integer(0),
     }
 
-    def __init__(self, features="rows", backend="lightgbm", n_estimators=400, learning_rate=0.05,
-                 num_leaves=63, min_child_samples=20, reg_lambda=0.0, monotone_draft=False, boost_from_draft=False,
+    def __init__(self, features="rows", backend="lightgbm", n_estimators=100, learning_rate=0.1,
+                 num_leaves=15, min_child_samples=20, reg_lambda=0.0, monotone_draft=False, boost_from_draft=False,
                  prior_pseudo_count=20.0, n_jobs=None, random_state=0):
         self.features = features
         self.backend = backend
@@ -168,7 +171,7 @@ class GBMReranker(Reranker):
         prior = self.prior_.fit_transform(X["token"].to_numpy(), y) if PRIOR_FEATURE in self.features_ else None
         margin = draft_margin(X) if self.boost_from_draft else None
         self.model_ = self._fit_backend(self._matrix(X, prior), y, margin)
-        self.trees_ = self.round_plan_ = self.round_args_ = None  # an earlier fit's arrays would score the old model
+        self.trees_ = self.round_plan_ = self.round_model_ = None  # an earlier fit's arrays would score the old model
         self.__dict__.pop("task_codes_", None)
 
     def compile(self, trees: str | None = None):
@@ -183,13 +186,13 @@ class GBMReranker(Reranker):
         choice = trees or os.environ.get("SPECRANK_TREES") or "quickscorer"
         if choice not in TREE_PATHS:
             raise ValueError(f"trees: {choice!r} is not one of {', '.join(TREE_PATHS)}")
-        self.trees_, self.round_args_, self.inference_ = None, None, "LightGBM predict"
+        self.trees_, self.round_model_, self.inference_ = None, None, "LightGBM predict"
         if self.backend != "lightgbm":
             self.inference_ = "sklearn predict (QuickScorer arrays are for LightGBM boosters)"
         elif choice == "quickscorer":
             self.trees_, self.inference_ = quickscorer_of(self.model_)
         if self.trees_ is not None and not getattr(self, "boost_from_draft", False):
-            self.round_args_ = self._round_args()  # a round's features and trees in one kernel call
+            self.round_model_ = self.trees_.round_model(self._round_args())  # features and trees: one kernel call
         return self
 
     def __getstate__(self):
@@ -197,7 +200,7 @@ class GBMReranker(Reranker):
         state.pop("trees_", None)  # a numba kernel does not pickle: LightGBM predicts until compile() again
         state.pop("inference_", None)
         state.pop("round_plan_", None)
-        state.pop("round_args_", None)
+        state.pop("round_model_", None)
         state.pop("task_codes_", None)
         return state
 
@@ -210,12 +213,15 @@ class GBMReranker(Reranker):
         return self.model_.predict(m, raw_score=True, num_threads=threads)
 
     def _predict_round(self, X: FeatureArrays) -> np.ndarray:
-        """One round through the compiled trees: its features and predictions in one kernel call (``round_args_``,
+        """One round through the compiled trees: its features and predictions in one kernel call (``round_model_``,
         set by ``compile``); elsewhere the matrix path."""
-        args = getattr(self, "round_args_", None)
-        if args is None:
+        model = getattr(self, "round_model_", None)
+        if model is None:
             return super()._predict_round(X)
-        return self.trees_.round_probabilities(X.inputs, args, self._task_code(X.task) if args[-1] >= 0 else 0.0)
+        code = self.__dict__.get("task_codes_", {}).get(X.task)  # inline: from cold caches a call costs µs
+        if code is None:
+            code = self._task_code(X.task) if self.round_plan_.task >= 0 else 0.0
+        return self.trees_.round_kernel(*X.inputs, code, model)  # QuickScorer.round_probabilities, one call
 
     def _round_args(self) -> tuple:
         """The round kernel's plan: (positions, columns, prior position, prior tokens, means, default, task

@@ -88,6 +88,7 @@ class Reranker(BaseEstimator):
         self.label_kind_, self.topk_ = meta["label_kind"], int(meta["topk"])
         self.version_ = specrank.__version__
         self.rounds_digest_ = meta.get("rounds_digest")  # the recorded run it learned from (None: not known)
+        self.__dict__.pop("_round_attrs", None)  # a round's metadata passed for the previous fit
         self._fit(X, labels_of(X, y, self.label_kind_))
         return self
 
@@ -110,10 +111,14 @@ class Reranker(BaseEstimator):
         return unit_interval(np.asarray(self._predict(X), dtype=np.float64))
 
     def check_round(self, features: FeatureArrays) -> None:
-        """``check_meta`` for one round's features, without the table checks (a few dictionary reads)."""
+        """``check_meta`` for one round's features, without the table checks. A decode's rounds share one
+        metadata record (``featurize.features.round_meta``), so once it has passed, an identity test is enough."""
+        if features.attrs is self.__dict__.get("_round_attrs"):
+            return
         meta = features.attrs.get(META_KEY) or {}
         if meta.get("label_kind") != getattr(self, "label_kind_", None) or meta.get("topk") != self.topk_:
             self.check_meta(features)
+        self._round_attrs = features.attrs
 
     def compile(self):
         """Prepare inference for per-round use; ``inference_`` names the path. Here the fitted tables are

@@ -10,6 +10,7 @@ import numpy as np
 
 from specrank.featurize.columns import WIDTH
 from specrank.featurize.kernel import fill_online_round
+from specrank.rerankers.quickscorer import PRIOR_DEFAULT, PRIOR_POSITION, TASK_POSITION
 
 ALL_LEAVES = np.uint64(0xFFFFFFFFFFFFFFFF)
 # de Bruijn bit scan: the index of the lowest set bit of w is TABLE[((w ^ (w - 1)) * MAGIC) >> 58]
@@ -83,20 +84,34 @@ def margins(x, offsets, thresholds, trees, clears, nan_offsets, nan_trees, nan_c
                            nan_clears, cat_features, cat_trees, cat_sets, cat_clears, leaf_offsets, leaf_values)
 
 
+@numba.njit(nogil=True)
+def part(model, i):
+    """Part ``i`` of ``rerankers.quickscorer.ROUND_PARTS`` in a round model's words."""
+    return model[model[i] : model[i + 1]]
+
+
 # Not cached: it calls the features kernel of another module, and numba's cache is keyed on this file alone, so
 # a changed features kernel would not recompile it. Compiled once a process (about a second), when a reranker
 # compiles its trees, never mid-decode.
 @numba.njit(nogil=True)
 def round_probabilities(token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
-                        prev_accepted, rows, row_index, has_rows, cache_age, prev_count, first_ancestor, positions,
-                        columns, prior_position, prior_tokens, prior_means, prior_default, task_position, task_code,
-                        offsets, thresholds, trees, clears, nan_offsets, nan_trees, nan_clears, cat_features,
-                        cat_trees, cat_sets, cat_clears, leaf_offsets, leaf_values):
+                        prev_accepted, rows, row_index, has_rows, cache_age, prev_count, first_ancestor, task_code,
+                        model):
     """One online round's first-factor predictions (topk,), features and trees in one call: the round's
     features (``featurize.block.RoundInputs``, the features kernel's own code), its matrix's columns
     (``positions[j]`` <- feature ``columns[j]``, the token prior looked up as ``TokenPrior.transform`` does
     and the task's code; a position of -1: not read), the margins, then the logistic function clipped to
-    [0, 1]."""
+    [0, 1]. ``model``: the trees and the plan as words (``rerankers.quickscorer.round_words``)."""
+    offsets, thresholds = part(model, 0).view(np.int64), part(model, 1).view(np.float64)
+    trees, clears = part(model, 2).view(np.int64), part(model, 3)
+    nan_offsets, nan_trees, nan_clears = part(model, 4).view(np.int64), part(model, 5).view(np.int64), part(model, 6)
+    cat_features, cat_trees = part(model, 7).view(np.int64), part(model, 8).view(np.int64)
+    cat_sets, cat_clears = part(model, 9), part(model, 10)
+    leaf_offsets, leaf_values = part(model, 11).view(np.int64), part(model, 12).view(np.float64)
+    positions, columns = part(model, 13).view(np.int64), part(model, 14).view(np.int64)
+    prior_tokens, prior_means = part(model, 15).view(np.int64), part(model, 16).view(np.float64)
+    prior_position, task_position = np.int64(model[PRIOR_POSITION]), np.int64(model[TASK_POSITION])
+    prior_default = model[PRIOR_DEFAULT : PRIOR_DEFAULT + 1].view(np.float64)[0]
     block = np.full((topk, WIDTH), np.nan)
     fill_online_round(block, token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
                       prev_accepted, rows, row_index, has_rows, cache_age, prev_count, first_ancestor)

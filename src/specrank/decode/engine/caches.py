@@ -158,8 +158,9 @@ class RowCaches:
 
     def gather(self, round_: int, root_token: int, first_tokens: np.ndarray) -> tuple:
         """What the features kernel reads of the rows at this round's first-level candidates (``featurize.
-        RoundInputs``): (rows (3, R) float32, row_index (topk,) int64, cache age, previous tree count).
-        ``rows`` is the read block's host copy, indexed by the candidates' tokens (nothing is copied here)."""
+        RoundInputs``): (rows (3, R) float32, row_index int64, cache age, previous tree count). ``rows`` is the
+        read block's host copy, indexed by ``first_tokens`` (nothing is copied here; a round passes its whole
+        pool's tokens, of which the kernel reads the first topk, sparing a slice a round)."""
         block = self.prepared
         if block is None or block.root_token != root_token:
             block = self.prepare(root_token)

@@ -103,6 +103,7 @@ def start_prompt(target, drafter, prompt_ids, config: DecodeConfig, prompt_id: s
         with timer.span("prefill"):
             caches = RowCaches(target.vocab_size, config.row_temperature)
             caches.seed(committed.numpy(), logits)
+            caches.prepare(int(ids[-1]))  # the first round's read block, as each round prepares the next's
     with timer.span("draft"):
         drafter.start(committed, hidden)
     gen = torch.Generator().manual_seed(prompt_seed(config.seed, prompt_id))

@@ -15,7 +15,7 @@ def first_level_features(state, pool, config, groups=FEATURE_GROUPS):
     rows = index = None
     age = count = -1
     if "rows" in groups and state.caches is not None:
-        rows, index, age, count = state.caches.gather(state.rounds, state.root, pool.token[:topk])
+        rows, index, age, count = state.caches.gather(state.rounds, state.root, pool.token)  # read at [:topk]
     inputs = round_inputs(pool.token, pool.parent, pool.depth, pool.q_edge, pool.draft_logp, topk, state.root,
                           len(state.prompt_ids), len(state.output), state.prev_accepted, rows, index, age, count,
                           pool.first_ancestor)  # carried from growth when known
