@@ -10,7 +10,6 @@ import numpy as np
 
 from specrank.featurize.columns import WIDTH
 from specrank.featurize.kernel import fill_online_round
-from specrank.rerankers.quickscorer import PRIOR_DEFAULT, PRIOR_POSITION, TASK_POSITION
 
 ALL_LEAVES = np.uint64(0xFFFFFFFFFFFFFFFF)
 # de Bruijn bit scan: the index of the lowest set bit of w is TABLE[((w ^ (w - 1)) * MAGIC) >> 58]
@@ -84,9 +83,43 @@ def margins(x, offsets, thresholds, trees, clears, nan_offsets, nan_trees, nan_c
                            nan_clears, cat_features, cat_trees, cat_sets, cat_clears, leaf_offsets, leaf_values)
 
 
+# The round kernel's model: every array below as 8-byte words after a header. Inside a decoding loop every
+# argument of a numba call is typed and unboxed from cold caches; one array in place of seventeen saves some
+# 15 µs a round there (docs/benchmarks.md).
+ROUND_PARTS = ("offsets", "thresholds", "trees", "clears", "nan_offsets", "nan_trees", "nan_clears", "cat_features",
+               "cat_trees", "cat_sets", "cat_clears", "leaf_offsets", "leaf_values", "positions", "columns",
+               "prior_tokens", "prior_means")
+PRIOR_POSITION, PRIOR_DEFAULT, TASK_POSITION = len(ROUND_PARTS) + 1, len(ROUND_PARTS) + 2, len(ROUND_PARTS) + 3
+HEADER = len(ROUND_PARTS) + 4  # part i is words[words[i]:words[i + 1]]; then the plan's three scalars
+
+
+def as_words(a: np.ndarray) -> np.ndarray:
+    """``a``'s values as uint64 words: float64 bit for bit, integers widened to int64 first."""
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint64) if a.dtype in (np.float64, np.uint64) else a.astype(np.int64).view(np.uint64)
+
+
+def round_words(arrays, plan: tuple) -> np.ndarray:
+    """``ROUND_PARTS`` of ``arrays`` (``rerankers.quickscorer.QuickScorerArrays``) and ``plan`` as one uint64
+    array: the header's start of each part (and the end), the prior's position, default (float64 bits) and the
+    task's position, then the parts."""
+    positions, columns, prior_position, prior_tokens, prior_means, prior_default, task_position = plan
+    named = {"positions": positions, "columns": columns, "prior_tokens": prior_tokens,
+             "prior_means": np.asarray(prior_means, np.float64)}
+    parts = [as_words(named[p] if p in named else getattr(arrays, p)) for p in ROUND_PARTS]
+    starts = HEADER + np.cumsum([0] + [len(p) for p in parts])
+    words = np.empty(starts[-1], np.uint64)
+    words[: len(starts)] = starts
+    words[PRIOR_POSITION], words[TASK_POSITION] = as_words(np.array([prior_position, task_position]))
+    words[PRIOR_DEFAULT] = as_words(np.array([prior_default], np.float64))[0]
+    for start, part in zip(starts, parts):
+        words[start : start + len(part)] = part
+    return words
+
+
 @numba.njit(nogil=True)
 def part(model, i):
-    """Part ``i`` of ``rerankers.quickscorer.ROUND_PARTS`` in a round model's words."""
+    """Part ``i`` of ``ROUND_PARTS`` in a round model's words."""
     return model[model[i] : model[i + 1]]
 
 
