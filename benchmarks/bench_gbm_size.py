@@ -11,9 +11,9 @@ time on one round's ten rows back to back, the part of a round's rerank that gro
     python benchmarks/bench_gbm_size.py --prompts 128     # about 26 minutes of recording on 2 CPU cores
     python benchmarks/bench_gbm_size.py --run DIR         # a recorded run (specrank decode --out DIR)
 
-Prints one JSON object and writes it to ``benchmarks/results/NAME.json`` (``--name``). Goal: the online
-default size recovers at least the paper size's share at both budgets (its paired gain's lower end above
--0.5% of draft selection's value); exits 1 otherwise.
+Prints one JSON object and writes it to ``benchmarks/results/NAME.json`` (``--name``). Goal: GBMReranker's
+default size (``--online``) recovers at least the paper size's share at both budgets, for Rows and Base (its
+paired gain's lower end above -0.5% of draft selection's value); exits 1 otherwise.
 """
 
 from __future__ import annotations
@@ -30,11 +30,18 @@ PAPER = "400x63@0.05"
 
 
 def parse_sizes(text: str) -> dict[str, dict]:
-    """``TREESxLEAVES@RATE,...`` -> {label: GBMReranker parameters}."""
-    try:
-        return {label.strip(): gbm_size(label.strip()) for label in text.split(",")}
-    except argparse.ArgumentTypeError as exc:
-        raise SystemExit(f"--sizes: {exc}") from None
+    """``TREESxLEAVES@RATE,...`` -> {``TREESxLEAVES``: GBMReranker parameters} (a results key holds no dot)."""
+    sizes = {}
+    for label in text.split(","):
+        try:
+            params = gbm_size(label.strip())
+        except argparse.ArgumentTypeError as exc:
+            raise SystemExit(f"--sizes: {exc}") from None
+        key = f"{params['n_estimators']}x{params['num_leaves']}"
+        if key in sizes:
+            raise SystemExit(f"--sizes: {key} is given twice")
+        sizes[key] = params
+    return sizes
 
 
 def record(out: Path, prompts: int, max_new_tokens: int, threads: int) -> None:
@@ -76,24 +83,32 @@ def main(argv=None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sizes", default=f"{PAPER},200x31@0.1,100x15@0.1,50x7@0.2,25x7@0.3",
-                        help="ensembles to compare, TREESxLEAVES@RATE (the first is the reference)")
-    parser.add_argument("--online", default="50x7@0.2", help="the size the goal checks")
+                        help="ensembles to compare, TREESxLEAVES@RATE (the first is the reference; default: the "
+                             "paper's, then smaller ones)")
+    parser.add_argument("--online", default=None, help="the size the goal checks, TREESxLEAVES (default: "
+                        "GBMReranker's)")
+    parser.add_argument("--budgets", default="8,59", help="comma-separated budgets B")
     parser.add_argument("--bootstrap", type=int, default=2000)
     parser.add_argument("--name", default="gbm_size", help="results file benchmarks/results/NAME.json")
     args = parser.parse_args(argv)
+    from specrank.rerankers import GBMReranker
+
     sizes = parse_sizes(args.sizes)
     reference = next(iter(sizes))
-    if args.online not in sizes:
-        raise SystemExit(f"--online: {args.online} is not one of --sizes")
+    default = GBMReranker()
+    online = args.online or f"{default.n_estimators}x{default.num_leaves}"
+    if online not in sizes:
+        raise SystemExit(f"--online: {online} is not one of --sizes")
 
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(args.run) if args.run else Path(tmp) / "run"
         if not args.run:
             record(run, args.prompts, args.max_new_tokens, args.threads)
-        result = evaluate_sizes(run, sizes, reference, args.bootstrap)
-    result["online"] = args.online
-    worst = min(result["features"][f]["sizes"][args.online]["gain_vs_reference_pct"][b][1]
-                for f in ("rows", "base") for b in ("8", "59"))
+        budgets = [int(b) for b in args.budgets.split(",")]
+        result = evaluate_sizes(run, sizes, reference, budgets, args.bootstrap)
+    result["online"] = online
+    worst = min(result["features"][f]["sizes"][online]["gain_vs_reference_pct"][b][1]
+                for f in ("rows", "base") for b in result["budgets"])
     result["goals"] = {"online_gain_vs_reference_low_pct": -0.5}
     result["met"] = bool(worst >= -0.5)
     print(json.dumps(result, indent=2))
@@ -101,7 +116,7 @@ def main(argv=None) -> int:
     return int(not result["met"])
 
 
-def evaluate_sizes(run: Path, sizes: dict, reference: str, n_boot: int) -> dict:
+def evaluate_sizes(run: Path, sizes: dict, reference: str, budgets: list[int], n_boot: int) -> dict:
     """Cross-fit Rows and Base at every size on ``run``; root shares, paired gains over ``reference``, costs."""
     from specrank import schema
     from specrank.evaluation.data import align_predictions, load_rounds
@@ -125,22 +140,22 @@ def evaluate_sizes(run: Path, sizes: dict, reference: str, n_boot: int) -> dict:
                                     "model_bytes": int(fitted.round_model_.nbytes),
                                     "kernel_ms_back_to_back": kernel_ms(fitted, features, topk)}
     rounds = load_rounds(run)
-    ev = evaluate(rounds, align_predictions(rounds, predictions), budgets=[8, 59], n_boot=n_boot)
+    ev = evaluate(rounds, align_predictions(rounds, predictions), budgets=budgets, n_boot=n_boot)
     summary = ev.summary.set_index(["score", "budget"])
     pairs = ev.comparisons.set_index(["score", "base", "budget"])
     out = {"rounds": int(rounds.n_rounds), "prompts": int(features["prompt_id"].nunique()), "reference": reference,
-           "features": {}}
+           "budgets": [str(b) for b in budgets], "features": {}}
     for name in ("rows", "base"):
         by_size = {}
         for label in sizes:
             col = f"{name} {label}"
-            entry = dict(costs[(name, label)])
+            entry = dict(sizes[label], **costs[(name, label)])
             entry["root_share"] = {str(b): [float(summary.loc[(col, b), k]) for k in
-                                            ("root_share", "root_share_low", "root_share_high")] for b in (8, 59)}
+                                            ("root_share", "root_share_low", "root_share_high")] for b in budgets}
             ref = f"{name} {reference}"
             entry["gain_vs_reference_pct"] = {str(b): [0.0, 0.0, 0.0] if label == reference else
                                               [float(pairs.loc[(col, ref, b), k]) for k in
-                                               ("gain_pct", "gain_pct_low", "gain_pct_high")] for b in (8, 59)}
+                                               ("gain_pct", "gain_pct_low", "gain_pct_high")] for b in budgets}
             by_size[label] = entry
         out["features"][name] = {"sizes": by_size}
     return out
