@@ -42,6 +42,7 @@ import argparse
 import json
 import sys
 import time
+from bench_online import gbm_size  # beside this script
 from record import write_results  # benchmarks/record.py, beside this script
 
 SHAPES = {
@@ -119,9 +120,9 @@ def build_head(target, shape: str, device, dtype):
 RERANKERS = ("rows", "base", "isotonic", "per-depth")
 
 
-def fit_rerankers(topk: int, names) -> dict:
-    """{name: reranker} fitted on synthetic greedy rounds: the GBMs (Rows, Base) at the paper's size (400 trees,
-    63 leaves), isotonic on the first factor, per-depth calibration on every edge."""
+def fit_rerankers(topk: int, names, gbm: dict | None = None) -> dict:
+    """{name: reranker} fitted on synthetic greedy rounds: the GBMs (Rows, Base) at their default size or with
+    ``gbm``'s parameters, isotonic on the first factor, per-depth calibration on every edge."""
     from specrank.featurize import featurize_rounds
     from specrank.featurize.edges import edge_frame
     from specrank.featurize.synthetic import synthetic_rounds
@@ -130,8 +131,9 @@ def fit_rerankers(topk: int, names) -> dict:
     manifest = {"temperature": 0.0, "topk": topk}
     table, _ = synthetic_rounds(40, 20, topk=topk, depth=8, expand=topk, temperature=0.0)
     features = featurize_rounds(table, manifest)
-    fit = {"rows": lambda: GBMReranker(features="rows", n_estimators=400, num_leaves=63, n_jobs=1).fit(features),
-           "base": lambda: GBMReranker(features="base", n_estimators=400, num_leaves=63, n_jobs=1).fit(features),
+    gbm = gbm or {}
+    fit = {"rows": lambda: GBMReranker(features="rows", n_jobs=1, **gbm).fit(features),
+           "base": lambda: GBMReranker(features="base", n_jobs=1, **gbm).fit(features),
            "isotonic": lambda: IsotonicFirstFactor().fit(features),
            "per-depth": lambda: PerDepthCalibration().fit(edge_frame(table, manifest))}
     return {name: fit[name]() for name in names}
@@ -263,6 +265,9 @@ def main(argv=None) -> int:
     parser.add_argument("--strategies", default="draft,reranked", help="strategies to time (draft, reranked)")
     parser.add_argument("--rerankers", default="rows", help="rerankers of the reranked strategy, each timed "
                         f"apart (comma-separated, from {', '.join(RERANKERS)})")
+    parser.add_argument("--gbm-size", type=gbm_size, default=None, metavar="TREESxLEAVES@RATE",
+                        help="the GBM rerankers' trees, leaves and learning rate (default: GBMReranker's; the run "
+                             "in docs/benchmarks.md used the paper's, 400x63@0.05)")
     parser.add_argument("--warmup-rounds", type=int, default=3)
     parser.add_argument("--profile-rounds", type=int, default=0, help="also profile this many rounds of each "
                         "budget's first decoder: the operations of its host bookkeeping (PyTorch's profiler)")
@@ -288,7 +293,7 @@ def main(argv=None) -> int:
     kinds = [k for k in args.rerankers.split(",") if k]
     if unknown := [k for k in kinds if k not in RERANKERS] + [n for n in strategies if n not in ("draft", "reranked")]:
         parser.error(f"unknown strategy or reranker {unknown[0]!r}")
-    rerankers = fit_rerankers(10, kinds) if "reranked" in strategies else {}
+    rerankers = fit_rerankers(10, kinds, args.gbm_size) if "reranked" in strategies else {}
     # the Rows reranker keeps the plain name "reranked" (the figures of earlier runs read it so)
     names = [n for n in strategies if n != "reranked"] + [reranked_name(k) for k in rerankers]
     built = time.perf_counter() - start
@@ -298,6 +303,8 @@ def main(argv=None) -> int:
               "dtype": str(dtype).removeprefix("torch."), "prompt_len": args.prompt_len,
               "threads": torch.get_num_threads(),
               "rounds": args.rounds, "build_seconds": built, "peak_mib_built": peak_memory_mib(device), "budgets": {},
+              "gbm": {k: {p: getattr(rerankers[k], p) for p in ("n_estimators", "num_leaves", "learning_rate")}
+                      for k in ("rows", "base") if k in rerankers},
               "reranker_share_of_round": {}}
     if args.record_rounds:
         reset_peak(device)

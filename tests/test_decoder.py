@@ -128,6 +128,7 @@ def test_gpu_benchmark_runs_at_a_tiny_shape_on_cpu():
         assert split["rounds"] == 3 and split["draft"] > 0 and split["target"] > 0 and split["bookkeeping"] >= 0
     assert all(result["budgets"]["8"][name]["split"]["rerank"] > 0 for name in reranked)
     assert set(result["reranker_share_of_round"]["8"]) == {"rows", "base", "isotonic", "per-depth"}
+    assert result["gbm"]["rows"] == {"n_estimators": 100, "num_leaves": 15, "learning_rate": 0.1}  # the default
     profile = result["bookkeeping_profile"]["8"]  # the commit's slices and verification's argmax, at least
     assert profile["decoder"] == "draft" and profile["ops_per_round"] > 2 and "aten::argmax" in profile["ops"]
 
