@@ -221,7 +221,7 @@ class GBMReranker(Reranker):
         code = self.__dict__.get("task_codes_", {}).get(X.task)  # inline: from cold caches a call costs µs
         if code is None:
             code = self._task_code(X.task) if self.round_plan_.task >= 0 else 0.0
-        return self.trees_.round_kernel(*X.inputs, code, model)  # QuickScorer.round_probabilities, one call
+        return self.trees_.round_kernel(*X.inputs, code, model)  # QuickScorer.round_probabilities, inline
 
     def _round_args(self) -> tuple:
         """The round kernel's plan: (positions, columns, prior position, prior tokens, means, default, task

@@ -135,10 +135,10 @@ class QuickScorer:
         return self.kernel(m, *self.tail)
 
     def round_model(self, plan: tuple) -> np.ndarray:
-        """The trees and a reranker's ``plan`` as one array of 8-byte words (``round_words``), the round kernel's
-        single model argument. ``plan``: (positions, columns) int64 (matrix column <- feature column), the
-        prior's position, the prior's tokens (int64, sorted), means and default, the task's position (-1: not
-        read)."""
+        """The trees and a reranker's ``plan`` as one array of 8-byte words (``quickscorer_kernel.round_words``),
+        the round kernel's single model argument. ``plan``: (positions, columns) int64 (matrix column <- feature
+        column), the prior's position, the prior's tokens (int64, sorted), means and default, the task's position
+        (-1: not read)."""
         from specrank.rerankers.quickscorer_kernel import round_words  # numba: imported when used
 
         return round_words(self.arrays, plan)

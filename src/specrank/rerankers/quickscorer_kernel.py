@@ -134,7 +134,7 @@ def round_probabilities(token, parent, depth, q_edge, draft_logp, topk, root_tok
     features (``featurize.block.RoundInputs``, the features kernel's own code), its matrix's columns
     (``positions[j]`` <- feature ``columns[j]``, the token prior looked up as ``TokenPrior.transform`` does
     and the task's code; a position of -1: not read), the margins, then the logistic function clipped to
-    [0, 1]. ``model``: the trees and the plan as words (``rerankers.quickscorer.round_words``)."""
+    [0, 1]. ``model``: the trees and the plan as words (``round_words``)."""
     offsets, thresholds = part(model, 0).view(np.int64), part(model, 1).view(np.float64)
     trees, clears = part(model, 2).view(np.int64), part(model, 3)
     nan_offsets, nan_trees, nan_clears = part(model, 4).view(np.int64), part(model, 5).view(np.int64), part(model, 6)
