@@ -18,12 +18,11 @@ paired gain's lower end above -0.5% of draft selection's value); exits 1 otherwi
 
 from __future__ import annotations
 
-from bench_online import gbm_size  # beside this script
+from bench_online import best_ms, gbm_size  # beside this script
 from record import write_results  # benchmarks/record.py, beside this script
 import argparse
 import json
 import tempfile
-import time
 from pathlib import Path
 
 PAPER = "400x63@0.05"
@@ -62,18 +61,9 @@ def record(out: Path, prompts: int, max_new_tokens: int, threads: int) -> None:
 
 
 def kernel_ms(model, features, topk: int) -> float:
-    """Milliseconds of the compiled trees on one round's ``topk`` rows, back to back (median of 200)."""
-    import numpy as np
-
+    """Milliseconds of a compiled model's trees on one round's ``topk`` rows, back to back."""
     m = model._matrix(features.iloc[:topk], model.prior_.transform(features["token"].to_numpy()[:topk]))
-    trees = model.compile().trees_
-    trees.raw(m)
-    times = []
-    for _ in range(200):
-        start = time.perf_counter()
-        trees.raw(m)
-        times.append(time.perf_counter() - start)
-    return 1000 * float(np.median(times))
+    return best_ms(lambda: model.trees_.raw(m))
 
 
 def main(argv=None) -> int:
@@ -134,8 +124,8 @@ def evaluate_sizes(run: Path, sizes: dict, reference: str, budgets: list[int], n
             model = GBMReranker(features=name, n_jobs=1, **params)
             fit = cross_fit(model, features)
             predictions[f"{name} {label}"] = fit.predictions
-            fitted = fit.models[min(fit.models)]
-            arrays = fitted.compile().trees_.arrays
+            fitted = fit.models[min(fit.models)].compile()
+            arrays = fitted.trees_.arrays
             costs[(name, label)] = {"nodes": int(len(arrays.thresholds) + len(arrays.cat_trees)),
                                     "model_bytes": int(fitted.round_model_.nbytes),
                                     "kernel_ms_back_to_back": kernel_ms(fitted, features, topk)}
