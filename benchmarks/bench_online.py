@@ -100,6 +100,7 @@ def back_to_back_ms(target, drafter, prompts, config, strategy, repeat: int = 5)
     """Median milliseconds of a reranked round's features plus inference when recomputed right after the
     round's own (caches warm): what a round costs where the target's forwards do not evict the host's caches
     (a GPU's weights live on the GPU). Timed in ``select``, outside the round's own rerank time."""
+    import dataclasses
     import time
 
     import numpy as np
@@ -110,10 +111,11 @@ def back_to_back_ms(target, drafter, prompts, config, strategy, repeat: int = 5)
     select = strategy.select
 
     def timed_select(pool, ctx):
-        fresh = ctx.features.__wrapped__  # the round's features, computed again (not the cached copy)
+        # the round's features and predictions computed again, as the round did (not the cached copies)
+        fresh = dataclasses.replace(ctx, features=ctx.features.__wrapped__, inputs=ctx.inputs.__wrapped__)
         for i in range(repeat):
             start = time.perf_counter()
-            strategy.reranker.predict_first_factor(fresh(strategy.groups))
+            strategy.first_factor(pool, fresh)
             if i:
                 times.append(time.perf_counter() - start)
         return select(pool, ctx)

@@ -71,6 +71,10 @@ def test_online_features_predictions_and_trees_equal_offline_on_recorded_rounds(
     strategy = CapturingReranked(reranker)
     records = _run(*pair, strategy, GREEDY, PROMPTS[6:9])
     assert reranker.inference_.startswith(path)  # prepared once, when the first decode checked it
+    compiled = path == "QuickScorer arrays"
+    assert (strategy.round_predictor is not None) == compiled  # one kernel call from the round's inputs
+    if compiled:  # the decoder's inputs have the types compile() compiled the kernel for: no compile mid-decode
+        assert len(reranker.trees_.round_kernel.signatures) == 1
     online_pred = assert_online_equals_offline(strategy, records, GREEDY, MANIFEST)
     assert ("task" in strategy.seen[0][0]) == (kind in ("base", "rows"))  # only what the reranker reads
     assert len(np.unique(online_pred)) > 1  # the reranker is not a constant

@@ -213,15 +213,22 @@ class GBMReranker(Reranker):
         return self.model_.predict(m, raw_score=True, num_threads=threads)
 
     def _predict_round(self, X: FeatureArrays) -> np.ndarray:
-        """One round through the compiled trees: its features and predictions in one kernel call (``round_model_``,
-        set by ``compile``); elsewhere the matrix path."""
-        model = getattr(self, "round_model_", None)
-        if model is None:
+        """One round through the compiled trees (``predict_round``); elsewhere the matrix path."""
+        if getattr(self, "round_model_", None) is None:
             return super()._predict_round(X)
-        code = self.__dict__.get("task_codes_", {}).get(X.task)  # inline: from cold caches a call costs µs
+        return self.predict_round(X.inputs, X.task)
+
+    def round_predictor(self):
+        """``predict_round`` once ``compile`` has built the round kernel's model, else None."""
+        return self.predict_round if getattr(self, "round_model_", None) is not None else None
+
+    def predict_round(self, inputs, task: str) -> np.ndarray:
+        """(topk,) predictions of one round from the features kernel's inputs (``featurize.RoundInputs``) and its
+        task: the features and the trees in one kernel call (``round_model_``, set by ``compile``)."""
+        code = self.__dict__.get("task_codes_", {}).get(task)  # inline: from cold caches a call costs µs
         if code is None:
-            code = self._task_code(X.task) if self.round_plan_.task >= 0 else 0.0
-        return self.trees_.round_kernel(*X.inputs, code, model)  # QuickScorer.round_probabilities, inline
+            code = self._task_code(task) if self.round_plan_.task >= 0 else 0.0
+        return self.trees_.round_kernel(*inputs, code, self.round_model_)  # QuickScorer.round_probabilities, inline
 
     def _round_args(self) -> tuple:
         """The round kernel's plan: (positions, columns, prior position, prior tokens, means, default, task

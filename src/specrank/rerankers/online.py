@@ -103,8 +103,15 @@ class Reranker(BaseEstimator):
         checked it before decoding) has only its label kind and topk checked."""
         if not isinstance(features, FeatureArrays):
             return self.predict(features)
-        self.check_round(features)
+        if features.attrs is not self.__dict__.get("_round_attrs"):  # inline: see check_round
+            self.check_round(features)
         return self._predict_round(features)
+
+    def round_predictor(self):
+        """A callable ``(inputs, task) -> (topk,)`` predictions of one round from the features kernel's inputs
+        (``featurize.RoundInputs``), skipping the features object and the per-round checks, for a strategy that
+        checked this reranker against its run before decoding; None where inference has no such path (here)."""
+        return None
 
     def _predict_round(self, X: FeatureArrays) -> np.ndarray:
         """One round's predictions; a reranker with a compiled round path overrides this."""

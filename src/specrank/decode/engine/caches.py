@@ -168,7 +168,8 @@ class RowCaches:
         if block.logp is None:
             index = np.arange(len(first_tokens), dtype=np.int64)
             return np.full((3, len(first_tokens)), np.nan, np.float32), index, age, self.prev_tree_count
-        return block.host_rows(), first_tokens, age, self.prev_tree_count
+        rows = block.host if block.ready is None else block.host_rows()  # no call once the copy is known done
+        return rows, first_tokens, age, self.prev_tree_count
 
     def read(self, round_: int, root_token: int, first_tokens: np.ndarray, root_row: torch.Tensor | None = None) -> dict:
         """Retained-row columns of ``specrank.schema`` at this round's first-level candidates; the diagnostics

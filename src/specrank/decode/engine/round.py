@@ -35,7 +35,7 @@ from specrank.decode.strategies.base import (
     leaf_demotion,
     skips_tree_pass,
 )
-from specrank.decode.strategies.features import first_level_features
+from specrank.decode.strategies.features import first_level_features, first_level_inputs
 from specrank.decode.verify import Verifier, VerifyTree
 from specrank.featurize.features import FEATURE_GROUPS
 from specrank.selection.select import rank_order
@@ -153,7 +153,9 @@ def decode_round(target, drafter, state: PromptState, config: DecodeConfig, veri
     drawn = rule.draw(state.root_logits, pool, verifier, state.generator) if rule.draws_first else -1
     node = drawn_node(pool, drawn, config.shape.topk) if rule.draws_first else -1
     features = once(lambda groups=FEATURE_GROUPS: first_level_features(state, pool, config, groups))
-    ctx = RoundContext(config.budget, config.law, config.temperature, state.root_logits, node, features)
+    inputs = once(lambda rows=True: first_level_inputs(state, pool, config, rows))
+    ctx = RoundContext(config.budget, config.law, config.temperature, state.root_logits, node, features,
+                       inputs=inputs, task=state.task)
     if rule.reranks:  # features plus inference; ranking the pool is bookkeeping, as for draft selection
         with timer.span("rerank"):
             ctx.first_factor = rule.first_factor(pool, ctx)

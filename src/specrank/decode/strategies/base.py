@@ -35,6 +35,8 @@ class RoundContext:
     drawn_node: int  # pool index of the drawn first token on the first level, -1 when off it or no draw
     features: Callable[..., object]  # (groups) -> features of this round's first-level candidates (computed once)
     first_factor: np.ndarray | None = None  # (topk,) a reranking strategy's predictions, set by the round (timed)
+    inputs: Callable[..., object] | None = None  # (rows) -> the features kernel's inputs (featurize.RoundInputs)
+    task: str = ""  # the prompt's task (a feature of the context group)
 
 
 def round_batch(pool: DraftPool, root_logits: torch.Tensor | None, temperature: float) -> PoolBatch:

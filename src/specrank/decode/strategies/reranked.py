@@ -25,6 +25,7 @@ class RerankedSelection(SelectionStrategy):
     def __init__(self, reranker, source: str = ""):
         check_predictor(reranker, source)
         self.reranker, self.source, self.prepared = reranker, source, False
+        self.round_predictor = None  # the reranker's compiled round path, once prepared
 
         self.needs_rows = any(f in ROW_FEATURES for f in online_features(reranker))
 
@@ -39,11 +40,21 @@ class RerankedSelection(SelectionStrategy):
         if self.prepared or not callable(getattr(self.reranker, "compile", None)):
             return
         self.reranker.compile()
+        self.round_predictor = self.reranker.round_predictor() if hasattr(self.reranker, "round_predictor") else None
         self.prepared = True
         print(f"reranker {self.source or type(self.reranker).__name__}: {self.reranker.inference_}", file=sys.stderr)
 
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.update(prepared=False, round_predictor=None)  # a compiled kernel stays in its process
+        return state
+
     def first_factor(self, pool, ctx) -> np.ndarray:
-        """(topk,) predicted first factors of this round's first-level candidates."""
+        """(topk,) predicted first factors of this round's first-level candidates: from the features kernel's
+        inputs in one compiled call where the reranker has one (no features object, no checks a round: inside a
+        decoding loop each Python call starts from cold caches), else from the round's features."""
+        if self.round_predictor is not None and ctx.inputs is not None:
+            return self.round_predictor(ctx.inputs(self.needs_rows), ctx.task)
         return np.asarray(self.reranker.predict_first_factor(ctx.features(self.groups)), dtype=np.float64)
 
     def select(self, pool, ctx):
