@@ -202,7 +202,7 @@ def tree_pass(target, drafter, state: PromptState, s: ScoredSet, root_known: boo
         hidden = None if state.root_hidden_state is None else state.root_hidden_state[None]
         return state.root_logits[None], hidden
     lo = int(root_known)  # the root's KV is cached: score rows 1.. only
-    mask = attention_mask(s.ancestors, state.context_len - lo)[lo:]
+    mask = attention_mask(s.ancestors, state.context_len - lo, device=target.device)[lo:]
     with timer.span("target"):
         logits, hidden = target.forward(s.input_ids[lo:], s.position_ids[lo:], mask, state.cache,
                                         drafter.hidden_layers)

@@ -84,9 +84,13 @@ def ancestor_matrix(parent_row: np.ndarray, max_depth: int) -> torch.Tensor:
     return torch.from_numpy(anc)
 
 
-def attention_mask(ancestors: torch.Tensor, context_len: int, dtype=torch.float32) -> torch.Tensor:
-    """(n, context_len + n) additive float mask: 0 where visible, -inf elsewhere."""
+def attention_mask(ancestors: torch.Tensor, context_len: int, dtype=torch.float32, device=None) -> torch.Tensor:
+    """(n, context_len + n) additive float mask on ``device`` (default: the host): 0 where visible, -inf elsewhere.
+
+    Built where the target runs: on a GPU machine a host mask of a long context and a large tree is a fresh
+    allocation past the C allocator's mmap threshold (128 KB) each round, whose page faults cost milliseconds."""
     n = ancestors.shape[0]
-    mask = torch.zeros(n, context_len + n, dtype=dtype)
-    mask[:, context_len:].masked_fill_(~ancestors, float("-inf"))  # the context is visible: only the tree is filled
+    mask = torch.zeros(n, context_len + n, dtype=dtype, device=device)
+    # the context is visible: only the tree is filled
+    mask[:, context_len:].masked_fill_(~ancestors.to(mask.device), float("-inf"))
     return mask
