@@ -228,7 +228,9 @@ class GBMReranker(Reranker):
         code = self.__dict__.get("task_codes_", {}).get(task)  # inline: from cold caches a call costs µs
         if code is None:
             code = self._task_code(task) if self.round_plan_.task >= 0 else 0.0
-        return self.trees_.round_kernel(*inputs, code, self.round_model_)  # QuickScorer.round_probabilities, inline
+        out = np.empty(inputs.topk)
+        self.trees_.round_kernel(*inputs, code, self.round_model_, out)  # QuickScorer.round_probabilities, inline
+        return out
 
     def _round_args(self) -> tuple:
         """The round kernel's plan: (positions, columns, prior position, prior tokens, means, default, task

@@ -146,7 +146,9 @@ class QuickScorer:
     def round_probabilities(self, inputs, model: np.ndarray, task_code: float) -> np.ndarray:
         """(topk,) logistic margins, clipped to [0, 1], of one round's features (``featurize.RoundInputs``),
         computed inside the kernel; ``model`` from ``round_model``. One call a round."""
-        return self.round_kernel(*inputs, task_code, model)
+        out = np.empty(inputs.topk)
+        self.round_kernel(*inputs, task_code, model, out)
+        return out
 
 
 NO_COLUMNS = np.zeros(0, np.int64)

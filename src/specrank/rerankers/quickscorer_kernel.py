@@ -129,8 +129,10 @@ def part(model, i):
 @numba.njit(nogil=True)
 def round_probabilities(token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
                         prev_accepted, rows, row_index, has_rows, cache_age, prev_count, first_ancestor, task_code,
-                        model):
-    """One online round's first-factor predictions (topk,), features and trees in one call: the round's
+                        model, out):
+    """One online round's first-factor predictions, written into ``out`` (topk,) float64, features and trees in
+    one call (nothing is returned: inside a decoding loop, numba's boxing of a returned array costs some 30 µs
+    from cold caches, an array allocated by the caller almost nothing): the round's
     features (``featurize.block.RoundInputs``, the features kernel's own code), its matrix's columns
     (``positions[j]`` <- feature ``columns[j]``, the token prior looked up as ``TokenPrior.transform`` does
     and the task's code; a position of -1: not read), the margins, then the logistic function clipped to
@@ -162,8 +164,7 @@ def round_probabilities(token, parent, depth, q_edge, draft_logp, topk, root_tok
             xt[prior_position, r] = value
         if task_position >= 0:
             xt[task_position, r] = task_code
-    out = columns_margins(xt, offsets, thresholds, trees, clears, nan_offsets, nan_trees, nan_clears, cat_features,
+    raw = columns_margins(xt, offsets, thresholds, trees, clears, nan_offsets, nan_trees, nan_clears, cat_features,
                           cat_trees, cat_sets, cat_clears, leaf_offsets, leaf_values)
     for r in range(topk):
-        out[r] = min(max(1.0 / (1.0 + math.exp(-out[r])), 0.0), 1.0)
-    return out
+        out[r] = min(max(1.0 / (1.0 + math.exp(-raw[r])), 0.0), 1.0)
