@@ -5,8 +5,8 @@ Weights are random (timing does not depend on them): the target is built from Ll
 (32 layers, hidden 4096, 8 KV heads, vocabulary 128,256) in bf16, the head from the shape EAGLE-3
 publishes for it (one layer, draft vocabulary 32,000, features from 3 target layers). A random head
 agrees with a random target about never, so every round emits one token: ``--rounds`` rounds run.
-The reranker is a Rows LightGBM reranker of the paper's size (400 trees, 63 leaves) fitted on
-synthetic rounds. Each decoder runs twice: once as users run it (its total per round), once with the
+The rerankers (Rows by default; ``--rerankers``) are fitted on synthetic rounds, the GBMs at their
+default size unless ``--gbm-size`` names another. Each decoder runs twice: once as users run it (its total per round), once with the
 device synchronised at every span boundary (the split). ``reranker_share_of_round`` is the reranked
 decoder's reranker milliseconds over its round's (split run), also printed per budget on stderr.
 
