@@ -38,9 +38,13 @@ def test_not_ancestor_closed_raises():
         scored_set(9, TOKEN, PARENT, DEPTH, np.zeros(7, bool), np.eye(7, dtype=bool)[4], np.arange(7), 0, 5)
 
 
-def test_mask_is_additive_zero_or_minus_inf():
+@pytest.mark.parametrize("device", [None, "cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device"))])
+def test_mask_is_additive_zero_or_minus_inf(device):
     anc = ancestor_matrix(np.array([-1, 0, 1]), 2)
-    mask = attention_mask(anc, 2)
+    mask = attention_mask(anc, 2, device=device)  # built where the target runs (the host by default)
+    assert mask.device.type == (device or "cpu")
+    mask = mask.cpu()
     assert mask.shape == (3, 5) and mask.dtype == torch.float32
     assert (mask[:, :2] == 0).all()
     assert torch.equal(mask[:, 2:] == 0, torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool))
