@@ -6,9 +6,10 @@ Weights are random (timing does not depend on them): the target is built from Ll
 publishes for it (one layer, draft vocabulary 32,000, features from 3 target layers). A random head
 agrees with a random target about never, so every round emits one token: ``--rounds`` rounds run.
 The rerankers (Rows by default; ``--rerankers``) are fitted on synthetic rounds, the GBMs at their
-default size unless ``--gbm-size`` names another. Each decoder runs twice: once as users run it (its total per round), once with the
-device synchronised at every span boundary (the split). ``reranker_share_of_round`` is the reranked
-decoder's reranker milliseconds over its round's (split run), also printed per budget on stderr.
+default size unless ``--gbm-size`` names another. Each decoder runs twice: once as users run it (its
+total per round), once with the device synchronised at every span boundary (the split).
+``reranker_share_of_round`` is the reranked decoder's reranker milliseconds over its round's (split
+run), also printed per budget on stderr.
 
     python benchmarks/bench_gpu.py --shape tiny                     # CPU smoke test (a test runs it)
     python benchmarks/bench_gpu.py --device cuda --shape llama-3.1-8b --rounds 100   # B = 59 and 8
@@ -266,8 +267,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rerankers", default="rows", help="rerankers of the reranked strategy, each timed "
                         f"apart (comma-separated, from {', '.join(RERANKERS)})")
     parser.add_argument("--gbm-size", type=gbm_size, default=None, metavar="TREESxLEAVES@RATE",
-                        help="the GBM rerankers' trees, leaves and learning rate (default: GBMReranker's; the run "
-                             "in docs/benchmarks.md used the paper's, 400x63@0.05)")
+                        help="the GBM rerankers' trees, leaves and learning rate (default: GBMReranker's; the "
+                             "paper's is 400x63@0.05)")
     parser.add_argument("--warmup-rounds", type=int, default=3)
     parser.add_argument("--profile-rounds", type=int, default=0, help="also profile this many rounds of each "
                         "budget's first decoder: the operations of its host bookkeeping (PyTorch's profiler)")
