@@ -48,7 +48,6 @@ def median_ms(fn, repeats: int) -> float:
 
 def step_costs(target, drafter, prompt_ids, nodes: int = 10, repeats: int = 20) -> tuple[float, float]:
     """Median ms of one drafting step over ``nodes`` tree nodes and of one target decode step."""
-    from specrank.decode.loading.targets import crop_cache
     from specrank.decode.core import causal_mask
 
     ids = torch.as_tensor(prompt_ids)
@@ -64,7 +63,7 @@ def step_costs(target, drafter, prompt_ids, nodes: int = 10, repeats: int = 20) 
 
     def draft_step():
         drafter._draft_step(tokens, positions, mask, feed)
-        crop_cache(drafter.cache, root.visible)  # back to the context and the root
+        drafter.cache.crop(root.visible)  # back to the context and the root
 
     def target_step():
         target.forward(ids[-1:], torch.tensor([n]), torch.zeros(1, n + 1), cache, drafter.hidden_layers)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from specrank.decode.loading.targets import ModelLoadError, Target, crop_cache, load_target
+from specrank.decode.loading.targets import ModelLoadError, Target, load_target
 from specrank.decode.core import causal_mask
 from specrank.testing import save_tiny_llama
 
@@ -88,7 +88,7 @@ def test_tree_pass_matches_sequential_and_commit(target):
     nxt, _ = target.forward(torch.tensor([80]), torch.tensor([8]), causal_mask(1, 8), cache)
     ref, _ = full_logits(target, context + [70, 72, 74, 80])
     torch.testing.assert_close(nxt[0], ref[-1], atol=1e-4, rtol=1e-4)
-    crop_cache(cache, 6)
+    cache.crop(6)
     assert cache.get_seq_length() == 6
 
 

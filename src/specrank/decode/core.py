@@ -102,9 +102,47 @@ def parse_device(device) -> torch.device:
     return dev
 
 
+def to_device(t: torch.Tensor, device) -> torch.Tensor:
+    """``t`` (on the host) on ``device`` without the host waiting for the device: a CUDA copy goes through
+    page-locked memory and does not block (PyTorch's caching host allocator keeps the staging buffer until the
+    copy has run), where a plain ``.to(device)`` from pageable memory waits for every queued kernel first."""
+    device = torch.device(device)
+    if t.device == device:
+        return t
+    if device.type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def host_arrays(*tensors: torch.Tensor) -> list[np.ndarray]:
+    """``tensors`` as host numpy arrays in one device-to-host copy (a CUDA copy waits for the device once; each
+    ``.cpu()`` would wait again). Host tensors are viewed, not copied."""
+    if all(t.device.type == "cpu" for t in tensors):
+        return [t.numpy() for t in tensors]
+    flat = [t.contiguous().reshape(-1).view(torch.uint8) for t in tensors]
+    host = torch.cat(flat).cpu().numpy()
+    out, start = [], 0
+    for t, f in zip(tensors, flat):
+        out.append(host[start : start + f.numel()].view(torch_numpy_dtype(t.dtype)).reshape(tuple(t.shape)))
+        start += f.numel()
+    return out
+
+
+def torch_numpy_dtype(dtype: torch.dtype):
+    """The numpy dtype of a torch dtype (bool, integers, float16/32/64)."""
+    return torch.empty(0, dtype=dtype).numpy().dtype
+
+
 def causal_mask(n: int, past: int) -> torch.Tensor:
     """(n, past + n) additive mask: n new tokens after ``past`` cached ones, causal among themselves."""
     return torch.full((n, past + n), float("-inf")).triu_(past + 1)
+
+
+def additive_mask(mask, dtype) -> torch.Tensor:
+    """An additive float mask in ``dtype`` (-inf becomes the dtype's minimum; booleans are refused)."""
+    if mask.dtype == torch.bool:
+        raise ValueError("mask must be additive float (0 attend, -inf masked), not boolean")
+    return mask.to(dtype).clamp_min(torch.finfo(dtype).min)
 
 
 def draft_log_probs(logits: torch.Tensor) -> torch.Tensor:
@@ -127,6 +165,18 @@ class Drafter:
     vocab_size: int  # the target's vocabulary size
     draft_to_target: torch.Tensor | None = None  # (Vd,) target id of each draft id, None = identity
     draft_window: tuple[float, float] = (0.0, 0.0)  # perf_counter span of the last pool's drafting
+    _graphs: bool | None = None
+
+    @property
+    def graphs(self) -> bool:
+        """Whether the drafter's small passes run as captured CUDA graphs (``decode.graphs``): by default on a
+        CUDA device; True on the CPU runs the same fixed-shape passes eagerly (tests only)."""
+        device = getattr(self, "device", None)
+        return (device is not None and device.type == "cuda") if self._graphs is None else self._graphs
+
+    @graphs.setter
+    def graphs(self, value: bool | None) -> None:
+        self._graphs = None if value is None else bool(value)
 
     def start(self, prompt_ids, target_hidden=None) -> None:
         """Reset to the committed prompt ``prompt_ids`` (n,) (target hidden states (n, k*H) if needed)."""
@@ -216,8 +266,9 @@ class Drafter:
                 ancestors[new, :used] = sees.repeat_interleave(k, 0)
                 frontier = n + cum[new].sort(descending=True, stable=True).indices[: shape.expand]
             n += f * k
-        host = (t.cpu().numpy() for t in (token, parent, edge, cum, self._root_row(root.logp), first))
-        token, parent, edge, cum, q_root, first = host
+        # the round's one copy to the host (8-byte integers first: every array stays aligned in the packed copy)
+        token, parent, first, edge, cum, q_root = host_arrays(token, parent, first, edge, cum,
+                                                              self._root_row(root.logp))
         depth = np.repeat(np.arange(1, shape.depth + 1), shape.level_sizes()[0])
         expanded = np.zeros(m, bool)
         expanded[parent[parent >= 0]] = True

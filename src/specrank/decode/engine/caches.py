@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from specrank.decode.core import to_device
+
 
 class TokenRows:
     """Token-keyed row store: one row per token, overwritten by later stores.
@@ -47,8 +49,8 @@ class TokenRows:
         self.round_of[slots] = round_
         for b in np.unique(slots // self.block):  # one or two blocks per store
             on = slots // self.block == b
-            src = torch.from_numpy(index[on]).to(rows.device)
-            self.blocks[b].index_copy_(0, torch.from_numpy(slots[on] % self.block).to(rows.device),
+            src = to_device(torch.from_numpy(index[on]), rows.device)
+            self.blocks[b].index_copy_(0, to_device(torch.from_numpy(slots[on] % self.block), rows.device),
                                        rows.index_select(0, src))
 
     def get(self, token: int):
@@ -91,7 +93,7 @@ def host_copy(logp: torch.Tensor) -> tuple[np.ndarray, torch.cuda.Event | None]:
     GPU block is copied into a new page-locked tensor without waiting (PyTorch's caching host allocator reuses
     freed ones, and a block still held by an earlier round's features is never overwritten)."""
     if logp.device.type != "cuda":
-        return logp.cpu().numpy(), None
+        return logp.numpy(), None
     host = torch.empty(logp.shape, dtype=logp.dtype, pin_memory=True)
     host.copy_(logp, non_blocking=True)
     ready = torch.cuda.Event()

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from specrank.decode.config import DecodeConfig, prompt_seed
-from specrank.decode.core import DraftPool, causal_mask
+from specrank.decode.core import DraftPool, causal_mask, to_device
 from specrank.decode.engine.caches import RowCaches
 from specrank.decode.engine.timer import Timer
 from specrank.decode.engine.tree import ScoredSet, TreeError, attention_mask, scored_set
@@ -239,7 +239,8 @@ def commit_round(target, drafter, state: PromptState, tokens, rows, carried: int
     state.context_len += len(keep)
     committed = torch.as_tensor(np.concatenate([[state.root], tokens]), dtype=torch.long)
     with timer.span("draft"):
-        drafter.commit(committed, None if hidden is None else hidden[torch.from_numpy(np.concatenate([[0], rows]))])
+        rows = None if hidden is None else to_device(torch.from_numpy(np.concatenate([[0], rows])), hidden.device)
+        drafter.commit(committed, None if hidden is None else hidden[rows])
 
 
 def ranked_tree(score: np.ndarray, depth: np.ndarray, tree: np.ndarray) -> np.ndarray:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from specrank.decode.core import to_device
+
 
 class TreeError(ValueError):
     """A scored set that is not ancestor-closed or has inconsistent inputs."""
@@ -92,5 +94,5 @@ def attention_mask(ancestors: torch.Tensor, context_len: int, dtype=torch.float3
     n = ancestors.shape[0]
     mask = torch.zeros(n, context_len + n, dtype=dtype, device=device)
     # the context is visible: only the tree is filled
-    mask[:, context_len:].masked_fill_(~ancestors.to(mask.device), float("-inf"))
+    mask[:, context_len:].masked_fill_(~to_device(ancestors, mask.device), float("-inf"))
     return mask

@@ -33,7 +33,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specrank.decode.core import Drafter, RootStep, causal_mask, draft_log_probs
+from specrank.decode.core import Drafter, RootStep, causal_mask, draft_log_probs, to_device
+from specrank.decode.graphs import CapturedPasses, cached_pass
+from specrank.decode.kv_cache import KVStore, StaticKVCache
 from specrank.decode.loading.eagle3_formats import (  # noqa: F401  (read_state, draft_vocab_map: re-exported)
     DIALECT_NAMES,
     WEIGHT_FILES,
@@ -45,7 +47,7 @@ from specrank.decode.loading.eagle3_formats import (  # noqa: F401  (read_state,
 )
 from specrank.decode.loading.hub import parse_hub_id, revision_of, snapshot
 from specrank.decode.loading.standalone import TokenizerMismatchError
-from specrank.decode.loading.targets import ModelLoadError, additive_mask, cache_keyword, crop_cache
+from specrank.decode.loading.targets import ModelLoadError, cache_keyword
 from specrank.files import cache_root, sha256_files
 
 DEFAULT_HEAD = "smollm2-eagle3"
@@ -256,8 +258,13 @@ class Eagle3Drafter(Drafter):
         self.head, self.vocab_size, self.path, self.spec = head, int(vocab_size), path, spec
         self.draft_to_target = draft_to_target.to(next(head.parameters()).device)
         self.hidden_layers = tuple(int(i) for i in hidden_layers)
+        self.store, self.passes = KVStore(), CapturedPasses()
         self.cache, self.committed = None, 0
         self.revision = revision_of(path) if path else None  # the hub commit a snapshot resolved to
+
+    @property
+    def device(self) -> torch.device:
+        return self.head.fc.weight.device
 
     @functools.cached_property
     def source_hash(self) -> str:
@@ -272,17 +279,15 @@ class Eagle3Drafter(Drafter):
         return target_hidden.detach().to(self.head.fc.weight.device, self.head.fc.weight.dtype)
 
     def start(self, prompt_ids, target_hidden=None) -> None:
-        from transformers import DynamicCache
-
-        ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1).cpu()
+        ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1)  # host tokens
         if not len(ids):
             raise ValueError("EAGLE-3 drafter needs a non-empty prompt (its last hidden state pairs with the root)")
         hidden = self._hidden(target_hidden, len(ids))
-        self.cache, self.committed = DynamicCache(config=self.head.config), 0
+        self.cache, self.committed = StaticKVCache(self.store), 0
         self.pending_ids, self.pending_hidden, self.last_hidden = ids[1:], hidden[:-1], hidden[-1]
 
     def commit(self, tokens, target_hidden=None) -> None:
-        ids = torch.as_tensor(tokens, dtype=torch.long).reshape(-1).cpu()
+        ids = torch.as_tensor(tokens, dtype=torch.long).reshape(-1)
         if not len(ids):
             return
         hidden = self._hidden(target_hidden, len(ids))
@@ -292,10 +297,16 @@ class Eagle3Drafter(Drafter):
 
     @torch.inference_mode()
     def _forward(self, ids, hidden, positions, mask, fused: bool):
-        dev, dt = self.head.fc.weight.device, self.head.fc.weight.dtype
-        mask = additive_mask(mask, dt).to(dev)
-        logits, out = self.head(ids.to(dev), hidden, positions.to(dev), mask, self.cache, fused)
+        dev, dt = self.device, self.head.fc.weight.dtype
+        tensors = (to_device(ids, dev), hidden, to_device(positions, dev))
+        fn = functools.partial(self._pass, fused=fused)
+        logits, out = cached_pass(self.cache, len(ids), dev, fn, tensors, mask, dt,
+                                  self.passes if self.graphs else None, fused)
         return draft_log_probs(logits), out
+
+    def _pass(self, cache, ids, hidden, positions, mask, write, fused: bool):
+        cache.write = write
+        return self.head(ids, hidden, positions, mask, cache, fused)
 
     def _draft_root(self, root_token: int) -> RootStep:
         if self.cache is None:
@@ -312,7 +323,7 @@ class Eagle3Drafter(Drafter):
         return self._forward(tokens, feed, positions, mask, fused=False)
 
     def _rewind(self) -> None:
-        crop_cache(self.cache, self.committed)
+        self.cache.crop(self.committed)
 
 
 def default_hidden_layers(config, num_layers: int) -> tuple[int, ...]:

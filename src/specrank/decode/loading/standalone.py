@@ -12,9 +12,10 @@ from pathlib import Path
 
 import torch
 
-from specrank.decode.core import Drafter, RootStep, causal_mask, draft_log_probs
-from specrank.decode.loading.targets import (ModelLoadError, additive_mask, cache_keyword, crop_cache, load_causal_lm,
-                                             weight_files)
+from specrank.decode.core import Drafter, RootStep, causal_mask, draft_log_probs, to_device
+from specrank.decode.graphs import CapturedPasses, cached_pass
+from specrank.decode.kv_cache import KVStore, StaticKVCache
+from specrank.decode.loading.targets import ModelLoadError, cache_keyword, load_causal_lm, weight_files
 from specrank.files import sha256_files
 
 
@@ -37,6 +38,7 @@ class CausalLMDrafter(Drafter):
 
     def __init__(self, model, vocab_size: int, spec: str = ""):
         self.model, self.vocab_size, self.spec = model, int(vocab_size), spec
+        self.store, self.passes = KVStore(), CapturedPasses()
         self.cache, self.committed = None, 0
         self.pending = torch.zeros(0, dtype=torch.long)
 
@@ -44,34 +46,37 @@ class CausalLMDrafter(Drafter):
     def device(self) -> torch.device:
         return self.model.device
 
-    def _new_cache(self):
-        from transformers import DynamicCache
-
-        return DynamicCache(config=self.model.config)
-
     def start(self, prompt_ids, target_hidden=None) -> None:
-        self.cache, self.committed = self._new_cache(), 0
-        self.pending = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1).cpu()
+        self.cache, self.committed = StaticKVCache(self.store), 0
+        self.pending = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1)  # host tokens
 
     def commit(self, tokens, target_hidden=None) -> None:
-        tokens = torch.as_tensor(tokens, dtype=torch.long).reshape(-1).cpu()
+        tokens = torch.as_tensor(tokens, dtype=torch.long).reshape(-1)
         self.pending = torch.cat([self.pending, tokens])
 
     @torch.inference_mode()
     def _forward(self, ids, positions, mask, last_only: bool = False) -> torch.Tensor:
         """Logits (n, V) float32 (or (1, V) with ``last_only``), padded/cropped to the target vocabulary."""
         dev = self.device
+        fn = functools.partial(self._pass, last_only=last_only)
+        tensors = (to_device(ids, dev), to_device(positions, dev))
+        (logits,) = cached_pass(self.cache, len(ids), dev, fn, tensors, mask, self.model.dtype,
+                                self.passes if self.graphs else None, last_only)
+        return logits
+
+    def _pass(self, cache, ids, positions, mask, write, last_only: bool):
+        cache.write = write
         out = self.model(
-            input_ids=ids.to(dev)[None],
-            position_ids=positions.to(dev)[None],
-            attention_mask=additive_mask(mask, self.model.dtype).to(dev)[None, None],
-            **{cache_keyword(): self.cache},
+            input_ids=ids[None],
+            position_ids=positions[None],
+            attention_mask=mask[None, None],
+            **{cache_keyword(): cache},
             use_cache=True,
             logits_to_keep=1 if last_only else 0,
         )
         logits = out.logits[0].float()[:, : self.vocab_size]
         missing = self.vocab_size - logits.shape[-1]
-        return torch.nn.functional.pad(logits, (0, missing), value=float("-inf")) if missing else logits
+        return (torch.nn.functional.pad(logits, (0, missing), value=float("-inf")) if missing else logits,)
 
     def _draft_root(self, root_token: int) -> RootStep:
         if self.cache is None:
@@ -86,7 +91,7 @@ class CausalLMDrafter(Drafter):
         return draft_log_probs(self._forward(tokens, positions, mask)), None
 
     def _rewind(self) -> None:
-        crop_cache(self.cache, self.committed)
+        self.cache.crop(self.committed)
 
 
 class StandaloneDrafter(CausalLMDrafter):

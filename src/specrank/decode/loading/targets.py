@@ -20,7 +20,9 @@ from pathlib import Path
 
 import torch
 
-from specrank.decode.core import ModelLoadError, parse_device
+from specrank.decode.core import ModelLoadError, parse_device, to_device
+from specrank.decode.graphs import CapturedPasses, cached_pass
+from specrank.decode.kv_cache import KVStore, StaticKVCache
 from specrank.decode.loading.hub import parse_hub_id, revision_of, snapshot
 from specrank.errors import first_line
 from specrank.files import cache_root, read_json, sha256_files
@@ -215,24 +217,27 @@ def load_target_tokenizer(spec=DEFAULT_TARGET):
     return tokenizer, int(context) if context else None
 
 
-def load_target(spec=DEFAULT_TARGET, device="cpu", dtype="float32") -> Target:
+def load_target(spec=DEFAULT_TARGET, device="cpu", dtype="float32", graphs: bool | None = None) -> Target:
     """Load a target from a local HF directory, a ``.gguf`` file, a hub id ``ORG/NAME[@REVISION]`` or
-    ``"smollm2"`` (the default)."""
+    ``"smollm2"`` (the default). ``graphs``: capture its passes as CUDA graphs (default: on a CUDA device)."""
     dev, dt = parse_device(device), parse_dtype(dtype)
     path = resolve_target(spec)
     model, tokenizer = load_causal_lm(path, dev, dt)
-    return Target(model, tokenizer, path=path, name=str(spec))
+    return Target(model, tokenizer, path=path, name=str(spec), graphs=graphs)
 
 
 class Target:
-    """Tree passes over a Hugging Face causal LM with an explicit KV cache.
+    """Tree passes over a Hugging Face causal LM with a static KV cache (``decode.kv_cache``).
 
-    The cache holds the committed context; ``forward`` appends ``n`` new positions
+    The cache holds the committed context; ``forward`` writes ``n`` new positions after it
     under a caller-built additive mask and ``commit`` keeps a subset of them.
     """
 
-    def __init__(self, model, tokenizer, path: Path | None = None, name: str | None = None):
+    def __init__(self, model, tokenizer, path: Path | None = None, name: str | None = None,
+                 graphs: bool | None = None):
         self.model, self.tokenizer = model, tokenizer
+        self.store, self.passes = KVStore(), CapturedPasses()  # the KV buffers and the passes captured on them
+        self._graphs = graphs
         self.path, self.name = path, name or (str(path) if path else type(model).__name__)
         self.revision = revision_of(path) if path else None  # the hub commit a snapshot resolved to
         config = model.config
@@ -243,6 +248,16 @@ class Target:
     @property
     def device(self) -> torch.device:
         return self.model.device
+
+    @property
+    def graphs(self) -> bool:
+        """Whether small passes run as captured CUDA graphs: on by default on a CUDA device, off elsewhere (set it
+        to choose; on the CPU, True runs the same fixed-shape passes eagerly, which only tests use)."""
+        return self.device.type == "cuda" if self._graphs is None else self._graphs
+
+    @graphs.setter
+    def graphs(self, value: bool | None) -> None:
+        self._graphs = None if value is None else bool(value)
 
     @property
     def context_length(self) -> int | None:
@@ -264,18 +279,16 @@ class Target:
             return json.loads(stamp.read_text())["sha256"]
         return sha256_files(weight_files(self.path))
 
-    def new_cache(self):
-        """An empty KV cache for this model."""
-        from transformers import DynamicCache
-
-        return DynamicCache(config=self.model.config)
+    def new_cache(self) -> StaticKVCache:
+        """An empty KV cache for one prompt, on this model's store (one prompt at a time: see ``kv_cache``)."""
+        return StaticKVCache(self.store)
 
     @torch.inference_mode()
     def forward(self, input_ids, position_ids, mask, cache, hidden_layers=None, all_logits: bool = True,
                 final_normed: bool = False):
-        """Score ``n`` new tokens after the cached ones; append their KV to ``cache``.
+        """Score ``n`` new tokens after the cached ones; write their KV into ``cache`` (a ``new_cache()``).
 
-        input_ids, position_ids: (n,); mask: (n, past + n) additive (0 attend, -inf not).
+        input_ids, position_ids: (n,); mask: (n, past + n) additive (0 attend, -inf not), on any device.
         Returns logits (n, V) float32 and, when ``hidden_layers`` is given, the
         concatenated hidden states (n, len(hidden_layers) * H) in float32; layer ``i``
         means the residual stream entering decoder layer ``i`` (Hugging Face ``hidden_states[i]``
@@ -284,6 +297,8 @@ class Target:
         stack (HF's ``hidden_states[num_layers]`` is after the norm). ``final_normed`` appends the
         final normed state (n, H) after them. With ``all_logits=False`` (a prefill whose rows nobody
         reads) the lm head runs on the last position only and the logits returned are None.
+        With ``graphs`` on, a pass of at most ``graphs.MAX_CAPTURED_ROWS`` rows runs as a CUDA graph captured
+        for its shape (``decode.graphs``).
         """
         n, past = input_ids.shape[0], cache.get_seq_length()
         if position_ids.shape != (n,) or mask.shape != (n, past + n):
@@ -294,7 +309,19 @@ class Target:
         layers = tuple(hidden_layers or ())
         if any(not 0 <= i <= self.num_layers for i in layers):
             raise ValueError(f"hidden_layers {layers} outside 0..{self.num_layers}")
-        dev, dt = self.device, self.dtype
+        dev = self.device
+        ids = to_device(torch.as_tensor(input_ids, dtype=torch.long), dev)
+        positions = to_device(torch.as_tensor(position_ids, dtype=torch.long), dev)
+        options = (layers, all_logits, final_normed)
+        fn = functools.partial(self._pass, options=options)
+        return cached_pass(cache, n, dev, fn, (ids, positions), mask, self.dtype,
+                           self.passes if self.graphs else None, options)
+
+    def _pass(self, cache, ids, positions, mask, write, options):
+        """The model over (n,) new tokens at ``write`` under the additive ``mask`` (n, keys) -> (logits, hidden);
+        nothing here waits for the device, so it can be captured."""
+        layers, all_logits, final_normed = options
+        cache.write = write
         pre_norm = []
 
         def keep_input(_, args):  # returns None: the norm's input is read, never replaced
@@ -305,9 +332,9 @@ class Target:
             hook = self.final_norm.register_forward_pre_hook(keep_input)
         try:
             out = self.model(
-                input_ids=input_ids.to(dev)[None],
-                position_ids=position_ids.to(dev)[None],
-                attention_mask=additive_mask(mask, dt).to(dev)[None, None],
+                input_ids=ids[None],
+                position_ids=positions[None],
+                attention_mask=mask[None, None],
                 **{cache_keyword(): cache},
                 use_cache=True,
                 output_hidden_states=bool(layers) or final_normed,
@@ -334,7 +361,7 @@ class Target:
     @staticmethod
     def commit(cache, past_len: int, keep) -> None:
         """Keep the first ``past_len`` cached positions plus ``keep`` (indices into the last forward's new ones)."""
-        gather_cache(cache, past_len, keep)
+        cache.gather(past_len, keep)
 
 
 @functools.cache
@@ -348,46 +375,3 @@ def cache_keyword() -> str:
     from transformers.models.llama.modeling_llama import LlamaModel
 
     return "cache" if "cache" in inspect.signature(LlamaModel.forward).parameters else "past_key_values"
-
-
-def additive_mask(mask, dtype) -> torch.Tensor:
-    """An additive float mask in ``dtype`` (-inf becomes the dtype's minimum; booleans are refused)."""
-    if mask.dtype == torch.bool:
-        raise ValueError("mask must be additive float (0 attend, -inf masked), not boolean")
-    return mask.to(dtype).clamp_min(torch.finfo(dtype).min)
-
-
-def crop_cache(cache, length: int) -> None:
-    """Keep the first ``length`` positions of every layer of ``cache`` (version-independent crop)."""
-    for layer in cache.layers:
-        if getattr(layer, "keys", None) is not None and layer.keys.numel():
-            layer.keys, layer.values = layer.keys[..., :length, :], layer.values[..., :length, :]
-
-
-@torch.inference_mode()
-def gather_cache(cache, past_len: int, keep) -> None:
-    """Keep positions ``[0, past_len)`` and ``past_len + keep`` of every layer of ``cache``, in place.
-
-    Only the new positions move (the kept ones to ``past_len, past_len + 1, ...``): the committed context
-    is never copied, so a commit costs what the round added, not what the context holds. Kept positions
-    already in place (a leading run ``keep[i] == i``: the root, and the first-ranked path) do not move: when
-    the whole path is in place, as in every round that accepts nothing, a commit is a crop, and launches no
-    device work.
-    """
-    keep = torch.as_tensor(keep, dtype=torch.long).cpu()  # checked on the host: no device sync
-    k, index = len(keep), None
-    in_place = (keep == torch.arange(k)).numpy()
-    start = k if in_place.all() else int(in_place.argmin())
-    for layer in cache.layers:
-        if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
-            continue
-        if index is None or index.device != layer.keys.device:
-            n_new = layer.keys.shape[-2] - past_len
-            if n_new < 0 or (k and not (0 <= int(keep.min()) and int(keep.max()) < n_new)):
-                raise ValueError(f"commit: keep indices must lie in [0, {n_new}) after past_len {past_len}")
-            index = (past_len + keep[start:]).to(layer.keys.device)
-        for name in ("keys", "values"):
-            full = getattr(layer, name)
-            if start < k:
-                full[..., past_len + start : past_len + k, :] = full.index_select(-2, index)
-            setattr(layer, name, full[..., : past_len + k, :])

@@ -16,7 +16,6 @@ from specrank.decode.config import DecodeConfig
 from specrank.decode.core import PoolShape, causal_mask
 from specrank.decode.engine.round import start_prompt
 from specrank.decode.engine.timer import Timer
-from specrank.decode.loading.targets import crop_cache
 
 
 def synchronize(device) -> None:
@@ -83,7 +82,7 @@ def time_verify(target, drafter, prompt_ids, token_counts, repeats: int = 5) -> 
                 synchronize(dev)
                 start = time.perf_counter()
             logits, _ = target.forward(ids, pos, mask, state.cache, drafter.hidden_layers)
-            crop_cache(state.cache, past)
+            state.cache.crop(past)
         synchronize(dev)
         out[n] = (time.perf_counter() - start) / repeats
     return out

@@ -8,6 +8,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from specrank.decode.core import host_arrays
+
 
 @dataclass
 class VerifyTree:
@@ -48,9 +50,15 @@ class ExhaustiveVerifier:
 
     def verify(self, tree: VerifyTree, logits: torch.Tensor, generator: torch.Generator,
                first: int | None = None) -> tuple[np.ndarray, int]:
+        argmax = None
+        if self.temperature == 0 and logits.device.type != "cpu":  # one copy of every row's argmax, not a wait a row
+            argmax = host_arrays(logits.argmax(-1))[0]
         path, row = [], 0
         while True:  # at most tree depth + 1 draws, each from one row: the path's rows only
-            token = first if row == 0 and first is not None else self.draw(logits[row], generator)
+            if row == 0 and first is not None:
+                token = first
+            else:
+                token = int(argmax[row]) if argmax is not None else self.draw(logits[row], generator)
             node = tree.child(row, token)
             if node < 0:
                 return tree.pool_index[path].astype(np.int64), token
