@@ -80,9 +80,15 @@ def add_drafter_arguments(parser, default: str | None = None, help: str | None =
 
 
 def add_device_arguments(parser, *, dtype: bool = True, threads: str | None = "torch CPU threads",
-                         device: str = "torch device the models run on, e.g. cpu, cuda, cuda:1 (default cpu)") -> None:
-    """``--device``, ``--dtype`` (unless not ``dtype``) and ``--threads`` (its help, no such flag when None)."""
+                         device: str = "torch device the models run on, e.g. cpu, cuda, cuda:1 (default cpu)",
+                         graphs: bool = True) -> None:
+    """``--device``, ``--graphs/--no-graphs`` (for commands that decode), ``--dtype`` (unless not ``dtype``) and
+    ``--threads`` (its help, no such flag when None)."""
     parser.add_argument("--device", default="cpu", help=device)
+    if graphs:
+        parser.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=None,
+                            help="capture the draft steps and tree passes as CUDA graphs, one per shape (default: "
+                                 "on with a CUDA device; --no-graphs runs every pass eagerly)")
     if dtype:
         parser.add_argument("--dtype", default="float32", choices=DTYPE_NAMES,
                             help="the target's weights and compute (default float32, where greedy output is exact)")

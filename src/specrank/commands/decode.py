@@ -90,7 +90,7 @@ def run(args) -> int:
 
         run = RunSpec(args.out, config, args.speculation if lossy else "record", args.verification_rule, seen)
         models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers,
-                        args.specforge_norm_output)
+                        args.specforge_norm_output, args.graphs)
         outcome = decode_on_workers(workers, models, prompts, prompts_path, [run], args.shard_size,
                                     progress=not args.no_progress)
         print(summary(outcome, args.out))
@@ -102,7 +102,7 @@ def run(args) -> int:
                        workers_decode_metrics(outcome, args.out), prompts_path)
         return 0
     check_target_spec(args.target)
-    target = load_target(args.target, args.device, args.dtype)
+    target = load_target(args.target, args.device, args.dtype, args.graphs)
     drafter = load_drafter(args.drafter, target, args.eagle3_layers, args.specforge_norm_output)
     manifest = with_trained_prompts(build_manifest(target, drafter, config, prompts_path, args.shard_size), seen)
     with removing_new_dirs(args.out):

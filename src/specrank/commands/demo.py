@@ -133,6 +133,7 @@ def run(args) -> int:
             _stage(["decode", "--target", args.target, "--drafter", drafter, "--out", str(run_dir),
                     "--temperature", f"{temp:g}", "--limit", str(limit),
                     "--max-new-tokens", str(max_new_tokens), "--device", args.device, *options,
+                    *([] if args.graphs is None else ["--graphs" if args.graphs else "--no-graphs"]),
                     *tracked, "--run-name", f"demo-{name}-decode"])
             _stage(["featurize", str(run_dir), "--edges-out", str(run_dir / "edges.parquet"), *tracked,
                     "--run-name", f"demo-{name}-featurize"])

@@ -123,7 +123,7 @@ def run_fit_exit_head(args) -> int:
     if len(windows) - n_held < 1:
         raise ValueError(f"--text: not enough text: need at least one window of 2 tokens to fit on "
                          f"({', '.join(str(p) for p in args.text)})")
-    target = load_target(args.target, args.device, args.dtype)
+    target = load_target(args.target, args.device, args.dtype, args.graphs)
     x, y = exit_regression_data(target, args.layers, windows[: len(windows) - n_held])
     head = solve_exit_head(target, x, y, args.ridge)
     save_exit_head(args.out, head, args.layers, target)

@@ -48,7 +48,7 @@ def add_train_parser(actions) -> None:
     p.add_argument("--max-minutes", type=float, default=None, help="stop training (checkpointed) after this long")
     p.add_argument("--decode-prompts", type=int, default=2, help="held-out prompts decoded at the end (0: none)")
     p.add_argument("--seed", type=int, default=0)
-    add_device_arguments(p, dtype=False, threads="torch CPU threads (per worker with --workers)")
+    add_device_arguments(p, dtype=False, threads="torch CPU threads (per worker with --workers)", graphs=False)
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default sqlite:///mlflow.db)")
     p.add_argument("--no-progress", action="store_true")
 

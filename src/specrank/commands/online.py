@@ -105,7 +105,7 @@ def run(args) -> int:
         parse_device(args.drafter_device)
     check_target_spec(args.target)
     parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
-    target = load_target(args.target, args.device, args.dtype)
+    target = load_target(args.target, args.device, args.dtype, args.graphs)
     encoded = [(p.prompt_id, p.task, ids) for p, ids in zip(prompts, encode_prompts(target, prompts, config))]
     started = time.time()  # the MLflow run's start: the decoding's, not its logging's
     with _drafter_worker(args, load_drafter(args.drafter, target, args.eagle3_layers, args.specforge_norm_output)) as drafter:

@@ -215,6 +215,8 @@ def _options(args) -> list[str]:
     opts = []
     if args.eagle3_layers:
         opts += ["--eagle3-layers", ",".join(map(str, args.eagle3_layers))]
+    if args.graphs is not None:
+        opts.append("--graphs" if args.graphs else "--no-graphs")
     if args.threads:
         opts += ["--threads", str(args.threads)]
     if args.workers:

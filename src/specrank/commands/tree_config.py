@@ -144,7 +144,7 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     hf_logging.disable_progress_bar()
-    target = load_target(args.target, args.device, args.dtype)
+    target = load_target(args.target, args.device, args.dtype, args.graphs)
     drafter = load_drafter(args.drafter, target, args.eagle3_layers, args.specforge_norm_output)
     with staged(args.out) as stage:  # the outputs appear only once MLflow has them too
         result = tree_config(target, drafter, prompts, settings, args, reranker, stage)

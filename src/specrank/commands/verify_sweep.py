@@ -115,12 +115,12 @@ def run(args) -> int:
             runs = [RunSpec(str(cell_dir(out, c)), configs[c["speculation"]], c["speculation"], c["verification_rule"])
                     for c in cells]
             models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers,
-                            args.specforge_norm_output)
+                            args.specforge_norm_output, args.graphs)
             decode_on_workers(workers, models, prompts, prompts_path, runs, args.shard_size,
                               progress=not args.no_progress)
         else:
             check_target_spec(args.target)
-            target = load_target(args.target, args.device, args.dtype)
+            target = load_target(args.target, args.device, args.dtype, args.graphs)
             drafter = load_drafter(args.drafter, target, args.eagle3_layers, args.specforge_norm_output)
             for cell in cells:
                 config = configs[cell["speculation"]]

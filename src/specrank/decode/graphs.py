@@ -99,8 +99,9 @@ def cached_pass(cache, n: int, device, fn: Callable, tensors: tuple, mask: torch
     ``mask`` (n, past + n) is additive (0 attend, -inf not), on any device; ``write`` (n,) are the new
     positions' cache slots. With ``passes`` (graphs on, ``n`` small enough) the pass reads the cache's whole
     capacity under a padded mask and runs captured under ``key`` plus its shape; else eagerly over
-    ``past + n`` positions."""
-    captured = passes is not None and n <= MAX_CAPTURED_ROWS
+    ``past + n`` positions. A prompt's first pass (its prefill, on an empty cache) always runs eagerly: its
+    length is the prompt's, a shape that seldom comes back."""
+    captured = passes is not None and cache.length > 0 and n <= MAX_CAPTURED_ROWS
     write = cache.begin(n, device, full=captured)
     mask = to_device(mask, device)
     if captured:

@@ -54,17 +54,19 @@ def parse_drafter_spec(spec, eagle3_layers=None, norm_output_rule=None) -> tuple
 
 
 def load_drafter(spec: str, target, eagle3_layers=None, norm_output_rule=None):
-    """Build the drafter described by ``spec`` for ``target`` (same device and dtype);
+    """Build the drafter described by ``spec`` for ``target`` (same device, dtype and ``graphs``);
     ``eagle3_layers`` (three ``hidden_states`` indices) chooses an ``eagle3:`` head's target layers and
     ``norm_output_rule`` how a SpecForge head's ``norm_output`` is read (``eagle3_formats.NORM_OUTPUT_RULES``)."""
     kind, rest = parse_drafter_spec(spec, eagle3_layers, norm_output_rule)
     if kind == "standalone":
-        return load_standalone(rest, target, spec)
-    if kind == "early-exit":
+        drafter = load_standalone(rest, target, spec)
+    elif kind == "early-exit":
         layers, _, head = rest.partition(":")
-        return load_early_exit(target, int(layers), head or None, spec)
-
-    return load_eagle3(rest, target, spec, eagle3_layers, norm_output_rule)
+        drafter = load_early_exit(target, int(layers), head or None, spec)
+    else:
+        drafter = load_eagle3(rest, target, spec, eagle3_layers, norm_output_rule)
+    drafter.graphs = target.graphs  # captured passes for both or for neither
+    return drafter
 
 
 class SeenPromptError(ValueError):
