@@ -126,3 +126,52 @@ def test_sampled_decoding_on_the_gpu_is_reproducible_from_its_seed(cuda_pair):
 
     first = sample(3)
     assert first == sample(3) and len(first) == 24 and first != sample(4)
+
+
+def test_passes_are_captured_by_default_and_greedy_output_is_the_same_without_graphs(cuda_pair):
+    """Graphs on (the default on a GPU): the tree pass and the draft steps replay captured graphs; off, every
+    pass runs eagerly; both decode the target's greedy text in float32."""
+    target, drafter = cuda_pair
+    assert target.graphs and drafter.graphs
+    config = DecodeConfig(PoolShape(4, 4, 4), budget=8, extra=0, max_new_tokens=32)
+    outputs = {}
+    for on in (True, False):
+        target.graphs = drafter.graphs = on
+        try:
+            outputs[on] = [decode_prompt_online(target, drafter, ids, config, make_strategy("draft"))[0]
+                           for ids in PROMPTS[:3]]
+        finally:
+            target.graphs = drafter.graphs = None
+    assert outputs[True] == outputs[False] == [greedy_on(target, ids, 32) for ids in PROMPTS[:3]]
+    graphs = [p.graph for p in (*target.passes.passes.values(), *drafter.passes.passes.values())]
+    assert graphs and all(g is not None for g in graphs)
+
+
+def test_a_greedy_round_on_the_gpu_waits_for_the_device_at_most_twice(cuda_pair, monkeypatch):
+    """``torch.cuda.set_sync_debug_mode`` inside each round (after a warm-up prompt has captured every shape):
+    the pool's copy to the host and the verifier's argmax copy are the only synchronisations."""
+    import warnings
+
+    import specrank.decode.engine.prompt as prompt_loop
+    from specrank.decode.engine.prompt import decode_prompt
+
+    target, drafter = cuda_pair
+    config = DecodeConfig(PoolShape(4, 4, 4), budget=8, extra=0, max_new_tokens=24)
+    decode_prompt(target, drafter, PROMPTS[0], config, make_strategy("draft"))  # captures every shape
+    decode_round, rounds = prompt_loop.decode_round, []
+
+    def watched_round(*args, **kwargs):
+        rounds.append(1)
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            return decode_round(*args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    monkeypatch.setattr(prompt_loop, "decode_round", watched_round)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out, _ = decode_prompt(target, drafter, PROMPTS[0], config, make_strategy("draft"))
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    assert out == greedy_on(target, PROMPTS[0], 24) and len(rounds) >= 3
+    assert len(syncs) <= 2 * len(rounds), [str(w.message)[:120] for w in syncs[:5]]
