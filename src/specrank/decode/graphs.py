@@ -47,7 +47,7 @@ class CapturedPasses:
         self.passes: dict = {}
         self.pool = None  # the memory pool the graphs share
         self.captures = 0  # passes captured (a test reads it: a decode captures each shape once)
-        self.generation = None  # the KV store generation the passes hold
+        self.store, self.generation = None, -1  # the KV store, and its generation, whose buffers the passes hold
 
     def clear(self) -> None:
         """Forget every pass (their buffers moved: a KV store grew)."""
@@ -106,9 +106,9 @@ def cached_pass(cache, n: int, device, fn: Callable, tensors: tuple, mask: torch
     mask = to_device(mask, device)
     if captured:
         store = cache.store
-        if passes.generation != store.generation:  # the buffers moved: recapture
+        if passes.store is not store or passes.generation != store.generation:  # other buffers: recapture
             passes.clear()
-            passes.generation = store.generation
+            passes.store, passes.generation = store, store.generation
         out = passes.run((key, n, store.capacity), fn, cache,
                          (*tensors, additive_mask(padded_mask(mask, store.capacity), dtype), write))
     else:
