@@ -54,7 +54,8 @@ def drafter_payload(drafter) -> dict:
     check_pipelinable(drafter)
     buffer = io.BytesIO()
     torch.save(drafter.model, buffer)  # the K layers an early-exit drafter shares with the target are copied
-    return {"model": buffer.getvalue(), "vocab_size": drafter.vocab_size, "spec": drafter.spec}
+    return {"model": buffer.getvalue(), "vocab_size": drafter.vocab_size, "spec": drafter.spec,
+            "graphs": drafter._graphs}
 
 
 def exit_reason(code: int | None) -> str:

@@ -25,7 +25,9 @@ def build_drafter(payload: dict, device: str):
     """A causal LM drafter on ``device`` from ``payload`` (the pickled module bytes, vocabulary size, spec)."""
     # Our own payload, written by ``pipeline.drafter_payload`` in the parent: a whole module, not weights only.
     model = torch.load(io.BytesIO(payload["model"]), map_location="cpu", weights_only=False)
-    return CausalLMDrafter(model.to(device).eval().requires_grad_(False), payload["vocab_size"], payload["spec"])
+    drafter = CausalLMDrafter(model.to(device).eval().requires_grad_(False), payload["vocab_size"], payload["spec"])
+    drafter.graphs = payload.get("graphs")  # the caller's choice; None: by the worker's device
+    return drafter
 
 
 def portable(exc: BaseException) -> BaseException:
