@@ -25,13 +25,13 @@ CUDA, an operation that waits for the device shows there. Peak memory is the dev
 or the process's peak resident set (CPU, Linux ``VmHWM``), reset before each phase: after building, recording,
 and each budget's decodes.
 
-On a lent GPU machine (its python3 holds torch, transformers, pandas, pyarrow and scikit-learn, not
-LightGBM): here, once, `echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps
---only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -d .whl
-lightgbm==4.7.0`; then one run, carrying `.whl` (about 3 minutes, most of it building the model):
+``--graphs both`` (the default on CUDA) times every budget's decoders with CUDA graphs and without
+(``budgets`` and ``budgets_no_graphs``) and reports ``graphs_speedup``, a round's milliseconds without over with;
+``--profile-rounds`` also sets each timed span's wall time against the device's busy time inside it (the
+union of its kernels, copies and fills; wall time only on a CPU).
 
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && \
-    PYTHONPATH=/tmp/site:src python3 benchmarks/bench_gpu.py --device cuda --shape llama-3.1-8b --rounds 100
+On a lent GPU machine, `benchmarks/gpu_check.sh` runs it with the wheels the machine's image lacks
+(docs/benchmarks.md, "The GPU check").
 
 Goal: host bookkeeping at most 5 ms and reranker features plus inference at most 0.15 ms per round (1% of
 a 14.5 ms EAGLE-3 round of an 8B target on one H100). Prints one JSON object.
