@@ -110,3 +110,16 @@ def test_a_library_naming_a_missing_package_is_translated_and_an_installed_one_i
     assert user_message(ModuleNotFoundError("No module named 'gguf'", name="gguf")) is not None
     assert user_message(ModuleNotFoundError("No module named 'numpy.x'", name="numpy.x")) is None
     assert user_message(ImportError("cannot import name 'f' from 'numpy'")) is None
+
+
+def test_decode_without_mlflow_records_its_run_and_says_so_once(models):
+    d, args = models
+    out = d / "decode"
+    argv = ["decode", "--out", out, *args[:6], "--limit", "2", "--max-new-tokens", "4", "--threads", "1"]
+    proc = specrank(argv, ["mlflow"], d)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines()[0] == ("specrank decode: MLflow is not installed, so the run logs nothing "
+                                                   "to it (as with --no-tracking) (pip install mlflow)")
+    assert (out / "manifest.json").is_file() and not (d / "mlflow.db").exists()
+    line = one_line(specrank([*argv[:2], d / "decode-named", *argv[3:], "--run-name", "mine"], ["mlflow"], d))
+    assert line == "specrank decode: error: --run-name needs mlflow, which is not installed here: pip install mlflow"

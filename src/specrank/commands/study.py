@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from specrank.atomic import atomic_write, write_json_atomic
-from specrank.commands.args import add_model_arguments, add_tracking_arguments, at_least
+from specrank.commands.args import add_model_arguments, add_tracking_arguments, at_least, tracking_asked
 from specrank.commands.decode import add_seen_prompts_argument
 from specrank.commands.demo import _stage, parse_temperatures
 from specrank.decode.prompts import encode_prompt, read_prompts, spec_bench_path
@@ -110,7 +110,7 @@ def run(args) -> int:
     if args.tune_trials:
         require("optuna", f"--tune-trials {args.tune_trials} (tuning Base and Rows; 0 fits them untuned)")
     uri = None
-    if not args.no_tracking and optional("mlflow", _tracking_asked(args),
+    if not args.no_tracking and optional("mlflow", tracking_asked(args, EXPERIMENT),
                                          "specrank study: MLflow is not installed, so the study logs nothing to it "
                                          "(as with --no-tracking)"):
         from specrank.tracking import check_tracking_uri, resolve_tracking_uri
@@ -161,13 +161,6 @@ def run(args) -> int:
                   f"{rb['gain_pct_of_draft'][0]:+.2f}% of draft [{rb['gain_pct_of_draft'][1]:+.2f}, "
                   f"{rb['gain_pct_of_draft'][2]:+.2f}]")
     return 0
-
-
-def _tracking_asked(args) -> str | None:
-    """The tracking option the user gave (then MLflow must be there), or None."""
-    if args.tracking_uri is not None:
-        return "--tracking-uri"
-    return "--experiment" if args.experiment != EXPERIMENT else None
 
 
 def fitting_prompts(target: str, prompts, max_new_tokens: int, depth: int = 8) -> tuple[list, int]:
