@@ -147,6 +147,10 @@ study() {
     return "$rc"
 }
 
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
+    sed -n '2,/^set -uo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+    exit 0
+fi
 if [ "${1:-}" = prepare ]; then
     prepare
     exit $?

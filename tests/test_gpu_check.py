@@ -12,8 +12,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 
 
-def test_the_script_parses():
+def test_the_script_parses_and_explains_itself():
     subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
+    usage = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True, check=True).stdout
+    assert usage.startswith("The GPU check:") and "gpu_check.sh tests bench" in usage and "set -uo" not in usage
 
 
 def call(tmp_path, part, *stages):
