@@ -25,13 +25,13 @@ CUDA, an operation that waits for the device shows there. Peak memory is the dev
 or the process's peak resident set (CPU, Linux ``VmHWM``), reset before each phase: after building, recording,
 and each budget's decodes.
 
-On a lent GPU machine (its python3 holds torch, transformers, pandas, pyarrow and scikit-learn, not
-LightGBM): here, once, `echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps
---only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -d .whl
-lightgbm==4.7.0`; then one run, carrying `.whl` (about 3 minutes, most of it building the model):
+``--graphs both`` (the default on CUDA) times every budget's decoders with CUDA graphs and without
+(``budgets`` and ``budgets_no_graphs``) and reports ``graphs_speedup``, a round's milliseconds without over with;
+``--profile-rounds`` also sets each timed span's wall time against the device's busy time inside it (the
+union of its kernels, copies and fills; wall time only on a CPU).
 
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && \
-    PYTHONPATH=/tmp/site:src python3 benchmarks/bench_gpu.py --device cuda --shape llama-3.1-8b --rounds 100
+On a lent GPU machine, `benchmarks/gpu_check.sh` runs it with the wheels the machine's image lacks
+(docs/benchmarks.md, "The GPU check").
 
 Goal: host bookkeeping at most 5 ms and reranker features plus inference at most 0.15 ms per round (1% of
 a 14.5 ms EAGLE-3 round of an 8B target on one H100). Prints one JSON object.
@@ -40,6 +40,7 @@ a 14.5 ms EAGLE-3 round of an 8B target on one H100). Prints one JSON object.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import sys
 import time
@@ -207,6 +208,42 @@ def run_decoder(decoder, prompt, rounds: int, sync) -> dict:
     return out
 
 
+GRAPHS = {"on": (True,), "off": (False,), "both": (True, False)}
+
+
+def use_graphs(target, drafter, on: bool) -> None:
+    """CUDA graphs on or off for the target's and the drafter's passes (attributes the engine reads when it runs;
+    an engine without graphs ignores them)."""
+    setattr(target, "graphs", on)
+    setattr(drafter, "graphs", on)
+
+
+def make_decoders(target, drafter, names, rerankers: dict, budget: int) -> dict:
+    """{name: Decoder} at ``budget``: draft selection (when named) and each reranker's reranked selection."""
+    from specrank.decode import Decoder
+
+    decoders = {"draft": Decoder(target, drafter, "draft", budget=budget)} if "draft" in names else {}
+    return decoders | {reranked_name(k): Decoder(target, drafter, "reranked", reranker=r, budget=budget)
+                       for k, r in rerankers.items()}
+
+
+def time_decoders(decoders: dict, prompt, rounds: int, warmup: int, sync) -> dict:
+    """{name: ``run_decoder``'s figures} after warming every decoder up at the timed shapes."""
+    for d in decoders.values():  # kernels, matmul algorithms, allocators (and graph captures)
+        if warmup:
+            run_decoder(d, prompt, warmup, sync)
+    if warmup:  # one decode as long as the timed ones, so the KV cache has reached the timed lengths once: in the
+        # first GPU runs the first decoder timed at each budget ran two to four times slower unsynchronised than
+        # synchronised after a few warm-up rounds (the cause not yet confirmed)
+        run_decoder(next(iter(decoders.values())), prompt, rounds, sync)
+    return {name: run_decoder(d, prompt, rounds, sync) for name, d in decoders.items()}
+
+
+def graphs_speedup(on: dict, off: dict, names) -> dict:
+    """{decoder: its round's milliseconds without graphs over with them}, as users run it (unsynchronised)."""
+    return {name: off[name]["as_run"]["total"] / on[name]["as_run"]["total"] for name in names}
+
+
 def reranked_name(kind: str) -> str:
     return "reranked" if kind == "rows" else f"reranked-{kind}"
 
@@ -236,6 +273,7 @@ def bookkeeping_profile(decoder, prompt, rounds: int, sync, top: int = 25) -> di
     finally:
         Timer.span = plain
     events = prof.events()
+    table = span_table(events, 2 * rounds, sync is not None)
     spans = [(e.time_range.start, e.time_range.end) for e in events
              if e.name.startswith("span:") and e.name != "span:total"]
     parent = lambda e: e.cpu_parent.name if e.cpu_parent is not None else ""  # noqa: E731
@@ -249,7 +287,82 @@ def bookkeeping_profile(decoder, prompt, rounds: int, sync, top: int = 25) -> di
     ranked = sorted(ops.items(), key=lambda kv: -kv[1][1])[:top]
     return {"rounds": n, "ops_per_round": len(outside) / n,
             "host_us_per_round": sum(e.cpu_time_total for e in outside) / n,
-            "ops": {name: {"per_round": c / n, "host_us_per_round": us / n} for name, (c, us) in ranked}}
+            "ops": {name: {"per_round": c / n, "host_us_per_round": us / n} for name, (c, us) in ranked},
+            "spans": table}
+
+
+def merged(intervals) -> list[tuple[float, float]]:
+    """The union of ``(start, end)`` intervals as sorted disjoint intervals (kernels of several streams overlap:
+    the device is busy once)."""
+    out = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def busy_within(busy, a: float, b: float) -> float:
+    """How much of ``[a, b]`` the disjoint sorted intervals ``busy`` cover."""
+    i = bisect.bisect_left(busy, (a,)) - 1
+    total = 0.0
+    for start, end in busy[max(i, 0):]:
+        if start >= b:
+            break
+        total += max(0.0, min(end, b) - max(start, a))
+    return total
+
+
+def device_intervals(events) -> list[tuple[float, float]]:
+    """The device activity of a profile (kernels, copies, fills), without the profiler's own annotations of the
+    host's ranges on the device timeline."""
+    from torch.autograd import DeviceType
+
+    return [(e.time_range.start, e.time_range.end) for e in events
+            if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+            and not e.name.startswith("span:")]
+
+
+def host_spans(events) -> dict[str, list[tuple[float, float]]]:
+    """{span name: its wall intervals on the host}, from the ``span:NAME`` ranges ``bookkeeping_profile`` labels."""
+    from torch.autograd import DeviceType
+
+    spans = {}
+    for e in events:
+        if e.name.startswith("span:") and e.device_type == DeviceType.CPU:
+            spans.setdefault(e.name.removeprefix("span:"), []).append((e.time_range.start, e.time_range.end))
+    return spans
+
+
+def span_table(events, n: int, device: bool) -> dict:
+    """Per timed span, and ``bookkeeping`` (the rounds' time outside them), milliseconds a round of wall time and,
+    with ``device``, of device-busy time inside the span's wall intervals, and their ratio: a span whose device
+    is idle most of its wall time waits on the host (launches, synchronisations)."""
+    busy = merged(device_intervals(events)) if device else []
+    us = {name: (sum(b - a for a, b in iv), sum(busy_within(busy, a, b) for a, b in iv))
+          for name, iv in host_spans(events).items()}
+    if "total" in us:
+        inner = [v for name, v in us.items() if name != "total"]
+        us["bookkeeping"] = tuple(t - sum(v[i] for v in inner) for i, t in enumerate(us["total"]))
+    return {name: span_row(wall, gpu, n, device) for name, (wall, gpu) in us.items()}
+
+
+def span_row(wall_us: float, busy_us: float, n: int, device: bool) -> dict:
+    wall, busy = wall_us / 1000 / n, busy_us / 1000 / n
+    if not device:
+        return {"wall_ms": wall, "gpu_busy_ms": None, "gpu_busy_share": None}
+    return {"wall_ms": wall, "gpu_busy_ms": busy, "gpu_busy_share": busy / wall if wall > 0 else None}
+
+
+def span_lines(table: dict) -> list[str]:
+    """The span table as text lines for stderr."""
+    lines = [f"  {'span':<12} {'wall ms':>9} {'GPU-busy ms':>12} {'busy':>6}"]
+    for name, row in table.items():
+        busy = "-" if row["gpu_busy_ms"] is None else f"{row['gpu_busy_ms']:.3f}"
+        share = "-" if row["gpu_busy_share"] is None else f"{100 * row['gpu_busy_share']:.0f}%"
+        lines.append(f"  {name:<12} {row['wall_ms']:>9.3f} {busy:>12} {share:>6}")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -272,13 +385,16 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup-rounds", type=int, default=3)
     parser.add_argument("--profile-rounds", type=int, default=0, help="also profile this many rounds of each "
                         "budget's first decoder: the operations of its host bookkeeping (PyTorch's profiler)")
+    parser.add_argument("--graphs", choices=sorted(GRAPHS), default=None,
+                        help="CUDA graphs for the draft and tree passes: on, off, or both (each budget's decoders "
+                             "timed with and without them: 'budgets' holds the figures with, 'budgets_no_graphs' "
+                             "without, 'graphs_speedup' the ratio); default both on cuda, off elsewhere")
     parser.add_argument("--max-bookkeeping-ms", type=float, default=5.0)
     parser.add_argument("--max-rerank-ms", type=float, default=0.15)
     args = parser.parse_args(argv)
 
     import torch
 
-    from specrank.decode import Decoder
     from specrank.decode.loading.targets import parse_device, parse_dtype
 
     if args.threads:
@@ -307,30 +423,34 @@ def main(argv=None) -> int:
               "gbm": {k: {p: getattr(rerankers[k], p) for p in ("n_estimators", "num_leaves", "learning_rate")}
                       for k in ("rows", "base") if k in rerankers},
               "reranker_share_of_round": {}}
+    modes = GRAPHS[args.graphs or ("both" if device.type == "cuda" else "off")]
+    result["graphs"] = args.graphs or ("both" if device.type == "cuda" else "off")
+    use_graphs(target, drafter, modes[0])  # recording and profiling run with graphs on when any run is
     if args.record_rounds:
         reset_peak(device)
         result["record"] = record_rounds(target, drafter, prompt, args.record_rounds, 8, sync)
         result["record"]["peak_mib"] = peak_memory_mib(device)
     for budget in args.budget or [59, 8]:
-        reset_peak(device)
-        decoders = {"draft": Decoder(target, drafter, "draft", budget=budget)} if "draft" in names else {}
-        decoders |= {reranked_name(k): Decoder(target, drafter, "reranked", reranker=r, budget=budget)
-                     for k, r in rerankers.items()}
-        for d in decoders.values():  # warm-up at the timed shapes: kernels, matmul algorithms, allocators
-            if args.warmup_rounds:
-                run_decoder(d, prompt, args.warmup_rounds, sync)
-        if args.warmup_rounds:  # one decode as long as the timed ones, so the KV cache has reached the timed
-            # lengths once: in the first GPU runs the first decoder timed at each budget ran two to four times
-            # slower unsynchronised than synchronised after a few warm-up rounds (the cause not yet confirmed)
-            run_decoder(next(iter(decoders.values())), prompt, args.rounds, sync)
-        result["budgets"][budget] = {name: run_decoder(d, prompt, args.rounds, sync) for name, d in decoders.items()}
-        result["budgets"][budget]["peak_mib"] = peak_memory_mib(device)
+        for on in modes:  # graphs on first: "budgets" keeps the figures the docs read
+            use_graphs(target, drafter, on)
+            reset_peak(device)
+            decoders = make_decoders(target, drafter, names, rerankers, budget)
+            timed = time_decoders(decoders, prompt, args.rounds, args.warmup_rounds, sync)
+            key = "budgets" if on == modes[0] else "budgets_no_graphs"
+            result.setdefault(key, {})[budget] = timed | {"peak_mib": peak_memory_mib(device)}
+        if len(modes) == 2:
+            speedup = graphs_speedup(result["budgets"][budget], result["budgets_no_graphs"][budget], decoders)
+            result.setdefault("graphs_speedup", {})[budget] = speedup
+            print(f"B = {budget} graphs speedup (round ms without / with): "
+                  + ", ".join(f"{n} {x:.2f}x" for n, x in speedup.items()), file=sys.stderr)
+            use_graphs(target, drafter, modes[0])
         if args.profile_rounds:
             first = next(iter(decoders))
             profiled = bookkeeping_profile(decoders[first], prompt, args.profile_rounds, sync)
             result.setdefault("bookkeeping_profile", {})[budget] = {"decoder": first, **profiled}
             print(f"B = {budget} {first}: {profiled['ops_per_round']:.0f} operations a round outside the spans, "
                   f"{profiled['host_us_per_round'] / 1000:.2f} ms of host time", file=sys.stderr)
+            print("\n".join(span_lines(profiled["spans"])), file=sys.stderr)
         for kind in rerankers:
             split = result["budgets"][budget][reranked_name(kind)]["split"]
             share = result["reranker_share_of_round"].setdefault(budget, {})

@@ -119,7 +119,7 @@ def test_importing_evaluation_leaves_the_matplotlib_backend_alone():
 def test_gpu_benchmark_runs_at_a_tiny_shape_on_cpu():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--shape", "tiny", "--rounds", "3",
                           "--prompt-len", "24", "--budget", "8", "--threads", "1",
-                          "--rerankers", "rows,base,isotonic,per-depth", "--profile-rounds", "2"],
+                          "--rerankers", "rows,base,isotonic,per-depth", "--profile-rounds", "2", "--graphs", "both"],
                          capture_output=True, text=True, check=True, timeout=300)
     result = json.loads(out.stdout)
     reranked = ("reranked", "reranked-base", "reranked-isotonic", "reranked-per-depth")
@@ -131,6 +131,23 @@ def test_gpu_benchmark_runs_at_a_tiny_shape_on_cpu():
     assert result["gbm"]["rows"] == {"n_estimators": 100, "num_leaves": 15, "learning_rate": 0.1}  # the default
     profile = result["bookkeeping_profile"]["8"]  # the commit's slices and verification's argmax, at least
     assert profile["decoder"] == "draft" and profile["ops_per_round"] > 2 and "aten::argmax" in profile["ops"]
+    spans = profile["spans"]  # wall time only: a CPU has no device timeline
+    assert {"total", "draft", "target", "bookkeeping"} <= set(spans) and spans["total"]["wall_ms"] > spans["draft"]["wall_ms"] > 0
+    assert all(row["gpu_busy_ms"] is None for row in spans.values())
+    # both graph settings timed: the figures with graphs where the docs read them, without beside them
+    assert result["graphs"] == "both" and set(result["budgets_no_graphs"]["8"]) == set(result["budgets"]["8"])
+    assert set(result["graphs_speedup"]["8"]) == {"draft", *reranked} and all(
+        x > 0 for x in result["graphs_speedup"]["8"].values())
+
+
+def test_device_busy_time_is_the_union_of_the_device_intervals_inside_a_span(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from bench_gpu import busy_within, merged
+
+    busy = merged([(5.0, 8.0), (0.0, 2.0), (1.0, 3.0), (7.0, 10.0)])  # two streams overlap: busy once
+    assert busy == [(0.0, 3.0), (5.0, 10.0)]
+    assert busy_within(busy, 2.0, 6.0) == 2.0 and busy_within(busy, 3.0, 5.0) == 0.0
+    assert busy_within(busy, -1.0, 20.0) == 8.0 and busy_within(busy, 6.0, 7.0) == 1.0
 
 
 def test_the_full_vocabulary_path_records_and_reranks_token_ids_above_65535():

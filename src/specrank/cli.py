@@ -111,6 +111,10 @@ def _mlflow_notices(shown: bool):
 def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
+    except ImportError as exc:  # a package every command needs (LightGBM) is missing: one line, not a traceback
+        if user_message(exc) is None:
+            raise
+        return _error("specrank", user_message(exc))
     except UsageError as exc:
         return _error(exc.prog, str(exc))
     except SystemExit as exc:  # --help

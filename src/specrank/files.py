@@ -38,6 +38,18 @@ def file_hash(path: str | Path, digest=None) -> str:
     return digest.hexdigest()
 
 
+def directory_hash(path: str | Path) -> str:
+    """SHA-256 over the relative names and bytes of every file under ``path`` (a run directory's identity)."""
+    root = Path(path)
+    if not root.is_dir():
+        raise FileNotFoundError(f"run directory {root} does not exist")
+    digest = hashlib.sha256()
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(str(file.relative_to(root)).encode() + b"\0")
+        file_hash(file, digest)
+    return digest.hexdigest()
+
+
 def sha256_files(paths) -> str:
     """SHA-256 over the contents of ``paths`` in the given order."""
     digest = hashlib.sha256()

@@ -161,3 +161,13 @@ def add_tracking_arguments(parser, *, store: str = "sqlite:///mlflow.db in the w
         parser.add_argument("--run-name", default=None, help=f"MLflow run name (default {run_name})")
     if no_tracking is not None:
         parser.add_argument("--no-tracking", action="store_true", help=no_tracking)
+
+
+def tracking_asked(args, experiment: str) -> str | None:
+    """The MLflow option the user gave (``--tracking-uri``, ``--run-name``, an ``--experiment`` other than the
+    command's default ``experiment``), which MLflow must then be installed for; None when they gave none."""
+    if args.tracking_uri is not None:
+        return "--tracking-uri"
+    if getattr(args, "run_name", None) is not None:
+        return "--run-name"
+    return "--experiment" if args.experiment != experiment else None

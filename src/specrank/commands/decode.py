@@ -5,14 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from specrank.commands.args import (add_deprecated_alias, add_model_arguments, add_pool_arguments,
-                                    add_tracking_arguments, at_least)
+                                    add_tracking_arguments, at_least, tracking_asked)
 from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
 from specrank.decode.prompts import default_prompts_path, read_prompts
+from specrank.errors import optional
 from specrank.files import read_json
 from specrank.outputs import check_output_dir, removing_new_dirs
 from specrank.scale import add_worker_arguments, workers_from_args
 
 HELP = "decode prompts with a target and a drafter, recording each round's pool and target rows"
+EXPERIMENT = "specrank"
 
 
 def add_arguments(parser) -> None:
@@ -37,7 +39,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--chain-length", type=int, default=4,
                         help="chain speculation: drafted tokens per round (default 4)")
     add_worker_arguments(parser)
-    add_tracking_arguments(parser, run_name="decode-<out dir name>", no_tracking="record the run directory only, log nothing")
+    add_tracking_arguments(parser, experiment=EXPERIMENT, run_name="decode-<out dir name>",
+                           no_tracking="record the run directory only, log nothing (also what happens, said in one "
+                                       "line, when MLflow is not installed and no MLflow option was given)")
     add_seen_prompts_argument(parser)
 
 
@@ -81,7 +85,9 @@ def run(args) -> int:
     parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)  # every argument is checked before a model loads
     seen = check_unseen(args.drafter, prompts, args.allow_training_prompts)
     uri = None
-    if not args.no_tracking:
+    if not args.no_tracking and optional("mlflow", tracking_asked(args, EXPERIMENT),
+                                         "specrank decode: MLflow is not installed, so the run logs nothing to it "
+                                         "(as with --no-tracking)"):
         from specrank.tracking import check_tracking_uri, resolve_tracking_uri
 
         uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri))  # before any model loads

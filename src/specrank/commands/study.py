@@ -30,15 +30,16 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from specrank.atomic import atomic_write, write_json_atomic
-from specrank.commands.args import add_model_arguments, add_tracking_arguments, at_least
+from specrank.commands.args import add_model_arguments, add_tracking_arguments, at_least, tracking_asked
 from specrank.commands.decode import add_seen_prompts_argument
 from specrank.commands.demo import _stage, parse_temperatures
 from specrank.decode.prompts import encode_prompt, read_prompts, spec_bench_path
+from specrank.errors import optional, require
 from specrank.featurize import read_features
 from specrank.featurize.storage import read_rounds_table
 from specrank.outputs import check_output_dir
 from specrank.rerankers import GBMReranker, load_reranker
-from specrank.scale import add_worker_arguments, workers_from_args
+from specrank.scale import add_worker_arguments, preflight, workers_from_args
 
 HELP = "the pipeline at scale (decode to a round target, featurize, cross-fit, evaluate) -> one results JSON"
 FIRST_CHUNK = 24  # prompts of the first decoding call, whose rounds per prompt size the next calls
@@ -50,6 +51,7 @@ SHARD_SIZE = 4
 DEFAULT_ROUNDS = 10_000
 DEFAULT_GREEDY_ROUNDS = 4_000
 DEFAULT_MAX_NEW_TOKENS = 64
+EXPERIMENT = "specrank-study"
 
 
 class StudyDirError(ValueError):
@@ -81,26 +83,36 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="prompt order, decoding and bootstrap seed (default 0)")
     add_worker_arguments(parser)
     add_seen_prompts_argument(parser)
-    add_tracking_arguments(parser, store="sqlite:///OUT/mlflow.db, the study's own store", experiment="specrank-study", no_tracking="write the study directory only, log nothing")
+    add_tracking_arguments(parser, store="sqlite:///OUT/mlflow.db, the study's own store", experiment=EXPERIMENT,
+                           no_tracking="write the study directory only, log nothing (also what happens, said in one "
+                                       "line, when MLflow is not installed and no tracking option was given)")
 
 
 def run(args) -> int:
     from specrank.decode.core import parse_device
     from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
-    from specrank.decode.loading.targets import check_target_spec
+    from specrank.decode.loading.targets import DEFAULT_TARGET, check_target_spec
 
     started = time.perf_counter()
     temperatures = parse_temperatures(args.temperatures)
     out = check_output_dir(args.out).resolve()
     parse_device(args.device)
     check_target_spec(args.target)
+    if args.target == DEFAULT_TARGET or args.target.endswith(".gguf"):  # converted when its tokenizer first loads
+        require("gguf", f"--target {args.target} (a GGUF model)")
     parse_drafter_spec(args.drafter, args.eagle3_layers)
-    workers_from_args(args)  # --workers / --ray-address refused here, before anything loads
+    workers = workers_from_args(args)  # --workers / --ray-address refused here, before anything loads
+    if workers is not None:
+        preflight(workers)  # Ray installed, a cluster's address answering
     prompts_path = args.prompts or spec_bench_path()
     prompts = read_prompts(prompts_path)
     seen = check_unseen(args.drafter, prompts, args.allow_training_prompts)
+    if args.tune_trials:
+        require("optuna", f"--tune-trials {args.tune_trials} (tuning Base and Rows; 0 fits them untuned)")
     uri = None
-    if not args.no_tracking:
+    if not args.no_tracking and optional("mlflow", tracking_asked(args, EXPERIMENT),
+                                         "specrank study: MLflow is not installed, so the study logs nothing to it "
+                                         "(as with --no-tracking)"):
         from specrank.tracking import check_tracking_uri, resolve_tracking_uri
 
         uri = resolve_tracking_uri(args.tracking_uri or f"sqlite:///{out / 'mlflow.db'}")
@@ -245,7 +257,7 @@ def analyse(args, run_dir: Path, uri: str | None, name: str) -> dict:
     """Featurize, cross-fit, evaluate (each redone only when its input changed) and the study's figures."""
     from specrank.evaluation import load_rounds, read_predictions
     from specrank.evaluation.study import RERANKERS, temperature_results
-    from specrank.tracking import directory_hash, file_hash
+    from specrank.files import directory_hash, file_hash
 
     tracked = ["--tracking-uri", uri, "--experiment", args.experiment] if uri else []
     features, rerankers = run_dir / "features.parquet", run_dir / "rerankers"
@@ -312,7 +324,10 @@ def source_commit() -> str:
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return f"specrank {metadata.version('specrank')}"
+        try:
+            return f"specrank {metadata.version('specrank')}"
+        except metadata.PackageNotFoundError:  # a copy of the source on PYTHONPATH, neither a checkout nor installed
+            return "unknown"
 
 
 def machine(args) -> str:

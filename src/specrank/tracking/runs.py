@@ -14,7 +14,7 @@ from pathlib import Path
 import mlflow
 from PIL import Image
 
-from specrank.files import file_hash  # noqa: F401  (re-exported)
+from specrank.files import directory_hash, file_hash  # noqa: F401  (re-exported)
 from specrank.tracking.lineage import code_version_tags
 from specrank.tracking.uri import TrackingError, check_tracking_uri, resolve_tracking_uri, tracking_store
 
@@ -202,15 +202,3 @@ def log_figure(figure, name: str) -> None:
 def log_report(markdown: str, name: str = "report.md") -> None:
     """Log a Markdown report at the artifact root."""
     mlflow.log_text(markdown, name)
-
-
-def directory_hash(path: str | Path) -> str:
-    """SHA-256 over the relative names and bytes of every file under ``path`` (a run directory's identity)."""
-    root = Path(path)
-    if not root.is_dir():
-        raise FileNotFoundError(f"run directory {root} does not exist")
-    digest = hashlib.sha256()
-    for file in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(str(file.relative_to(root)).encode() + b"\0")
-        file_hash(file, digest)
-    return digest.hexdigest()
