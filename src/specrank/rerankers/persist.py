@@ -18,7 +18,6 @@ import inspect
 import json
 import re
 import zipfile
-from importlib import metadata
 from pathlib import Path
 
 from sklearn.utils.validation import check_is_fitted
@@ -28,6 +27,7 @@ from specrank.atomic import atomic_write, atomic_write_dir
 from specrank.errors import first_line
 from specrank.featurize.sets import CATEGORICAL_FEATURES, input_columns, resolve_features
 from specrank.rerankers.state import ARRAYS, encode, npz_bytes, required_files
+from specrank.versions import package_version
 
 FORMAT = "specrank-reranker/2"
 META = "reranker.json"
@@ -70,13 +70,7 @@ def describe(est) -> dict:
 
 def _versions() -> dict:
     names = ("specrank", "numpy", "scikit-learn", "lightgbm", "skops")
-    out = {}
-    for name in names:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
+    return {name: version for name in names if (version := package_version(name)) is not None}
 
 
 def reranker_files(est) -> dict[str, bytes]:

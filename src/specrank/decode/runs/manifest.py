@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from importlib import metadata
 
 from specrank.decode.config import DecodeConfig
 from specrank.files import sha256_files
+from specrank.versions import package_version
 
 VERSIONED = ("specrank", "torch", "transformers", "numpy", "pyarrow")
 
@@ -29,7 +29,7 @@ def model_identity(target, drafter) -> dict:
         **revisions,
         "tokenizer": getattr(target.tokenizer, "name_or_path", ""),
         "dtype": str(target.dtype).removeprefix("torch."),
-        "versions": {name: metadata.version(name) for name in VERSIONED},
+        "versions": {name: package_version(name) for name in VERSIONED},
     }
 
 
