@@ -123,3 +123,19 @@ def test_decode_without_mlflow_records_its_run_and_says_so_once(models):
     assert (out / "manifest.json").is_file() and not (d / "mlflow.db").exists()
     line = one_line(specrank([*argv[:2], d / "decode-named", *argv[3:], "--run-name", "mine"], ["mlflow"], d))
     assert line == "specrank decode: error: --run-name needs mlflow, which is not installed here: pip install mlflow"
+
+
+def test_a_run_records_specrank_s_version_from_a_source_copy_no_installer_has_seen(monkeypatch):
+    """On a machine that runs the package from PYTHONPATH, importlib.metadata knows no specrank: the version comes
+    from the package itself, and a package that is not installed has none."""
+    from importlib import metadata
+
+    import specrank
+    from specrank.versions import package_version
+
+    def not_installed(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", not_installed)
+    assert package_version("specrank") == specrank.__version__
+    assert package_version("numpy") is None
