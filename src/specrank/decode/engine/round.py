@@ -239,8 +239,8 @@ def commit_round(target, drafter, state: PromptState, tokens, rows, carried: int
     state.context_len += len(keep)
     committed = torch.as_tensor(np.concatenate([[state.root], tokens]), dtype=torch.long)
     with timer.span("draft"):
-        rows = None if hidden is None else to_device(torch.from_numpy(np.concatenate([[0], rows])), hidden.device)
-        drafter.commit(committed, None if hidden is None else hidden[rows])
+        path = None if hidden is None else to_device(torch.from_numpy(np.concatenate([[0], rows])), hidden.device)
+        drafter.commit(committed, None if hidden is None else hidden[path])
 
 
 def ranked_tree(score: np.ndarray, depth: np.ndarray, tree: np.ndarray) -> np.ndarray:
