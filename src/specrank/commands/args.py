@@ -6,6 +6,8 @@ import argparse
 import math
 import sys
 
+from specrank.decode.config import ConfigError, check_temperature
+
 # The names ``--dtype`` takes (``targets.DTYPES``' keys; spelled here so that parsing imports no torch).
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
@@ -155,3 +157,14 @@ def add_tracking_arguments(parser, *, store: str = "sqlite:///mlflow.db in the w
         parser.add_argument("--run-name", default=None, help=f"MLflow run name (default {run_name})")
     if no_tracking is not None:
         parser.add_argument("--no-tracking", action="store_true", help=no_tracking)
+
+
+def parse_temperatures(text: str) -> list[float]:
+    """``"1,0"`` -> [1.0, 0.0], each a valid decoding temperature."""
+    try:
+        temperatures = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ConfigError(f"--temperatures {text!r}: expected comma-separated numbers") from None
+    if not temperatures:
+        raise ConfigError("--temperatures names no temperature")
+    return [check_temperature(t, "--temperatures") for t in temperatures]
