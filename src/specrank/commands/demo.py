@@ -21,9 +21,10 @@ from specrank.commands.args import (DRAFTER_SPECS, add_device_arguments, add_dra
 from specrank.commands.decode import add_seen_prompts_argument
 from specrank.commands.timing import timed
 from specrank.decode.prompts import default_prompts_path, read_prompts
+from specrank.law import GREEDY, Law
 from specrank.outputs import check_output_dir
 from specrank.workflow import Tracking, cross_fit, evaluate, featurize, record
-from specrank.workflow.record import decode_metrics
+from specrank.workflow.recording import decode_metrics
 
 RERANKERS = ("isotonic", "per_depth", "base", "rows")
 MIN_PROMPTS = 4  # two cross-fitting halves, each split again in two for the hyper-parameter search
@@ -101,7 +102,7 @@ def run(args) -> int:
     uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri or own_store))
     tables, champions, experiment_id = {}, {}, None
     for temp in temperatures:
-        name = "greedy" if temp == 0 else f"t{temp:g}"
+        name = GREEDY if Law(temp).greedy else f"t{temp:g}"
         run_dir = out / name
 
         def tracking(stage: str, name=name) -> Tracking:

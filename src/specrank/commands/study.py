@@ -36,6 +36,7 @@ from specrank.commands.timing import timed
 from specrank.decode.prompts import encode_prompt, read_prompts, spec_bench_path
 from specrank.featurize import read_features
 from specrank.featurize.storage import read_rounds_table
+from specrank.law import GREEDY, Law
 from specrank.outputs import check_output_dir
 from specrank.rerankers import GBMReranker
 from specrank.scale import add_worker_arguments, workers_from_args
@@ -126,8 +127,8 @@ def run(args) -> int:
         "timing": {},
     }
     for temp in temperatures:
-        name = "greedy" if temp == 0 else f"t{temp:g}"
-        goal = args.greedy_rounds if temp == 0 else args.rounds
+        name = GREEDY if Law(temp).greedy else f"t{temp:g}"
+        goal = args.greedy_rounds if Law(temp).greedy else args.rounds
         stage_start = time.perf_counter()
         with _pipeline_run(uri, args.experiment, name, temp, args.drafter):
             run_dir = out / name

@@ -15,7 +15,7 @@ from pathlib import Path
 from specrank.commands.args import at_least, experiment_name
 from specrank.rerankers import GBMReranker
 from specrank.workflow import RERANKER_NAMES, Features, Tracking, cross_fit
-from specrank.workflow.cross_fit import GBM_SETTINGS
+from specrank.workflow.rerankers import GBM_SETTINGS
 
 HELP = "Cross-fit rerankers on a features table; write predictions.parquet (keys + one column per reranker) and models."
 

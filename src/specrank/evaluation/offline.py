@@ -177,7 +177,7 @@ def comparison_table(boot, values: dict, rerankers: list[str], budgets) -> pd.Da
 def _weights_frame(weights: dict, budgets) -> pd.DataFrame:
     rows = [
         {"score": rule, "half": half, "budget": b, "weight": float(w[half, j])}
-        for rule, w in weights.items() for half in (0, 1) for j, b in enumerate(budgets)
+        for rule, w in weights.items() for half in range(len(w)) for j, b in enumerate(budgets)
     ]
     return pd.DataFrame(rows)
 

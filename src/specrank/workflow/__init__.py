@@ -11,10 +11,10 @@ The commands (``specrank decode``, ``featurize``, ``train``, ``evaluate``, ``dem
 functions behind a command line.
 """
 
-from specrank.workflow.cross_fit import RERANKER_NAMES, Rerankers, cross_fit, make_reranker
-from specrank.workflow.evaluate import evaluate
-from specrank.workflow.featurize import Features, featurize
-from specrank.workflow.record import Recording, record
+from specrank.workflow.evaluation import evaluate
+from specrank.workflow.features import Features, featurize
+from specrank.workflow.recording import Recording, record
+from specrank.workflow.rerankers import RERANKER_NAMES, Rerankers, cross_fit, make_reranker
 from specrank.workflow.tracking import Tracking
 
 __all__ = [

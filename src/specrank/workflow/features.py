@@ -11,7 +11,7 @@ import pandas as pd
 
 from specrank.featurize import edges_run, featurize_run, read_features, write_features
 from specrank.outputs import check_distinct, check_output_file, restoring_files
-from specrank.workflow.record import Recording
+from specrank.workflow.recording import Recording
 from specrank.workflow.tracking import Tracking
 
 

@@ -18,8 +18,9 @@ from specrank.featurize.storage import check_same_rounds, rounds_of
 from specrank.outputs import check_distinct, check_output_dir, staged
 from specrank.rerankers import GBMReranker, IsotonicFirstFactor, PerDepthCalibration, load_reranker
 from specrank.rerankers import cross_fit as cross_fit_reranker
+from specrank.rerankers import tune
 from specrank.schema import FEATURE_KEYS, require_columns
-from specrank.workflow.featurize import Features
+from specrank.workflow.features import Features
 from specrank.workflow.tracking import Tracking
 
 RERANKER_NAMES = ("isotonic", "base", "rows", "per_depth")
@@ -203,8 +204,6 @@ def _fit(name, table, tracker, plan: _Plan):
 def _refit(name, feats, edges, plan: _Plan, callbacks):
     """The registered reranker fitted on every prompt (tuned first on all of them, study ``<prefix>-<name>-all``):
     (model, the table it was fitted on, tuned parameters)."""
-    from specrank.rerankers.tune import tune
-
     table = edges if name == "per_depth" else feats
     model, tuned = plan.make(name), {}
     if plan.tune_trials and name in TUNED:

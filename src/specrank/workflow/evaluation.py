@@ -15,8 +15,8 @@ from specrank.featurize.storage import check_same_rounds, rounds_digest
 from specrank.files import read_schema, read_table
 from specrank.outputs import check_distinct, check_output_dir, staged
 from specrank.rerankers import load_reranker
-from specrank.workflow.cross_fit import Rerankers
-from specrank.workflow.record import Recording
+from specrank.workflow.rerankers import Rerankers
+from specrank.workflow.recording import Recording
 from specrank.workflow.tracking import Tracking
 
 
