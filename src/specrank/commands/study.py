@@ -81,6 +81,8 @@ def add_arguments(parser) -> None:
                         help=f"boosting iterations of Base and Rows when not tuned (default {trees}, the rerankers' "
                              "default; the paper's: 400)")
     parser.add_argument("--seed", type=int, default=0, help="prompt order, decoding and bootstrap seed (default 0)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar while decoding (none is drawn when stderr is not a terminal)")
     add_worker_arguments(parser)
     add_seen_prompts_argument(parser)
     add_tracking_arguments(parser, store="sqlite:///OUT/mlflow.db, the study's own store", experiment="specrank-study", no_tracking="write the study directory only, log nothing")
@@ -198,7 +200,8 @@ def decode_until(args, workers, prompts_path: Path, n_prompts: int, run_dir: Pat
                                    device=args.device, dtype=args.dtype, shard_size=SHARD_SIZE,
                                    eagle3_layers=args.eagle3_layers, specforge_norm_output=args.specforge_norm_output,
                                    threads=args.threads, workers=workers,
-                                   allow_training_prompts=args.allow_training_prompts, progress=False)
+                                   allow_training_prompts=args.allow_training_prompts,
+                                   progress=not args.no_progress)
                 print(recording.summary, flush=True)
         if recorded_rounds(run_dir, limit) >= goal:
             break
