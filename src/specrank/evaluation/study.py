@@ -41,7 +41,7 @@ PAPER = {
     "rows_minus_base_low_min": {"8": 0.88, "59": 0.30},  # lower 95% end of Rows - Base, % of draft's value
     "rows_minus_draft_low_min": {"8": 0.81, "59": 0.27},  # lower 95% end of Rows - draft, % of draft's value
 }
-LABELS = {
+PAGE_LABELS = {  # the results page names each rule in full (evaluation.names.LABELS: the report's short names)
     "draft": "Draft selection", "isotonic": "Isotonic first factor", "per_depth": "Per-depth calibration",
     "base": "Base reranker", "rows": "Rows reranker", "rows+per_depth": "Rows + per-depth", "root": "Root selection",
     "oracle": "Oracle", "subst_cache": "Token-keyed cache row", "subst_same_token": "Same-token row",
@@ -254,7 +254,7 @@ def _rules_table(budget: str, figures: dict) -> list[str]:
         pct = _ci(r["gain_pct"], 1) if "gain_pct" in r else "–"
         share = _ci(r["root_share"], 1, sign=False) if "root_share" in r else "–"
         ref = f"≤ {paper:g}%" if rule == "rows" and paper is not None else ""
-        lines.append(f"| {LABELS.get(rule, rule)} | {r['mean'][0]:.3f} | {gain} | {pct} | {share} | {ref} |")
+        lines.append(f"| {PAGE_LABELS.get(rule, rule)} | {r['mean'][0]:.3f} | {gain} | {pct} | {share} | {ref} |")
     return lines
 
 
@@ -297,7 +297,7 @@ def render_results(results: dict, figure: str | None = None) -> str:
         out += ["### First-factor estimates: held-out squared error", "",
                 "| Estimate | squared error / candidate [95% CI] | % of draft's [95% CI] | top-1 hit % |", "|---|---|---|---|"]
         for name, e in r["first_factor"].items():
-            out.append(f"| {LABELS.get(name, name)} | {_ci(e['mse'], 5, sign=False)} | "
+            out.append(f"| {PAGE_LABELS.get(name, name)} | {_ci(e['mse'], 5, sign=False)} | "
                        f"{_ci(e['mse_pct_of_draft'], 1, sign=False)} | {e['top1_hit_pct']:.1f} |")
         out += ["", "Paper: the Rows reranker's squared error is below the draft probabilities' and Base's in every run.",
                 "", "### Learning curve", "",
@@ -315,7 +315,7 @@ def render_results(results: dict, figure: str | None = None) -> str:
         for name, imp in r["feature_importance"].items():
             if imp:
                 top = ", ".join(f"{f} {v:.1f}%" for f, v in imp[:8])
-                out += ["", f"{LABELS[name]}: share of the trees' total gain by feature: {top}."]
+                out += ["", f"{PAGE_LABELS[name]}: share of the trees' total gain by feature: {top}."]
     if figure:
         out += ["", "## Learning curve", "", f"![Rows − Base and the Rows share against training rounds]({figure})"]
     if results.get("findings"):

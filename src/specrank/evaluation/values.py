@@ -21,8 +21,8 @@ from specrank.selection.scores import MIXTURE_WEIGHTS, fixed_values, score_of
 BUDGET_SWEEP = (2, 4, 8, 12, 16, 24, 32, 48, 59, 80, 100, 150, 200)
 HEADLINE_BUDGETS = (8, 59)
 EXACT_RULES = ("draft", "root", "depth2", "oracle")
-CONTROLS = ("per_depth",)
-RESERVED = EXACT_RULES + CONTROLS + tuple(f"{k}_{s}" for k in ("subst", "mix") for s in ROW_SOURCES)
+BUILT_IN_CALIBRATIONS = ("per_depth",)  # rules the evaluation fits itself (a predictions column may not take the name)
+RESERVED = EXACT_RULES + BUILT_IN_CALIBRATIONS + tuple(f"{k}_{s}" for k in ("subst", "mix") for s in ROW_SOURCES)
 
 
 def check_budgets(budgets, m: int) -> tuple[int, ...]:

@@ -48,8 +48,8 @@ def evaluate(recording: Recording | str | Path, rerankers: Rerankers | str | Pat
         if tracking is not None:
             figures = {name: stage / "figures" / f"{name}.png" for name in FIGURES}  # the files just written
             html = (stage / "report.html").read_text()
-            evaluation.logged_models = _log(tracking, evaluation, figures, report, html, run_dir, predictions, fold_models,
-                                     started, model_prefix)
+            evaluation.logged_models = _log(tracking, evaluation, figures, report, html, run_dir, predictions,
+                                            fold_models, started, model_prefix)
     evaluation.path = out
     return evaluation
 

@@ -49,7 +49,8 @@ def featurize(recording: Recording | str | Path, *, out=None, edges_out=None,
     out = check_output_file(out or run_dir / "features.parquet")
     edges_out = check_output_file(edges_out, "--edges-out") if edges_out else None
     run_files = sorted(run_dir.glob("*.json")) + sorted(Path(run_dir, "rounds").glob("*"))
-    check_distinct({"--out": out, "--edges-out": edges_out}, {f"run file {p.relative_to(run_dir)}": p for p in run_files})
+    check_distinct({"--out": out, "--edges-out": edges_out},
+                   {f"run file {p.relative_to(run_dir)}": p for p in run_files})
     tracking = tracking.checked() if tracking is not None else None  # an unreachable store fails before any output
     started = time.time()  # the featurize run's start (its MLflow run is logged once the files are written)
     df = featurize_run(run_dir)
