@@ -222,7 +222,8 @@ def test_studies_are_distinct_and_reproducible_and_champion_loads_elsewhere(demo
 
     target = load_target(str(models["tgt"]))
     decoder = Decoder(target, load_drafter(f"standalone:{models['drf']}", target), strategy="reranked",
-                      reranker="models:/browse-reranker@champion", tracking_uri=server, temperature=1.0)
+                      reranker=resolve_reranker("models:/browse-reranker@champion", tracking_uri=server),
+                      temperature=1.0)
     assert len(decoder.generate("the cat is big", max_new_tokens=3).tokens) >= 1
 
 
