@@ -244,3 +244,23 @@ def test_smollm2_reranked_equals_target_greedy_with_early_exit_and_the_eagle3_he
         out = Decoder(target, drafter, "reranked", reranker=smollm2_rows, budget=8).generate(text, max_new_tokens=12)
         assert out.tokens == greedy_reference(target, out.prompt_tokens, 12), drafter
         assert smollm2_rows.inference_.startswith("QuickScorer" if trees == "quickscorer" else "LightGBM predict")
+
+
+def test_a_reranker_is_checked_against_the_temperature_it_decodes_at(pair):
+    """A sampling reranker builds a decoder with no temperature and decodes at T = 1; at the default (greedy)
+    it is refused in one line when generation starts, before any model pass."""
+    target, drafter = pair
+    sampling = fitted(pair, temperature=1.0, cls=IsotonicFirstFactor)
+    dec = Decoder(target, drafter, "reranked", reranker=sampling, shape=SHAPE, budget=4)
+    assert dec.generate(PROMPT, max_new_tokens=6, temperature=1.0).stats.rounds >= 1
+    with pytest.raises(StrategyError, match="trained on probability labels, this run needs argmax") as err:
+        dec.generate(PROMPT, max_new_tokens=6)
+    assert "\n" not in str(err.value)
+
+
+def test_decoding_takes_a_fitted_reranker_or_a_file_not_an_mlflow_uri(pair):
+    target, drafter = pair
+    with pytest.raises(StrategyError, match=re.escape("load it first with specrank.tracking.resolve_reranker")):
+        Decoder(target, drafter, "reranked", reranker="models:/demo-t1@champion", shape=SHAPE, budget=4)
+    code = "import sys, specrank.decode.decoder; assert 'mlflow' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT / "src")})

@@ -1,6 +1,6 @@
 """The train -> online hand-off: a reranker logged by ``specrank train --tracking-uri U`` loads in ``specrank online
---tracking-uri U --reranker models:/...`` and in ``Decoder(..., tracking_uri=U)`` from another working
-directory, against a SQLite store and a real ``mlflow server``, and no ``mlflow.db`` appears anywhere else."""
+--tracking-uri U --reranker models:/...`` and in a ``Decoder`` given ``resolve_reranker(URI, tracking_uri=U)`` from another
+working directory, against a SQLite store and a real ``mlflow server``, and no ``mlflow.db`` appears anywhere else."""
 
 from __future__ import annotations
 
@@ -67,8 +67,11 @@ def train_and_hand_off(world, store_uri, tmp_path, monkeypatch, capsys):
     saved = load_reranker(tmp_path / "rerankers" / "models" / "isotonic-fold0").meta_["format_digest"]
     assert runs[0].data.params["reranker_format_digest"] == saved  # the run names the files it decoded with
     target = load_target(d / "tgt")
-    dec = Decoder(target, load_drafter(f"standalone:{d / 'drf'}", target), "reranked", reranker=uri,
-                  tracking_uri=store_uri, budget=4, shape=PoolShape(3, 3, 3), temperature=1.0)
+    from specrank.tracking import resolve_reranker
+
+    dec = Decoder(target, load_drafter(f"standalone:{d / 'drf'}", target), "reranked",
+                  reranker=resolve_reranker(uri, tracking_uri=store_uri), budget=4, shape=PoolShape(3, 3, 3),
+                  temperature=1.0)
     assert dec.generate("the cat is big", max_new_tokens=4).stats.rounds >= 1
     # the same URI without its store: one line naming where it looked, and nothing created there
     capsys.readouterr()

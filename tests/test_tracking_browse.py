@@ -103,6 +103,15 @@ def test_every_run_has_few_metrics_a_description_and_the_code_version(demo):
     assert decode.data.params["manifest.temperature"] == "1.0"
 
 
+def test_the_champions_held_out_error_is_a_metric_of_the_train_run(demo):
+    client, exp, runs, *_ = demo
+    train = by_name(runs, "demo-t1-train")
+    champion = client.get_model_version_by_alias("demo-t1", "champion").tags["specrank.reranker"]
+    assert train.data.metrics["champion_heldout_mse"] == pytest.approx(train.data.metrics[f"{champion}_heldout_mse"])
+    assert min(v for k, v in train.data.metrics.items() if k.endswith("_heldout_mse") and not k.startswith(
+        ("draft", "champion"))) == pytest.approx(train.data.metrics["champion_heldout_mse"])
+
+
 def test_evaluation_tables_are_mlflow_tables(demo):
     client, exp, runs, _, run_dir = demo
     evaluate = by_name(runs, "demo-t1-evaluate")
@@ -213,7 +222,8 @@ def test_studies_are_distinct_and_reproducible_and_champion_loads_elsewhere(demo
 
     target = load_target(str(models["tgt"]))
     decoder = Decoder(target, load_drafter(f"standalone:{models['drf']}", target), strategy="reranked",
-                      reranker="models:/browse-reranker@champion", tracking_uri=server, temperature=1.0)
+                      reranker=resolve_reranker("models:/browse-reranker@champion", tracking_uri=server),
+                      temperature=1.0)
     assert len(decoder.generate("the cat is big", max_new_tokens=3).tokens) >= 1
 
 

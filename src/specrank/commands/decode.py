@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from specrank.commands.args import (add_deprecated_alias, add_model_arguments, add_pool_arguments,
                                     add_tracking_arguments, at_least, tracking_asked)
-from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
-from specrank.decode.prompts import default_prompts_path, read_prompts
+from specrank.decode.core import PoolShape
 from specrank.errors import optional
-from specrank.files import read_json
-from specrank.outputs import check_output_dir, removing_new_dirs
 from specrank.scale import add_worker_arguments, workers_from_args
+from specrank.workflow import Tracking, record
 
 HELP = "decode prompts with a target and a drafter, recording each round's pool and target rows"
 EXPERIMENT = "specrank"
@@ -52,83 +48,20 @@ def add_seen_prompts_argument(parser) -> None:
 
 
 def run(args) -> int:
-    import torch
-    from transformers.utils import logging as hf_logging
-
-    from specrank.decode.core import parse_device
-    from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
-    from specrank.decode.loading.targets import check_target_spec
-    from specrank.decode.runs import build_manifest, record_run
-    from specrank.decode.runs.manifest import with_trained_prompts
-
-    check_output_dir(args.out)
-    workers = workers_from_args(args)
-    if args.threads and workers is None:
-        torch.set_num_threads(args.threads)
-    hf_logging.disable_progress_bar()  # weight-loading bars would bury errors and the decode bar
-    prompts_path = args.prompts or default_prompts_path()
-    prompts = read_prompts(prompts_path, limit=args.limit)
-    config = DecodeConfig(PoolShape(args.topk, args.depth, args.expand), args.budget, args.extra,
-                          args.temperature, args.max_new_tokens, args.seed)
-    lossy = args.verification_rule is not None or args.speculation == "chain"
-    if lossy:
-        from specrank.decode.runs.chain import chain_config
-        from specrank.decode.verify.lossy.adapters import TreeRuleVerifier
-        from specrank.decode.verify.lossy.parse import parse_verification_rule
-
-        rule = parse_verification_rule(args.verification_rule or "lossless")
-        if args.speculation == "chain":
-            config = chain_config(args.chain_length, args.temperature, args.max_new_tokens, args.seed)
-        else:
-            TreeRuleVerifier(rule, args.temperature)  # refuses rules without a tree form before any model loads
-    parse_device(args.device)
-    parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)  # every argument is checked before a model loads
-    seen = check_unseen(args.drafter, prompts, args.allow_training_prompts)
-    uri = None
+    tracking = None
     if not args.no_tracking and optional("mlflow", tracking_asked(args, EXPERIMENT),
                                          "specrank decode: MLflow is not installed, so the run logs nothing to it "
                                          "(as with --no-tracking)"):
-        from specrank.tracking import check_tracking_uri, resolve_tracking_uri
-
-        uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri))  # before any model loads
-    if workers is not None:  # the workers load the models; the driver loads none
-        from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers, summary
-
-        run = RunSpec(args.out, config, args.speculation if lossy else "record", args.verification_rule, seen)
-        models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers,
-                        args.specforge_norm_output, args.graphs)
-        outcome = decode_on_workers(workers, models, prompts, prompts_path, [run], args.shard_size,
-                                    progress=not args.no_progress)
-        print(summary(outcome, args.out))
-        if uri is not None:
-            from specrank.tracking.decode import log_decode, workers_decode_metrics
-
-            manifest = read_json(Path(args.out, "manifest.json"), "run manifest")
-            log_decode(uri, args.experiment, args.run_name, args.out, manifest,
-                       workers_decode_metrics(outcome, args.out), prompts_path)
-        return 0
-    check_target_spec(args.target)
-    target = load_target(args.target, args.device, args.dtype, args.graphs)
-    drafter = load_drafter(args.drafter, target, args.eagle3_layers, args.specforge_norm_output)
-    manifest = with_trained_prompts(build_manifest(target, drafter, config, prompts_path, args.shard_size), seen)
-    with removing_new_dirs(args.out):
-        if lossy:
-            from specrank.decode.runs import lossy_decode_run
-
-            timer = lossy_decode_run(target, drafter, prompts, args.out, config, manifest, rule, args.speculation,
-                                     args.shard_size, progress=not args.no_progress)
-        else:
-            timer = record_run(target, drafter, prompts, args.out, config, manifest, args.shard_size,
-                               progress=not args.no_progress)
-    if timer.rounds:
-        print(f"{timer.rounds} rounds, {timer.tokens / timer.rounds - 1:.2f} accepted/round, "
-              f"{timer.tokens / timer.total:.1f} tokens/s -> {args.out}")
-    else:
-        print(f"nothing to do: every prompt is already recorded in {args.out}")
-    if uri is not None:
-        from specrank.tracking.decode import decode_metrics, log_decode
-
-        log_decode(uri, args.experiment, args.run_name, args.out, manifest, decode_metrics(timer, args.out),
-                   prompts_path)
+        tracking = Tracking(args.tracking_uri, args.experiment, args.run_name)
+    recording = record(args.target, args.drafter, args.prompts, out=args.out, temperature=args.temperature,
+                       max_new_tokens=args.max_new_tokens, seed=args.seed,
+                       pool=PoolShape(args.topk, args.depth, args.expand), budget=args.budget, extra=args.extra,
+                       limit=args.limit, shard_size=args.shard_size, device=args.device, dtype=args.dtype,
+                       graphs=args.graphs,
+                       eagle3_layers=args.eagle3_layers, specforge_norm_output=args.specforge_norm_output,
+                       threads=args.threads, workers=workers_from_args(args), verification_rule=args.verification_rule,
+                       speculation=args.speculation, chain_length=args.chain_length,
+                       allow_training_prompts=args.allow_training_prompts, progress=not args.no_progress,
+                       tracking=tracking)
+    print(recording.summary)
     return 0
-

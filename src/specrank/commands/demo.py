@@ -6,25 +6,27 @@ store (``<out>/mlflow.db``) and experiment; each temperature is one pipeline run
 metrics, the headline table, report.html, the champion's link), whose nested runs are the stages. The
 reranker (isotonic, per-depth, Base, Rows) with the lowest cross-fitted held-out error is refitted on all
 prompts and registered as ``models:/demo-<t>@champion``.
-Every stage is the ordinary CLI command, so the demo doubles as a worked example;
-rerunning it resumes each stage's finished work.
+Every stage is a call of ``specrank.workflow`` (record, featurize, cross_fit, evaluate), so the demo doubles
+as a worked example of the API; rerunning it resumes the recording's finished shards.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from specrank.cli import main
 from specrank.commands.args import (DRAFTER_SPECS, add_device_arguments, add_drafter_arguments, add_target_argument,
-                                    add_tracking_arguments, at_least)
+                                    add_tracking_arguments, at_least, parse_temperatures)
 from specrank.commands.decode import add_seen_prompts_argument
+from specrank.commands.timing import timed
 from specrank.decode.prompts import default_prompts_path, read_prompts
-from specrank.errors import CommandError
+from specrank.law import GREEDY, Law
 from specrank.outputs import check_output_dir
+from specrank.workflow import Tracking, cross_fit, evaluate, featurize, record
+from specrank.workflow.recording import decode_metrics
 
+RERANKERS = ("isotonic", "per_depth", "base", "rows")
 MIN_PROMPTS = 4  # two cross-fitting halves, each split again in two for the hyper-parameter search
 HELP = "run the whole pipeline (decode, featurize, train, evaluate, MLflow) on the embedded default"
 
@@ -73,32 +75,10 @@ def default_drafter() -> str:
     return "early-exit:8"
 
 
-def _stage(argv: list[str]) -> None:
-    print(f"\n$ specrank {' '.join(argv)}", flush=True)
-    start = time.perf_counter()
-    if main(argv) != 0:
-        raise CommandError(f"stage `specrank {argv[0]}` failed")
-    print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
-
-
-def parse_temperatures(text: str) -> list[float]:
-    """``"1,0"`` -> [1.0, 0.0], each a valid decoding temperature."""
-    from specrank.decode.config import ConfigError, check_temperature
-
-    try:
-        temperatures = [float(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise ConfigError(f"--temperatures {text!r}: expected comma-separated numbers") from None
-    if not temperatures:
-        raise ConfigError("--temperatures names no temperature")
-    return [check_temperature(t, "--temperatures") for t in temperatures]
-
-
 def run(args) -> int:
     from specrank.decode.core import parse_device
     from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
     from specrank.decode.loading.targets import check_target_spec
-    from specrank.evaluation import load_evaluation
     from specrank.evaluation.report import headline_table
     from specrank.tracking import check_tracking_uri, resolve_tracking_uri
 
@@ -120,55 +100,54 @@ def run(args) -> int:
         (args.out or default_out()).mkdir(parents=True, exist_ok=True)  # every input checked: nothing partial
     own_store = f"sqlite:///{(args.out or default_out()).resolve() / 'mlflow.db'}"
     uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri or own_store))
-    options = ["--eagle3-layers", ",".join(map(str, args.eagle3_layers))] if args.eagle3_layers else []
-    options += ["--specforge-norm-output", args.specforge_norm_output] if args.specforge_norm_output else []
-    if args.allow_training_prompts:
-        options.append("--allow-training-prompts")
-    tables, champions = {}, {}
+    tables, champions, experiment_id = {}, {}, None
     for temp in temperatures:
-        name = "greedy" if temp == 0 else f"t{temp:g}"
+        name = GREEDY if Law(temp).greedy else f"t{temp:g}"
         run_dir = out / name
-        tracked = ["--tracking-uri", uri, "--experiment", args.experiment]
+
+        def tracking(stage: str, name=name) -> Tracking:
+            return Tracking(uri, args.experiment, f"demo-{name}-{stage}")
+
         with _pipeline_run(args.experiment, uri, name, temp, drafter) as pipeline:
-            _stage(["decode", "--target", args.target, "--drafter", drafter, "--out", str(run_dir),
-                    "--temperature", f"{temp:g}", "--limit", str(limit),
-                    "--max-new-tokens", str(max_new_tokens), "--device", args.device, *options,
-                    *([] if args.graphs is None else ["--graphs" if args.graphs else "--no-graphs"]),
-                    *tracked, "--run-name", f"demo-{name}-decode"])
-            _stage(["featurize", str(run_dir), "--edges-out", str(run_dir / "edges.parquet"), *tracked,
-                    "--run-name", f"demo-{name}-featurize"])
-            _stage(["train", str(run_dir / "features.parquet"), "--rerankers", "isotonic,per_depth,base,rows",
-                    "--edges", str(run_dir / "edges.parquet"),
-                    "--tune-trials", str(args.tune_trials), "--out-dir", str(run_dir / "rerankers"), *tracked,
-                    "--run-name", f"demo-{name}-train", "--model-prefix", f"demo-{name}", "--register", f"demo-{name}"])
-            _stage(["evaluate", str(run_dir), "--predictions", str(run_dir / "rerankers" / "predictions.parquet"),
-                    "--out", str(run_dir / "evaluation"), "--bootstrap", str(args.bootstrap), *tracked,
-                    "--run-name", f"demo-{name}-evaluate"])
-            evaluation = load_evaluation(run_dir / "evaluation")
-            champions[f"demo-{name}"] = _summarize_pipeline(evaluation, name, run_dir, pipeline, drafter, temp)
+            experiment_id = pipeline.info.experiment_id
+            with timed(f"record: {limit} bundled prompts at T = {temp:g} -> {run_dir}"):
+                recording = record(args.target, drafter, out=run_dir, temperature=temp, limit=limit,
+                                   max_new_tokens=max_new_tokens, device=args.device, graphs=args.graphs,
+                                   eagle3_layers=args.eagle3_layers,
+                                   specforge_norm_output=args.specforge_norm_output,
+                                   allow_training_prompts=args.allow_training_prompts, tracking=tracking("decode"))
+                print(recording.summary, flush=True)
+            with timed(f"featurize: {run_dir}"):
+                features = featurize(recording, edges_out=run_dir / "edges.parquet", tracking=tracking("featurize"))
+                print(features.summary, flush=True)
+            with timed(f"cross-fit: {', '.join(RERANKERS)}"):
+                rerankers = cross_fit(features, rerankers=RERANKERS, out=run_dir / "rerankers",
+                                      tune_trials=args.tune_trials, tracking=tracking("train"),
+                                      model_prefix=f"demo-{name}", register=f"demo-{name}")
+            with timed(f"evaluate: {run_dir / 'evaluation'}"):
+                evaluation = evaluate(recording, rerankers, out=run_dir / "evaluation", bootstrap=args.bootstrap,
+                                      tracking=tracking("evaluate"))
+            champions[f"demo-{name}"] = _summarize_pipeline(evaluation, recording, rerankers, name, drafter, temp)
         tables[name] = headline_table(evaluation.summary, evaluation.meta["headline_budgets"])
     for name, table in tables.items():
         print(f"\n## {name}: expected accepted draft tokens per round (held-out, 95% prompt-bootstrap intervals)\n")
         print(table)
     print(f"\nDrafter: {drafter}. Reports: {out}/*/evaluation/report.md (and report.html)")
-    from mlflow import MlflowClient
-
     from specrank.tracking.pipeline import demo_description, describe_experiment
     from specrank.tracking.runs import runs_page
     from specrank.tracking.uri import tracking_store
 
-    experiment = MlflowClient(uri).get_experiment_by_name(args.experiment)
     with tracking_store(uri):
-        describe_experiment(experiment.experiment_id, demo_description(uri, champions, drafter))
+        describe_experiment(experiment_id, demo_description(uri, champions, drafter))
     for model, load in champions.items():
         print(f"Champion {model}: specrank.tracking.resolve_reranker(\"{load}\", tracking_uri=\"{uri}\")")
     print(f"MLflow store: {uri} (experiment {args.experiment!r})\n"
-          f"Browse the runs: mlflow ui --backend-store-uri {uri}\n  then open {runs_page(experiment.experiment_id)}")
+          f"Browse the runs: mlflow ui --backend-store-uri {uri}\n  then open {runs_page(experiment_id)}")
     return 0
 
 
 def _pipeline_run(experiment: str, uri: str, name: str, temp: float, drafter: str):
-    """The parent run of one temperature's stages (each stage command nests its run under it)."""
+    """The parent run of one temperature's stages (each stage's run nests under it)."""
     from specrank.tracking import experiment_run
 
     note = (f"The demo pipeline at T = {temp:g} with drafter {drafter}: its nested runs are the stages "
@@ -188,22 +167,15 @@ def _with_params(run, params: dict):
         yield active
 
 
-def _summarize_pipeline(evaluation, name: str, run_dir, pipeline, drafter: str, temp: float) -> str:
-    """The pipeline run's headline (``specrank.tracking.pipeline.log_pipeline``) and the recorded rounds; returns
-    the champion's load URI."""
-    from mlflow import MlflowClient
-
+def _summarize_pipeline(evaluation, recording, rerankers, name: str, drafter: str, temp: float) -> str:
+    """The pipeline run's headline (``specrank.tracking.pipeline.log_pipeline``), from what the stages returned,
+    and the recorded rounds; returns the champion's load URI."""
     from specrank.tracking.lineage import log_dataset, rounds_dataset
     from specrank.tracking.pipeline import log_pipeline
 
-    client = MlflowClient()
-    stages = {r.info.run_name: r for r in client.search_runs(
-        [pipeline.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{pipeline.info.run_id}'")}
-    train = stages[f"demo-{name}-train"].data.metrics
-    decode = stages[f"demo-{name}-decode"].data.metrics
-    version = client.get_model_version_by_alias(f"demo-{name}", "champion")
-    log_dataset(rounds_dataset(run_dir), "pipeline")
+    log_dataset(rounds_dataset(recording.path), "pipeline")
     title = f"**Demo pipeline {name}**: T = {temp:g}, drafter {drafter}; nested runs decode -> featurize -> train -> evaluate."
-    log_pipeline(evaluation, Path(run_dir) / "evaluation" / "report.html", {**train, "n_prompts":
-                 evaluation.meta.get("prompts")}, decode, version, title)
+    log_pipeline(evaluation, evaluation.path / "report.html",
+                 {**rerankers.heldout, "n_prompts": evaluation.meta.get("prompts")}, decode_metrics(recording),
+                 rerankers.registered, title)
     return f"models:/demo-{name}@champion"

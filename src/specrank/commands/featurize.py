@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
 from specrank.commands.args import add_tracking_arguments
-from specrank.featurize import edges_run, featurize_run, write_features
-from specrank.outputs import check_distinct, check_output_file, restoring_files
+from specrank.workflow import Tracking, featurize
 
 HELP = "Featurize a run directory: one row per (round, first-level candidate) with every feature of docs/design.md."
 
@@ -20,31 +16,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    if not Path(args.run_dir).is_dir():
-        raise FileNotFoundError(f"no run directory {args.run_dir}")
-    out = check_output_file(args.out or Path(args.run_dir, "features.parquet"))
-    edges_out = check_output_file(args.edges_out, "--edges-out") if args.edges_out else None
-    run_files = sorted(Path(args.run_dir).glob("*.json")) + sorted(Path(args.run_dir, "rounds").glob("*"))
-    check_distinct({"--out": out, "--edges-out": edges_out},
-                   {f"run file {p.relative_to(args.run_dir)}": p for p in run_files})
-    uri = None
-    if args.tracking_uri is not None:
-        from specrank.tracking.uri import optional_uri
-
-        uri = optional_uri(args.tracking_uri)  # an unreachable store fails before any output
-    started = time.time()  # the featurize run's start (its MLflow run is logged once the files are written)
-    df = featurize_run(args.run_dir)
-    edges = edges_run(args.run_dir) if edges_out else None  # both computed before either is written
-    with restoring_files([out, edges_out]):  # a store that refuses the run leaves the files as they were
-        write_features(df, out)
-        if edges_out:
-            write_features(edges, edges_out)
-        if uri is not None:
-            from specrank.tracking.featurize import log_featurize
-
-            log_featurize(uri, args.experiment, args.run_name, args.run_dir, out, df, started=started)
-    meta = df.attrs["specrank"]
-    print(f"{out}: {len(df)} candidate rows, {df.prompt_id.nunique()} prompts, {meta['label_kind']} labels")
-    if edges_out:
-        print(f"{edges_out}: {len(edges)} pool edges")
+    tracking = Tracking.opt_in(args.tracking_uri, args.experiment, args.run_name)
+    print(featurize(args.run_dir, out=args.out, edges_out=args.edges_out, tracking=tracking).summary)
     return 0

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
+from tqdm import tqdm
+
 from specrank.atomic import atomic_write, write_parquet_atomic
 from specrank.commands.args import (add_deprecated_alias, add_model_arguments, add_pool_arguments,
                                     add_tracking_arguments, at_least)
@@ -47,6 +49,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--drafter-threads", type=at_least(1), default=None,
                         help="--pipeline: the worker's torch CPU threads (default: torch's)")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar while decoding (none is drawn when stderr is not a terminal)")
     add_tracking_arguments(parser, run_name="online-<strategies>")
 
 
@@ -109,7 +113,11 @@ def run(args) -> int:
     encoded = [(p.prompt_id, p.task, ids) for p, ids in zip(prompts, encode_prompts(target, prompts, config))]
     started = time.time()  # the MLflow run's start: the decoding's, not its logging's
     with _drafter_worker(args, load_drafter(args.drafter, target, args.eagle3_layers, args.specforge_norm_output)) as drafter:
-        rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, compare, args.warmup)
+        # disable=None: tqdm stays quiet when stderr is not a terminal (a log file, a pipe, a test)
+        with tqdm(total=len(encoded), unit="prompt", desc=f"online ({len(strategies)} strategies each)",
+                  disable=True if args.no_progress else None, dynamic_ncols=True) as bar:
+            rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, compare, args.warmup,
+                                           progress=lambda done: bar.update(done - bar.n))
     tables = {
         "online_rounds": rounds,
         "online_decodes": decodes,

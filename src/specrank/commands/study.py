@@ -30,16 +30,19 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from specrank.atomic import atomic_write, write_json_atomic
-from specrank.commands.args import add_model_arguments, add_tracking_arguments, at_least, tracking_asked
+from specrank.commands.args import (add_model_arguments, add_tracking_arguments, at_least, parse_temperatures,
+                                    tracking_asked)
 from specrank.commands.decode import add_seen_prompts_argument
-from specrank.commands.demo import _stage, parse_temperatures
+from specrank.commands.timing import timed
 from specrank.decode.prompts import encode_prompt, read_prompts, spec_bench_path
 from specrank.errors import optional, require
 from specrank.featurize import read_features
 from specrank.featurize.storage import read_rounds_table
+from specrank.law import GREEDY, Law
 from specrank.outputs import check_output_dir
-from specrank.rerankers import GBMReranker, load_reranker
+from specrank.rerankers import GBMReranker
 from specrank.scale import add_worker_arguments, preflight, workers_from_args
+from specrank.workflow import Features, Rerankers, Tracking, cross_fit, evaluate, featurize, record
 
 HELP = "the pipeline at scale (decode to a round target, featurize, cross-fit, evaluate) -> one results JSON"
 FIRST_CHUNK = 24  # prompts of the first decoding call, whose rounds per prompt size the next calls
@@ -81,6 +84,8 @@ def add_arguments(parser) -> None:
                         help=f"boosting iterations of Base and Rows when not tuned (default {trees}, the rerankers' "
                              "default; the paper's: 400)")
     parser.add_argument("--seed", type=int, default=0, help="prompt order, decoding and bootstrap seed (default 0)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar while decoding (none is drawn when stderr is not a terminal)")
     add_worker_arguments(parser)
     add_seen_prompts_argument(parser)
     add_tracking_arguments(parser, store="sqlite:///OUT/mlflow.db, the study's own store", experiment=EXPERIMENT,
@@ -137,12 +142,12 @@ def run(args) -> int:
         "timing": {},
     }
     for temp in temperatures:
-        name = "greedy" if temp == 0 else f"t{temp:g}"
-        goal = args.greedy_rounds if temp == 0 else args.rounds
+        name = GREEDY if Law(temp).greedy else f"t{temp:g}"
+        goal = args.greedy_rounds if Law(temp).greedy else args.rounds
         stage_start = time.perf_counter()
         with _pipeline_run(uri, args.experiment, name, temp, args.drafter):
             run_dir = out / name
-            decoded = decode_until(args, study_prompts, len(kept), run_dir, temp, goal)
+            decoded = decode_until(args, workers, study_prompts, len(kept), run_dir, temp, goal)
             figures = analyse(args, run_dir, uri, name)
             figures["prompts_decoded"] = decoded
             results["temperatures"][f"{temp:g}"] = figures
@@ -192,7 +197,7 @@ def write_study_prompts(out: Path, prompts, seed: int) -> Path:
     return path
 
 
-def decode_until(args, prompts_path: Path, n_prompts: int, run_dir: Path, temp: float, goal: int) -> int:
+def decode_until(args, workers, prompts_path: Path, n_prompts: int, run_dir: Path, temp: float, goal: int) -> int:
     """Decode ``prompts_path`` in order until ``goal`` rounds are recorded (or the prompts run out); return how many
     prompts were decoded. Each call's size comes from the rounds recorded so far (``next_limit``), so the same
     study always decodes the same prompts; prompts already recorded are not decoded again."""
@@ -202,11 +207,15 @@ def decode_until(args, prompts_path: Path, n_prompts: int, run_dir: Path, temp: 
     while limit < n_prompts:
         limit = next_limit(limit, recorded_rounds(run_dir, limit), goal, n_prompts, args.chunk)
         if not set(range(limit)) <= (done_prompts(run_dir) if run_dir.exists() else set()):
-            _stage(["decode", "--target", args.target, "--drafter", args.drafter, "--prompts", str(prompts_path),
-                    "--out", str(run_dir), "--temperature", f"{temp:g}", "--limit", str(limit),
-                    "--max-new-tokens", str(args.max_new_tokens), "--seed", str(args.seed), "--device", args.device,
-                    "--dtype", args.dtype, "--shard-size", str(SHARD_SIZE), "--no-tracking", "--no-progress",
-                    *_options(args)])
+            with timed(f"record: the first {limit} prompts at T = {temp:g} -> {run_dir}"):
+                recording = record(args.target, args.drafter, prompts_path, out=run_dir, temperature=temp,
+                                   limit=limit, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                                   device=args.device, dtype=args.dtype, graphs=args.graphs, shard_size=SHARD_SIZE,
+                                   eagle3_layers=args.eagle3_layers, specforge_norm_output=args.specforge_norm_output,
+                                   threads=args.threads, workers=workers,
+                                   allow_training_prompts=args.allow_training_prompts,
+                                   progress=not args.no_progress)
+                print(recording.summary, flush=True)
         if recorded_rounds(run_dir, limit) >= goal:
             break
     return limit
@@ -221,23 +230,6 @@ def next_limit(limit: int, rounds: int, goal: int, n_prompts: int, chunk: int) -
     need = math.ceil((goal - rounds) * limit / max(rounds, 1))
     need = SHARD_SIZE * math.ceil(max(need, 1) / SHARD_SIZE)
     return min(n_prompts, limit + min(need, chunk))
-
-
-def _options(args) -> list[str]:
-    opts = []
-    if args.eagle3_layers:
-        opts += ["--eagle3-layers", ",".join(map(str, args.eagle3_layers))]
-    if args.graphs is not None:
-        opts.append("--graphs" if args.graphs else "--no-graphs")
-    if args.threads:
-        opts += ["--threads", str(args.threads)]
-    if args.workers:
-        opts += ["--workers", str(args.workers)]
-    if args.ray_address:
-        opts += ["--ray-address", args.ray_address]
-    if args.allow_training_prompts:
-        opts.append("--allow-training-prompts")
-    return opts
 
 
 def recorded_rounds(run_dir: Path, below: int) -> int:
@@ -259,26 +251,27 @@ def analyse(args, run_dir: Path, uri: str | None, name: str) -> dict:
     from specrank.evaluation.study import RERANKERS, temperature_results
     from specrank.files import directory_hash, file_hash
 
-    tracked = ["--tracking-uri", uri, "--experiment", args.experiment] if uri else []
+    def tracking(stage: str) -> Tracking | None:
+        return Tracking(uri, args.experiment, f"study-{name}-{stage}") if uri else None
+
     features, rerankers = run_dir / "features.parquet", run_dir / "rerankers"
     predictions = rerankers / "predictions.parquet"
     stages = _Stages(run_dir / "stages.json")
     stages.run("featurize", directory_hash(run_dir / "rounds"), features,
-               ["featurize", str(run_dir), *tracked, *(["--run-name", f"study-{name}-featurize"] if uri else [])])
+               lambda: print(featurize(run_dir, tracking=tracking("featurize")).summary))
     stages.run("train", file_hash(features), predictions,
-               ["train", str(features), "--rerankers", ",".join(RERANKERS), "--tune-trials", str(args.tune_trials),
-                "--seed", str(args.seed), "--n-estimators", str(args.n_estimators), "--out-dir", str(rerankers),
-                *(["--n-jobs", str(args.threads)] if args.threads else []), *tracked,
-                *(["--run-name", f"study-{name}-train", "--model-prefix", f"study-{name}"] if uri else [])],
+               lambda: cross_fit(Features(features), rerankers=RERANKERS, out=rerankers, tune_trials=args.tune_trials,
+                                 seed=args.seed, n_jobs=args.threads, gbm={"n_estimators": args.n_estimators},
+                                 tracking=tracking("train"), model_prefix=f"study-{name}" if uri else None),
                clear=rerankers)
     stages.run("evaluate", file_hash(predictions), run_dir / "evaluation" / "meta.json",
-               ["evaluate", str(run_dir), "--predictions", str(predictions), "--out", str(run_dir / "evaluation"),
-                "--bootstrap", str(args.bootstrap), "--seed", str(args.seed),
-                *(tracked + ["--run-name", f"study-{name}-evaluate"] if uri else ["--no-tracking"])],
+               lambda: evaluate(run_dir, predictions, out=run_dir / "evaluation", bootstrap=args.bootstrap,
+                                seed=args.seed, tracking=tracking("evaluate")),
                clear=run_dir / "evaluation")
     rounds = load_rounds(run_dir)
     table = read_rounds_table(run_dir, ["prompt_id", "round", "covered", "accepted"]).to_pandas()
-    fold_models = {n: {f: load_reranker(rerankers / "models" / f"{n}-fold{f}") for f in (0, 1)} for n in ("base", "rows")}
+    fitted = Rerankers.open(rerankers)
+    fold_models = {n: fitted.models(n) for n in ("base", "rows")}
     figures = temperature_results(rounds, read_predictions(predictions), read_features(features), table,
                                   fold_models, args.bootstrap, args.seed)
     figures["realized_accepted_per_round"] = float(table["accepted"].mean())
@@ -293,13 +286,14 @@ class _Stages:
         self.path = path
         self.done = json.loads(path.read_text()) if path.is_file() else {}
 
-    def run(self, stage: str, digest: str, output: Path, argv: list[str], clear: Path | None = None) -> None:
+    def run(self, stage: str, digest: str, output: Path, work, clear: Path | None = None) -> None:
         if self.done.get(stage) == digest and output.exists():
             print(f"\n{stage}: its input is unchanged since it ran (skipped)", flush=True)
             return
         if clear is not None and clear.exists():
             shutil.rmtree(clear)
-        _stage(argv)
+        with timed(f"{stage}: {self.path.parent}"):
+            work()
         self.done[stage] = digest
         write_json_atomic(self.path, self.done)
 

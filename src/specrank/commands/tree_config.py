@@ -10,6 +10,7 @@ from pathlib import Path
 
 from specrank.commands.args import add_model_arguments, add_tracking_arguments, at_least
 from specrank.decode.prompts import default_prompts_path
+from specrank.law import Law
 
 HELP = "exact acceptance length and predicted tokens/s of SGLang / EAGLE / vLLM tree settings, and the best flags"
 RERANKER_CROSS_FIT = "cross-fit"
@@ -194,7 +195,7 @@ def tree_config(target, drafter, prompts, settings, args, reranker, out: Path) -
     heads = _export_heads(args.drafter, out / "heads")
     return {"table": table, "positions": position_table(scores), "reliability": pooled,
             "cost": pd.DataFrame(cost.rows()), "recordings": recordings, "heads": heads,
-            "law": "greedy" if args.temperature == 0 else "sampling", "out": Path(args.out)}
+            "law": Law(args.temperature).name, "out": Path(args.out)}
 
 
 def check_recordings(args, settings) -> None:

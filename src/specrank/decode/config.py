@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from specrank.decode.core import PoolShape
+from specrank.law import Law
 
 MAX_TEMPERATURE = 100.0  # far beyond any useful sampling temperature; refuses typos such as 1e9
 
@@ -46,17 +47,17 @@ class DecodeConfig:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return Law(self.temperature).greedy
 
     @property
     def law(self) -> str:
         """``greedy`` (argmax point masses) or ``sampling`` (rows at temperature T)."""
-        return "greedy" if self.greedy else "sampling"
+        return Law(self.temperature).name
 
     @property
     def label_kind(self) -> str:
         """What a reranker for this run predicts: ``argmax`` indicators (greedy) or ``probability``."""
-        return "argmax" if self.greedy else "probability"
+        return Law(self.temperature).label_kind
 
     @property
     def row_temperature(self) -> float:

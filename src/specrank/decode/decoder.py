@@ -28,6 +28,8 @@ from specrank.decode.prompts import PromptError, check_context, encode_prompt
 from specrank.decode.runs.measure import Measure
 from specrank.decode.strategies import SelectionStrategy, StrategyError, make_strategy
 from specrank.decode.verify import ExhaustiveVerifier
+from specrank.files import names_a_uri
+from specrank.rerankers import load_reranker
 
 
 @dataclass
@@ -85,11 +87,12 @@ class Decoder:
     """Tree speculative decoding of ``target`` with ``drafter``, selecting each round's tree by ``strategy``.
 
     ``strategy``: a name (``draft``, ``root``, ``root_draw``, ``pearl``, ``reranked``, ``covering``) or a
-    ``SelectionStrategy``; ``reranked`` takes ``reranker``: a fitted estimator, a saved reranker's path, or
-    an MLflow model URI resolved against ``tracking_uri`` (``trust_pickle=True`` also loads a format-1
-    pickle, which runs code from the file). ``budget`` is the verified tree size B (root
-    excluded), ``shape`` the pool's growth. ``temperature`` is the default of ``generate`` (0 = greedy);
-    the reranker is checked against it here, before any model pass.
+    ``SelectionStrategy``; ``reranked`` takes ``reranker``: a fitted estimator or a saved reranker's path
+    (``trust_pickle=True`` also loads a format-1 pickle, which runs code from the file); an MLflow model URI
+    is resolved above decoding, by ``specrank.tracking.resolve_reranker``. ``budget`` is the verified tree
+    size B (root excluded), ``shape`` the pool's growth. ``temperature`` is the default of ``generate`` (0 = greedy; None:
+    greedy unless ``generate`` says otherwise). A reranker is checked against the temperature it decodes at:
+    here when one is given, else when ``generate`` or ``rounds`` starts, before any model pass.
 
     ``pipeline=True`` moves the drafter into its own worker process (on ``drafter_device``, default its own device, with
     ``drafter_threads`` torch threads), where it drafts while the target runs the root pass (target-row reuse, arXiv
@@ -97,14 +100,15 @@ class Decoder:
     states (EAGLE-3 heads) are refused (``PipelineError``).
     """
 
-    def __init__(self, target, drafter, strategy="draft", *, reranker=None, tracking_uri: str | None = None,
-                 budget: int = 59, shape: PoolShape = PoolShape(), temperature: float = 0.0, verifier=None,
+    def __init__(self, target, drafter, strategy="draft", *, reranker=None,
+                 budget: int = 59, shape: PoolShape = PoolShape(), temperature: float | None = None, verifier=None,
                  trust_pickle: bool = False, pipeline: bool = False, drafter_device=None,
                  drafter_threads: int | None = None):
         self.target, self.drafter, self.verifier = target, drafter, verifier
-        self.strategy = resolve_strategy(strategy, reranker, tracking_uri, trust_pickle=trust_pickle)
-        self.config = DecodeConfig(shape, budget, extra=0, temperature=temperature)
-        self.strategy.check(self.config)
+        self.strategy = resolve_strategy(strategy, reranker, trust_pickle=trust_pickle)
+        self.temperature = temperature
+        self.config = DecodeConfig(shape, budget, extra=0, temperature=0.0 if temperature is None else temperature)
+        self.strategy.check(self.config, law=temperature is not None)
         if pipeline:
             self.drafter = PipelinedDrafter(drafter, drafter_device, drafter_threads)
         elif drafter_device is not None or drafter_threads is not None:
@@ -122,10 +126,10 @@ class Decoder:
         self.close()
 
     def _config(self, max_new_tokens: int, temperature: float | None, seed: int) -> DecodeConfig:
-        t = self.config.temperature if temperature is None else temperature
+        """The decoding's configuration at ``temperature`` (None: the decoder's), its strategy checked against it."""
+        t = next((x for x in (temperature, self.temperature) if x is not None), 0.0)
         config = replace(self.config, temperature=t, max_new_tokens=max_new_tokens, seed=seed)
-        if t != self.config.temperature:
-            self.strategy.check(config)
+        self.strategy.check(config)
         return config
 
     def _encode(self, prompt, config: DecodeConfig, prompt_id: str) -> list[int]:
@@ -182,8 +186,8 @@ def is_batch(prompt) -> bool:
     return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and isinstance(prompt[0], (str, list, tuple))
 
 
-def resolve_strategy(strategy, reranker, tracking_uri, *, trust_pickle: bool = False) -> SelectionStrategy:
-    """A strategy object from a name or an object; ``reranked`` loads its reranker from any source."""
+def resolve_strategy(strategy, reranker, *, trust_pickle: bool = False) -> SelectionStrategy:
+    """A strategy object from a name or an object; ``reranked`` takes a fitted reranker or loads a local one."""
     if isinstance(strategy, SelectionStrategy):
         if reranker is not None:
             raise StrategyError("reranker= goes with strategy='reranked'; a strategy object carries its own")
@@ -194,7 +198,8 @@ def resolve_strategy(strategy, reranker, tracking_uri, *, trust_pickle: bool = F
         return make_strategy(strategy, reranker)
     if not isinstance(reranker, (str, Path)):  # a fitted estimator: nothing to load
         return make_strategy("reranked", reranker, type(reranker).__name__)
-    from specrank.tracking.models import resolve_reranker  # MLflow: imported only for a reranker to load
-
-    loaded = resolve_reranker(reranker, tracking_uri=tracking_uri, trust_pickle=trust_pickle)
-    return make_strategy("reranked", loaded, str(reranker))
+    if names_a_uri(reranker):
+        raise StrategyError(f"reranker {reranker}: an MLflow model URI; decoding takes a fitted reranker or a local "
+                            f"file: load it first with specrank.tracking.resolve_reranker({str(reranker)!r}, "
+                            "tracking_uri=...)")
+    return make_strategy("reranked", load_reranker(reranker, trust_pickle=trust_pickle), str(reranker))

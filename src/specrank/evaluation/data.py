@@ -9,11 +9,12 @@ import numpy as np
 import pandas as pd
 
 from specrank import schema
-from specrank.featurize.arrays import check_pool, label_kind, manifest_value, round_arrays
+from specrank.featurize.arrays import check_pool, manifest_value, round_arrays
 from specrank.featurize.context import prompt_index
 from specrank.featurize.rows import ROW_SOURCES
 from specrank.featurize.storage import read_manifest, read_rounds_table, table_meta
 from specrank.files import read_csv, read_table
+from specrank.law import Law
 from specrank.selection import PoolBatch
 
 COLUMNS = (
@@ -21,7 +22,6 @@ COLUMNS = (
     + list(schema.POOL_COLUMNS)
     + [f"{s}_logp" for s in ROW_SOURCES]
 )
-LAW_OF_LABEL = {"argmax": "greedy", "probability": "sampling"}
 
 
 @dataclass(eq=False)
@@ -69,7 +69,7 @@ class Rounds:
         pool = PoolBatch(**{k: a[k] for k in schema.POOL_COLUMNS}).validate()
         return cls(
             pool=pool,
-            law=LAW_OF_LABEL[label_kind(manifest)],
+            law=Law(float(manifest_value(manifest, "temperature"))).name,
             prompt_id=np.asarray(a["prompt_id"]).astype(str),
             task=np.asarray(a["task"]).astype(str),
             round=np.asarray(a["round"], dtype=np.int64),

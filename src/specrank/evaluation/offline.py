@@ -46,6 +46,8 @@ class Evaluation:
     comparisons: pd.DataFrame  # paired gains between rerankers
     mixture_weights: pd.DataFrame  # weight chosen for each half, source and budget
     meta: dict = field(default_factory=dict)
+    path: Path | None = None  # the folder it was saved in or read from
+    logged_models: dict = field(default_factory=dict)  # "NAME-foldF" -> URI, of the call that logged them
 
     def tables(self) -> dict[str, pd.DataFrame]:
         return {name: getattr(self, name) for name in TABLES}
@@ -175,7 +177,7 @@ def comparison_table(boot, values: dict, rerankers: list[str], budgets) -> pd.Da
 def _weights_frame(weights: dict, budgets) -> pd.DataFrame:
     rows = [
         {"score": rule, "half": half, "budget": b, "weight": float(w[half, j])}
-        for rule, w in weights.items() for half in (0, 1) for j, b in enumerate(budgets)
+        for rule, w in weights.items() for half in range(len(w)) for j, b in enumerate(budgets)
     ]
     return pd.DataFrame(rows)
 
@@ -217,4 +219,4 @@ def load_evaluation(out_dir) -> Evaluation:
     meta = read_json(out / "meta.json", "evaluation metadata")
     if not isinstance(meta, dict):
         raise DataFileError(f"{out / 'meta.json'}: not evaluation metadata (a JSON object)")
-    return Evaluation(**tables, meta=meta)
+    return Evaluation(**tables, meta=meta, path=out)

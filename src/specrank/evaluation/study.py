@@ -18,13 +18,14 @@ import math
 
 import numpy as np
 import pandas as pd
-from sklearn.base import clone
 
 from specrank.evaluation.data import Rounds, align_predictions
 from specrank.evaluation.offline import first_factor_table
 from specrank.evaluation.values import per_depth_edges, score_inputs, score_values
 from specrank.featurize.context import previous_acceptance, prompt_index
 from specrank.featurize.rows import ROW_SOURCES
+from specrank.law import GREEDY, Law
+from specrank.rerankers import cross_fit, fold_splits
 from specrank.selection.stats import PromptBootstrap
 
 STUDY_BUDGETS = (8, 59)
@@ -40,7 +41,7 @@ PAPER = {
     "rows_minus_base_low_min": {"8": 0.88, "59": 0.30},  # lower 95% end of Rows - Base, % of draft's value
     "rows_minus_draft_low_min": {"8": 0.81, "59": 0.27},  # lower 95% end of Rows - draft, % of draft's value
 }
-LABELS = {
+PAGE_LABELS = {  # the results page names each rule in full (evaluation.names.LABELS: the report's short names)
     "draft": "Draft selection", "isotonic": "Isotonic first factor", "per_depth": "Per-depth calibration",
     "base": "Base reranker", "rows": "Rows reranker", "rows+per_depth": "Rows + per-depth", "root": "Root selection",
     "oracle": "Oracle", "subst_cache": "Token-keyed cache row", "subst_same_token": "Same-token row",
@@ -138,10 +139,9 @@ def feature_importances(models: list, top: int = 12) -> list[list]:
     return [[name, float(v)] for name, v in mean.head(top).items()]
 
 
-def curve_subset(prompt_idx: np.ndarray, fold: np.ndarray, held_out: int, fraction: float, seed: int) -> np.ndarray:
-    """(n,) bool: the training rows of the model that predicts fold ``held_out``, keeping ``fraction`` of its
-    training prompts (a seeded draw, the same for every reranker)."""
-    train = fold != held_out
+def curve_subset(prompt_idx: np.ndarray, train: np.ndarray, held_out: int, fraction: float, seed: int) -> np.ndarray:
+    """(n,) bool: the ``train`` rows of the model that predicts fold ``held_out``, keeping ``fraction`` of their
+    prompts (a seeded draw, the same for every reranker)."""
     prompts = np.unique(prompt_idx[train])
     keep = np.random.default_rng(seed + int(held_out)).permutation(prompts)[: max(1, math.ceil(fraction * len(prompts)))]
     return train & np.isin(prompt_idx, keep)
@@ -157,19 +157,15 @@ def learning_curve(rounds: Rounds, features: pd.DataFrame, fold_models: dict[str
     points = []
     for fraction in fractions:
         preds = predictions[["prompt_id", "task", "round", "cand"]].copy()
-        used = []
+
+        def subset(f, train, fraction=fraction):
+            return curve_subset(pidx, train, f, fraction, seed)
+
         for name in ("base", "rows"):
-            if fraction == 1.0:
-                preds[name] = predictions[name].to_numpy()
-                continue
-            column = np.full(len(features), np.nan)
-            for f, model in fold_models[name].items():
-                train = curve_subset(pidx, fold, f, fraction, seed)
-                used.append(len(features.loc[train, ["prompt_id", "round"]].drop_duplicates()))
-                column[fold == f] = clone(model).fit(features[train]).predict(features[fold == f])
-            preds[name] = column
-        if fraction == 1.0:
-            used = [len(features.loc[fold != f, ["prompt_id", "round"]].drop_duplicates()) for f in np.unique(fold)]
+            preds[name] = (predictions[name].to_numpy() if fraction == 1.0 else
+                           cross_fit(fold_models[name], features, folds=fold, fit_rows=subset).predictions)
+        used = [len(features.loc[train if fraction == 1.0 else subset(f, train), ["prompt_id", "round"]]
+                    .drop_duplicates()) for f, train, _ in fold_splits(fold)]
         values = study_values(rounds, align_predictions(rounds, preds), edges, budgets, scores=CURVE_SCORES)
         figures = budget_figures(boot, {r: values[r] for r in CURVE_SCORES}, budgets)
         points.append({
@@ -246,7 +242,7 @@ def _ci(x, digits: int = 2, sign: bool = True) -> str:
 
 
 def _temperature_name(t: str) -> str:
-    return "greedy" if float(t) == 0 else f"T = {float(t):g}"
+    return GREEDY if Law(float(t)).greedy else f"T = {float(t):g}"
 
 
 def _rules_table(budget: str, figures: dict) -> list[str]:
@@ -258,7 +254,7 @@ def _rules_table(budget: str, figures: dict) -> list[str]:
         pct = _ci(r["gain_pct"], 1) if "gain_pct" in r else "–"
         share = _ci(r["root_share"], 1, sign=False) if "root_share" in r else "–"
         ref = f"≤ {paper:g}%" if rule == "rows" and paper is not None else ""
-        lines.append(f"| {LABELS.get(rule, rule)} | {r['mean'][0]:.3f} | {gain} | {pct} | {share} | {ref} |")
+        lines.append(f"| {PAGE_LABELS.get(rule, rule)} | {r['mean'][0]:.3f} | {gain} | {pct} | {share} | {ref} |")
     return lines
 
 
@@ -301,7 +297,7 @@ def render_results(results: dict, figure: str | None = None) -> str:
         out += ["### First-factor estimates: held-out squared error", "",
                 "| Estimate | squared error / candidate [95% CI] | % of draft's [95% CI] | top-1 hit % |", "|---|---|---|---|"]
         for name, e in r["first_factor"].items():
-            out.append(f"| {LABELS.get(name, name)} | {_ci(e['mse'], 5, sign=False)} | "
+            out.append(f"| {PAGE_LABELS.get(name, name)} | {_ci(e['mse'], 5, sign=False)} | "
                        f"{_ci(e['mse_pct_of_draft'], 1, sign=False)} | {e['top1_hit_pct']:.1f} |")
         out += ["", "Paper: the Rows reranker's squared error is below the draft probabilities' and Base's in every run.",
                 "", "### Learning curve", "",
@@ -319,7 +315,7 @@ def render_results(results: dict, figure: str | None = None) -> str:
         for name, imp in r["feature_importance"].items():
             if imp:
                 top = ", ".join(f"{f} {v:.1f}%" for f, v in imp[:8])
-                out += ["", f"{LABELS[name]}: share of the trees' total gain by feature: {top}."]
+                out += ["", f"{PAGE_LABELS[name]}: share of the trees' total gain by feature: {top}."]
     if figure:
         out += ["", "## Learning curve", "", f"![Rows − Base and the Rows share against training rounds]({figure})"]
     if results.get("findings"):

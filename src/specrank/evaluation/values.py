@@ -12,15 +12,17 @@ import pandas as pd
 
 from specrank.evaluation.data import Rounds
 from specrank.featurize.features import META_KEY
+from specrank.featurize.context import prompt_index
 from specrank.featurize.rows import ROW_SOURCES
-from specrank.rerankers import PerDepthCalibration
+from specrank.law import Law
+from specrank.rerankers import PerDepthCalibration, cross_fit, fold_splits
 from specrank.selection.scores import MIXTURE_WEIGHTS, fixed_values, score_of
 
 BUDGET_SWEEP = (2, 4, 8, 12, 16, 24, 32, 48, 59, 80, 100, 150, 200)
 HEADLINE_BUDGETS = (8, 59)
 EXACT_RULES = ("draft", "root", "depth2", "oracle")
-CONTROLS = ("per_depth",)
-RESERVED = EXACT_RULES + CONTROLS + tuple(f"{k}_{s}" for k in ("subst", "mix") for s in ROW_SOURCES)
+BUILT_IN_CALIBRATIONS = ("per_depth",)  # rules the evaluation fits itself (a predictions column may not take the name)
+RESERVED = EXACT_RULES + BUILT_IN_CALIBRATIONS + tuple(f"{k}_{s}" for k in ("subst", "mix") for s in ROW_SOURCES)
 
 
 def check_budgets(budgets, m: int) -> tuple[int, ...]:
@@ -37,24 +39,19 @@ def per_depth_edges(rounds: Rounds) -> np.ndarray:
 
     Each half's maps are fitted on the other half's scored edges (NaN labels left out).
     """
-    pool, fold = rounds.pool, rounds.fold
-    label = pool.edge_prob(rounds.law)  # (N, M), NaN where unscored
-    out = np.empty(pool.shape)
-    for f in (0, 1):
-        train = (fold != f)[:, None] & ~np.isnan(label)
-        test = fold == f
-        if not train.any() or not test.any():
-            raise ValueError("per-depth calibration: cross-fitting needs prompts in both halves")
-        model = PerDepthCalibration().fit(_edges(rounds, train), label[train])
-        out[test] = model.predict(_edges(rounds, np.broadcast_to(test[:, None], pool.shape))).reshape(-1, pool.shape[1])
-    return out
+    pool = rounds.pool
+    label = pool.edge_prob(rounds.law).reshape(-1)  # (N * M,), NaN where unscored
+    every = np.ones(pool.shape, dtype=bool)
+    edges = _edges(rounds, every).assign(prompt_id=np.repeat(prompt_index(rounds.prompt_id), pool.shape[1]))
+    fit = cross_fit(PerDepthCalibration(), edges, label, folds=np.repeat(rounds.fold, pool.shape[1]),
+                    fit_rows=~np.isnan(label))
+    return fit.predictions.reshape(pool.shape)
 
 
 def _edges(rounds: Rounds, mask: np.ndarray) -> pd.DataFrame:
     """Edges table (``depth``, ``q_edge``) of the masked pool cells, with the features metadata rerankers check."""
     edges = pd.DataFrame({"depth": rounds.pool.depth[mask], "q_edge": rounds.pool.q_edge[mask].astype(np.float64)})
-    kind = "argmax" if rounds.law == "greedy" else "probability"
-    edges.attrs[META_KEY] = {"label_kind": kind, "topk": rounds.topk}
+    edges.attrs[META_KEY] = {"label_kind": Law.named(rounds.law).label_kind, "topk": rounds.topk}
     return edges
 
 
@@ -97,7 +94,7 @@ def mixture_values(rounds: Rounds, budgets, weights=MIXTURE_WEIGHTS) -> tuple[di
                          list(budgets), law)[0]
             for w in weights
         ])  # (W, N, nB)
-        pick = np.stack([per_w[:, fold != f].mean(axis=1).argmax(axis=0) for f in (0, 1)])  # (2, nB)
+        pick = np.stack([per_w[:, train].mean(axis=1).argmax(axis=0) for _, train, _ in fold_splits(fold)])  # (2, nB)
         idx = pick[fold]  # (N, nB) weight index of each round's half
         values[f"mix_{source}"] = np.take_along_axis(per_w, idx[None], axis=0)[0]
         chosen[f"mix_{source}"] = np.asarray(weights)[pick]

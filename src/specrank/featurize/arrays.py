@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from specrank import schema
+from specrank.law import Law
 from specrank.schema import SchemaError
 
 
@@ -23,7 +24,7 @@ def manifest_value(manifest: dict, key: str):
 
 def label_kind(manifest: dict) -> str:
     """``argmax`` for greedy runs (temperature 0), ``probability`` for sampling runs."""
-    return "argmax" if float(manifest_value(manifest, "temperature")) == 0.0 else "probability"
+    return Law(float(manifest_value(manifest, "temperature"))).label_kind
 
 
 def _list_to_matrix(col: pa.ChunkedArray | pa.Array, name: str) -> np.ndarray:

@@ -17,6 +17,7 @@ from specrank.featurize.context import previous_acceptance
 from specrank.featurize.draft import DRAFT_FEATURES
 from specrank.featurize.rows import ROW_FEATURES, ROW_SOURCES
 from specrank.featurize.subtree import SUBTREE_FEATURES
+from specrank.law import Law
 
 META_KEY = "specrank"
 LABEL_SOURCE = {"probability": "p_edge", "argmax": "p_argmax_child"}
@@ -199,7 +200,7 @@ def round_features(inputs: RoundInputs, *, task: str, temperature: float, groups
     """Features of one round's ``topk`` first-level candidates (``featurize.block.RoundInputs``), computed by the
     offline featurizer's own kernel (so they equal ``featurize_rounds`` on the recorded round, bit for bit), when
     first read. The columns of ``groups`` are returned (a reranker reads the columns it was fitted on)."""
-    kind = "argmax" if temperature == 0 else "probability"
+    kind = Law(temperature).label_kind
     return FeatureArrays(inputs, task, round_columns(tuple(groups)), round_meta(kind, inputs.topk, float(temperature)))
 
 

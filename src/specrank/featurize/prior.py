@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from specrank.folds import fold_splits
+
 
 def _shrunk_table(tokens, labels, pseudo_count: float):
     """(distinct tokens, shrunk means, overall mean) of ``labels`` grouped by ``tokens``."""
@@ -60,9 +62,8 @@ class TokenPrior:
         labels = np.asarray(labels, dtype=np.float64)
         part = np.arange(len(tokens)) % 2
         out = np.empty(len(tokens))
-        for p in (0, 1):  # each part's prior from the other part only
-            other = part != p
+        for _, other, held in fold_splits(part):  # each part's prior from the other part only
             table = _shrunk_table(tokens[other], labels[other], self.pseudo_count)
-            out[part == p] = _lookup(*table, tokens[part == p])
+            out[held] = _lookup(*table, tokens[held])
         self.fit(tokens, labels)
         return out

@@ -1,6 +1,7 @@
 """Cross-fitted first-factor rerankers (App. D.8) with the scikit-learn estimator API (torch-free)."""
 
-from specrank.rerankers.crossfit import CrossFit, FoldError, cross_fit, even_odd, fold_labels
+from specrank.folds import FoldError, even_odd, fold_labels, fold_splits
+from specrank.rerankers.crossfit import CrossFit, cross_fit
 from specrank.rerankers.gbm import GBMReranker
 from specrank.rerankers.isotonic import IsotonicFirstFactor, PerDepthCalibration
 from specrank.rerankers.loader import load_reranker
@@ -20,6 +21,7 @@ __all__ = [
     "cross_fit",
     "even_odd",
     "fold_labels",
+    "fold_splits",
     "load_reranker",
     "save_reranker",
     "tune",

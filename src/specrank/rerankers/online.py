@@ -13,6 +13,7 @@ import specrank
 from specrank import schema
 from specrank.featurize.features import META_KEY, FeatureArrays, features_meta
 from specrank.featurize.sets import input_columns
+from specrank.law import Law
 from specrank.rerankers.persist import save_reranker
 
 
@@ -145,7 +146,7 @@ class Reranker(BaseEstimator):
         if meta["label_kind"] != self.label_kind_:
             raise RerankerError(
                 f"reranker trained on {self.label_kind_} labels"
-                f" ({'greedy' if self.label_kind_ == 'argmax' else 'sampling'} run) got {meta['label_kind']} features"
+                f" ({Law.of_label_kind(self.label_kind_).name} run) got {meta['label_kind']} features"
             )
         if int(meta["topk"]) != self.topk_:
             raise RerankerError(f"reranker trained on pools with topk={self.topk_} got topk={meta['topk']}")

@@ -26,6 +26,7 @@ import specrank
 from specrank.atomic import atomic_write, atomic_write_dir
 from specrank.errors import first_line
 from specrank.featurize.sets import CATEGORICAL_FEATURES, input_columns, resolve_features
+from specrank.law import LABEL_KINDS
 from specrank.rerankers.state import ARRAYS, encode, npz_bytes, required_files
 from specrank.versions import package_version
 
@@ -132,7 +133,6 @@ def format_digest(files: dict[str, bytes]) -> str:
 
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
-LABEL_KINDS = ("probability", "argmax")
 # reranker.json: key -> (description, predicate), all required but ``versions``; other keys are refused.
 META_SCHEMA = {
     "format": ("a string", lambda v: isinstance(v, str)),

@@ -9,6 +9,7 @@ from sklearn.base import clone
 
 from specrank import schema
 from specrank.featurize.features import features_meta
+from specrank.folds import fold_splits
 from specrank.rerankers.online import labels_of
 
 
@@ -69,8 +70,7 @@ def tune(estimator, X, y=None, *, n_trials: int = 20, space=gbm_space, seed: int
     def objective(trial):
         model = clone(estimator).set_params(**space(trial))
         err = 0.0
-        for f in (0, 1):
-            fit, held = inner != f, inner == f
+        for _, fit, held in fold_splits(inner):
             pred = clone(model).fit(X[fit], y[fit]).predict(X[held])
             err += float(np.sum((pred - y[held]) ** 2))
         return err / len(y)

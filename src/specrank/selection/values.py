@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specrank.folds import fold_splits
 from specrank.selection.draws import DraftGroups, draw_values, equal_mean, pearl_curves
 from specrank.selection.pool import PoolBatch
 from specrank.selection.scores import SCORES, fixed_values, score_of
@@ -48,6 +49,6 @@ def cross_fit_choice(values, fold) -> tuple[np.ndarray, np.ndarray]:
         raise SelectionError(f"fold: expected shape ({len(v)},) matching values (N, K), got {fold.shape}")
     if not np.isin(fold, (0, 1)).all() or len(np.unique(fold)) < 2:
         raise SelectionError("fold: expected labels 0 and 1, both present")
-    best = np.array([np.argmax(v[fold == 1 - f].mean(axis=0)) for f in (0, 1)])  # option per fold
+    best = np.array([np.argmax(v[other].mean(axis=0)) for _, other, _ in fold_splits(fold)])  # option per fold
     choice = best[fold.astype(np.intp)]
     return v[np.arange(len(v)), choice], choice

@@ -24,13 +24,13 @@ import pandas as pd
 from mlflow.models import infer_signature
 
 from specrank.featurize.features import META_KEY
+from specrank.files import names_a_uri
 from specrank.featurize.sets import input_columns
 from specrank.rerankers.legacy import require_trust
 from specrank.rerankers.loader import load_format2, load_reranker
 from specrank.rerankers.persist import RerankerFileError, format_digest, save_reranker
 from specrank.tracking.uri import TrackingError, check_tracking_uri, resolve_tracking_uri, tracking_store
 
-URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:/")
 # Pinned so that MLflow does not infer requirements by importing the model in a subprocess.
 _REQUIREMENTS = ("numpy", "pandas", "scikit-learn", "lightgbm", "skops", "mlflow")
 ARTIFACT = "reranker"  # the artifact key of the format-2 files
@@ -194,7 +194,7 @@ def resolve_reranker(source, *, tracking_uri: str | None = None, trust_pickle: b
     path = Path(str(source)).expanduser()
     if path.is_dir() and (path / "MLmodel").is_file():
         return load_pyfunc_reranker(str(path), trust_pickle=trust_pickle)
-    if path.exists() or not URI.match(str(source)):
+    if not names_a_uri(source):
         return load_reranker(source, trust_pickle=trust_pickle)
     check_model_uri(str(source))
     return load_pyfunc_reranker(str(source), tracking_uri, trust_pickle=trust_pickle)

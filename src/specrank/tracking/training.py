@@ -243,6 +243,7 @@ class TrainingTracker:
                                      NOTE_TAG: f"The {chosen} reranker of {self.model_prefix} fitted on all {prompts} "
                                                f"prompts (registered as `{name}`). {LOAD_HINT}"})
         best = candidates.set_index("reranker").loc[chosen, "heldout_mse"]
+        log_metrics({"champion_heldout_mse": float(best)})  # the criterion that chose it, beside the candidates'
         version = register_reranker(uri, name, alias, tags={**fit_tags, "heldout_mse": f"{best:.6g}"})
         load = f"models:/{name}/{version.version}"
         description = champion_note(chosen, candidates, reranker is not None, load, rows, prompts)

@@ -24,11 +24,12 @@ from specrank.decode.engine.tree import attention_mask, scored_set
 from specrank.decode.runs.records import round_record
 from specrank.decode.verify.lossy.chain import verify_chain
 from specrank.decode.verify.lossy.emission import emission_diagnostics, target_probs
+from specrank.law import Law
 
 
 def tempered_log_probs(logp: torch.Tensor, temperature: float) -> torch.Tensor:
     """Log-probabilities at ``temperature`` from ones at 1; the argmax point mass (0 / -inf) at 0."""
-    if temperature == 0:
+    if Law(temperature).greedy:
         return torch.full_like(logp, float("-inf")).scatter_(-1, logp.argmax(-1, keepdim=True), 0.0)
     return torch.log_softmax(logp / temperature, dim=-1)
 

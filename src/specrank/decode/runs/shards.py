@@ -165,8 +165,9 @@ def record_shards(out: Path, n_prompts: int, shard_size: int, decode_one: Callab
     if shard_size < 1:
         raise ValueError(f"shard size must be >= 1, got {shard_size}")
     done = done_prompts(out)
-    bar = tqdm(total=n_prompts, initial=len(done & set(range(n_prompts))), unit="prompt", disable=not progress,
-               dynamic_ncols=True)
+    # disable=None: tqdm stays quiet when stderr is not a terminal (a log file, a pipe, a test)
+    bar = tqdm(total=n_prompts, initial=len(done & set(range(n_prompts))), unit="prompt",
+               disable=None if progress else True, dynamic_ncols=True)
     try:
         def advance():
             bar.update(1)

@@ -96,8 +96,9 @@ class SelectionStrategy:
         """The strategy acting in a round (the covering strategy switches on a carried root row)."""
         return self
 
-    def check(self, config) -> None:
-        """Raise a one-line error before decoding when this strategy cannot run under ``config``."""
+    def check(self, config, *, law: bool = True) -> None:
+        """Raise a one-line error before decoding when this strategy cannot run under ``config``; ``law=False``
+        leaves out what depends on the decoding law (its temperature is not known yet)."""
 
     def draw(self, root_logits: torch.Tensor, pool: DraftPool, verifier, generator) -> int:
         """The first token, drawn from the target root row exactly as the verifier would."""

@@ -31,8 +31,8 @@ class RerankedSelection(SelectionStrategy):
 
         self.groups = feature_groups(online_features(reranker))  # read only the rows the reranker reads
 
-    def check(self, config) -> None:
-        check_reranker(self.reranker, config, self.source)
+    def check(self, config, *, law: bool = True) -> None:
+        check_reranker(self.reranker, config, self.source, law=law)
         self.prepare()
 
     def prepare(self) -> None:
@@ -76,11 +76,12 @@ def online_features(reranker) -> list[str]:
     return list(getattr(reranker, "first_factor_features_", reranker.features_))
 
 
-def check_reranker(reranker, config, source: str = "") -> None:
-    """One-line StrategyError unless the reranker fits this run's label kind, pool topk and features."""
+def check_reranker(reranker, config, source: str = "", *, law: bool = True) -> None:
+    """One-line StrategyError unless the reranker fits this run's label kind (unless not ``law``), pool topk and
+    features."""
     check_predictor(reranker, source)
     where = f"reranker {source}".strip()
-    if reranker.label_kind_ != config.label_kind:
+    if law and reranker.label_kind_ != config.label_kind:
         raise StrategyError(f"{where}: trained on {reranker.label_kind_} labels, this run needs {config.label_kind}"
                             f" (temperature {config.temperature})")
     if int(reranker.topk_) != config.shape.topk:

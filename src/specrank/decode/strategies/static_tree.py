@@ -18,7 +18,7 @@ class StaticTreeSelection(SelectionStrategy):
     def __init__(self, tree: StaticTree):
         self.tree = tree
 
-    def check(self, config) -> None:
+    def check(self, config, *, law: bool = True) -> None:
         shape, tree = config.shape, self.tree
         added, expanded = shape.level_sizes()
         full = shape.topk >= max(tree.branching) and shape.depth >= tree.depth and all(

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from specrank.decode.core import host_arrays
+from specrank.law import Law
 
 
 @dataclass
@@ -43,7 +44,7 @@ class ExhaustiveVerifier:
 
     def draw(self, row: torch.Tensor, generator: torch.Generator) -> int:
         """One token from a (V,) logits row at this verifier's temperature (the generator lives on the host)."""
-        if self.temperature == 0:
+        if Law(self.temperature).greedy:
             return int(row.argmax())
         probs = torch.softmax(row.float() / self.temperature, dim=-1)
         return int(torch.multinomial(probs.cpu(), 1, generator=generator))

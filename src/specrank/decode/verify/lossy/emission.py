@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from specrank.decode.verify.lossy.diagnostics import kl_divergence, total_variation
+from specrank.law import Law
 
 # Columns of ``diagnostics/*.parquet``: one row per emitted token (position of a round).
 DIAGNOSTIC_KEYS = {"prompt_id": "string", "task": "string", "round": "int32", "position": "int32", "step": "int16"}
@@ -34,7 +35,7 @@ DIAGNOSTIC_COLUMNS = list(DIAGNOSTIC_KEYS) + list(DIAGNOSTIC_VALUES)
 
 def target_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """Float64 target rows (n, V) at ``temperature``; the argmax point mass under greedy decoding."""
-    if temperature == 0:
+    if Law(temperature).greedy:
         return torch.zeros(logits.shape, dtype=torch.float64).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
     return torch.softmax(logits.double() / temperature, dim=-1)
 

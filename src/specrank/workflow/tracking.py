@@ -1,0 +1,32 @@
+"""Where a stage of the workflow logs itself in MLflow."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Tracking:
+    """An MLflow store (None: ``$MLFLOW_TRACKING_URI``, else MLflow's default), the experiment and the run's name
+    (None: the stage's own default). A stage checks the store reachable before its work (``checked``) and logs
+    the work once it is done; the work never reads anything back from the store."""
+
+    uri: str | None
+    experiment: str
+    run_name: str | None = None
+
+    @classmethod
+    def opt_in(cls, value: str | None, experiment: str, run_name: str | None = None) -> Tracking | None:
+        """For stages that log only when asked: None (``value`` None), else the tracking of store ``value``
+        (``"default"``: MLflow's default store)."""
+        if value is None:
+            return None
+        from specrank.tracking.uri import DEFAULT  # MLflow loads only when tracked
+
+        return cls(None if value == DEFAULT else value, experiment, run_name)
+
+    def checked(self) -> Tracking:
+        """This tracking with its store resolved and checked reachable (a store that refuses fails here)."""
+        from specrank.tracking import check_tracking_uri, resolve_tracking_uri  # MLflow loads only when tracked
+
+        return replace(self, uri=check_tracking_uri(resolve_tracking_uri(self.uri)))
