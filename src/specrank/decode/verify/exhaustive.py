@@ -52,7 +52,7 @@ class ExhaustiveVerifier:
     def verify(self, tree: VerifyTree, logits: torch.Tensor, generator: torch.Generator,
                first: int | None = None) -> tuple[np.ndarray, int]:
         argmax = None
-        if self.temperature == 0 and logits.device.type != "cpu":  # one copy of every row's argmax, not a wait a row
+        if Law(self.temperature).greedy and logits.device.type != "cpu":  # one copy of every row's argmax, not a wait a row
             argmax = host_arrays(logits.argmax(-1))[0]
         path, row = [], 0
         while True:  # at most tree depth + 1 draws, each from one row: the path's rows only
