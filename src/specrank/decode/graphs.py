@@ -37,7 +37,6 @@ class CapturedPass:
     inputs: tuple[torch.Tensor, ...]  # the pass's own input buffers
     outputs: tuple[torch.Tensor, ...]
     graph: object | None  # torch.cuda.CUDAGraph, None when run eagerly on the buffers
-    fn: Callable
 
 
 class CapturedPasses:
@@ -71,7 +70,7 @@ class CapturedPasses:
         inputs = tuple(t.clone() for t in tensors)
         self.captures += 1
         if not inputs[0].is_cuda:
-            return CapturedPass(inputs, fn(context, *inputs), None, fn)
+            return CapturedPass(inputs, fn(context, *inputs), None)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up off the capture: libraries set up their handles and workspaces
@@ -82,7 +81,7 @@ class CapturedPasses:
             outputs = fn(context, *inputs)
         self.pool = graph.pool()
         graph.replay()
-        return CapturedPass(inputs, outputs, graph, fn)
+        return CapturedPass(inputs, outputs, graph)
 
 
 def padded_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
