@@ -245,7 +245,7 @@ def test_the_shipped_head_never_trained_on_an_evaluation_prompt():
 
 
 def test_decoding_calls_are_sized_by_the_rounds_recorded_so_far():
-    from specrank.commands.study import next_limit
+    from specrank.workflow.study import next_limit
 
     assert next_limit(0, 0, 10_000, 480, 120) == 24
     assert next_limit(24, 1_000, 10_000, 480, 120) == 144  # 216 more wanted, 120 at most a call

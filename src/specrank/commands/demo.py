@@ -19,12 +19,12 @@ from pathlib import Path
 from specrank.commands.args import (DRAFTER_SPECS, add_device_arguments, add_drafter_arguments, add_target_argument,
                                     add_tracking_arguments, at_least, parse_temperatures)
 from specrank.commands.decode import add_seen_prompts_argument
-from specrank.commands.timing import timed
 from specrank.decode.prompts import default_prompts_path, read_prompts
 from specrank.law import GREEDY, Law
 from specrank.outputs import check_output_dir
 from specrank.workflow import Tracking, cross_fit, evaluate, featurize, record
 from specrank.workflow.recording import decode_metrics
+from specrank.workflow.stages import timed
 
 RERANKERS = ("isotonic", "per_depth", "base", "rows")
 MIN_PROMPTS = 4  # two cross-fitting halves, each split again in two for the hyper-parameter search
