@@ -8,6 +8,7 @@ from specrank.commands.args import (add_deprecated_alias, add_model_arguments, a
 from specrank.decode import PoolShape
 from specrank.decode.pipeline import WorkerError
 from specrank.errors import CommandError
+from specrank.rerankers.defaults import is_default, load_default_reranker
 from specrank.outputs import check_output_dir
 from specrank.workflow import Tracking
 from specrank.workflow.online import compare_online
@@ -21,8 +22,10 @@ def add_arguments(parser) -> None:
                         help="comma list of draft, reranked, root, root_draw, pearl, covering (default draft);"
                              " each runs on every prompt, order rotated per prompt; speeds are relative to the first")
     add_deprecated_alias(parser, "--rules", "--strategies", "strategies")
-    parser.add_argument("--reranker", default=None, help="reranker for 'reranked': a saved reranker (format 2), or an"
-                                                         " MLflow model URI (models:/NAME/VERSION, runs:/ID/NAME)")
+    parser.add_argument("--reranker", default=None, help="reranker for 'reranked': a saved reranker (format 2), an"
+                                                         " MLflow model URI (models:/NAME/VERSION, runs:/ID/NAME), or "
+                                                         "reranker:default (the default study's champion for the "
+                                                         "temperature; trained with eagle3:default)")
     parser.add_argument("--trust-pickle", action="store_true",
                         help="also load a pickled (format 1) reranker: this runs code from the file, trust it first")
     parser.add_argument("--compare", default=None,
@@ -51,7 +54,9 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     check_output_dir(args.out)
     reranker = None
-    if args.reranker:
+    if is_default(args.reranker):
+        reranker = load_default_reranker(args.temperature)
+    elif args.reranker:
         from specrank.tracking.models import resolve_reranker  # MLflow is optional: a local file loads without it
 
         reranker = resolve_reranker(args.reranker, tracking_uri=args.tracking_uri, trust_pickle=args.trust_pickle)

@@ -15,8 +15,8 @@ from specrank.outputs import check_output_dir
 from specrank.rerankers import GBMReranker
 from specrank.scale import add_worker_arguments, preflight, workers_from_args
 from specrank.workflow import Tracking
-from specrank.workflow.study import (CHUNK, DEFAULT_GREEDY_ROUNDS, DEFAULT_MAX_NEW_TOKENS, DEFAULT_ROUNDS, EXPERIMENT,
-                                     FIRST_CHUNK, study)
+from specrank.workflow.study import (CHUNK, DEFAULT_GREEDY_ROUNDS, DEFAULT_MAX_NEW_TOKENS, DEFAULT_ONLINE_OTHER_PROMPTS,
+                                     DEFAULT_ONLINE_PROMPTS, DEFAULT_ROUNDS, EXPERIMENT, FIRST_CHUNK, study)
 
 HELP = "the pipeline at scale (decode to a round target, featurize, cross-fit, evaluate) -> one results JSON"
 
@@ -43,6 +43,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--n-estimators", type=at_least(1), default=trees,
                         help=f"boosting iterations of Base and Rows when not tuned (default {trees}, the rerankers' "
                              "default; the paper's: 400)")
+    parser.add_argument("--online-prompts", type=at_least(1), default=DEFAULT_ONLINE_PROMPTS,
+                        help=f"prompts kept unseen for the online phase (default {DEFAULT_ONLINE_PROMPTS}, at most a "
+                             "quarter of the prompts): draft, the champion, root and root-draw decode them in the loop "
+                             "at B = 8 and 59")
+    parser.add_argument("--online-other-prompts", type=at_least(1), default=DEFAULT_ONLINE_OTHER_PROMPTS,
+                        help=f"of those, how many the cells other than the first sampled temperature at B = 8 decode "
+                             f"(default {DEFAULT_ONLINE_OTHER_PROMPTS})")
+    parser.add_argument("--no-online", action="store_true",
+                        help="no online phase: every prompt may be recorded, only the offline figures are made")
     parser.add_argument("--seed", type=int, default=0, help="prompt order, decoding and bootstrap seed (default 0)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar while decoding (none is drawn when stderr is not a terminal)")
@@ -72,7 +81,8 @@ def run(args) -> int:
                    graphs=args.graphs, eagle3_layers=args.eagle3_layers,
                    specforge_norm_output=args.specforge_norm_output, threads=args.threads, workers=workers,
                    allow_training_prompts=args.allow_training_prompts, progress=not args.no_progress,
-                   tracking=tracking, command=shlex.join(["specrank", "study", *getattr(args, "argv", [])]))
+                   tracking=tracking, online=not args.no_online, online_prompts=args.online_prompts,
+                   online_other_prompts=args.online_other_prompts, command=shlex.join(["specrank", "study", *getattr(args, "argv", [])]))
     print(f"\nresults: {out / 'results.json'}, {out / 'results.md'}")
     for line in result.headline():
         print(line)

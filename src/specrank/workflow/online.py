@@ -25,6 +25,7 @@ from specrank.decode.runs import parse_strategies, run_protocol
 from specrank.evaluation.figures import acceptance_figure
 from specrank.evaluation.online import acceptance_summary, realized_gain, speed_ratios, strategy_table
 from specrank.outputs import check_output_dir, staged
+from specrank.workflow.champion import check_unseen_prompts
 from specrank.workflow.tracking import Tracking
 
 TABLES = ("online_rounds", "online_decodes", "online_acceptance", "online_strategies", "online_speed")
@@ -110,17 +111,19 @@ def strategies_for(names, config: DecodeConfig, reranker=None, source: str = "",
 def compare_online(target, drafter, prompts=None, *, strategies=("draft",), reranker=None, reranker_source: str = "",
                    compare=(), temperature: float = 0.0, budget: int = 59, pool: PoolShape = PoolShape(),
                    max_new_tokens: int = 256, seed: int = 0, limit: int | None = None, warmup: int = 1,
-                   bootstrap: int = 2000, pipeline: bool = False, drafter_device: str | None = None,
+                   bootstrap: int = 2000, pipeline=False, drafter_device: str | None = None,
                    drafter_threads: int | None = None, device: str = "cpu", dtype: str = "float32",
                    graphs: bool | None = None, eagle3_layers=None, specforge_norm_output: str | None = None,
                    threads: int | None = None, out=None, progress: bool = True, tracking: Tracking | None = None,
-                   params: dict | None = None) -> OnlineComparison:
+                   allow_training_prompts: bool = False, params: dict | None = None) -> OnlineComparison:
     """Decode ``prompts`` (a JSONL file, or a list of ``Prompt``; default: the bundled set) with each of
     ``strategies`` in the loop, ``reranker`` (a fitted reranker) acting for ``reranked``, and return the tables;
     ``compare`` names strategies whose trees are also scored at every context, for measurement only.
 
-    ``target`` and ``drafter`` are loaded models or specs as the command line spells them; ``pipeline`` drafts in
-    a worker process while the target runs the root pass. ``out`` (a folder) receives the tables and the acceptance
+    ``target`` and ``drafter`` are loaded models or specs as the command line spells them; ``pipeline`` (True, or
+    the names of the strategies it applies to) drafts in a worker process while the target runs the root pass. A
+    reranker whose model card lists prompts it learned from is refused on them unless ``allow_training_prompts``.
+    ``out`` (a folder) receives the tables and the acceptance
     figure, all at once when everything is done. Every input is checked before a model loads.
     """
     if out is not None:
@@ -130,8 +133,11 @@ def compare_online(target, drafter, prompts=None, *, strategies=("draft",), rera
     acting = strategies_for(strategies, config, reranker, reranker_source, compare)  # a bad reranker fails first
     tracking = tracking.checked() if tracking is not None else None
     prompt_list = prompts if isinstance(prompts, list) else read_prompts(prompts or default_prompts_path(), limit=limit)
+    if "reranked" in acting:
+        check_unseen_prompts(reranker, prompt_list, allow_training_prompts, reranker_source)
+    pipelined = tuple(acting) if pipeline is True else tuple(pipeline or ())
     parse_device(device)
-    if (drafter_device or drafter_threads) and not pipeline:
+    if (drafter_device or drafter_threads) and not pipelined:
         raise ValueError("--drafter-device and --drafter-threads place the worker of --pipeline")
     if drafter_device:
         parse_device(drafter_device)
@@ -146,12 +152,13 @@ def compare_online(target, drafter, prompts=None, *, strategies=("draft",), rera
     encoded = [(p.prompt_id, p.task, ids) for p, ids in zip(prompt_list, encode_prompts(loaded, prompt_list, config))]
     draft = load_drafter(drafter, loaded, eagle3_layers, specforge_norm_output) if isinstance(drafter, str) else drafter
     started = time.time()  # the MLflow run's start: the decoding's, not its logging's
-    with _pipelined(draft, pipeline, drafter_device, drafter_threads) as draft:
+    with _pipelined(draft, bool(pipelined), drafter_device, drafter_threads) as worker:
         # disable=None: tqdm stays quiet when stderr is not a terminal (a log file, a pipe, a test)
         with tqdm(total=len(encoded), unit="prompt", desc=f"online B={budget} ({len(acting)} strategies each)",
                   disable=None if progress else True, dynamic_ncols=True) as bar:
             rounds, decodes = run_protocol(loaded, draft, encoded, config, acting, compare, warmup,
-                                           progress=lambda done: bar.update(done - bar.n))
+                                           progress=lambda done: bar.update(done - bar.n),
+                                           drafters={name: worker for name in pipelined if name in acting})
     base = next(iter(acting))
     tables = {
         "online_rounds": rounds,

@@ -17,7 +17,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import subprocess
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ import pyarrow.parquet as pq
 import torch
 
 from specrank.atomic import atomic_write, write_json_atomic
+from specrank.decode import load_drafter, load_target
 from specrank.decode.core import parse_device
 from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
 from specrank.decode.loading.targets import DEFAULT_TARGET, check_target_spec, load_target_tokenizer
@@ -42,9 +42,11 @@ from specrank.featurize.storage import read_rounds_table
 from specrank.files import directory_hash, file_hash
 from specrank.law import GREEDY, Law
 from specrank.outputs import check_output_dir
-from specrank.rerankers import GBMReranker
+from specrank.rerankers import GBMReranker, load_reranker
+from specrank.workflow.champion import choose_champion, fit_champion, model_card
 from specrank.workflow.evaluation import evaluate
 from specrank.workflow.features import Features, featurize
+from specrank.workflow.online import OnlineComparison, compare_online
 from specrank.workflow.recording import record
 from specrank.workflow.rerankers import Rerankers, cross_fit
 from specrank.workflow.stages import Stages, timed
@@ -59,6 +61,11 @@ SHARD_SIZE = 4
 DEFAULT_ROUNDS = 10_000
 DEFAULT_GREEDY_ROUNDS = 4_000
 DEFAULT_MAX_NEW_TOKENS = 64
+DEFAULT_ONLINE_PROMPTS = 100  # unseen prompts of the online goal cell (first sampled temperature, B = 8)
+DEFAULT_ONLINE_OTHER_PROMPTS = 40  # of the other cells (other temperatures, B = 59)
+ONLINE_BUDGETS = (8, 59)
+ONLINE_STRATEGIES = ("draft", "reranked", "root", "root_draw")
+GPU_ROUND_MS = 14.5  # an SGLang round of an 8B target on an H200: the round a reranker's cost is weighed against
 EXPERIMENT = "specrank-study"
 
 
@@ -101,13 +108,20 @@ def study(target, drafter="eagle3:default", prompts=None, *, out, temperatures=(
           dtype: str = "float32", graphs: bool | None = None, eagle3_layers=None,
           specforge_norm_output: str | None = None, threads: int | None = None, workers=None,
           allow_training_prompts: bool = False, progress: bool = True, tracking: Tracking | None = None,
-          command: str = "") -> StudyResult:
+          online: bool = True, online_prompts: int = DEFAULT_ONLINE_PROMPTS,
+          online_other_prompts: int = DEFAULT_ONLINE_OTHER_PROMPTS, command: str = "") -> StudyResult:
     """Run (or resume) the study of ``target`` and ``drafter`` (specs, as the command line spells them) on
     ``prompts`` (a JSONL file; default: the bundled Spec-Bench questions) in directory ``out``.
 
     ``rounds`` are recorded at each sampling temperature, ``greedy_rounds`` greedily. ``workers``
     (``scale.Workers``) decodes on Ray workers. With ``tracking``, each temperature is one pipeline run whose nested
     runs are the stages. Every input is checked before a model loads.
+
+    Each temperature's champion (``workflow.champion``) is refitted on all its rounds and saved in
+    ``OUT/<temperature>/champion``. With ``online``, the last ``online_prompts`` prompts of the study's order are
+    never recorded: draft selection, the champion, root and root-draw selection decode them in the loop at each
+    budget (``online_prompts`` of them at the first sampled temperature and B = 8, the cell the study's online
+    goal reads; ``online_other_prompts`` elsewhere), beside the offline prediction for the same rule.
     """
     out = check_output_dir(out).resolve()
     parse_device(device)
@@ -123,6 +137,8 @@ def study(target, drafter="eagle3:default", prompts=None, *, out, temperatures=(
     n_estimators = n_estimators or GBMReranker().n_estimators
     kept, skipped = fitting_prompts(target, prompt_list, max_new_tokens)
     study_prompts = write_study_prompts(out, kept, seed)
+    reserved = online_reserve(len(kept), online_prompts) if online else 0
+    goal_temperature = next((t for t in temperatures if not Law(t).greedy), temperatures[0])
     tracking = tracking.checked() if tracking is not None else None  # its own store may live in ``out``
     print(f"{len(kept)} of {len(prompt_list)} prompts fit the target's context ({skipped} too long, skipped)"
           + (f"; the drafter trained on {seen} of them (--allow-training-prompts)" if seen else ""), flush=True)
@@ -136,6 +152,7 @@ def study(target, drafter="eagle3:default", prompts=None, *, out, temperatures=(
                     "drafter_trained_on": seen},
         "settings": {"max_new_tokens": max_new_tokens, "bootstrap": bootstrap, "tune_trials": tune_trials,
                      "n_estimators": n_estimators, "chunk": chunk, "seed": seed,
+                     "online_prompts": reserved, "online_other_prompts": min(online_other_prompts, reserved),
                      "rounds_target": {"sampled": rounds, "greedy": greedy_rounds}},
         "temperatures": {},
         "timing": {},
@@ -152,9 +169,19 @@ def study(target, drafter="eagle3:default", prompts=None, *, out, temperatures=(
             goal = greedy_rounds if Law(temp).greedy else rounds
             with timed(None) as stage, _pipeline_run(tracking, name, temp, drafter):
                 run_dir = out / name
-                decoded = record_until(decoding, study_prompts, len(kept), run_dir, temp, goal, chunk)
+                decoded = record_until(decoding, study_prompts, len(kept) - reserved, run_dir, temp, goal, chunk)
                 figures = analyse(run_dir, tracking, name, **fitting)
                 figures["prompts_decoded"] = decoded
+                recorded = read_prompts(study_prompts, limit=decoded)
+                figures["champion"] = champion_stage(run_dir, figures, recorded, temp, prompts_path=prompts_path,
+                                                     command=command, **fitting)
+                if reserved:
+                    first = temp == goal_temperature
+                    figures["online"] = online_stage(run_dir, figures, read_prompts(study_prompts)[-reserved:],
+                                                     temp, decoding, goal_prompts=reserved if first else
+                                                     min(online_other_prompts, reserved),
+                                                     other_prompts=min(online_other_prompts, reserved),
+                                                     bootstrap=bootstrap, seed=seed)
                 results["temperatures"][f"{temp:g}"] = figures
                 results["settings"]["pool_size"] = figures["pool_size"]
                 if tracking is not None:
@@ -163,6 +190,90 @@ def study(target, drafter="eagle3:default", prompts=None, *, out, temperatures=(
     results["timing"]["total_s"] = round(total.seconds, 1)
     write_results(out, results)
     return StudyResult(out, results)
+
+
+def online_reserve(n_prompts: int, online_prompts: int) -> int:
+    """How many prompts at the end of the study's order the online phase keeps unseen: ``online_prompts``, at most a
+    quarter of the prompts (said in one line when lowered)."""
+    reserved = min(online_prompts, n_prompts // 4)
+    if reserved < online_prompts:
+        print(f"online phase: {reserved} prompts kept unseen (of {online_prompts} asked: at most a quarter of the "
+              f"{n_prompts} prompts)", flush=True)
+    return reserved
+
+
+def champion_stage(run_dir: Path, figures: dict, recorded, temp: float, *, prompts_path, command: str,
+                   bootstrap: int, tune_trials: int, n_estimators: int, seed: int, threads: int | None) -> dict:
+    """Choose the champion from ``figures``, refit it on every round of ``run_dir`` and save it with its card in
+    ``run_dir/champion`` (redone only when the features or the choice changed); returns the choice and its path."""
+    choice = choose_champion(figures)
+    features = run_dir / "features.parquet"
+    path = run_dir / "champion"
+
+    def fit_and_save():
+        model = fit_champion(choice["rule"], run_dir, read_features(features), tune_trials=tune_trials, seed=seed,
+                             n_jobs=threads, gbm={"n_estimators": n_estimators})
+        model.card_ = model_card(choice["rule"], choice, figures, recorded, data=Path(prompts_path).name,
+                                 command=command, temperature=temp)
+        model.save(path)
+        print(f"champion {choice['rule']} (mean gain over draft {choice['score']:+.2f}% of draft's value) -> {path}")
+
+    Stages(run_dir / "stages.json").run("champion", f"{file_hash(features)}:{choice['rule']}", path / "reranker.json",
+                                        fit_and_save, clear=path)
+    return {**choice, "path": str(path.relative_to(run_dir.parent))}
+
+
+def online_stage(run_dir: Path, figures: dict, unseen, temp: float, decoding: dict, *, goal_prompts: int,
+                 other_prompts: int, bootstrap: int, seed: int) -> dict:
+    """Draft, the champion, root and root-draw selection decoded in the loop on ``unseen`` prompts at each of
+    ``ONLINE_BUDGETS`` (``goal_prompts`` of them at B = 8, ``other_prompts`` at the others), each beside the
+    offline prediction for the same rule; the tables are kept in ``run_dir/online/B<budget>``."""
+    champion = load_reranker(run_dir / "champion")
+    rule = figures["champion"]["rule"]
+    target = load_target(decoding["target"], decoding["device"], decoding["dtype"], decoding["graphs"])
+    drafter = load_drafter(decoding["drafter"], target, decoding["eagle3_layers"], decoding["specforge_norm_output"])
+    pipelined = ("root_draw",) if drafter.hidden_layers is None else ()
+    out = {"rule": rule, "root_draw_pipelined": bool(pipelined), "budgets": {}}
+    for budget in ONLINE_BUDGETS:
+        n = goal_prompts if budget == ONLINE_BUDGETS[0] else other_prompts
+        folder = run_dir / "online" / f"B{budget}"
+        if (folder / "online_speed.parquet").is_file():
+            comparison = OnlineComparison.open(folder)
+        else:
+            with timed(f"online: {n} unseen prompts at T = {temp:g}, B = {budget} -> {folder}"):
+                comparison = compare_online(target, drafter, unseen[:n], strategies=ONLINE_STRATEGIES,
+                                            reranker=champion, reranker_source=str(run_dir / "champion"),
+                                            temperature=temp, budget=budget,
+                                            max_new_tokens=decoding["max_new_tokens"], seed=seed, bootstrap=bootstrap,
+                                            pipeline=pipelined, out=folder, progress=decoding["progress"])
+        out["budgets"][str(budget)] = online_figures(comparison, figures["budgets"].get(str(budget)), rule, n,
+                                                     bootstrap, seed)
+    return out
+
+
+def online_figures(comparison: OnlineComparison, offline: dict | None, rule: str, prompts: int, bootstrap: int,
+                   seed: int) -> dict:
+    """Per strategy: realized and expected accepted draft tokens a round, the realized gain and tokens/s ratio
+    over draft; the offline prediction for the same rule; the break-even gain on a ``GPU_ROUND_MS`` round."""
+    strategies = {}
+    per_round = comparison.tables["online_strategies"].set_index("strategy")
+    for name in comparison.tables["online_strategies"]["strategy"]:
+        entry = {"realized": comparison.realized(name), "expected": comparison.expected(name),
+                 "speed": comparison.speed(name)}
+        if name != comparison.base:
+            entry["realized_gain"] = comparison.realized_gain(name, bootstrap, seed)
+        strategies[name] = entry
+    figures = {"prompts": prompts, "strategies": strategies}
+    if offline is not None:
+        offline_rule = {"reranked": rule, "root": "root", "draft": "draft"}
+        figures["offline"] = {s: offline["rules"][r] for s, r in offline_rule.items() if r in offline["rules"]}
+    r = per_round.loc["reranked"]
+    rerank_ms = 1000.0 * float(r["rerank_s"]) / max(float(r["rounds"]), 1.0)
+    draft = strategies["draft"]["realized"][0]
+    # A reranker that costs c ms a round pays on a t ms round once it adds (1 + a) c / t accepted tokens a round.
+    figures["break_even"] = {"rerank_ms": rerank_ms, "round_ms": GPU_ROUND_MS,
+                             "gain": (1.0 + draft) * rerank_ms / GPU_ROUND_MS}
+    return figures
 
 
 def fitting_prompts(target: str, prompts, max_new_tokens: int, depth: int = 8) -> tuple[list, int]:
