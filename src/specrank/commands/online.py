@@ -8,17 +8,24 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
+from transformers.utils import logging as hf_logging
 
-from specrank.atomic import atomic_write, write_parquet_atomic
+from specrank.commands import tracked
 from specrank.commands.args import (add_deprecated_alias, add_model_arguments, add_pool_arguments,
                                     add_tracking_arguments, at_least)
 from specrank.decode import STRATEGY_NAMES, DecodeConfig, PoolShape, load_drafter, load_target, make_strategy
+from specrank.decode.core import parse_device
+from specrank.decode.loading.drafters import parse_drafter_spec
+from specrank.decode.loading.targets import check_target_spec
+from specrank.decode.pipeline import PipelinedDrafter, WorkerError
 from specrank.decode.prompts import default_prompts_path, encode_prompts, read_prompts
+from specrank.decode.runs import parse_strategies, run_protocol
 from specrank.errors import CommandError
+from specrank.evaluation.online import online_tables, write_online_tables
 from specrank.outputs import check_output_dir, staged
 
-HELP = "decode online with selection strategies in the loop; realized vs expected acceptance and speed ratios"
 
 
 def add_arguments(parser) -> None:
@@ -56,8 +63,6 @@ def add_arguments(parser) -> None:
 
 def _strategies(args, config) -> dict:
     """{rule: strategy}, the reranker loaded and checked against the run before any decoding."""
-    from specrank.decode.runs import parse_strategies
-
     names = parse_strategies(args.strategies, STRATEGY_NAMES, "--strategies")
     if not names:
         raise ValueError("--strategies names no strategy")
@@ -68,9 +73,7 @@ def _strategies(args, config) -> dict:
         raise ValueError("--compare reranked needs reranked in --strategies (its reranker is the one compared)")
     reranker = None
     if args.reranker:
-        from specrank.tracking.models import resolve_reranker
-
-        reranker = resolve_reranker(args.reranker, tracking_uri=args.tracking_uri, trust_pickle=args.trust_pickle)
+        reranker = tracked.load_reranker(args.reranker, args.tracking_uri, args.trust_pickle)
     out = {r: make_strategy(r, reranker if r == "reranked" else None, args.reranker or "") for r in names}
     for s in out.values():
         s.check(config)
@@ -78,15 +81,6 @@ def _strategies(args, config) -> dict:
 
 
 def run(args) -> int:
-    import torch
-    from transformers.utils import logging as hf_logging
-
-    from specrank.decode.core import parse_device
-    from specrank.decode.loading.drafters import parse_drafter_spec
-    from specrank.decode.loading.targets import check_target_spec
-    from specrank.decode.runs import parse_strategies, run_protocol
-    from specrank.evaluation.online import acceptance_summary, strategy_table, speed_ratios
-
     check_output_dir(args.out)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -95,11 +89,7 @@ def run(args) -> int:
                           args.max_new_tokens, args.seed)
     compare = parse_strategies(args.compare)
     strategies = _strategies(args, config)  # before loading models: a bad reranker fails fast
-    uri = None
-    if not args.no_tracking:
-        from specrank.tracking import check_tracking_uri, resolve_tracking_uri
-
-        uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri))
+    uri = tracked.tracking_uri(args)
     prompts_path = args.prompts or default_prompts_path()
     prompts = read_prompts(prompts_path, limit=args.limit)
     parse_device(args.device)
@@ -118,15 +108,9 @@ def run(args) -> int:
                   disable=True if args.no_progress else None, dynamic_ncols=True) as bar:
             rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, compare, args.warmup,
                                            progress=lambda done: bar.update(done - bar.n))
-    tables = {
-        "online_rounds": rounds,
-        "online_decodes": decodes,
-        "online_acceptance": acceptance_summary(rounds, args.bootstrap, args.seed),
-        "online_strategies": strategy_table(decodes),
-        "online_speed": speed_ratios(decodes, next(iter(strategies)), args.bootstrap, args.seed),
-    }
+    tables = online_tables(rounds, decodes, next(iter(strategies)), args.bootstrap, args.seed)
     with staged(args.out) as stage:  # the local outputs appear only once MLflow has them too
-        _write(tables, stage)
+        write_online_tables(tables, stage)
         if uri is not None:
             _track(args, uri, tables, config, target, drafter, compare, strategies, started)
     _print(tables)
@@ -139,8 +123,6 @@ def _drafter_worker(args, drafter):
     if not args.pipeline:
         yield drafter
         return
-    from specrank.decode.pipeline import PipelinedDrafter, WorkerError
-
     try:
         with PipelinedDrafter(drafter, args.drafter_device, args.drafter_threads) as worker:
             yield worker
@@ -148,20 +130,7 @@ def _drafter_worker(args, drafter):
         raise CommandError(str(exc)) from None
 
 
-def _write(tables: dict, out_dir) -> None:
-    """Each table as Parquet and the figure as PNG under ``out_dir`` (each atomic)."""
-    from specrank.evaluation.figures import acceptance_figure
-
-    out = Path(out_dir)
-    for name, frame in tables.items():
-        write_parquet_atomic(frame, out / f"{name}.parquet")
-    fig = acceptance_figure(tables["online_acceptance"])
-    atomic_write(out / "realized_acceptance.png", lambda tmp: fig.savefig(tmp, format="png", dpi=120))
-
-
 def _track(args, uri, tables, config, target, drafter, compare, strategies, started: float) -> None:
-    from specrank.tracking.online import log_online
-
     reranked = strategies.get("reranked")
     digest = getattr(getattr(reranked, "reranker", None), "meta_", {}).get("format_digest", "")
     params = {"stage": "online", "strategies": args.strategies, "compare": ",".join(compare), "reranker": args.reranker or "",
@@ -170,7 +139,7 @@ def _track(args, uri, tables, config, target, drafter, compare, strategies, star
               "config": asdict(config), "prompts": str(args.prompts or default_prompts_path()),
               "warmup": args.warmup, "bootstrap": args.bootstrap, "pipeline": args.pipeline,
               "drafter_device": args.drafter_device or "", "drafter_threads": args.drafter_threads or ""}
-    log_online(uri, args.experiment, args.run_name or f"online-{args.strategies}", params, tables, started)
+    tracked.log_online(uri, args.experiment, args.run_name or f"online-{args.strategies}", params, tables, started)
 
 
 def _print(tables) -> None:
