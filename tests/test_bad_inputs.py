@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -339,6 +340,16 @@ def pickled_weights(w) -> None:
     w.bins["eagle3_pickled"] = w.root / "eagle3_pickled"
     write_eagle_head(w.bins["eagle3_pickled"], AutoConfig.from_pretrained(w.tgt))
     torch.save(foreign, w.bins["eagle3_pickled"] / "pytorch_model.bin")
+    # plain pickles (pickle.dump, not torch.save's archive): torch warns about their protocol on stderr
+    w.bins["tgt_plain_pickle"] = w.root / "tgt_plain_pickle"
+    shutil.copytree(w.bins["tgt_pickled"], w.bins["tgt_plain_pickle"])
+    w.bins["eagle3_plain_pickle"] = w.root / "eagle3_plain_pickle"
+    shutil.copytree(w.bins["eagle3_pickled"], w.bins["eagle3_plain_pickle"])
+    for name in ("tgt_plain_pickle", "eagle3_plain_pickle"):
+        (w.bins[name] / "pytorch_model.bin").write_bytes(pickle.dumps(foreign, protocol=4))
+    w.bins["tgt_not_pickle"] = w.root / "tgt_not_pickle"
+    shutil.copytree(w.bins["tgt_pickled"], w.bins["tgt_not_pickle"])
+    (w.bins["tgt_not_pickle"] / "pytorch_model.bin").write_text("hello, not a pickle")
 
 
 def _edit_meta(path: Path, edit) -> None:
@@ -464,6 +475,15 @@ NOT_MLFLOW = "not an MLflow tracking server"
 CASES = [
     # decode: decoding parameters
     ("decode-temperature-nan", lambda w, o: decode(w, o, "--temperature", "nan"), "temperature"),
+    ("decode-target-plain-pickle",
+     lambda w, o: with_arg(decode(w, o), "--target", str(w.bins["tgt_plain_pickle"])),
+     "tgt_plain_pickle/pytorch_model.bin"),
+    ("decode-eagle3-plain-pickle",
+     lambda w, o: with_arg(decode(w, o), "--drafter", f"eagle3:{w.bins['eagle3_plain_pickle']}"),
+     "eagle3_plain_pickle/pytorch_model.bin"),
+    ("tree-config-eagle3-plain-pickle",
+     lambda w, o: with_arg(tree_config(w, o, "--no-tracking"), "--drafter", f"eagle3:{w.bins['eagle3_plain_pickle']}"),
+     "eagle3_plain_pickle/pytorch_model.bin"),
     ("decode-temperature-inf", lambda w, o: decode(w, o, "--temperature", "inf"), "temperature"),
     ("decode-temperature-1e9", lambda w, o: decode(w, o, "--temperature", "1e9"), "temperature"),
     ("decode-temperature-negative", lambda w, o: decode(w, o, "--temperature", "-1"), "temperature"),
@@ -520,6 +540,9 @@ CASES = [
     ("decode-eagle3-pickled-bin",
      lambda w, o: with_arg(decode(w, o), "--drafter", f"eagle3:{w.bins['eagle3_pickled']}"),
      "eagle3_pickled/pytorch_model.bin"),
+    ("decode-target-not-pickle",
+     lambda w, o: with_arg(decode(w, o), "--target", str(w.bins["tgt_not_pickle"])),
+     ("tgt_not_pickle/pytorch_model.bin", "not a pickle")),
     ("decode-target-plain-file", lambda w, o: with_arg(decode(w, o), "--target", str(w.text)), "target"),
     ("decode-tracking-not-mlflow", lambda w, o: decode(w, o, "--tracking-uri", w.not_mlflow), NOT_MLFLOW),
     ("decode-experiment-empty", lambda w, o: decode(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
@@ -882,6 +905,15 @@ def run_cli(args, cwd, **env):
 
 SUBPROCESS_CASES = [  # as a user types them: the installed entry point's exit status and stderr
     ("decode-temperature-nan", lambda w, o: decode(w, o, "--temperature", "nan"), "temperature"),
+    ("decode-target-plain-pickle",
+     lambda w, o: with_arg(decode(w, o), "--target", str(w.bins["tgt_plain_pickle"])),
+     "tgt_plain_pickle/pytorch_model.bin"),
+    ("decode-eagle3-plain-pickle",
+     lambda w, o: with_arg(decode(w, o), "--drafter", f"eagle3:{w.bins['eagle3_plain_pickle']}"),
+     "eagle3_plain_pickle/pytorch_model.bin"),
+    ("tree-config-eagle3-plain-pickle",
+     lambda w, o: with_arg(tree_config(w, o, "--no-tracking"), "--drafter", f"eagle3:{w.bins['eagle3_plain_pickle']}"),
+     "eagle3_plain_pickle/pytorch_model.bin"),
     ("online-reranker-uri-default-store",
      lambda w, o: online(w, o, "--strategies", "reranked", "--reranker", "models:/rows/1", "--no-tracking"),
      "no MLflow database"),

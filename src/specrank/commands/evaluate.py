@@ -5,7 +5,6 @@ from __future__ import annotations
 from specrank.commands.args import add_tracking_arguments, at_least
 from specrank.workflow import Tracking, evaluate
 
-HELP = "Evaluate every selection rule offline on a run's recorded rounds, with paired prompt-bootstrap intervals."
 
 
 def add_arguments(parser) -> None:

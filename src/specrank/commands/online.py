@@ -3,6 +3,7 @@ realized vs expected acceptance at the same contexts, and time the strategies ag
 
 from __future__ import annotations
 
+from specrank.commands import tracked
 from specrank.commands.args import (add_deprecated_alias, add_model_arguments, add_pool_arguments,
                                     add_tracking_arguments, at_least)
 from specrank.decode import PoolShape
@@ -12,9 +13,6 @@ from specrank.rerankers.defaults import is_default, load_default_reranker
 from specrank.outputs import check_output_dir
 from specrank.workflow import Tracking
 from specrank.workflow.online import compare_online
-
-HELP = "decode online with selection strategies in the loop; realized vs expected acceptance and speed ratios"
-
 
 def add_arguments(parser) -> None:
     add_model_arguments(parser)
@@ -57,9 +55,7 @@ def run(args) -> int:
     if is_default(args.reranker):
         reranker = load_default_reranker(args.temperature)
     elif args.reranker:
-        from specrank.tracking.models import resolve_reranker  # MLflow is optional: a local file loads without it
-
-        reranker = resolve_reranker(args.reranker, tracking_uri=args.tracking_uri, trust_pickle=args.trust_pickle)
+        reranker = tracked.load_reranker(args.reranker, args.tracking_uri, args.trust_pickle)
     tracking = None if args.no_tracking else Tracking(args.tracking_uri, args.experiment, args.run_name)
     params = {"reranker": args.reranker or "", "warmup": args.warmup, "bootstrap": args.bootstrap,
               "pipeline": args.pipeline, "drafter_device": args.drafter_device or "",

@@ -14,7 +14,6 @@ import torch
 from tqdm import tqdm
 from transformers.utils import logging as hf_logging
 
-from specrank.atomic import atomic_write, write_parquet_atomic
 from specrank.decode import STRATEGY_NAMES, DecodeConfig, PoolShape, load_drafter, load_target, make_strategy
 from specrank.decode.core import parse_device
 from specrank.decode.loading.drafters import parse_drafter_spec
@@ -22,8 +21,7 @@ from specrank.decode.loading.targets import check_target_spec
 from specrank.decode.pipeline import PipelinedDrafter
 from specrank.decode.prompts import default_prompts_path, encode_prompts, read_prompts
 from specrank.decode.runs import parse_strategies, run_protocol
-from specrank.evaluation.figures import acceptance_figure
-from specrank.evaluation.online import acceptance_summary, realized_gain, speed_ratios, strategy_table
+from specrank.evaluation.online import online_tables, realized_gain, write_online_tables
 from specrank.outputs import check_output_dir, staged
 from specrank.workflow.champion import check_unseen_prompts
 from specrank.workflow.tracking import Tracking
@@ -159,32 +157,16 @@ def compare_online(target, drafter, prompts=None, *, strategies=("draft",), rera
             rounds, decodes = run_protocol(loaded, draft, encoded, config, acting, compare, warmup,
                                            progress=lambda done: bar.update(done - bar.n),
                                            drafters={name: worker for name in pipelined if name in acting})
-    base = next(iter(acting))
-    tables = {
-        "online_rounds": rounds,
-        "online_decodes": decodes,
-        "online_acceptance": acceptance_summary(rounds, bootstrap, seed),
-        "online_strategies": strategy_table(decodes),
-        "online_speed": speed_ratios(decodes, base, bootstrap, seed),
-    }
+    tables = online_tables(rounds, decodes, next(iter(acting)), bootstrap, seed)
     result = OnlineComparison(tables, Path(out) if out is not None else None)
     if out is None and tracking is None:
         return result
     with staged(out) if out is not None else _nothing() as stage:  # the local outputs appear with MLflow's
         if stage is not None:
-            write_tables(tables, stage)
+            write_online_tables(tables, stage)
         if tracking is not None:
             _track(tracking, tables, acting, compare, loaded, draft, config, prompts, params or {}, started)
     return result
-
-
-def write_tables(tables: dict, out_dir) -> None:
-    """Each table as Parquet and the acceptance figure as PNG under ``out_dir`` (each atomic)."""
-    out = Path(out_dir)
-    for name, frame in tables.items():
-        write_parquet_atomic(frame, out / f"{name}.parquet")
-    fig = acceptance_figure(tables["online_acceptance"])
-    atomic_write(out / "realized_acceptance.png", lambda tmp: fig.savefig(tmp, format="png", dpi=120))
 
 
 @contextmanager
