@@ -48,7 +48,8 @@ COMMANDS = {
     "demo": ("specrank.commands.demo",
              "run the whole pipeline (decode, featurize, train, evaluate, MLflow) on the embedded default"),
     "study": ("specrank.commands.study",
-              "the pipeline at scale (decode to a round target, featurize, cross-fit, evaluate) -> one results JSON"),
+              "the pipeline at scale (decode to a round target, featurize, cross-fit, evaluate, pick and refit a "
+              "champion, decode unseen prompts online) -> one results JSON"),
     "tree-config": ("specrank.commands.tree_config",
                     "exact acceptance length and predicted tokens/s of SGLang / EAGLE / vLLM tree settings, and the "
                     "best flags"),

@@ -28,7 +28,6 @@ from specrank.workflow.stages import timed
 
 RERANKERS = ("isotonic", "per_depth", "base", "rows")
 MIN_PROMPTS = 4  # two cross-fitting halves, each split again in two for the hyper-parameter search
-HELP = "run the whole pipeline (decode, featurize, train, evaluate, MLflow) on the embedded default"
 
 
 def default_out() -> Path:

@@ -18,7 +18,6 @@ from specrank.workflow import Tracking
 from specrank.workflow.study import (CHUNK, DEFAULT_GREEDY_ROUNDS, DEFAULT_MAX_NEW_TOKENS, DEFAULT_ONLINE_OTHER_PROMPTS,
                                      DEFAULT_ONLINE_PROMPTS, DEFAULT_ROUNDS, EXPERIMENT, FIRST_CHUNK, study)
 
-HELP = "the pipeline at scale (decode to a round target, featurize, cross-fit, evaluate) -> one results JSON"
 
 
 def add_arguments(parser) -> None:
