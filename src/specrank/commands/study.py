@@ -252,7 +252,7 @@ def analyse(args, run_dir: Path, uri: str | None, name: str) -> dict:
     from specrank.files import directory_hash, file_hash
 
     def tracking(stage: str) -> Tracking | None:
-        return Tracking(uri, args.experiment, f"study-{name}-{stage}") if uri else None
+        return Tracking.stage(uri, args.experiment, f"study-{name}", stage) if uri else None
 
     features, rerankers = run_dir / "features.parquet", run_dir / "rerankers"
     predictions = rerankers / "predictions.parquet"
@@ -347,12 +347,6 @@ def _pipeline_run(uri: str | None, experiment: str, name: str, temp: float, draf
 
 
 def _log_pipeline(figures: dict) -> None:
-    from specrank import tracking
+    from specrank.tracking.pipeline import log_headline
 
-    metrics = {"rounds": figures["rounds"], "prompts": figures["prompts"]}
-    for b, f in figures["budgets"].items():
-        for rule in ("rows", "base", "per_depth", "rows+per_depth"):
-            if rule in f["rules"]:
-                metrics[f"{rule.replace('+', '_')}_root_share_pct_b{b}"] = f["rules"][rule]["root_share"][0]
-        metrics[f"rows_minus_base_pct_of_draft_b{b}"] = f["rows_minus_base"]["gain_pct_of_draft"][0]
-    tracking.log_metrics(metrics)
+    log_headline(figures)
