@@ -96,7 +96,7 @@ def check_logged(uri: str, run_id: str, model_uri: str, reranker, features) -> N
     children = client.search_runs(
         [run.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run_id}'"
     )
-    assert sorted(c.info.run_name for c in children) == ["fold-0", "fold-1"]
+    assert sorted(c.info.run_name for c in children) == ["parent/fold-0", "parent/fold-1"]  # under its parent
     assert sorted(c.data.metrics["mse"] for c in children) == [0.01, 0.02]
     paths = {a.path for a in client.list_artifacts(run_id)}
     assert {"figures", "tables", "report.md"} <= paths

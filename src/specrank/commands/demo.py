@@ -99,16 +99,16 @@ def run(args) -> int:
         (args.out or default_out()).mkdir(parents=True, exist_ok=True)  # every input checked: nothing partial
     own_store = f"sqlite:///{(args.out or default_out()).resolve() / 'mlflow.db'}"
     uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri or own_store))
-    tables, champions, experiment_id = {}, {}, None
+    tables, champions, experiment_id, pipelines = {}, {}, None, {}
     for temp in temperatures:
         name = GREEDY if Law(temp).greedy else f"t{temp:g}"
         run_dir = out / name
 
         def tracking(stage: str, name=name) -> Tracking:
-            return Tracking(uri, args.experiment, f"demo-{name}-{stage}")
+            return Tracking.stage(uri, args.experiment, f"demo-{name}", stage)
 
         with _pipeline_run(args.experiment, uri, name, temp, drafter) as pipeline:
-            experiment_id = pipeline.info.experiment_id
+            experiment_id, pipelines[f"demo-{name}"] = pipeline.info.experiment_id, pipeline.info.run_id
             with timed(f"record: {limit} bundled prompts at T = {temp:g} -> {run_dir}"):
                 recording = record(args.target, drafter, out=run_dir, temperature=temp, limit=limit,
                                    max_new_tokens=max_new_tokens, device=args.device, graphs=args.graphs,
@@ -133,7 +133,7 @@ def run(args) -> int:
         print(table)
     print(f"\nDrafter: {drafter}. Reports: {out}/*/evaluation/report.md (and report.html)")
     from specrank.tracking.pipeline import demo_description, describe_experiment
-    from specrank.tracking.runs import runs_page
+    from specrank.tracking.runs import run_page, runs_page
     from specrank.tracking.uri import tracking_store
 
     with tracking_store(uri):
@@ -142,6 +142,8 @@ def run(args) -> int:
         print(f"Champion {model}: specrank.tracking.resolve_reranker(\"{load}\", tracking_uri=\"{uri}\")")
     print(f"MLflow store: {uri} (experiment {args.experiment!r})\n"
           f"Browse the runs: mlflow ui --backend-store-uri {uri}\n  then open {runs_page(experiment_id)}")
+    for run_name, run_id in pipelines.items():
+        print(f"  headline of {run_name}: {run_page(experiment_id, run_id)}")
     return 0
 
 

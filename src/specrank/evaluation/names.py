@@ -24,7 +24,10 @@ ROW_RULES = tuple(k for k in LABELS if k.startswith(("subst_", "mix_")))
 
 
 def label(rule: str) -> str:
-    """Human name of a rule (a reranker column keeps its own name)."""
+    """Human name of a rule (a reranker column keeps its own name; a stacked rule, ``rows+per_depth``, joins its
+    parts' names)."""
+    if "+" in rule and rule not in LABELS:
+        return " + ".join(label(part) for part in rule.split("+"))
     return LABELS.get(rule, rule)
 
 

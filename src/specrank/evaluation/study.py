@@ -102,6 +102,21 @@ def budget_figures(boot: PromptBootstrap, values: dict[str, np.ndarray], budgets
     return out
 
 
+def summary_budget_figures(summary: pd.DataFrame, budgets=STUDY_BUDGETS, scores=STUDY_SCORES) -> dict:
+    """``budget_figures``' shares of root's gain read off an evaluation's summary (rule x budget, with
+    ``root_share_low`` / ``_high``), for the ``scores`` it holds at ``budgets``: the same form a study's figures
+    take, from an evaluation that already drew its intervals."""
+    out = {}
+    for b in budgets:
+        at = summary[summary["budget"] == b].set_index("score")
+        rules = {}
+        for rule in (r for r in scores if r in at.index):
+            share = [float(at.loc[rule, k]) for k in ("root_share", "root_share_low", "root_share_high")]
+            rules[rule] = {"root_share": share} if not np.isnan(share).all() else {}
+        out[str(b)] = {"rules": rules}
+    return out
+
+
 def estimate_errors(boot: PromptBootstrap, rounds: Rounds, first_factors: dict[str, np.ndarray],
                     edges: np.ndarray) -> dict:
     """Held-out squared error per first-level candidate (and % of draft's) of each estimate of ``ESTIMATES``."""

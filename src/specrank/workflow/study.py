@@ -347,7 +347,7 @@ def analyse(run_dir: Path, tracking: Tracking | None, name: str, *, bootstrap: i
             n_estimators: int, seed: int, threads: int | None) -> dict:
     """Featurize, cross-fit, evaluate (each redone only when its input changed) and the study's figures."""
     def staged(stage: str) -> Tracking | None:
-        return Tracking(tracking.uri, tracking.experiment, f"study-{name}-{stage}") if tracking else None
+        return Tracking.stage(tracking.uri, tracking.experiment, f"study-{name}", stage) if tracking else None
 
     features, rerankers = run_dir / "features.parquet", run_dir / "rerankers"
     predictions = rerankers / "predictions.parquet"
@@ -418,12 +418,18 @@ def _pipeline_run(tracking: Tracking | None, name: str, temp: float, drafter: st
 
 
 def _log_pipeline(figures: dict) -> None:
-    from specrank import tracking  # MLflow is optional: it loads only for a tracked study
+    from specrank.tracking import log_metrics, log_params  # MLflow is optional: it loads only for a tracked study
+    from specrank.tracking.pipeline import log_headline
 
-    metrics = {"rounds": figures["rounds"], "prompts": figures["prompts"]}
-    for b, f in figures["budgets"].items():
-        for rule in ("rows", "base", "per_depth", "rows+per_depth"):
-            if rule in f["rules"]:
-                metrics[f"{rule.replace('+', '_')}_root_share_pct_b{b}"] = f["rules"][rule]["root_share"][0]
-        metrics[f"rows_minus_base_pct_of_draft_b{b}"] = f["rows_minus_base"]["gain_pct_of_draft"][0]
-    tracking.log_metrics(metrics)
+    log_headline(figures)
+    champion, online = figures.get("champion"), figures.get("online")
+    if champion:
+        log_params({"champion": champion["rule"], "champion_path": champion["path"]})
+        log_metrics({"champion.score": champion["score"]})
+    for b, f in (online or {}).get("budgets", {}).items():
+        metrics = {f"online.b{b}.prompts": f["prompts"], f"online.b{b}.break_even_gain": f["break_even"]["gain"]}
+        for name, e in f["strategies"].items():
+            for key in ("realized", "expected", "speed", "realized_gain"):
+                for suffix, value in zip(("", ".low", ".high"), e.get(key, ())):
+                    metrics[f"online.{name}.{key}.b{b}{suffix}"] = value
+        log_metrics(metrics)
