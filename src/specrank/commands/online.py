@@ -29,8 +29,6 @@ def add_arguments(parser) -> None:
     add_deprecated_alias(parser, "--rules", "--strategies", "strategies")
     parser.add_argument("--reranker", default=None, help="reranker for 'reranked': a saved reranker (format 2), or an"
                                                          " MLflow model URI (models:/NAME/VERSION, runs:/ID/NAME)")
-    parser.add_argument("--trust-pickle", action="store_true",
-                        help="also load a pickled (format 1) reranker: this runs code from the file, trust it first")
     parser.add_argument("--compare", default=None,
                         help="comma list of strategies (draft, root, root_draw, pearl, reranked) whose trees the tree"
                              " pass also scores, for measurement only: their expected acceptance at each context")
@@ -70,7 +68,7 @@ def _strategies(args, config) -> dict:
     if args.reranker:
         from specrank.tracking.models import resolve_reranker
 
-        reranker = resolve_reranker(args.reranker, tracking_uri=args.tracking_uri, trust_pickle=args.trust_pickle)
+        reranker = resolve_reranker(args.reranker, tracking_uri=args.tracking_uri)
     out = {r: make_strategy(r, reranker if r == "reranked" else None, args.reranker or "") for r in names}
     for s in out.values():
         s.check(config)

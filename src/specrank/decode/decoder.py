@@ -88,8 +88,7 @@ class Decoder:
 
     ``strategy``: a name (``draft``, ``root``, ``root_draw``, ``pearl``, ``reranked``, ``covering``) or a
     ``SelectionStrategy``; ``reranked`` takes ``reranker``: a fitted estimator or a saved reranker's path
-    (``trust_pickle=True`` also loads a format-1 pickle, which runs code from the file); an MLflow model URI
-    is resolved above decoding, by ``specrank.tracking.resolve_reranker``. ``budget`` is the verified tree
+    (format 2, read as data); an MLflow model URI is resolved above decoding, by ``specrank.tracking.resolve_reranker``. ``budget`` is the verified tree
     size B (root excluded), ``shape`` the pool's growth. ``temperature`` is the default of ``generate`` (0 = greedy; None:
     greedy unless ``generate`` says otherwise). A reranker is checked against the temperature it decodes at:
     here when one is given, else when ``generate`` or ``rounds`` starts, before any model pass.
@@ -102,10 +101,10 @@ class Decoder:
 
     def __init__(self, target, drafter, strategy="draft", *, reranker=None,
                  budget: int = 59, shape: PoolShape = PoolShape(), temperature: float | None = None, verifier=None,
-                 trust_pickle: bool = False, pipeline: bool = False, drafter_device=None,
+                 pipeline: bool = False, drafter_device=None,
                  drafter_threads: int | None = None):
         self.target, self.drafter, self.verifier = target, drafter, verifier
-        self.strategy = resolve_strategy(strategy, reranker, trust_pickle=trust_pickle)
+        self.strategy = resolve_strategy(strategy, reranker)
         self.temperature = temperature
         self.config = DecodeConfig(shape, budget, extra=0, temperature=0.0 if temperature is None else temperature)
         self.strategy.check(self.config, law=temperature is not None)
@@ -186,7 +185,7 @@ def is_batch(prompt) -> bool:
     return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and isinstance(prompt[0], (str, list, tuple))
 
 
-def resolve_strategy(strategy, reranker, *, trust_pickle: bool = False) -> SelectionStrategy:
+def resolve_strategy(strategy, reranker) -> SelectionStrategy:
     """A strategy object from a name or an object; ``reranked`` takes a fitted reranker or loads a local one."""
     if isinstance(strategy, SelectionStrategy):
         if reranker is not None:
@@ -202,4 +201,4 @@ def resolve_strategy(strategy, reranker, *, trust_pickle: bool = False) -> Selec
         raise StrategyError(f"reranker {reranker}: an MLflow model URI; decoding takes a fitted reranker or a local "
                             f"file: load it first with specrank.tracking.resolve_reranker({str(reranker)!r}, "
                             "tracking_uri=...)")
-    return make_strategy("reranked", load_reranker(reranker, trust_pickle=trust_pickle), str(reranker))
+    return make_strategy("reranked", load_reranker(reranker), str(reranker))
