@@ -674,7 +674,8 @@ CASES = [
     ("evaluate-out-read-only", lambda w, o: evaluate(w, w.ro / "eval"), "--out"),
     ("evaluate-models-missing", lambda w, o: evaluate(w, o, "--models", str(w.root / "nope")), "--models"),
     ("evaluate-models-empty", lambda w, o: evaluate(w, o, "--models", str(w.models_empty)), "--models"),
-    ("evaluate-models-pickle", lambda w, o: evaluate(w, o, "--models", str(w.models_pickle)), "--trust-pickle"),
+    ("evaluate-models-pickle", lambda w, o: evaluate(w, o, "--models", str(w.models_pickle)),
+     "not a specrank reranker"),
     ("evaluate-models-damaged", lambda w, o: evaluate(w, o, "--models", str(w.models_damaged)), "damaged"),
     ("evaluate-models-param-unknown", lambda w, o: evaluate(w, o, "--models", str(w.mm["param_unknown"])),
      "params.depth"),
@@ -722,7 +723,7 @@ CASES = [
     ("online-reranker-missing", lambda w, o: online(w, o, "--strategies", "reranked", "--reranker",
                                                     str(w.root / "nope"), "--no-tracking"), "no reranker"),
     ("online-reranker-pickle", lambda w, o: online(w, o, "--strategies", "reranked", "--reranker", str(w.pickle),
-                                                   "--no-tracking"), "--trust-pickle"),
+                                                   "--no-tracking"), "not a specrank reranker"),
     *[(f"online-reranker-{name.replace('_', '-')}",
        lambda w, o, name=name: online(w, o, "--strategies", "reranked", "--reranker", str(w.rr[name]), "--no-tracking"),
        field) for name, field in [("param_unknown", "params.depth"), ("state_empty", "state.task_categories"),
@@ -976,25 +977,3 @@ def test_a_later_failure_of_train_leaves_no_models(world, sandbox, capfd):
     assert_one_line_error(rc, captured.err, "label")
     assert not out.exists()
 
-
-def test_the_pickle_advice_works(world, tmp_path, capfd):
-    """``evaluate --models`` of format-1 pickles says to pass --trust-pickle; passing it evaluates them."""
-    import pickle
-    import warnings
-
-    from specrank.rerankers import load_reranker
-    from specrank.rerankers.persist import describe
-
-    models = tmp_path / "models"
-    models.mkdir()
-    for fold in (0, 1):
-        est = load_reranker(world.models / f"isotonic-fold{fold}")
-        payload = {"format": "specrank-reranker/1", "meta": describe(est), "estimator": est}
-        (models / f"isotonic-fold{fold}.pkl").write_bytes(pickle.dumps(payload))
-    argv = evaluate(world, tmp_path / "eval", "--models", str(models))
-    assert main(argv) == 2
-    assert "--trust-pickle" in capfd.readouterr().err
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the trusted pickle's warning
-        assert main(argv + ["--trust-pickle"]) == 0
-    assert (tmp_path / "eval" / "report.md").is_file()

@@ -85,7 +85,8 @@ def test_recorded_target_probabilities_equal_a_cpu_recording(pairs):
 
 
 @pytest.mark.parametrize("kind,trees", [("isotonic", "quickscorer"), ("per-depth", "quickscorer"),
-                                        ("base", "quickscorer"), ("rows", "quickscorer"), ("rows", "lightgbm")])
+                                        ("base", "quickscorer"), ("rows", "quickscorer"), ("rows", "lightgbm"),
+                                        ("stacked", "quickscorer")])
 def test_online_rerank_on_the_gpu_equals_offline_and_keeps_greedy_output(cuda_pair, training_rounds, kind, trees,
                                                                           monkeypatch):
     """Rows retained on the device, read through their host copy: features bit for bit the offline featurizer's,

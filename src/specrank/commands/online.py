@@ -24,8 +24,6 @@ def add_arguments(parser) -> None:
                                                          " MLflow model URI (models:/NAME/VERSION, runs:/ID/NAME), or "
                                                          "reranker:default (the default study's champion for the "
                                                          "temperature; trained with eagle3:default)")
-    parser.add_argument("--trust-pickle", action="store_true",
-                        help="also load a pickled (format 1) reranker: this runs code from the file, trust it first")
     parser.add_argument("--compare", default=None,
                         help="comma list of strategies (draft, root, root_draw, pearl, reranked) whose trees the tree"
                              " pass also scores, for measurement only: their expected acceptance at each context")
@@ -55,7 +53,7 @@ def run(args) -> int:
     if is_default(args.reranker):
         reranker = load_default_reranker(args.temperature)
     elif args.reranker:
-        reranker = tracked.load_reranker(args.reranker, args.tracking_uri, args.trust_pickle)
+        reranker = tracked.load_reranker(args.reranker, args.tracking_uri)
     tracking = None if args.no_tracking else Tracking(args.tracking_uri, args.experiment, args.run_name)
     params = {"reranker": args.reranker or "", "warmup": args.warmup, "bootstrap": args.bootstrap,
               "pipeline": args.pipeline, "drafter_device": args.drafter_device or "",

@@ -23,9 +23,9 @@ def tracking_uri(args) -> str | None:
     return None if args.no_tracking else checked_uri(args.tracking_uri)
 
 
-def load_reranker(source: str, tracking_uri: str | None, trust_pickle: bool):
+def load_reranker(source: str, tracking_uri: str | None):
     """A saved reranker or an MLflow model URI, loaded (``tracking.resolve_reranker``)."""
-    return _tracking().resolve_reranker(source, tracking_uri=tracking_uri, trust_pickle=trust_pickle)
+    return _tracking().resolve_reranker(source, tracking_uri=tracking_uri)
 
 
 def log_run(uri: str, experiment: str, run_name: str, *, params: dict, metrics: dict, tables: dict,

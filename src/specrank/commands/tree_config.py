@@ -77,7 +77,6 @@ def add_arguments(parser) -> None:
                         help="the reranker compared at each n: 'cross-fit' (default: a rows GBM cross-fitted on"
                              " each recording by prompt halves), 'none', or a saved reranker / MLflow model URI"
                              " (used on recordings of its topk)")
-    parser.add_argument("--trust-pickle", action="store_true", help="also load a pickled (format 1) reranker")
     parser.add_argument("--repeats", type=at_least(1), default=5, help="timed repeats of each pool and pass (default 5)")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
     parser.add_argument("--out", required=True,
@@ -126,7 +125,7 @@ def _reranker(args):
     """None (cross-fit or none) or the loaded reranker, refused before any model loads."""
     if args.reranker in (CROSS_FIT, "none"):
         return None
-    return tracked.load_reranker(args.reranker, args.tracking_uri, args.trust_pickle)
+    return tracked.load_reranker(args.reranker, args.tracking_uri)
 
 
 def run(args) -> int:

@@ -91,10 +91,10 @@ class Decoder:
 
     ``strategy``: a name (``draft``, ``root``, ``root_draw``, ``pearl``, ``reranked``, ``covering``) or a
     ``SelectionStrategy``; ``reranked`` takes ``reranker``: a fitted estimator or a saved reranker's path
-    (``trust_pickle=True`` also loads a format-1 pickle, which runs code from the file); an MLflow model URI
-    is resolved above decoding, by ``specrank.tracking.resolve_reranker``. With the shipped head
-    (``eagle3:default``) and no reranker, ``reranked`` uses ``reranker:default``: the default study's champion
-    that fits the temperature each ``generate`` decodes at. ``budget`` is the verified tree
+    (format 2, read as data); an MLflow model URI is resolved above decoding, by
+    ``specrank.tracking.resolve_reranker``. With the shipped head (``eagle3:default``) and no reranker, ``reranked``
+    uses ``reranker:default``: the default study's champion that fits the temperature each ``generate`` decodes at.
+    ``budget`` is the verified tree
     size B (root excluded), ``shape`` the pool's growth. ``temperature`` is the default of ``generate`` (0 = greedy; None:
     greedy unless ``generate`` says otherwise). A reranker is checked against the temperature it decodes at:
     here when one is given, else when ``generate`` or ``rounds`` starts, before any model pass.
@@ -107,17 +107,17 @@ class Decoder:
 
     def __init__(self, target, drafter, strategy="draft", *, reranker=None,
                  budget: int = 59, shape: PoolShape = PoolShape(), temperature: float | None = None, verifier=None,
-                 trust_pickle: bool = False, pipeline: bool = False, drafter_device=None,
+                 pipeline: bool = False, drafter_device=None,
                  drafter_threads: int | None = None):
         self.target, self.drafter, self.verifier = target, drafter, verifier
         self.temperature = temperature
         self.config = DecodeConfig(shape, budget, extra=0, temperature=0.0 if temperature is None else temperature)
         self.champions = {} if uses_default_reranker(strategy, reranker, drafter) else None  # law -> strategy
         if self.champions is None:
-            self.strategy = resolve_strategy(strategy, reranker, trust_pickle=trust_pickle)
+            self.strategy = resolve_strategy(strategy, reranker)
             self.strategy.check(self.config, law=temperature is not None)
-        elif temperature is not None:
-            self.strategy = self._champion(self.config)
+        else:  # the champion that fits the temperature, once it is known
+            self.strategy = self._champion(self.config) if temperature is not None else None
         if pipeline:
             self.drafter = PipelinedDrafter(drafter, drafter_device, drafter_threads)
         elif drafter_device is not None or drafter_threads is not None:
@@ -217,7 +217,7 @@ def uses_default_reranker(strategy, reranker, drafter) -> bool:
     return True
 
 
-def resolve_strategy(strategy, reranker, *, trust_pickle: bool = False) -> SelectionStrategy:
+def resolve_strategy(strategy, reranker) -> SelectionStrategy:
     """A strategy object from a name or an object; ``reranked`` takes a fitted reranker or loads a local one."""
     if isinstance(strategy, SelectionStrategy):
         if reranker is not None:
@@ -233,4 +233,4 @@ def resolve_strategy(strategy, reranker, *, trust_pickle: bool = False) -> Selec
         raise StrategyError(f"reranker {reranker}: an MLflow model URI; decoding takes a fitted reranker or a local "
                             f"file: load it first with specrank.tracking.resolve_reranker({str(reranker)!r}, "
                             "tracking_uri=...)")
-    return make_strategy("reranked", load_reranker(reranker, trust_pickle=trust_pickle), str(reranker))
+    return make_strategy("reranked", load_reranker(reranker), str(reranker))

@@ -26,6 +26,7 @@ from specrank.featurize.context import previous_acceptance, prompt_index
 from specrank.featurize.rows import ROW_SOURCES
 from specrank.law import GREEDY, Law
 from specrank.rerankers import cross_fit, fold_splits
+from specrank.selection import stacked_factors
 from specrank.selection.stats import PromptBootstrap
 
 STUDY_BUDGETS = (8, 59)
@@ -62,8 +63,7 @@ def study_values(rounds: Rounds, first_factors: dict[str, np.ndarray], edges: np
     values = score_values(rounds, {r: inputs[r] for r in scores if r in inputs}, budgets)
     for name, reranker in STACKED.items():
         if reranker in first_factors and "per_depth" in scores:
-            stacked = edges.copy()
-            stacked[:, : rounds.topk] = first_factors[reranker]  # pool order: the first level comes first
+            stacked = stacked_factors(rounds.pool, first_factors[reranker], edges)
             values[name] = score_values(rounds, {name: ("per_depth", {"edge_factor": stacked})}, budgets)[name]
     return values
 
