@@ -105,7 +105,7 @@ def test_the_study_saves_a_champion_and_decodes_unseen_prompts_online(reference)
     assert reserved == len(WORDS) // 4  # a quarter of the prompts at most
     for t, name in (("1", "t1"), ("0", "greedy")):
         r = results["temperatures"][t]
-        assert r["champion"]["rule"] in DEPLOYABLE and set(r["champion"]["by_budget"]) == {"8", "59"}
+        assert r["champion"]["reranker"] in DEPLOYABLE and set(r["champion"]["by_budget"]) == {"8", "59"}
         champion = load_reranker(reference / r["champion"]["path"])
         recorded = order[: r["prompts_decoded"]]
         assert set(champion.card_["training_prompts"]) == {prompt_digest(p.text) for p in recorded}
@@ -117,12 +117,12 @@ def test_the_study_saves_a_champion_and_decodes_unseen_prompts_online(reference)
         with pytest.raises(ValueError, match="learned from"):
             check_unseen_prompts(champion, recorded[:2])
         online = r["online"]
-        assert online["rule"] == r["champion"]["rule"] and set(online["budgets"]) == {"8", "59"}
+        assert online["reranker"] == r["champion"]["reranker"] and set(online["budgets"]) == {"8", "59"}
         for b, f in online["budgets"].items():
             assert set(f["strategies"]) == {"draft", "reranked", "root", "root_draw"}
             assert f["strategies"]["draft"]["speed"][0] == 1.0
             assert len(f["strategies"]["reranked"]["realized_gain"]) == 3
-            assert f["offline"]["reranked"] == r["budgets"][b]["rules"][online["rule"]]  # the same rule offline
+            assert f["offline"]["reranked"] == r["budgets"][b]["rules"][online["reranker"]]  # the same rule offline
             assert f["break_even"]["round_ms"] == 14.5 and f["break_even"]["gain"] >= 0
     page = (reference / "results.md").read_text()
     assert "## Offline vs online" in page and "Champion" in page and "Regime: draft selection accepts" in page

@@ -296,7 +296,7 @@ def online_section(results: dict) -> list[str]:
         for b, f in online["budgets"].items():
             offline_draft = f.get("offline", {}).get("draft", {}).get("mean", [float("nan")])[0]
             out += ["", f"### {_temperature_name(t)}, B = {b}: {f['prompts']} unseen prompts; champion "
-                        f"{PAGE_LABELS.get(online['rule'], online['rule'])}", "",
+                        f"{PAGE_LABELS.get(online['reranker'], online['reranker'])}", "",
                     "| Strategy | realized [95% CI] | expected at the online contexts | realized gain over draft "
                     "[95% CI] | offline gain over draft [95% CI] | tokens/s over draft [95% CI] |",
                     "|---|---|---|---|---|---|"]

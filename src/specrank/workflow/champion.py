@@ -1,10 +1,10 @@
-"""The study's champion: the deployable rule with the best cross-fitted value at the study's budgets, refitted on
+"""The study's champion: the deployable reranker with the best cross-fitted value at the study's budgets, refitted on
 every round of one temperature and saved as one reranker with its model card.
 
-Choice. Each deployable rule is scored by its gain over draft selection in % of draft's value (the cross-fitted
+Choice. Each deployable reranker is judged by its gain over draft selection in % of draft's value (the cross-fitted
 offline figure), averaged over the study's budgets, so that each budget weighs the same on a relative scale; when
 the budgets' own winners disagree, that mean decides (both winners are recorded). A tie (equal means to 1e-9) goes
-to the simpler rule, in the order of ``DEPLOYABLE``: fewer fitted parts, fewer features.
+to the simpler reranker, in the order of ``DEPLOYABLE``: fewer fitted parts, fewer features.
 
 Refusal. The card lists the sha256 of every prompt the champion learned from; ``check_unseen_prompts`` refuses to
 measure it on any of them (its acceptance there is inflated), as a drafter's head is refused on its training
@@ -27,33 +27,33 @@ DEPLOYABLE = ("isotonic", "per_depth", "base", "rows", "rows+per_depth")  # simp
 TIE = 1e-9
 
 
-def choose_champion(figures: dict, rules=DEPLOYABLE) -> dict:
-    """``{"rule", "score", "by_budget"}``: the rule of ``rules`` with the highest mean over the budgets of
-    ``figures["budgets"][b]["rules"][rule]["gain_pct"]`` (a temperature's study figures), its mean, and each
+def choose_champion(figures: dict, rerankers=DEPLOYABLE) -> dict:
+    """``{"reranker", "mean_gain_pct", "by_budget"}``: the reranker of ``rerankers`` with the highest mean over the budgets of
+    ``figures["budgets"][b]["rules"][name]["gain_pct"]`` (a temperature's study figures), its mean, and each
     budget's own winner."""
     budgets = list(figures["budgets"])
-    present = [r for r in rules if all(r in figures["budgets"][b]["rules"] for b in budgets)]
+    present = [r for r in rerankers if all(r in figures["budgets"][b]["rules"] for b in budgets)]
     if not present:
-        raise ValueError(f"no deployable rule among the study's figures (looked for {', '.join(rules)})")
+        raise ValueError(f"no deployable reranker among the study's figures (looked for {', '.join(rerankers)})")
 
-    def gain(rule, b):
-        return float(figures["budgets"][b]["rules"][rule]["gain_pct"][0])
+    def gain(name, b):
+        return float(figures["budgets"][b]["rules"][name]["gain_pct"][0])
 
     means = {r: float(np.mean([gain(r, b) for b in budgets])) for r in present}
     best = max(means.values())
-    rule = next(r for r in present if means[r] >= best - TIE)  # the simplest of the tied
+    name = next(r for r in present if means[r] >= best - TIE)  # the simplest of the tied
     by_budget = {}
     for b in budgets:
         top = max(gain(r, b) for r in present)
         by_budget[b] = next(r for r in present if gain(r, b) >= top - TIE)
-    return {"rule": rule, "score": means[rule], "by_budget": by_budget}
+    return {"reranker": name, "mean_gain_pct": means[name], "by_budget": by_budget}
 
 
-def fit_champion(rule: str, run_dir: Path, features, *, tune_trials: int, seed: int, n_jobs: int | None,
+def fit_champion(name: str, run_dir: Path, features, *, tune_trials: int, seed: int, n_jobs: int | None,
                  gbm: dict | None = None):
-    """``rule`` (one of ``DEPLOYABLE``) fitted on every round of ``run_dir``: its first factor on ``features`` (the
+    """The reranker ``name`` (one of ``DEPLOYABLE``) fitted on every round of ``run_dir``: its first factor on ``features`` (the
     run's features table), per-depth calibration on the run's pool edges; tuned as the study tunes its folds."""
-    first, _, deeper = rule.partition("+")
+    first, _, deeper = name.partition("+")
     needs_edges = "per_depth" in (first, deeper)
     edges = edges_run(run_dir) if needs_edges else None
     if first == "per_depth":
@@ -65,20 +65,20 @@ def fit_champion(rule: str, run_dir: Path, features, *, tune_trials: int, seed: 
     return StackedReranker.from_fitted(model, per_depth)
 
 
-def model_card(rule: str, choice: dict, figures: dict, prompts, *, data: str, command: str, temperature: float) -> dict:
+def model_card(name: str, choice: dict, figures: dict, prompts, *, data: str, command: str, temperature: float) -> dict:
     """The champion's card: what it is, what it learned from (the prompts' sha256), how it was chosen and its
     cross-fitted figures at each budget."""
     return {
-        "rule": rule,
+        "reranker": name,
         "temperature": float(temperature),
         "data": data,
         "rounds": int(figures["rounds"]),
         "prompts": len(prompts),
         "command": command,
-        "chosen_by": "mean over budgets of the cross-fitted gain over draft, % of draft's value; ties to the simpler",
-        "score": choice["score"],
+        "chosen_by": "mean over budgets of the cross-fitted gain over draft, % of draft's value; ties to the simpler reranker",
+        "mean_gain_pct": choice["mean_gain_pct"],
         "by_budget": choice["by_budget"],
-        "figures": {b: {k: f["rules"][rule][k] for k in ("mean", "gain", "gain_pct", "root_share")}
+        "figures": {b: {k: f["rules"][name][k] for k in ("mean", "gain", "gain_pct", "root_share")}
                     for b, f in figures["budgets"].items()},
         "training_prompts": sorted({prompt_digest(p.text) for p in prompts}),
     }

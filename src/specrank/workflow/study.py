@@ -1,7 +1,7 @@
 """The study: the workflow at the scale that can answer whether the rerankers help.
 
 For each temperature: record prompts until a round target is met, featurize, cross-fit the isotonic, Base and
-Rows rerankers, evaluate every rule offline, then gather the figures at B = 8 and 59
+Rows rerankers, evaluate every score offline, then gather the figures at B = 8 and 59
 (``specrank.evaluation.study``) into ``OUT/results.json``, ``OUT/results.md`` and ``OUT/learning-curve.png``.
 
 The prompts are decoded in a fixed, seeded order; the first call decodes 24 of them, and each later call as
@@ -121,7 +121,7 @@ def study(target, drafter="eagle3:default", prompts=None, *, out, temperatures=(
     ``OUT/<temperature>/champion``. With ``online``, the last ``online_prompts`` prompts of the study's order are
     never recorded: draft selection, the champion, root and root-draw selection decode them in the loop at each
     budget (``online_prompts`` of them at the first sampled temperature and B = 8, the cell the study's online
-    goal reads; ``online_other_prompts`` elsewhere), beside the offline prediction for the same rule.
+    goal reads; ``online_other_prompts`` elsewhere), beside the offline prediction for the same score.
     """
     out = check_output_dir(out).resolve()
     parse_device(device)
@@ -211,14 +211,14 @@ def champion_stage(run_dir: Path, figures: dict, recorded, temp: float, *, promp
     path = run_dir / "champion"
 
     def fit_and_save():
-        model = fit_champion(choice["rule"], run_dir, read_features(features), tune_trials=tune_trials, seed=seed,
+        model = fit_champion(choice["reranker"], run_dir, read_features(features), tune_trials=tune_trials, seed=seed,
                              n_jobs=threads, gbm={"n_estimators": n_estimators})
-        model.card_ = model_card(choice["rule"], choice, figures, recorded, data=Path(prompts_path).name,
+        model.card_ = model_card(choice["reranker"], choice, figures, recorded, data=Path(prompts_path).name,
                                  command=command, temperature=temp)
         model.save(path)
-        print(f"champion {choice['rule']} (mean gain over draft {choice['score']:+.2f}% of draft's value) -> {path}")
+        print(f"champion {choice['reranker']} (mean gain over draft {choice['mean_gain_pct']:+.2f}% of draft's value) -> {path}")
 
-    Stages(run_dir / "stages.json").run("champion", f"{file_hash(features)}:{choice['rule']}", path / "reranker.json",
+    Stages(run_dir / "stages.json").run("champion", f"{file_hash(features)}:{choice['reranker']}", path / "reranker.json",
                                         fit_and_save, clear=path)
     return {**choice, "path": str(path.relative_to(run_dir.parent))}
 
@@ -227,13 +227,13 @@ def online_stage(run_dir: Path, figures: dict, unseen, temp: float, decoding: di
                  other_prompts: int, bootstrap: int, seed: int) -> dict:
     """Draft, the champion, root and root-draw selection decoded in the loop on ``unseen`` prompts at each of
     ``ONLINE_BUDGETS`` (``goal_prompts`` of them at B = 8, ``other_prompts`` at the others), each beside the
-    offline prediction for the same rule; the tables are kept in ``run_dir/online/B<budget>``."""
+    offline prediction for the same score; the tables are kept in ``run_dir/online/B<budget>``."""
     champion = load_reranker(run_dir / "champion")
-    rule = figures["champion"]["rule"]
+    name = figures["champion"]["reranker"]
     target = load_target(decoding["target"], decoding["device"], decoding["dtype"], decoding["graphs"])
     drafter = load_drafter(decoding["drafter"], target, decoding["eagle3_layers"], decoding["specforge_norm_output"])
     pipelined = ("root_draw",) if drafter.hidden_layers is None else ()
-    out = {"rule": rule, "root_draw_pipelined": bool(pipelined), "budgets": {}}
+    out = {"reranker": name, "root_draw_pipelined": bool(pipelined), "budgets": {}}
     for budget in ONLINE_BUDGETS:
         n = goal_prompts if budget == ONLINE_BUDGETS[0] else other_prompts
         folder = run_dir / "online" / f"B{budget}"
@@ -246,15 +246,15 @@ def online_stage(run_dir: Path, figures: dict, unseen, temp: float, decoding: di
                                             temperature=temp, budget=budget,
                                             max_new_tokens=decoding["max_new_tokens"], seed=seed, bootstrap=bootstrap,
                                             pipeline=pipelined, out=folder, progress=decoding["progress"])
-        out["budgets"][str(budget)] = online_figures(comparison, figures["budgets"].get(str(budget)), rule, n,
+        out["budgets"][str(budget)] = online_figures(comparison, figures["budgets"].get(str(budget)), name, n,
                                                      bootstrap, seed)
     return out
 
 
-def online_figures(comparison: OnlineComparison, offline: dict | None, rule: str, prompts: int, bootstrap: int,
+def online_figures(comparison: OnlineComparison, offline: dict | None, champion: str, prompts: int, bootstrap: int,
                    seed: int) -> dict:
     """Per strategy: realized and expected accepted draft tokens a round, the realized gain and tokens/s ratio
-    over draft; the offline prediction for the same rule; the break-even gain on a ``GPU_ROUND_MS`` round."""
+    over draft; the offline prediction for the same score (``champion``: the reranked strategy's); the break-even gain on a ``GPU_ROUND_MS`` round."""
     strategies = {}
     per_round = comparison.tables["online_strategies"].set_index("strategy")
     for name in comparison.tables["online_strategies"]["strategy"]:
@@ -265,8 +265,8 @@ def online_figures(comparison: OnlineComparison, offline: dict | None, rule: str
         strategies[name] = entry
     figures = {"prompts": prompts, "strategies": strategies}
     if offline is not None:
-        offline_rule = {"reranked": rule, "root": "root", "draft": "draft"}
-        figures["offline"] = {s: offline["rules"][r] for s, r in offline_rule.items() if r in offline["rules"]}
+        offline_score = {"reranked": champion, "root": "root", "draft": "draft"}
+        figures["offline"] = {s: offline["rules"][r] for s, r in offline_score.items() if r in offline["rules"]}
     r = per_round.loc["reranked"]
     rerank_ms = 1000.0 * float(r["rerank_s"]) / max(float(r["rounds"]), 1.0)
     draft = strategies["draft"]["realized"][0]
@@ -424,8 +424,8 @@ def _log_pipeline(figures: dict) -> None:
     log_headline(figures)
     champion, online = figures.get("champion"), figures.get("online")
     if champion:
-        log_params({"champion": champion["rule"], "champion_path": champion["path"]})
-        log_metrics({"champion.score": champion["score"]})
+        log_params({"champion": champion["reranker"], "champion_path": champion["path"]})
+        log_metrics({"champion.score": champion["mean_gain_pct"]})
     for b, f in (online or {}).get("budgets", {}).items():
         metrics = {f"online.b{b}.prompts": f["prompts"], f"online.b{b}.break_even_gain": f["break_even"]["gain"]}
         for name, e in f["strategies"].items():
