@@ -15,13 +15,18 @@ prompts it did not record.
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from pathlib import Path
 
 from specrank.commands.args import (DRAFTER_SPECS, add_device_arguments, add_drafter_arguments, add_target_argument,
                                     add_tracking_arguments, at_least, parse_temperatures)
+from specrank.commands import tracked
 from specrank.commands.decode import add_seen_prompts_argument
+from specrank.decode.core import parse_device
+from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
+from specrank.decode.loading.eagle3 import default_head_dir, has_default_head
+from specrank.decode.loading.targets import check_target_spec
 from specrank.decode.prompts import default_prompts_path, read_prompts
+from specrank.evaluation.report import headline_table
 from specrank.law import GREEDY, Law
 from specrank.outputs import check_output_dir
 from specrank.rerankers.defaults import DEFAULT, DEFAULT_DRAFTER, DefaultRerankerError, load_default_reranker
@@ -73,8 +78,6 @@ FALLBACK_SIZE = (24, 14)
 def default_drafter() -> str:
     """``eagle3:default`` (the shipped head, or the cache's), else ``early-exit:8`` (said on stdout) in a checkout
     whose head was removed."""
-    from specrank.decode.loading.eagle3 import default_head_dir, has_default_head
-
     if has_default_head():
         return "eagle3:default"
     print(f"No trained EAGLE-3 head in {default_head_dir()} (`make drafter` trains one): "
@@ -83,11 +86,7 @@ def default_drafter() -> str:
 
 
 def run(args) -> int:
-    from specrank.decode.core import parse_device
-    from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
-    from specrank.decode.loading.targets import check_target_spec
-    from specrank.evaluation.report import headline_table
-    from specrank.tracking import check_tracking_uri, resolve_tracking_uri
+    from specrank.tracking import demo as demo_tracking  # MLflow: loaded once the CLI has set its log level
 
     temperatures = parse_temperatures(args.temperatures)
     check_output_dir(args.out or default_out())
@@ -96,7 +95,7 @@ def run(args) -> int:
     if args.drafter:
         parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
     if args.tracking_uri is not None:
-        check_tracking_uri(resolve_tracking_uri(args.tracking_uri))
+        tracked.checked_uri(args.tracking_uri)
     drafter = args.drafter or default_drafter()
     limit, max_new_tokens = DEMO_SIZE.get(drafter, FALLBACK_SIZE)
     limit, max_new_tokens = args.limit or limit, args.max_new_tokens or max_new_tokens
@@ -106,7 +105,7 @@ def run(args) -> int:
     if args.tracking_uri is None:  # the demo's own store, beside its runs: ad-hoc runs elsewhere stay out of it
         (args.out or default_out()).mkdir(parents=True, exist_ok=True)  # every input checked: nothing partial
     own_store = f"sqlite:///{(args.out or default_out()).resolve() / 'mlflow.db'}"
-    uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri or own_store))
+    uri = tracked.checked_uri(args.tracking_uri or own_store)
     tables, champions, experiment_id, pipelines = {}, {}, None, {}
     for temp in temperatures:
         name = GREEDY if Law(temp).greedy else f"t{temp:g}"
@@ -115,7 +114,7 @@ def run(args) -> int:
         def tracking(stage: str, name=name) -> Tracking:
             return Tracking.stage(uri, args.experiment, f"demo-{name}", stage)
 
-        with _pipeline_run(args.experiment, uri, name, temp, drafter) as pipeline:
+        with demo_tracking.pipeline_run(args.experiment, uri, name, temp, drafter) as pipeline:
             experiment_id, pipelines[f"demo-{name}"] = pipeline.info.experiment_id, pipeline.info.run_id
             with timed(f"record: {limit} bundled prompts at T = {temp:g} -> {run_dir}"):
                 recording = record(args.target, drafter, out=run_dir, temperature=temp, limit=limit,
@@ -134,24 +133,15 @@ def run(args) -> int:
             with timed(f"evaluate: {run_dir / 'evaluation'}"):
                 evaluation = evaluate(recording, rerankers, out=run_dir / "evaluation", bootstrap=args.bootstrap,
                                       tracking=tracking("evaluate"))
-            champions[f"demo-{name}"] = _summarize_pipeline(evaluation, recording, rerankers, name, drafter, temp)
+            champions[f"demo-{name}"] = demo_tracking.summarize_pipeline(
+                evaluation, recording.path, rerankers, decode_metrics(recording), name, drafter, temp)
         tables[name] = headline_table(evaluation.summary, evaluation.meta["headline_budgets"])
     for name, table in tables.items():
         print(f"\n## {name}: expected accepted draft tokens per round (held-out, 95% prompt-bootstrap intervals)\n")
         print(table)
     print(f"\nDrafter: {drafter}. Reports: {out}/*/evaluation/report.md (and report.html)")
-    from specrank.tracking.pipeline import demo_description, describe_experiment
-    from specrank.tracking.runs import run_page, runs_page
-    from specrank.tracking.uri import tracking_store
-
-    with tracking_store(uri):
-        describe_experiment(experiment_id, demo_description(uri, champions, drafter))
-    for model, load in champions.items():
-        print(f"Champion {model}: specrank.tracking.resolve_reranker(\"{load}\", tracking_uri=\"{uri}\")")
-    print(f"MLflow store: {uri} (experiment {args.experiment!r})\n"
-          f"Browse the runs: mlflow ui --backend-store-uri {uri}\n  then open {runs_page(experiment_id)}")
-    for run_name, run_id in pipelines.items():
-        print(f"  headline of {run_name}: {run_page(experiment_id, run_id)}")
+    for line in demo_tracking.finish(uri, args.experiment, experiment_id, champions, drafter, pipelines):
+        print(line)
     if not args.no_online:
         online_check(args, drafter, out / "online", limit)
     return 0
@@ -183,38 +173,3 @@ def online_check(args, drafter: str, out: Path, recorded: int) -> None:
         print(line)
     print(f"realized gain in accepted draft tokens a round: {gain[0]:+.3f} [{gain[1]:+.3f}, {gain[2]:+.3f}] "
           "(a short check: `specrank study` measures it on 100 prompts)")
-
-
-def _pipeline_run(experiment: str, uri: str, name: str, temp: float, drafter: str):
-    """The parent run of one temperature's stages (each stage's run nests under it)."""
-    from specrank.tracking import experiment_run
-
-    note = (f"The demo pipeline at T = {temp:g} with drafter {drafter}: its nested runs are the stages "
-            "decode -> featurize -> train -> evaluate, linked by the datasets each logs.")
-    return _with_params(experiment_run(experiment, run_name=f"demo-{name}", tracking_uri=uri,
-                                       tags={"specrank.stage": "pipeline"}, description=note),
-                        {"stage": "pipeline", "temperature": float(temp), "drafter": drafter, "store": uri})
-
-
-@contextmanager
-def _with_params(run, params: dict):
-    """``run`` with ``params`` logged as soon as it opens."""
-    from specrank.tracking import log_params
-
-    with run as active:
-        log_params(params)
-        yield active
-
-
-def _summarize_pipeline(evaluation, recording, rerankers, name: str, drafter: str, temp: float) -> str:
-    """The pipeline run's headline (``specrank.tracking.pipeline.log_pipeline``), from what the stages returned,
-    and the recorded rounds; returns the champion's load URI."""
-    from specrank.tracking.lineage import log_dataset, rounds_dataset
-    from specrank.tracking.pipeline import log_pipeline
-
-    log_dataset(rounds_dataset(recording.path), "pipeline")
-    title = f"**Demo pipeline {name}**: T = {temp:g}, drafter {drafter}; nested runs decode -> featurize -> train -> evaluate."
-    log_pipeline(evaluation, evaluation.path / "report.html",
-                 {**rerankers.heldout, "n_prompts": evaluation.meta.get("prompts")}, decode_metrics(recording),
-                 rerankers.registered, title)
-    return f"models:/demo-{name}@champion"
