@@ -300,3 +300,39 @@ def test_decoding_calls_are_sized_by_the_rounds_recorded_so_far():
     assert next_limit(240, 9_990, 10_000, 480, 120) == 244  # at least one shard
     assert next_limit(476, 9_000, 10_000, 480, 120) == 480  # never past the prompts
     assert next_limit(0, 0, 100, 480, 4) == 4
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The shipped champions
+
+
+@pytest.mark.parametrize("law", ["sampling", "greedy"])
+def test_the_shipped_champion_is_reranker_default_on_an_empty_cache(tmp_path, monkeypatch, law):
+    from specrank.rerankers.defaults import default_reranker_dir, load_default_reranker, shipped_reranker_dir
+
+    monkeypatch.setenv("SPECRANK_CACHE", str(tmp_path))
+    temperature = 1.0 if law == "sampling" else 0.0
+    assert default_reranker_dir(temperature) == shipped_reranker_dir(law)
+    champion = load_default_reranker(temperature)
+    assert champion.label_kind_ == ("probability" if law == "sampling" else "argmax")
+    assert champion.card_["temperature"] == temperature and champion.card_["data"] == "spec_bench.jsonl"
+    size = sum(p.stat().st_size for p in shipped_reranker_dir(law).iterdir())
+    assert size <= 2**20  # at most 1 MB
+
+
+@pytest.mark.parametrize("law", ["sampling", "greedy"])
+def test_the_shipped_champion_never_learned_from_an_evaluation_prompt(law):
+    import numpy as np
+
+    from specrank.rerankers import load_reranker
+    from specrank.rerankers.defaults import shipped_reranker_dir
+    from specrank.workflow.champion import check_unseen_prompts, training_prompts
+
+    champion = load_reranker(shipped_reranker_dir(law))
+    learned = training_prompts(champion)
+    spec_bench = read_prompts(spec_bench_path())
+    order = [spec_bench[i] for i in np.random.default_rng(0).permutation(len(spec_bench))]  # the default study's
+    online = order[-100:]  # the prompts the default study kept unseen for its online phase
+    assert check_unseen_prompts(champion, read_prompts(default_prompts_path())) == 0  # the demo's and benchmarks'
+    assert check_unseen_prompts(champion, online) == 0
+    assert learned == {prompt_digest(p.text) for p in order[: len(learned)]}  # the control: it sees its own
