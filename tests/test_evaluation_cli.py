@@ -101,14 +101,6 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
     assert (out / "report.md").read_text() == report
     assert (out / "figures" / "gain_vs_budget.png").read_bytes()[:8] == PNG
 
-    # ...and from tables written before the ``rule`` column was renamed ``score``
-    for name in ("summary", "comparisons", "mixture_weights", "splits"):
-        path = out / f"{name}.parquet"
-        pd.read_parquet(path).rename(columns={"score": "rule"}).to_parquet(path, index=False)
-    (out / "report.md").unlink()
-    assert main(["report", str(out)]) == 0
-    assert (out / "report.md").read_text() == report
-
 
 def test_unreachable_tracking_server_fails_before_any_output(run_and_predictions, tmp_path, capsys):
     run_dir, predictions, feats = run_and_predictions

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from specrank.commands.args import (add_deprecated_alias, add_device_arguments, add_target_argument, at_least,
+from specrank.commands.args import (add_device_arguments, add_target_argument, at_least,
                                     finite_float)
 from specrank.commands.drafter_train import add_train_parser
 from specrank.outputs import check_distinct, check_output_file
@@ -41,7 +41,6 @@ def add_arguments(parser) -> None:
     export.add_argument("--dtype", default="fp32", choices=["bf16", "fp16", "fp32"], help="weight dtype (default fp32)")
     export.add_argument("--vllm-target", default=None, help="vllm: the target's name or path recorded for vLLM "
                                                          "(default: the head's own, if it names one)")
-    add_deprecated_alias(export, "--verifier", "--vllm-target", "vllm_target")
     export.add_argument("--sglang-rule", default="current", choices=["current", "legacy"],
                         help="sglang: the SGLang reading of layer ids to write for when the releases before and "
                              "after its PR #25454 differ (default current); ids both read alike are written "

@@ -11,7 +11,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from specrank.atomic import atomic_write, write_parquet_atomic
-from specrank.commands.args import (add_deprecated_alias, add_model_arguments, add_pool_arguments,
+from specrank.commands.args import (add_model_arguments, add_pool_arguments,
                                     add_tracking_arguments, at_least)
 from specrank.decode import STRATEGY_NAMES, DecodeConfig, PoolShape, load_drafter, load_target, make_strategy
 from specrank.decode.prompts import default_prompts_path, encode_prompts, read_prompts
@@ -26,7 +26,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--strategies", default="draft",
                         help="comma list of draft, reranked, root, root_draw, pearl, covering (default draft);"
                              " each runs on every prompt, order rotated per prompt; speeds are relative to the first")
-    add_deprecated_alias(parser, "--rules", "--strategies", "strategies")
     parser.add_argument("--reranker", default=None, help="reranker for 'reranked': a saved reranker (format 2), or an"
                                                          " MLflow model URI (models:/NAME/VERSION, runs:/ID/NAME)")
     parser.add_argument("--trust-pickle", action="store_true",

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from specrank.atomic import atomic_write
-from specrank.commands.args import (add_deprecated_alias, add_model_arguments, add_pool_arguments,
+from specrank.commands.args import (add_model_arguments, add_pool_arguments,
                                     add_tracking_arguments, at_least)
 from specrank.decode import DecodeConfig, PoolShape, load_drafter, load_target
 from specrank.decode.prompts import default_prompts_path, read_prompts
@@ -29,7 +29,6 @@ def add_arguments(parser) -> None:
                         help="rules as NAME[:KEY=V1/V2,...] (default: %(default)s)")
     parser.add_argument("--speculations", nargs="+", default=["tree", "chain"], choices=["tree", "chain"],
                         help="tree and/or chain speculative decoding (default both)")
-    add_deprecated_alias(parser, "--decoders", "--speculations", "speculations", nargs="+", choices=["tree", "chain"])
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
     parser.add_argument("--chain-length", type=int, default=4, help="chain speculation: drafted tokens per round")
     add_pool_arguments(parser, budget="tree speculation: verified tree size B, root excluded", extra=0)

@@ -205,17 +205,13 @@ def save_evaluation(evaluation: Evaluation, out_dir) -> list[Path]:
     return written
 
 
-# Columns of evaluations written before the vocabulary was unified: such a directory still loads.
-RENAMED_COLUMNS = {"rule": "score"}
-
-
 def load_evaluation(out_dir) -> Evaluation:
     """Read back the tables written by ``save_evaluation``."""
     out = Path(out_dir)
     missing = [f"{n}.parquet" for n in TABLES if not (out / f"{n}.parquet").is_file()]
     if missing or not (out / "meta.json").is_file():
         raise FileNotFoundError(f"{out}: not an evaluation directory (missing {', '.join(missing) or 'meta.json'})")
-    tables = {n: read_table(out / f"{n}.parquet").to_pandas().rename(columns=RENAMED_COLUMNS) for n in TABLES}
+    tables = {n: read_table(out / f"{n}.parquet").to_pandas() for n in TABLES}
     meta = read_json(out / "meta.json", "evaluation metadata")
     if not isinstance(meta, dict):
         raise DataFileError(f"{out / 'meta.json'}: not evaluation metadata (a JSON object)")

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from specrank.decode.runs.records import round_record
-from specrank.decode.strategies import strategy_name
 from specrank.decode.strategies.base import draft_rank, round_batch
 from specrank.schema import DIAGNOSTIC_COLUMNS, ROW_COLUMNS, ROW_SCALARS
 from specrank.selection import DraftGroups, PoolBatch, cumulate, draw_values, fixed_values, score_of
@@ -88,7 +87,7 @@ def parse_strategies(text: str | None, allowed=COMPARABLE, what: str = "--compar
     """``"root,draft"`` -> ["root", "draft"]; one-line error naming ``what`` for an unknown or repeated name."""
     if not text:
         return []
-    names = [strategy_name(t.strip()) for t in text.split(",") if t.strip()]
+    names = [t.strip() for t in text.split(",") if t.strip()]
     bad = [n for n in names if n not in allowed]
     if bad:
         raise CompareError(f"{what}: unknown strategy {bad[0]!r}; choose from {', '.join(allowed)}")
