@@ -41,8 +41,8 @@ def add_arguments(parser) -> None:
     export.add_argument("--dtype", default="fp32", choices=["bf16", "fp16", "fp32"], help="weight dtype (default fp32)")
     export.add_argument("--vllm-target", default=None, help="vllm: the target's name or path recorded for vLLM "
                                                          "(default: the head's own, if it names one)")
-    export.add_argument("--sglang-rule", default="current", choices=["current", "legacy"],
-                        help="sglang: the SGLang reading of layer ids to write for when the releases before and "
+    export.add_argument("--sglang-convention", default="current", choices=["current", "legacy"],
+                        help="sglang: the SGLang layer-id convention to write for when the releases before and "
                              "after its PR #25454 differ (default current); ids both read alike are written "
                              "whenever they exist")
     export.add_argument("--specforge-norm-output", default=None, choices=["after-pr879", "before-pr879"],
@@ -56,15 +56,15 @@ def run(args) -> int:
 
 def run_export(args) -> int:
     from specrank.decode.loading.eagle3 import default_head_dir
-    from specrank.decode.loading.eagle3_export import RULE_NOTE, export_head
+    from specrank.decode.loading.eagle3_export import CONVENTION_NOTE, export_head
 
     head = default_head_dir() if str(args.head) == "default" else args.head
-    out, notes = export_head(head, args.out, args.format, args.dtype, args.vllm_target, args.sglang_rule,
+    out, notes = export_head(head, args.out, args.format, args.dtype, args.vllm_target, args.sglang_convention,
                              args.specforge_norm_output)
     size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
     print(f"exported {head} as {args.format} ({args.dtype}, {size:.1f} MiB) to {out}")
     for note in notes:
-        if note.startswith(RULE_NOTE):  # the one line a user must see: which SGLang the file is for
+        if note.startswith(CONVENTION_NOTE):  # the one line a user must see: which SGLang the file is for
             print(note, file=sys.stderr)
         else:
             print(f"note: {note}")

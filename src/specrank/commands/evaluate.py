@@ -1,11 +1,11 @@
-"""``specrank evaluate``: every selection rule on a run's recorded rounds -> tables, report, figures, MLflow."""
+"""``specrank evaluate``: every selection score on a run's recorded rounds -> tables, report, figures, MLflow."""
 
 from __future__ import annotations
 
 from specrank.commands.args import add_tracking_arguments, at_least
 from specrank.workflow import Tracking, evaluate
 
-HELP = "Evaluate every selection rule offline on a run's recorded rounds, with paired prompt-bootstrap intervals."
+HELP = "Evaluate every selection score offline on a run's recorded rounds, with paired prompt-bootstrap intervals."
 
 
 def add_arguments(parser) -> None:

@@ -35,7 +35,7 @@ def add_arguments(parser) -> None:
                              " pass also scores, for measurement only: their expected acceptance at each context")
     parser.add_argument("--prompts", default=None, help="JSONL prompts; default: the bundled set")
     parser.add_argument("--limit", type=at_least(1), default=None, help="only the first N prompts")
-    parser.add_argument("--warmup", type=at_least(0), default=1, help="prompts decoded once by every rule first, untimed")
+    parser.add_argument("--warmup", type=at_least(0), default=1, help="prompts decoded once by every strategy first, untimed")
     parser.add_argument("--out", required=True, help="output directory (rounds, decodes, summary tables, figure)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     add_pool_arguments(parser)
@@ -54,7 +54,7 @@ def add_arguments(parser) -> None:
 
 
 def _strategies(args, config) -> dict:
-    """{rule: strategy}, the reranker loaded and checked against the run before any decoding."""
+    """{name: strategy}, the reranker loaded and checked against the run before any decoding."""
     from specrank.decode.runs import parse_strategies
 
     names = parse_strategies(args.strategies, STRATEGY_NAMES, "--strategies")

@@ -26,7 +26,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--limit", type=at_least(1), default=None, help="decode only the first N prompts")
     parser.add_argument("--out", required=True, help="output directory (one resumable run per cell under runs/)")
     parser.add_argument("--grid", nargs="+", default=list(DEFAULT_GRID),
-                        help="rules as NAME[:KEY=V1/V2,...] (default: %(default)s)")
+                        help="verification rules as NAME[:KEY=V1/V2,...] (default: %(default)s)")
     parser.add_argument("--speculations", nargs="+", default=["tree", "chain"], choices=["tree", "chain"],
                         help="tree and/or chain speculative decoding (default both)")
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")

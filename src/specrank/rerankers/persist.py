@@ -193,7 +193,7 @@ def check_params(where: str, cls, params: dict, features: list) -> None:
             raise RerankerFileError(f"{where}: params.features: {first_line(exc)}") from None
         if resolved != features:
             raise RerankerFileError(f"{where}: params.features: {short(params['features'])} is not the saved features")
-    try:  # the rules across parameters (boost_from_draft only with LightGBM)
+    try:  # the constraints across parameters (boost_from_draft only with LightGBM)
         cls(**params).check_params()
     except ValueError as exc:
         raise RerankerFileError(f"{where}: params: {first_line(exc)}") from None

@@ -1,8 +1,8 @@
-"""Fixed-tree selection scores (docs/design.md, selection rules) as functions, their registry, values and tree sizes.
+"""Fixed-tree selection scores (docs/design.md, selection scores) as functions, their registry, values and tree sizes.
 
 Every score is a log-space, float64 (N, M) array that is non-increasing along each
 path, so the top-B set under the (depth, index) tie-break is ancestor-closed.
-Rules that keep draft factors take them from the recorded cumulative draft score:
+Scores that keep draft factors take them from the recorded cumulative draft score:
 score(u) = log(replaced factors up to depth k) + draft_logp(u) - draft_logp(anc_k(u)).
 """
 

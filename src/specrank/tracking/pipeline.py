@@ -21,7 +21,7 @@ UNITS = ("`draft_tokens_B*` is draft selection's expected accepted draft tokens 
 
 
 def headline_frame(summary: pd.DataFrame, budgets) -> pd.DataFrame:
-    """The headline table as rows: rule (and its label) x headline budget, value, gain with its interval,
+    """The headline table as rows: score (and its label) x headline budget, value, gain with its interval,
     share of root's gain."""
     rows = summary[summary["budget"].isin(list(budgets))]
     cols = ["score", "budget", "mean", "gain", "gain_low", "gain_high", "gain_pct", "root_share"]
@@ -39,9 +39,9 @@ def pipeline_metrics(summary: pd.DataFrame, budget: int, train: dict, decode: di
     out = {"n_prompts": train.get("n_prompts"), "n_rounds": at["rounds"].max() if "rounds" in at else None}
     if "draft" in at.index:
         out[f"draft_tokens_B{budget}"] = at.loc["draft", "mean"]
-    for rule in dict.fromkeys(["root", "rows", champion]):
-        if rule in at.index:
-            out[f"{rule}_gain_tokens_B{budget}"] = at.loc[rule, "gain"]
+    for score in dict.fromkeys(["root", "rows", champion]):
+        if score in at.index:
+            out[f"{score}_gain_tokens_B{budget}"] = at.loc[score, "gain"]
     if "rows" in at.index:
         out[f"rows_root_share_pct_B{budget}"] = at.loc["rows", "root_share"]
     if champion and f"{champion}_heldout_mse" in train:
@@ -81,7 +81,7 @@ def describe_experiment(experiment_id: str, text: str) -> None:
 def demo_description(store: str, champions: dict[str, str], drafter: str) -> str:
     """What the demo's experiment holds, where its headline is, and how to load each champion."""
     lines = [f"**specrank demo** (drafter {drafter}): each pipeline run (`demo-t1`, `demo-greedy`) records bundled "
-             "prompts, featurizes them, cross-fits rerankers and evaluates every selection rule offline; its "
+             "prompts, featurizes them, cross-fits rerankers and evaluates every selection score offline; its "
              "nested runs are the stages. **The headline** is on the pipeline run: its metrics, "
              "`tables/headline.json` and `report.html`.", "",
              "Registered champions (the reranker with the lowest cross-fitted held-out error, refitted on all "
