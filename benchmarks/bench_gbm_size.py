@@ -60,10 +60,10 @@ def record(out: Path, prompts: int, max_new_tokens: int, threads: int) -> None:
                build_manifest(target, drafter, config, path, 4))
 
 
-def kernel_ms(model, features, topk: int) -> float:
-    """Milliseconds of a compiled model's trees on one round's ``topk`` rows, back to back."""
+def kernel_ms(model, trees, features, topk: int) -> float:
+    """Milliseconds of a model's compiled trees on one round's ``topk`` rows, back to back."""
     m = model._matrix(features.iloc[:topk], model.prior_.transform(features["token"].to_numpy()[:topk]))
-    return best_ms(lambda: model.trees_.raw(m))
+    return best_ms(lambda: trees.raw(m))
 
 
 def main(argv=None) -> int:
@@ -112,7 +112,7 @@ def evaluate_sizes(run: Path, sizes: dict, reference: str, budgets: list[int], n
     from specrank.evaluation.data import align_predictions, load_rounds
     from specrank.evaluation.offline import evaluate
     from specrank.featurize import featurize_run
-    from specrank.rerankers import GBMReranker
+    from specrank.rerankers import GBMReranker, compiled
     from specrank.rerankers.crossfit import cross_fit
 
     features = featurize_run(run)
@@ -124,11 +124,12 @@ def evaluate_sizes(run: Path, sizes: dict, reference: str, budgets: list[int], n
             model = GBMReranker(features=name, n_jobs=1, **params)
             fit = cross_fit(model, features)
             predictions[f"{name} {label}"] = fit.predictions
-            fitted = fit.models[min(fit.models)].compile()
-            arrays = fitted.trees_.arrays
+            fitted = fit.models[min(fit.models)]
+            inference = compiled(fitted, "quickscorer")
+            arrays = inference.trees.arrays
             costs[(name, label)] = {"nodes": int(len(arrays.thresholds) + len(arrays.cat_trees)),
-                                    "model_bytes": int(fitted.round_model_.nbytes),
-                                    "kernel_ms_back_to_back": kernel_ms(fitted, features, topk)}
+                                    "model_bytes": int(inference.model.nbytes),
+                                    "kernel_ms_back_to_back": kernel_ms(fitted, inference.trees, features, topk)}
     rounds = load_rounds(run)
     ev = evaluate(rounds, align_predictions(rounds, predictions), budgets=budgets, n_boot=n_boot)
     summary = ev.summary.set_index(["score", "budget"])

@@ -181,7 +181,7 @@ def main(argv=None) -> int:
         acc = acceptance_summary(rounds, args.bootstrap).set_index(["strategy", "statistic"])
         speed = speed_ratios(decodes, "draft", args.bootstrap).set_index("strategy")
         per_round = lambda d, col: 1000 * table.loc[d, col] / table.loc[d, "rounds"]  # noqa: E731
-        strategies = {}
+        made, strategies = strategies, {}
         for d, r in table.iterrows():
             ms = {k.removesuffix("_s"): per_round(d, k) for k in (
                 "seconds", "prefill_s", "draft_s", "root_pass_s", "tree_pass_s", "rerank_s", "bookkeeping_s")}
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
                            "speed_vs_draft": list(speed.loc[d, ["ratio", "low", "high"]].astype(float)),
                            "ms_per_round": ms}
             if d != "draft":
-                strategies[d] |= {"inference": rerankers[d.removeprefix("reranked-")].inference_,
+                strategies[d] |= {"inference": made[d].compiled.inference,
                                 "rerank_back_to_back_ms": warm[d],
                                 "break_even_gain": {"cpu_round": ms["rerank"] / ms["seconds"],
                                                     "gpu_round": ms["rerank"] / GPU_ROUND_MS},

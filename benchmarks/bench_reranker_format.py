@@ -1,11 +1,11 @@
-"""The size and load time of a format-2 Rows reranker against its format-1 pickle.
+"""The size and load time of a format-2 Rows reranker against a pickle of the same estimator.
 
     python benchmarks/bench_reranker_format.py [--prompts 100] [--rounds-per-prompt 50] [--loads 20]
 
 Fits the Rows reranker with the paper's settings (400 iterations, learning rate 0.05, 63 leaves) on a
 synthetic run in the EAGLE-3 pool shape (topk 10: 10 candidate rows per round), saves it in format 2 (a
-directory, and a zip) and as the format-1 pickle the earlier releases wrote, and loads each ``--loads``
-times (the median is reported, in this process: the libraries are imported once, before timing). The
+directory, and a zip) and as a pickle of the estimator (what earlier releases wrote, which specrank no
+longer loads: unpickling runs code from the file), and loads each ``--loads`` times (the median is reported, in this process: the libraries are imported once, before timing). The
 goal: format 2 no larger than the pickle, and loading it (which runs no code from the file) no slower
 than about twice the pickle's.
 """
@@ -18,7 +18,6 @@ import pickle
 import statistics
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 
@@ -46,8 +45,6 @@ def main() -> None:
     from specrank.featurize import featurize_rounds
     from specrank.featurize.synthetic import synthetic_rounds
     from specrank.rerankers import GBMReranker, load_reranker
-    from specrank.rerankers.legacy import FORMAT as PICKLE_FORMAT
-    from specrank.rerankers.persist import describe
 
     table, manifest = synthetic_rounds(args.prompts, args.rounds_per_prompt, topk=10, depth=8, seed=0)
     feats = featurize_rounds(table, manifest)
@@ -58,15 +55,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         directory, archive, pkl = est.save(tmp / "rows"), est.save(tmp / "rows.zip"), tmp / "rows.pkl"
-        pkl.write_bytes(pickle.dumps({"format": PICKLE_FORMAT, "meta": describe(est), "estimator": est},
-                                     protocol=pickle.HIGHEST_PROTOCOL))
+        pkl.write_bytes(pickle.dumps(est, protocol=pickle.HIGHEST_PROTOCOL))
         load_reranker(directory), load_reranker(archive)  # imports (lightgbm, sklearn) before timing
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the trusted-pickle warning, once per load
-            t_pickle = median_load_seconds(lambda: load_reranker(pkl, trust_pickle=True), args.loads)
+        t_pickle = median_load_seconds(lambda: pickle.loads(pkl.read_bytes()), args.loads)
         t_dir = median_load_seconds(lambda: load_reranker(directory), args.loads)
         t_zip = median_load_seconds(lambda: load_reranker(archive), args.loads)
-        sizes = {"format 2 directory": size(directory), "format 2 zip": size(archive), "format 1 pickle": size(pkl)}
+        sizes = {"format 2 directory": size(directory), "format 2 zip": size(archive), "pickle": size(pkl)}
     for name, n in sizes.items():
         print(f"{name:20s} {n / 1e6:7.3f} MB")
     print(f"size, directory / pickle: {sizes['format 2 directory'] / sizes['format 1 pickle']:.2f}; "
@@ -74,7 +68,7 @@ def main() -> None:
     print(f"load (median of {args.loads}): pickle {1e3 * t_pickle:.1f} ms, directory {1e3 * t_dir:.1f} ms, "
           f"zip {1e3 * t_zip:.1f} ms")
     print(f"load time, directory / pickle: {t_dir / t_pickle:.2f}; zip / pickle: {t_zip / t_pickle:.2f} (goal: <= 2)")
-    write_results("bench_reranker_format", {"bytes": sizes, "load_s": {"format 1 pickle": t_pickle,
+    write_results("bench_reranker_format", {"bytes": sizes, "load_s": {"pickle": t_pickle,
                                             "format 2 directory": t_dir, "format 2 zip": t_zip},
                                             "loads": args.loads, "goal_size_ratio": 1.0, "goal_load_ratio": 2.0})
 

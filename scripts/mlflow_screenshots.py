@@ -56,6 +56,7 @@ def pages(store: str, experiment: str, pipeline: str) -> dict[str, tuple[str, in
     from mlflow import MlflowClient
 
     from specrank.tracking.runs import WORKFLOW_PARAM
+    from specrank.workflow import Tracking
 
     client = MlflowClient(store)
     exp = client.get_experiment_by_name(experiment)
@@ -64,9 +65,9 @@ def pages(store: str, experiment: str, pipeline: str) -> dict[str, tuple[str, in
     e = exp.experiment_id
     runs = {r.info.run_name: r for r in client.search_runs([e], max_results=1000)}
     run = runs[pipeline].info.run_id
-    train = runs[f"{pipeline}-train"].info.run_id
+    train = runs[Tracking.stage(store, experiment, pipeline, "train").run_name].info.run_id
     studies = [r for r in runs.values() if r.data.tags.get("mlflow.parentRunId") == train and "study" in r.data.params]
-    study = sorted(studies, key=lambda r: r.info.run_name)[-1].info.run_id  # rows-fold1 sorts last
+    study = sorted(studies, key=lambda r: r.info.run_name)[-1].info.run_id  # .../rows-fold1 sorts last
     champion = client.get_model_version_by_alias(pipeline, "champion")
     ml = f"?{WORKFLOW_PARAM}"  # the Model training view, as the demo's printed link opens it
     return {

@@ -9,17 +9,17 @@ from specrank.decode.runs.tables import rounds_table
 from specrank.decode.strategies import RerankedSelection
 from specrank.featurize import featurize_rounds
 from specrank.featurize.edges import edge_frame
-from specrank.rerankers import GBMReranker, IsotonicFirstFactor, PerDepthCalibration
-from specrank.selection import PoolBatch, score_of, select_top
+from specrank.rerankers import GBMReranker, IsotonicFirstFactor, PerDepthCalibration, StackedReranker
+from specrank.selection import PoolBatch, score_of, select_top, stacked_factors
 from decode_helpers import decode_prompt_online
 
 
 class CapturingReranked(RerankedSelection):
-    """The real reranked strategy, keeping the features, predictions and trees it computed online."""
+    """The real reranked strategy, keeping the features, predictions, trees and scores it computed online."""
 
     def __init__(self, reranker):
         super().__init__(reranker, "test")
-        self.seen, self.trees = [], []
+        self.seen, self.trees, self.scores = [], [], []
 
     def first_factor(self, pool, ctx):
         factor = super().first_factor(pool, ctx)
@@ -29,6 +29,7 @@ class CapturingReranked(RerankedSelection):
     def select(self, pool, ctx):
         tree, score = super().select(pool, ctx)
         self.trees.append(tree)
+        self.scores.append(score)
         return tree, score
 
 
@@ -42,18 +43,32 @@ def recorded(target, drafter, strategy, config, prompts):
 
 
 def fitted_reranker(kind, rounds, manifest):
-    """A small reranker of ``kind`` (rows, base, isotonic, per-depth) fitted on recorded ``rounds``."""
+    """A small reranker of ``kind`` (rows, base, isotonic, per-depth, stacked: rows + per-depth) fitted on recorded
+    ``rounds``."""
     if kind == "per-depth":
         return PerDepthCalibration(n_bins=8).fit(edge_frame(rounds, manifest))
     train = featurize_rounds(rounds, manifest)
+    if kind == "stacked":
+        return StackedReranker(fitted_reranker("rows", rounds, manifest), PerDepthCalibration(n_bins=8)).fit(
+            train, edge_frame(rounds, manifest))
     if kind == "isotonic":
         return IsotonicFirstFactor(n_bins=8).fit(train)
     return GBMReranker(features=kind, n_estimators=20, num_leaves=7, min_child_samples=5, n_jobs=1).fit(train)
 
 
+def offline_score(reranker, table, pool: PoolBatch, first_factor: np.ndarray, manifest, law: str) -> np.ndarray:
+    """(N, M) the offline score of ``reranker`` on recorded rounds: ``reranked`` (r(x1) prod q_i), or for a stacked
+    reranker the study's "Rows + per-depth" (``evaluation.study.study_values``): the ``per_depth`` score of every
+    edge's factor calibrated per depth, the first level's replaced by the first factor."""
+    if not hasattr(reranker, "per_depth_"):
+        return score_of(pool, "reranked", law, first_factor=first_factor)
+    edges = reranker.per_depth_.predict(edge_frame(table, manifest, labels=False)).reshape(pool.shape)
+    return score_of(pool, "per_depth", law, edge_factor=stacked_factors(pool, first_factor, edges))
+
+
 def assert_online_equals_offline(strategy: CapturingReranked, records, config, manifest) -> np.ndarray:
     """The strategy's online features equal the offline featurizer's on its recorded rounds bit for bit, its
-    predictions within 1e-12, and its trees the offline selection's; returns the online predictions."""
+    predictions and scores within 1e-12, and its trees the offline selection's; returns the online predictions."""
     shape = config.shape
     table = rounds_table(records, shape.size, shape.topk)
     offline = featurize_rounds(table, manifest, labels=False)
@@ -65,6 +80,7 @@ def assert_online_equals_offline(strategy: CapturingReranked, records, config, m
     offline_pred = strategy.reranker.predict_first_factor(offline)
     np.testing.assert_allclose(online_pred, offline_pred, rtol=0, atol=1e-12)
     pool = PoolBatch.from_frame(table.to_pandas())
-    score = score_of(pool, "reranked", "greedy", first_factor=offline_pred.reshape(-1, shape.topk))
+    score = offline_score(strategy.reranker, table, pool, offline_pred.reshape(-1, shape.topk), manifest, config.law)
+    np.testing.assert_allclose(np.stack(strategy.scores), score, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(np.stack(strategy.trees), select_top(score, pool.depth, config.budget))
     return online_pred

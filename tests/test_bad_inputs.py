@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -339,6 +340,16 @@ def pickled_weights(w) -> None:
     w.bins["eagle3_pickled"] = w.root / "eagle3_pickled"
     write_eagle_head(w.bins["eagle3_pickled"], AutoConfig.from_pretrained(w.tgt))
     torch.save(foreign, w.bins["eagle3_pickled"] / "pytorch_model.bin")
+    # plain pickles (pickle.dump, not torch.save's archive): torch warns about their protocol on stderr
+    w.bins["tgt_plain_pickle"] = w.root / "tgt_plain_pickle"
+    shutil.copytree(w.bins["tgt_pickled"], w.bins["tgt_plain_pickle"])
+    w.bins["eagle3_plain_pickle"] = w.root / "eagle3_plain_pickle"
+    shutil.copytree(w.bins["eagle3_pickled"], w.bins["eagle3_plain_pickle"])
+    for name in ("tgt_plain_pickle", "eagle3_plain_pickle"):
+        (w.bins[name] / "pytorch_model.bin").write_bytes(pickle.dumps(foreign, protocol=4))
+    w.bins["tgt_not_pickle"] = w.root / "tgt_not_pickle"
+    shutil.copytree(w.bins["tgt_pickled"], w.bins["tgt_not_pickle"])
+    (w.bins["tgt_not_pickle"] / "pytorch_model.bin").write_text("hello, not a pickle")
 
 
 def _edit_meta(path: Path, edit) -> None:
@@ -464,6 +475,15 @@ NOT_MLFLOW = "not an MLflow tracking server"
 CASES = [
     # decode: decoding parameters
     ("decode-temperature-nan", lambda w, o: decode(w, o, "--temperature", "nan"), "temperature"),
+    ("decode-target-plain-pickle",
+     lambda w, o: with_arg(decode(w, o), "--target", str(w.bins["tgt_plain_pickle"])),
+     "tgt_plain_pickle/pytorch_model.bin"),
+    ("decode-eagle3-plain-pickle",
+     lambda w, o: with_arg(decode(w, o), "--drafter", f"eagle3:{w.bins['eagle3_plain_pickle']}"),
+     "eagle3_plain_pickle/pytorch_model.bin"),
+    ("tree-config-eagle3-plain-pickle",
+     lambda w, o: with_arg(tree_config(w, o, "--no-tracking"), "--drafter", f"eagle3:{w.bins['eagle3_plain_pickle']}"),
+     "eagle3_plain_pickle/pytorch_model.bin"),
     ("decode-temperature-inf", lambda w, o: decode(w, o, "--temperature", "inf"), "temperature"),
     ("decode-temperature-1e9", lambda w, o: decode(w, o, "--temperature", "1e9"), "temperature"),
     ("decode-temperature-negative", lambda w, o: decode(w, o, "--temperature", "-1"), "temperature"),
@@ -520,6 +540,9 @@ CASES = [
     ("decode-eagle3-pickled-bin",
      lambda w, o: with_arg(decode(w, o), "--drafter", f"eagle3:{w.bins['eagle3_pickled']}"),
      "eagle3_pickled/pytorch_model.bin"),
+    ("decode-target-not-pickle",
+     lambda w, o: with_arg(decode(w, o), "--target", str(w.bins["tgt_not_pickle"])),
+     ("tgt_not_pickle/pytorch_model.bin", "not a pickle")),
     ("decode-target-plain-file", lambda w, o: with_arg(decode(w, o), "--target", str(w.text)), "target"),
     ("decode-tracking-not-mlflow", lambda w, o: decode(w, o, "--tracking-uri", w.not_mlflow), NOT_MLFLOW),
     ("decode-experiment-empty", lambda w, o: decode(w, o, "--tracking-uri", str(w.db), "--experiment", ""),
@@ -651,7 +674,8 @@ CASES = [
     ("evaluate-out-read-only", lambda w, o: evaluate(w, w.ro / "eval"), "--out"),
     ("evaluate-models-missing", lambda w, o: evaluate(w, o, "--models", str(w.root / "nope")), "--models"),
     ("evaluate-models-empty", lambda w, o: evaluate(w, o, "--models", str(w.models_empty)), "--models"),
-    ("evaluate-models-pickle", lambda w, o: evaluate(w, o, "--models", str(w.models_pickle)), "--trust-pickle"),
+    ("evaluate-models-pickle", lambda w, o: evaluate(w, o, "--models", str(w.models_pickle)),
+     "not a specrank reranker"),
     ("evaluate-models-damaged", lambda w, o: evaluate(w, o, "--models", str(w.models_damaged)), "damaged"),
     ("evaluate-models-param-unknown", lambda w, o: evaluate(w, o, "--models", str(w.mm["param_unknown"])),
      "params.depth"),
@@ -687,9 +711,9 @@ CASES = [
     ("online-limit-negative", lambda w, o: online(w, o, "--limit", "-3", "--no-tracking"), "--limit"),
     ("online-warmup-negative", lambda w, o: online(w, o, "--warmup", "-1", "--no-tracking"), "--warmup"),
     ("online-bootstrap-0", lambda w, o: with_arg(online(w, o, "--no-tracking"), "--bootstrap", "0"), "--bootstrap"),
-    ("online-rules-unknown", lambda w, o: online(w, o, "--strategies", "draft,best", "--no-tracking"), "--strategies"),
-    ("online-rules-empty", lambda w, o: online(w, o, "--strategies", ",", "--no-tracking"), "--strategies"),
-    ("online-rules-repeated", lambda w, o: online(w, o, "--strategies", "draft,draft", "--no-tracking"), "--strategies"),
+    ("online-strategies-unknown", lambda w, o: online(w, o, "--strategies", "draft,best", "--no-tracking"), "--strategies"),
+    ("online-strategies-empty", lambda w, o: online(w, o, "--strategies", ",", "--no-tracking"), "--strategies"),
+    ("online-strategies-repeated", lambda w, o: online(w, o, "--strategies", "draft,draft", "--no-tracking"), "--strategies"),
     ("online-compare-unknown", lambda w, o: online(w, o, "--compare", "covering", "--no-tracking"), "--compare"),
     ("online-compare-reranked-alone", lambda w, o: online(w, o, "--compare", "reranked", "--reranker",
                                                           str(w.models / "isotonic-fold0"), "--no-tracking"),
@@ -699,7 +723,7 @@ CASES = [
     ("online-reranker-missing", lambda w, o: online(w, o, "--strategies", "reranked", "--reranker",
                                                     str(w.root / "nope"), "--no-tracking"), "no reranker"),
     ("online-reranker-pickle", lambda w, o: online(w, o, "--strategies", "reranked", "--reranker", str(w.pickle),
-                                                   "--no-tracking"), "--trust-pickle"),
+                                                   "--no-tracking"), "not a specrank reranker"),
     *[(f"online-reranker-{name.replace('_', '-')}",
        lambda w, o, name=name: online(w, o, "--strategies", "reranked", "--reranker", str(w.rr[name]), "--no-tracking"),
        field) for name, field in [("param_unknown", "params.depth"), ("state_empty", "state.task_categories"),
@@ -882,6 +906,15 @@ def run_cli(args, cwd, **env):
 
 SUBPROCESS_CASES = [  # as a user types them: the installed entry point's exit status and stderr
     ("decode-temperature-nan", lambda w, o: decode(w, o, "--temperature", "nan"), "temperature"),
+    ("decode-target-plain-pickle",
+     lambda w, o: with_arg(decode(w, o), "--target", str(w.bins["tgt_plain_pickle"])),
+     "tgt_plain_pickle/pytorch_model.bin"),
+    ("decode-eagle3-plain-pickle",
+     lambda w, o: with_arg(decode(w, o), "--drafter", f"eagle3:{w.bins['eagle3_plain_pickle']}"),
+     "eagle3_plain_pickle/pytorch_model.bin"),
+    ("tree-config-eagle3-plain-pickle",
+     lambda w, o: with_arg(tree_config(w, o, "--no-tracking"), "--drafter", f"eagle3:{w.bins['eagle3_plain_pickle']}"),
+     "eagle3_plain_pickle/pytorch_model.bin"),
     ("online-reranker-uri-default-store",
      lambda w, o: online(w, o, "--strategies", "reranked", "--reranker", "models:/rows/1", "--no-tracking"),
      "no MLflow database"),
@@ -944,25 +977,3 @@ def test_a_later_failure_of_train_leaves_no_models(world, sandbox, capfd):
     assert_one_line_error(rc, captured.err, "label")
     assert not out.exists()
 
-
-def test_the_pickle_advice_works(world, tmp_path, capfd):
-    """``evaluate --models`` of format-1 pickles says to pass --trust-pickle; passing it evaluates them."""
-    import pickle
-    import warnings
-
-    from specrank.rerankers import load_reranker
-    from specrank.rerankers.persist import describe
-
-    models = tmp_path / "models"
-    models.mkdir()
-    for fold in (0, 1):
-        est = load_reranker(world.models / f"isotonic-fold{fold}")
-        payload = {"format": "specrank-reranker/1", "meta": describe(est), "estimator": est}
-        (models / f"isotonic-fold{fold}.pkl").write_bytes(pickle.dumps(payload))
-    argv = evaluate(world, tmp_path / "eval", "--models", str(models))
-    assert main(argv) == 2
-    assert "--trust-pickle" in capfd.readouterr().err
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the trusted pickle's warning
-        assert main(argv + ["--trust-pickle"]) == 0
-    assert (tmp_path / "eval" / "report.md").is_file()

@@ -241,9 +241,11 @@ def test_smollm2_reranked_equals_target_greedy_with_early_exit_and_the_eagle3_he
     monkeypatch.setenv("SPECRANK_TREES", trees)
     text = next(p for p in read_prompts(default_prompts_path()) if p.prompt_id == "summarization-00").text
     for drafter in (early_exit, load_drafter("eagle3:default", target)):
-        out = Decoder(target, drafter, "reranked", reranker=smollm2_rows, budget=8).generate(text, max_new_tokens=12)
+        decoder = Decoder(target, drafter, "reranked", reranker=smollm2_rows, budget=8)
+        out = decoder.generate(text, max_new_tokens=12)
         assert out.tokens == greedy_reference(target, out.prompt_tokens, 12), drafter
-        assert smollm2_rows.inference_.startswith("QuickScorer" if trees == "quickscorer" else "LightGBM predict")
+        path = decoder.strategy.compiled.inference
+        assert path.startswith("QuickScorer" if trees == "quickscorer" else "LightGBM predict")
 
 
 def test_a_reranker_is_checked_against_the_temperature_it_decodes_at(pair):

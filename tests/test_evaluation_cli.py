@@ -75,7 +75,7 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
         summary[(summary["score"] == "rows") & (summary["budget"] == 59)]["root_share"].iloc[0])
     assert len(run.data.metrics) <= 60 and "| Score | B=8 value" in run.data.tags["mlflow.note.content"]
     folds = client.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'")
-    assert sorted(r.info.run_name for r in folds) == ["fold-0", "fold-1"]
+    assert sorted(r.info.run_name for r in folds) == [f"{run.info.run_name}/fold-{f}" for f in (0, 1)]
     splits = pd.read_parquet(out / "splits.parquet")
     for fold in folds:  # each fold run's headline metrics are its split rows
         at = splits[(splits.split_kind == "fold") & (splits.group == fold.info.run_name[-1]) & (splits.budget == 8)]

@@ -14,7 +14,7 @@ from specrank.featurize import TokenPrior, round_inputs  # noqa: E402
 from specrank.featurize.block import round_block  # noqa: E402
 from specrank.featurize.columns import COLUMN  # noqa: E402
 from specrank.featurize.features import META_KEY, feature_meta  # noqa: E402
-from specrank.rerankers import GBMReranker, IsotonicFirstFactor  # noqa: E402
+from specrank.rerankers import GBMReranker, IsotonicFirstFactor, compiled  # noqa: E402
 from specrank.rerankers.isotonic import binned_isotonic, isotonic_lookup  # noqa: E402
 from specrank.rerankers.online import unit_interval  # noqa: E402
 from specrank.rerankers.quickscorer import QuickScorer, Unsupported, arrays_of, quickscorer_of  # noqa: E402
@@ -134,21 +134,25 @@ def test_gbm_reranker_quickscorer_and_fallback_agree_and_name_their_path(monkeyp
     est = GBMReranker(features=["q", "log_q", "sib_rank", "position", "task", "token_prior"], n_estimators=20,
                       num_leaves=7, min_child_samples=5, n_jobs=1).fit(X)
     fallback = est.predict(X)
-    assert est.compile("lightgbm").inference_ == "LightGBM predict" and est.trees_ is None
+    fitted = dict(vars(est))
+    slow = compiled(est, "lightgbm")
+    assert slow.inference == "LightGBM predict" and slow.trees is None and slow.predict_round is None
     with pytest.raises(ValueError, match="'gpu' is not one of quickscorer, lightgbm"):
-        est.compile("gpu")
-    assert est.compile().inference_ == "QuickScorer arrays (numba)" and est.trees_ is not None
+        compiled(est, "gpu")
+    fast = compiled(est)
+    assert fast.inference == "QuickScorer arrays (numba)" and fast.trees is not None and fast.predict_round is not None
+    np.testing.assert_allclose(fast.trees.raw(est._matrix(X, est.prior_.transform(X["token"]))),
+                               est.model_.predict(est._matrix(X, est.prior_.transform(X["token"])), raw_score=True),
+                               rtol=0, atol=1e-12)
+    assert vars(est).keys() == fitted.keys() and all(vars(est)[k] is v for k, v in fitted.items())  # nothing added
     np.testing.assert_array_equal(est.predict(X), fallback)
     monkeypatch.setenv("SPECRANK_TREES", "lightgbm")
-    assert est.compile().inference_ == "LightGBM predict" and est.trees_ is None
-    est.compile("quickscorer")
+    assert compiled(est).inference == "LightGBM predict" and compiled(est).trees is None
     np.testing.assert_allclose(fallback, est.model_.predict(est._matrix(X, est.prior_.transform(X["token"]))),
                                rtol=0, atol=1e-12)
-    copy = pickle.loads(pickle.dumps(est))  # the kernel stays behind; the copy predicts through LightGBM
-    assert getattr(copy, "trees_", None) is None and not hasattr(copy, "inference_")
+    copy = pickle.loads(pickle.dumps(est))  # a plain estimator: it pickles as fitted, with nothing to leave behind
+    assert vars(copy).keys() == fitted.keys()
     np.testing.assert_allclose(copy.predict(X), fallback, rtol=0, atol=1e-12)
-    est.fit(X.assign(label=1.0 - X["label"]))  # a refit drops the arrays of the old model
-    assert est.trees_ is None
 
 
 def test_isotonic_lookup_equals_sklearn_predict():
@@ -166,6 +170,6 @@ def test_isotonic_lookup_equals_sklearn_predict():
     p = np.array([-0.5, -0.0, 0.0, 0.25, 1.0, np.nextafter(1.0, 2.0), 1.5, np.nan, -np.inf, np.inf])
     np.testing.assert_array_equal(unit_interval(p), np.clip(p, 0.0, 1.0))
     est = IsotonicFirstFactor(n_bins=20).fit(_features())
-    assert est.compile().inference_.startswith("array lookup")
+    assert compiled(est).inference.startswith("array lookup")
     np.testing.assert_allclose(est.predict(_features(seed=7)), np.clip(est.iso_.predict(_features(seed=7)["q"]), 0, 1),
                                rtol=0, atol=1e-12)

@@ -1,5 +1,5 @@
 """Format 2 (no pickle): every reranker class saved and reloaded predicts identically, from a path, a zip and
-an MLflow URI served by a real ``mlflow server``; loading runs no code from the file; pickles only when trusted."""
+an MLflow URI served by a real ``mlflow server``; loading runs no code from the file; a pickle is refused."""
 
 from __future__ import annotations
 
@@ -17,10 +17,16 @@ import pytest
 from specrank.featurize import featurize_rounds
 from specrank.featurize.edges import edge_frame
 from specrank.featurize.synthetic import synthetic_rounds
-from specrank.rerankers import GBMReranker, IsotonicFirstFactor, PerDepthCalibration, RerankerFileError, load_reranker
+from specrank.rerankers import (
+    GBMReranker,
+    IsotonicFirstFactor,
+    PerDepthCalibration,
+    RerankerFileError,
+    StackedReranker,
+    load_reranker,
+)
 from specrank.tracking.models import resolve_reranker
-from specrank.rerankers.legacy import TrustedPickleWarning, UntrustedPickleError
-from specrank.rerankers.persist import META, describe
+from specrank.rerankers.persist import META, describe, saved_params
 from mlflow_store import mlflow_server  # noqa: F401  (fixture)
 
 SMALL = {"n_estimators": 25, "num_leaves": 7, "n_jobs": 1}
@@ -42,18 +48,29 @@ MODELS = {  # every class and backend, and both label kinds of sklearn's boostin
                                               **SMALL}, "greedy"),
     "sklearn_rows": (GBMReranker, {"features": "rows", "backend": "sklearn", **SMALL}, "sampling"),
     "sklearn_greedy": (GBMReranker, {"features": "base", "backend": "sklearn", **SMALL}, "greedy"),
+    "stacked": (StackedReranker, {"features": "rows", **SMALL}, "sampling"),  # params: its first factor's
 }
+
+
+def _fit(cls, params, table, tables):
+    if cls is StackedReranker:  # a Rows first factor and per-depth maps, fitted on the same rounds
+        return cls(GBMReranker(**params), PerDepthCalibration(n_bins=20)).fit(tables[table], tables["edges"])
+    return cls(**params).fit(tables[table])
 
 
 @pytest.fixture(scope="module")
 def fitted(tables):
-    return {name: (cls(**params).fit(tables[table]), tables[table]) for name, (cls, params, table) in MODELS.items()}
+    return {name: (_fit(cls, params, table, tables), tables[table]) for name, (cls, params, table) in MODELS.items()}
 
 
 def assert_same_predictions(a, b, X):
     np.testing.assert_allclose(b.predict(X), a.predict(X), rtol=0, atol=1e-12)
     if not isinstance(a, PerDepthCalibration):  # first-factor predictions read first-level features
         np.testing.assert_allclose(b.predict_first_factor(X), a.predict_first_factor(X), rtol=0, atol=1e-12)
+    if isinstance(a, StackedReranker):  # and the deeper factors, over every depth and probability
+        depth, q = np.repeat(np.arange(1, 6), 101), np.tile(np.linspace(0.0, 1.0, 101), 5)
+        np.testing.assert_allclose(b.predict_deeper_factors(depth, q), a.predict_deeper_factors(depth, q), rtol=0,
+                                   atol=1e-12)
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -62,7 +79,7 @@ def test_every_reranker_reloads_identically_from_a_path(fitted, tmp_path, name, 
     est, X = fitted[name]
     path = est.save(tmp_path / f"{name}{suffix}")
     back = load_reranker(path)
-    assert type(back) is type(est) and back.get_params() == est.get_params()
+    assert type(back) is type(est) and saved_params(back) == saved_params(est)
     assert_same_predictions(est, back, X)
     assert back.meta_["feature_schema_hash"] == describe(est)["feature_schema_hash"]
 
@@ -147,14 +164,15 @@ def crafted(tmp_path):
     return path, marker
 
 
+NOT_A_RERANKER = "not a specrank reranker \\(format 2 is a directory or a .zip\\)"
+
+
 def test_a_crafted_pickle_is_refused_and_runs_nothing(crafted):
     path, marker = crafted
-    with pytest.raises(UntrustedPickleError, match="--trust-pickle"):
+    with pytest.raises(RerankerFileError, match=NOT_A_RERANKER):
         load_reranker(path)
     assert not marker.exists()
-    # negative control: trusting the file runs its code
-    with pytest.warns(TrustedPickleWarning), pytest.raises(RerankerFileError):
-        load_reranker(path, trust_pickle=True)
+    pickle.loads(path.read_bytes())  # negative control: unpickling the file runs its code
     assert marker.exists()
 
 
@@ -167,7 +185,7 @@ def test_a_crafted_pickle_is_refused_by_the_decoder_and_online(crafted, tmp_path
     tgt = save_tiny_llama(tmp_path / "tgt", seed=0)
     target = load_target(tgt)
     drafter = load_drafter("early-exit:2", target)
-    with pytest.raises(UntrustedPickleError):
+    with pytest.raises(RerankerFileError, match=NOT_A_RERANKER):
         Decoder(target, drafter, "reranked", reranker=path)
     assert not marker.exists()
     out = tmp_path / "out"
@@ -175,25 +193,8 @@ def test_a_crafted_pickle_is_refused_by_the_decoder_and_online(crafted, tmp_path
     rc = main(["online", "--target", str(tgt), "--drafter", "early-exit:2", "--strategies", "reranked", "--reranker",
                str(path), "--out", str(out), "--no-tracking"])
     err = capfd.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and "--trust-pickle" in err[0]
+    assert rc == 2 and len(err) == 1 and "not a specrank reranker (format 2 is a directory or a .zip)" in err[0]
     assert not marker.exists() and not out.exists()
-    with pytest.warns(TrustedPickleWarning), pytest.raises(RerankerFileError):
-        Decoder(target, drafter, "reranked", reranker=path, trust_pickle=True)
-    assert marker.exists()  # negative control
-
-
-def test_a_format_1_pickle_loads_only_when_trusted(fitted, tmp_path):
-    est, X = fitted["lightgbm_rows"]
-    path = tmp_path / "old.pkl"
-    path.write_bytes(pickle.dumps({"format": "specrank-reranker/1", "meta": describe(est), "estimator": est}))
-    with pytest.raises(UntrustedPickleError):
-        load_reranker(path)
-    with pytest.warns(TrustedPickleWarning, match="re-save"):
-        back = load_reranker(path, trust_pickle=True)
-    assert_same_predictions(est, back, X)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # re-saved, it loads as data, without a warning
-        assert_same_predictions(est, load_reranker(back.save(tmp_path / "new")), X)
 
 
 def test_every_reranker_reloads_identically_from_a_real_mlflow_server(fitted, tables, mlflow_server,  # noqa: F811
@@ -220,7 +221,7 @@ def test_every_reranker_reloads_identically_from_a_real_mlflow_server(fitted, ta
 
 # --- reranker.json is checked whole: a hand edit loads to the model it describes, or is one line naming a key
 
-EDITED = ("isotonic", "per_depth", "lightgbm_greedy_boosted", "sklearn_rows")
+EDITED = ("isotonic", "per_depth", "lightgbm_greedy_boosted", "sklearn_rows", "stacked")
 
 
 def _paths(node, path=()):
@@ -402,6 +403,131 @@ def test_the_class_and_backend_name_their_files(fitted, tmp_path):
     (path / META).write_text(json.dumps({**meta, "params": {**meta["params"], "depth": 3}}))
     with pytest.raises(RerankerFileError, match="params.depth: not a parameter of GBMReranker"):
         load_reranker(path)
+
+
+def _edited(path: Path, edit) -> None:
+    meta = json.loads((path / META).read_text())
+    edit(meta)
+    (path / META).write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("name, key, value, field", [
+    ("isotonic", ("n_bins",), 0, "params.n_bins"),
+    ("lightgbm_rows", ("learning_rate",), -0.1, "params.learning_rate"),
+    ("lightgbm_rows", ("backend",), "xgboost", "params.backend"),
+    ("lightgbm_rows", ("monotone_draft",), 1, "params.monotone_draft"),
+    ("stacked", ("first_factor", "params", "num_leaves"), 1, "params.first_factor.params.num_leaves"),
+    ("stacked", ("per_depth", "params", "n_bins"), 0, "params.per_depth.params.n_bins"),
+    ("stacked", ("per_depth", "class"), "GBMReranker", "params.per_depth.class"),
+    ("stacked", ("first_factor", "class"), "StackedReranker", "params.first_factor.class"),
+    ("stacked", ("first_factor", "params", "depth"), 3, "params.first_factor.params.depth"),
+])
+def test_a_parameter_out_of_its_range_is_refused_in_one_line_naming_it(fitted, tmp_path, name, key, value, field):
+    path = fitted[name][0].save(tmp_path / name)
+
+    def edit(meta):
+        node = meta["params"]
+        for k in key[:-1]:
+            node = node[k]
+        node[key[-1]] = value
+
+    _edited(path, edit)
+    with pytest.raises(RerankerFileError) as refused:
+        load_reranker(path)
+    message = str(refused.value)
+    assert "\n" not in message and f"{field}:" in message, message
+
+
+def test_a_stacked_reranker_is_one_model_with_closed_integrity(fitted, tmp_path):
+    """One directory (or zip) of the usual files, each listed with its sha256 and nothing else; a file missing,
+    added, damaged or unlisted, a part's state edited, or a part's arrays missing or extra is refused."""
+    est, X = fitted["stacked"]
+    path = est.save(tmp_path / "stacked")
+    assert sorted(p.name for p in path.iterdir()) == ["arrays.npz", "lightgbm.txt", META]
+    meta = json.loads((path / META).read_text())
+    assert meta["class"] == "StackedReranker" and set(meta["params"]) == set(meta["state"]) == {"first_factor",
+                                                                                                "per_depth"}
+    assert meta["features"] == est.first_factor_.features_ and meta["params"]["first_factor"]["class"] == "GBMReranker"
+    with np.load(path / "arrays.npz", allow_pickle=False) as npz:
+        names = set(npz.files)
+    assert {"first_factor.prior.tokens", "per_depth.depth1.X_thresholds_"} <= names
+    assert all(n.split(".")[0] in ("first_factor", "per_depth") for n in names)
+    back = load_reranker(path)
+    assert isinstance(back.first_factor_, GBMReranker) and isinstance(back.per_depth_, PerDepthCalibration)
+    assert_same_predictions(est, back, X)
+    assert_same_predictions(est, load_reranker(est.save(tmp_path / "stacked.zip")), X)
+
+    (path / "notes.txt").write_text("hello")
+    with pytest.raises(RerankerFileError, match="notes.txt is not listed"):
+        load_reranker(path)
+    (path / "notes.txt").unlink()
+    for name in ("arrays.npz", "lightgbm.txt"):
+        data = (path / name).read_bytes()
+        (path / name).unlink()
+        with pytest.raises(RerankerFileError, match=f"{name} is missing"):
+            load_reranker(path)
+        (path / name).write_bytes(data[:-50])
+        with pytest.raises(RerankerFileError, match=f"{name} is damaged"):
+            load_reranker(path)
+        (path / name).write_bytes(data)
+    _listed(path, lightgbm_txt=None)
+    with pytest.raises(RerankerFileError, match="files: lightgbm.txt is not listed, and a StackedReranker needs it "
+                                                "\\(params.first_factor.params.backend is 'lightgbm'\\)"):
+        load_reranker(path)
+    path = est.save(tmp_path / "stacked")
+    _edited(path, lambda m: m["params"]["first_factor"]["params"].update(backend="sklearn"))
+    with pytest.raises(RerankerFileError, match="sklearn.skops is not listed.*params.first_factor.params.backend"):
+        load_reranker(path)
+    path = est.save(tmp_path / "stacked")
+    _edited(path, lambda m: m["state"]["per_depth"].update(depths=m["state"]["per_depth"]["depths"][:-1]))
+    with pytest.raises(RerankerFileError, match="array 'per_depth.depth.*' is not part of the state"):
+        load_reranker(path)
+    path = est.save(tmp_path / "stacked")
+    _edited(path, lambda m: m["state"].pop("per_depth"))
+    with pytest.raises(RerankerFileError, match="state.per_depth: missing"):
+        load_reranker(path)
+    path = est.save(tmp_path / "stacked")
+    _edited(path, lambda m: m["state"]["first_factor"].pop("task_categories"))
+    with pytest.raises(RerankerFileError, match="state.first_factor.task_categories: missing"):
+        load_reranker(path)
+    path = est.save(tmp_path / "stacked")
+    with np.load(path / "arrays.npz", allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    for changed, message in (({k: v for k, v in arrays.items() if k != "first_factor.prior.means"},
+                              "no array 'first_factor.prior.means'"),
+                             ({**arrays, "per_depth.extra": np.zeros(2)}, "array 'per_depth.extra' is not part"),
+                             ({**arrays, "prior.tokens": np.zeros(2, np.int64)}, "array 'prior.tokens' is not part")):
+        buf = io.BytesIO()
+        np.savez(buf, **changed)
+        _rewrite(path, "arrays.npz", buf.getvalue())
+        with pytest.raises(RerankerFileError, match=message):
+            load_reranker(path)
+
+
+def test_a_stacked_reranker_is_fitted_from_the_same_rounds_or_from_fitted_parts(fitted, tables):
+    est, X = fitted["stacked"]
+    assert est.first_factor_ is not est.first_factor and est.per_depth_ is not est.per_depth  # fitted clones
+    again = StackedReranker.from_fitted(est.first_factor_, est.per_depth_)
+    assert again.first_factor_ is est.first_factor_ and again.per_depth_ is est.per_depth_
+    assert saved_params(again) == saved_params(est) and again.get_params()["first_factor"].get_params() == \
+        est.first_factor_.get_params()
+    assert_same_predictions(est, again, X)
+    other = tables["edges"].copy()
+    other.attrs = {"specrank": {**tables["edges"].attrs["specrank"], "rounds_digest": "a" * 64}}
+    features = tables["sampling"].copy()
+    features.attrs = {"specrank": {**tables["sampling"].attrs["specrank"], "rounds_digest": "b" * 64}}
+    with pytest.raises(ValueError, match="edges: made from rounds a{64}, but the features are from rounds b{64}"):
+        StackedReranker(GBMReranker(**SMALL), PerDepthCalibration()).fit(features, other)
+    greedy_maps = PerDepthCalibration(n_bins=20).fit(edge_frame_of(tables, temperature=0.0))
+    with pytest.raises(ValueError, match="per_depth: fitted on argmax labels, the first factor on probability"):
+        StackedReranker.from_fitted(est.first_factor_, greedy_maps)
+    with pytest.raises(ValueError, match="first_factor"):
+        StackedReranker(first_factor="rows").fit(X, tables["edges"])
+
+
+def edge_frame_of(tables, temperature):
+    table, manifest = synthetic_rounds(10, 12, topk=4, depth=3, expand=3, seed=3)
+    return edge_frame(table, {**manifest, "temperature": temperature})
 
 
 def test_arrays_of_the_wrong_shape_or_type_are_refused(fitted, tmp_path):

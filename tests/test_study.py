@@ -45,9 +45,21 @@ def study_args(models, out, *extra):
 
 
 def comparable(path: Path) -> dict:
-    """The results JSON without what differs between two runs of one study: its wall times and command line."""
+    """The results JSON without what differs between two runs of one study: its wall times, its command line and
+    the online phase's measured speeds and costs (its accepted tokens stay)."""
     results = json.loads(path.read_text())
+    for r in results["temperatures"].values():
+        for f in r.get("online", {}).get("budgets", {}).values():
+            f.pop("break_even")
+            for e in f["strategies"].values():
+                e.pop("speed")
     return {k: v for k, v in results.items() if k not in ("timing", "command")}
+
+
+def offline_page(page: str) -> str:
+    """The results page without its "Offline vs online" section, whose speeds are measured."""
+    head, found, rest = page.partition("## Offline vs online")
+    return head + (rest[rest.index("\n## "):] if found and "\n## " in rest else "")
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +80,8 @@ def test_study_writes_every_figure(reference):
             f = r["budgets"][b]
             assert set(f["rules"]) >= {"draft", "isotonic", "per_depth", "base", "rows", "rows+per_depth", "root",
                                        "oracle"}
-            for rule, entry in f["rules"].items():
-                if rule not in ("draft", "root"):
+            for score, entry in f["rules"].items():
+                if score not in ("draft", "root"):
                     low, high = entry["root_share"][1:]
                     assert low <= entry["root_share"][0] <= high or low != low  # NaN when root gains nothing
             assert len(f["rows_minus_base"]["gain_pct_of_draft"]) == 3
@@ -80,6 +92,40 @@ def test_study_writes_every_figure(reference):
     page = (reference / "results.md").read_text()
     assert "Rows − Base" in page and "arXiv 2610.29210" in page
     assert (reference / "learning-curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_study_saves_a_champion_and_decodes_unseen_prompts_online(reference):
+    from specrank.decode.prompts import prompt_digest
+    from specrank.rerankers import load_reranker
+    from specrank.workflow.champion import DEPLOYABLE, check_unseen_prompts
+
+    results = json.loads((reference / "results.json").read_text())
+    order = read_prompts(reference / "prompts.jsonl")
+    reserved = results["settings"]["online_prompts"]
+    assert reserved == len(WORDS) // 4  # a quarter of the prompts at most
+    for t, name in (("1", "t1"), ("0", "greedy")):
+        r = results["temperatures"][t]
+        assert r["champion"]["reranker"] in DEPLOYABLE and set(r["champion"]["by_budget"]) == {"8", "59"}
+        champion = load_reranker(reference / r["champion"]["path"])
+        recorded = order[: r["prompts_decoded"]]
+        assert set(champion.card_["training_prompts"]) == {prompt_digest(p.text) for p in recorded}
+        assert champion.card_["rounds"] == r["rounds"] and champion.label_kind_ == (
+            "probability" if t == "1" else "argmax")
+        unseen = order[-reserved:]
+        assert r["prompts_decoded"] <= len(order) - reserved  # the online prompts were never recorded
+        assert check_unseen_prompts(champion, unseen) == 0
+        with pytest.raises(ValueError, match="learned from"):
+            check_unseen_prompts(champion, recorded[:2])
+        online = r["online"]
+        assert online["reranker"] == r["champion"]["reranker"] and set(online["budgets"]) == {"8", "59"}
+        for b, f in online["budgets"].items():
+            assert set(f["strategies"]) == {"draft", "reranked", "root", "root_draw"}
+            assert f["strategies"]["draft"]["speed"][0] == 1.0
+            assert len(f["strategies"]["reranked"]["realized_gain"]) == 3
+            assert f["offline"]["reranked"] == r["budgets"][b]["rules"][online["reranker"]]  # the same score offline
+            assert f["break_even"]["round_ms"] == 14.5 and f["break_even"]["gain"] >= 0
+    page = (reference / "results.md").read_text()
+    assert "## Offline vs online" in page and "Champion" in page and "Regime: draft selection accepts" in page
 
 
 def test_a_study_killed_mid_decode_and_rerun_gives_the_same_results(models, reference):
@@ -99,14 +145,15 @@ def test_a_study_killed_mid_decode_and_rerun_gives_the_same_results(models, refe
     assert main(argv) == 0
     assert comparable(out / "results.json") == comparable(reference / "results.json")
     page = (out / "results.md").read_text().replace(str(out), str(reference))  # the command line names --out
-    assert page == (reference / "results.md").read_text()
+    assert offline_page(page) == offline_page((reference / "results.md").read_text())
 
 
 def test_rerunning_a_finished_study_redoes_no_stage(models, reference, capsys):
     assert main(study_args(models, reference)) == 0
     printed = capsys.readouterr().out
     assert "$ specrank decode" not in printed and "$ specrank train" not in printed
-    assert printed.count("(skipped)") == 6  # featurize, train, evaluate at both temperatures
+    assert printed.count("(skipped)") == 8  # featurize, train, evaluate, champion at both temperatures
+    assert "online:" not in printed  # the online phase's saved tables are read back
 
 
 def test_another_study_in_the_same_directory_is_refused(models, reference, capsys):
@@ -245,7 +292,7 @@ def test_the_shipped_head_never_trained_on_an_evaluation_prompt():
 
 
 def test_decoding_calls_are_sized_by_the_rounds_recorded_so_far():
-    from specrank.commands.study import next_limit
+    from specrank.workflow.study import next_limit
 
     assert next_limit(0, 0, 10_000, 480, 120) == 24
     assert next_limit(24, 1_000, 10_000, 480, 120) == 144  # 216 more wanted, 120 at most a call

@@ -84,37 +84,47 @@ def test_every_run_has_few_metrics_a_description_and_the_code_version(demo):
         assert run.data.tags["specrank.version"]
     pipeline = by_name(runs, "demo-t1")
     children = {r.info.run_name for r in runs if r.data.tags.get("mlflow.parentRunId") == pipeline.info.run_id}
-    assert children == {"demo-t1-decode", "demo-t1-featurize", "demo-t1-train", "demo-t1-evaluate"}
-    evaluate = by_name(runs, "demo-t1-evaluate")
+    assert children == {"demo-t1/1-decode", "demo-t1/2-featurize", "demo-t1/3-train", "demo-t1/4-evaluate"}
+    evaluate = by_name(runs, "demo-t1/4-evaluate")
     assert "| Score | B=8 value" in evaluate.data.tags["mlflow.note.content"]
     assert pipeline.data.metrics["rows_gain_tokens_B8"] == evaluate.data.metrics["rows_gain_tokens_B8"]
-    assert len(pipeline.data.metrics) <= 12 < len(evaluate.data.metrics)  # curated, not the evaluation's copy
-    train = by_name(runs, "demo-t1-train")
+    curated = {k for k in pipeline.data.metrics if not k.startswith("root_share.")}  # beside the headline's shares
+    assert len(curated) <= 12 < len(evaluate.data.metrics)  # curated, not the evaluation's copy
+    train = by_name(runs, "demo-t1/3-train")
     # one meaning per name: train's top-1 counts rounds against their best label, evaluate's against the argmax
     assert "draft_top1_best_label_pct" in train.data.metrics and "draft_top1_argmax_pct" in evaluate.data.metrics
     assert not {k for r in runs for k in r.data.metrics if k.endswith("top1_hit_pct")}
+    candidates = pd.read_json(client.download_artifacts(train.info.run_id, "tables/candidates.json"),
+                              orient="split").set_index("reranker")
+    keys = set()
     for name in ("isotonic", "per_depth", "base", "rows"):  # fold means of held-out error and top-1 hit
         folds = [by_name([r for r in runs if r.data.tags.get("mlflow.parentRunId") == train.info.run_id],
-                         f"{name}-fold{f}") for f in (0, 1)]
-        assert train.data.metrics[f"{name}_heldout_mse"] == pytest.approx(np.mean([r.data.metrics["mse"] for r in folds]))
-        assert f"{name}_top1_best_label_pct" in train.data.metrics
-    decode = by_name(runs, "demo-t1-decode")
+                         f"demo-t1/3-train/{name}-fold{f}") for f in (0, 1)]
+        assert candidates.loc[name, "heldout_mse"] == pytest.approx(np.mean([r.data.metrics["heldout_mse"] for r in folds]))
+        assert {r.data.tags["specrank.reranker"] for r in folds} == {name} and "top1_best_label_pct" in folds[0].data.metrics
+        keys |= {frozenset(r.data.metrics) for r in folds}
+        assert not [k for k in train.data.metrics if k.startswith(name)]  # a reranker's numbers are its runs'
+    assert len(keys) == 1  # every reranker's fold runs share their metric names: one chart compares them
+    decode = by_name(runs, "demo-t1/1-decode")
     assert {"rounds", "tokens_per_s", "accepted_per_round", "time_target_s", "time_draft_s"} <= set(decode.data.metrics)
     assert decode.data.params["manifest.temperature"] == "1.0"
 
 
 def test_the_champions_held_out_error_is_a_metric_of_the_train_run(demo):
     client, exp, runs, *_ = demo
-    train = by_name(runs, "demo-t1-train")
+    train = by_name(runs, "demo-t1/3-train")
     champion = client.get_model_version_by_alias("demo-t1", "champion").tags["specrank.reranker"]
-    assert train.data.metrics["champion_heldout_mse"] == pytest.approx(train.data.metrics[f"{champion}_heldout_mse"])
-    assert min(v for k, v in train.data.metrics.items() if k.endswith("_heldout_mse") and not k.startswith(
-        ("draft", "champion"))) == pytest.approx(train.data.metrics["champion_heldout_mse"])
+    candidates = pd.read_json(client.download_artifacts(train.info.run_id, "tables/candidates.json"),
+                              orient="split").set_index("reranker")["heldout_mse"]
+    assert train.data.metrics["champion_heldout_mse"] == pytest.approx(candidates[champion])
+    assert candidates.min() == pytest.approx(train.data.metrics["champion_heldout_mse"])
+    # and on the run a user opens first, the pipeline's headline
+    assert by_name(runs, "demo-t1").data.metrics["champion_heldout_mse"] == train.data.metrics["champion_heldout_mse"]
 
 
 def test_evaluation_tables_are_mlflow_tables(demo):
     client, exp, runs, _, run_dir = demo
-    evaluate = by_name(runs, "demo-t1-evaluate")
+    evaluate = by_name(runs, "demo-t1/4-evaluate")
     logged = {a["path"] for a in json.loads(evaluate.data.tags["mlflow.loggedArtifacts"]) if a["type"] == "table"}
     names = ("summary", "splits", "first_factor", "comparisons", "mixture_weights", "evaluated_models")
     assert logged == {f"tables/{n}.json" for n in names}
@@ -137,18 +147,18 @@ def test_each_stage_names_its_datasets_with_their_digests(demo):
     predictions = sha16(run_dir / "rerankers" / "predictions.parquet")
     prompts = json.loads((run_dir / "manifest.json").read_text())["prompts"]
     want = {
-        "demo-t1-decode": {("prompts", sha16(Path(prompts)), "input"),
+        "demo-t1/1-decode": {("prompts", sha16(Path(prompts)), "input"),
                            ("t1-rounds", rounds, "output")},
-        "demo-t1-featurize": {("t1-rounds", rounds, "input"), ("t1-features", features, "output")},
-        "demo-t1-train": {("t1-features", features, "training"), ("t1-predictions", predictions, "output")},
-        "demo-t1-evaluate": {("t1-rounds", rounds, "evaluation"), ("t1-predictions", predictions, "evaluation")},
+        "demo-t1/2-featurize": {("t1-rounds", rounds, "input"), ("t1-features", features, "output")},
+        "demo-t1/3-train": {("t1-features", features, "training"), ("t1-predictions", predictions, "output")},
+        "demo-t1/4-evaluate": {("t1-rounds", rounds, "evaluation"), ("t1-predictions", predictions, "evaluation")},
     }
     for name, datasets in want.items():
         inputs = by_name(runs, name).inputs.dataset_inputs
         got = {(i.dataset.name, i.dataset.digest, {t.key: t.value for t in i.tags}["mlflow.data.context"])
                for i in inputs}
         assert got == datasets, name
-    features_input = next(i for i in by_name(runs, "demo-t1-train").inputs.dataset_inputs if i.dataset.name == "t1-features")
+    features_input = next(i for i in by_name(runs, "demo-t1/3-train").inputs.dataset_inputs if i.dataset.name == "t1-features")
     assert json.loads(features_input.dataset.profile)["num_rows"] == len(pd.read_parquet(run_dir / "features.parquet"))
 
 
@@ -159,7 +169,7 @@ def test_models_are_named_by_run_reranker_and_fold(demo):
     assert {m.name for m in models} == ({f"demo-t1-{r}-fold{f}" for r in ("isotonic", "per_depth", "base", "rows") for f in (0, 1)}
                                         | {f"demo-t1-{champion}-all"})
     # the evaluation lists the fold models whose predictions it scored
-    evaluate = by_name(demo[2], "demo-t1-evaluate")
+    evaluate = by_name(demo[2], "demo-t1/4-evaluate")
     folds = {f"models:/{m.model_id}" for m in models if not m.name.endswith("-all")}
     listed = pd.read_json(client.download_artifacts(evaluate.info.run_id, "tables/evaluated_models.json"),
                           orient="split")
@@ -242,11 +252,32 @@ def test_experiment_description_names_the_champion_and_its_uri_loads(demo, serve
     feats = pd.read_parquet(run_dir / "features.parquet")
     assert np.isfinite(reranker.predict_first_factor(feats)).all()
     assert "MLflow store: " + server in models["printed"] and "workflowType=machine_learning" in models["printed"]
+    pipeline = by_name(runs, "demo-t1")
+    link = f"/#/experiments/{exp.experiment_id}/runs/{pipeline.info.run_id}?workflowType=machine_learning"
+    assert f"headline of demo-t1: http://127.0.0.1:5000{link}" in models["printed"]
+
+
+def test_the_pipeline_run_carries_the_headline_figure_and_shares(demo):
+    client, exp, runs, _, run_dir = demo
+    pipeline = by_name(runs, "demo-t1")
+    summary = pd.read_parquet(run_dir / "evaluation" / "summary.parquet").set_index(["score", "budget"])
+    for score in ("isotonic", "per_depth", "base", "rows", "oracle"):
+        for b in (8, 59):
+            key = f"root_share.{score}.b{b}"
+            got = [pipeline.data.metrics[k] for k in (key, f"{key}.low", f"{key}.high")]
+            want = summary.loc[(score, b), ["root_share", "root_share_low", "root_share_high"]].to_numpy(float)
+            assert got == pytest.approx(want), key
+    assert "figures/root_share.png" in {a.path for a in client.list_artifacts(pipeline.info.run_id, "figures")}
+    assert "figures/root_share.png" in pipeline.data.tags["mlflow.note.content"]
+    assert pipeline.data.metrics["outside_stages_s"] == pytest.approx(
+        pipeline.data.metrics["wall_s"] - pipeline.data.metrics["stages_s"])
+    decode = by_name(runs, "demo-t1/1-decode")
+    assert not [k for k, v in decode.data.metrics.items() if k.startswith("time_") and v == 0.0]
 
 
 def test_the_champion_is_the_best_cross_fitted_candidate_refitted_on_all_prompts(demo):
     client, exp, runs, _, run_dir = demo
-    train = by_name(runs, "demo-t1-train")
+    train = by_name(runs, "demo-t1/3-train")
     preds = pd.read_parquet(client.download_artifacts(train.info.run_id, "predictions.parquet"))
     fold_mean = {}
     for name in ("isotonic", "per_depth", "base", "rows"):  # the mean over both folds of each held-out MSE
@@ -263,7 +294,7 @@ def test_the_champion_is_the_best_cross_fitted_candidate_refitted_on_all_prompts
     assert int(version.tags["specrank.training_rows"]) == len(whole)
     assert int(version.tags["specrank.training_prompts"]) == whole["prompt_id"].nunique() == 4
     assert f"models:/demo-t1/{version.version}" in version.description
-    for name, mse in fold_mean.items():  # the rule and every competitor's score
+    for name, mse in fold_mean.items():  # how it was chosen and every competitor's score
         assert name in version.description and f"{mse:.6f}" in version.description
     pipeline = by_name(runs, "demo-t1")
     assert pipeline.data.tags["specrank.champion"] == f"models:/demo-t1/{version.version}"
@@ -279,7 +310,7 @@ def test_every_run_lasts_as_long_as_its_work(demo):
         seconds = (run.info.end_time - run.info.start_time) / 1000
         wall = run.data.metrics["wall_s"]
         assert seconds == pytest.approx(wall, rel=0.2, abs=0.05), run.info.run_name
-    decode = by_name(runs, "demo-t1-decode")
+    decode = by_name(runs, "demo-t1/1-decode")
     seconds = (decode.info.end_time - decode.info.start_time) / 1000
     assert seconds == pytest.approx(decode.data.metrics["time_total_s"], rel=0.2)  # the decoder's own clock
     pipeline = by_name(runs, "demo-t1")
@@ -291,7 +322,7 @@ def test_every_run_lasts_as_long_as_its_work(demo):
 def test_the_runs_tables_first_page_shows_every_stage(demo):
     client, exp, runs, *_ = demo
     page = client.search_runs([exp.experiment_id], max_results=RUNS_PAGE)  # the UI's order: newest first
-    stages = {"demo-t1", "demo-t1-decode", "demo-t1-featurize", "demo-t1-train", "demo-t1-evaluate"}
+    stages = {"demo-t1", "demo-t1/1-decode", "demo-t1/2-featurize", "demo-t1/3-train", "demo-t1/4-evaluate"}
     assert stages <= {r.info.run_name for r in page}
     assert len(runs) <= RUNS_PAGE // 2  # the demo's two temperatures fit on the page too
     assert len({r.info.run_name for r in runs if r.data.tags.get("mlflow.parentRunId")}) == len(runs) - 1  # unique

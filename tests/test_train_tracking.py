@@ -41,8 +41,8 @@ def test_top1_hits_ties_and_uncounted_rounds():
     hit2, _ = top1_hits(pred[shuffled], label[shuffled], rounds[shuffled], cand[shuffled])
     np.testing.assert_array_equal(hit2, hit)
     m = fold_metrics(pred, label, np.array([0.5, 0.3, 0.2] * 3), rounds, cand)
-    assert m["top1_best_label_pct"] == 50.0 and m["top1_best_label_pct_draft"] == 0.0 and m["n_rounds"] == 3.0
-    assert m["mse"] == pytest.approx(np.mean((pred - label) ** 2))
+    assert m["top1_best_label_pct"] == 50.0 and m["draft_top1_best_label_pct"] == 0.0 and m["n_rounds"] == 3.0
+    assert m["heldout_mse"] == pytest.approx(np.mean((pred - label) ** 2))
 
 
 def test_cross_fit_passes_each_fold_its_own_callbacks(features):
@@ -70,7 +70,8 @@ def expected_metrics(preds: pd.DataFrame, name: str, fold: int) -> dict:
     best = h.groupby(["prompt_id", "round"])["label"].max().rename("best")
     top = top.join(best, on=["prompt_id", "round"])
     counted = top[top.best > 0]
-    return {"n_candidates": len(h), "mse": ((h[name] - h.label) ** 2).mean(), "mse_draft": ((h.draft - h.label) ** 2).mean(),
+    return {"n_candidates": len(h), "heldout_mse": ((h[name] - h.label) ** 2).mean(),
+            "draft_heldout_mse": ((h.draft - h.label) ** 2).mean(),
             "top1_best_label_pct": 100 * (counted.label == counted.best).mean()}
 
 
@@ -96,8 +97,14 @@ def test_train_logs_parent_folds_trials_and_loadable_models(features, mlflow_db,
     assert p["features_sha256"] == tracking.file_hash(features) and p["feature_columns.isotonic"] == "1"
     assert "predictions.parquet" in {a.path for a in client.list_artifacts(parent.info.run_id)}
 
-    children = {r.info.run_name: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    children = {r.info.run_name.removeprefix("demo-train/"): r for r in runs
+                if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
     assert sorted(children) == ["base-fold0", "base-fold1", "isotonic-fold0", "isotonic-fold1"]
+    # one name per metric whichever the reranker (a tag and a param of its run): one chart compares them
+    assert len({frozenset(r.data.metrics) for r in children.values()}) == 1
+    assert {r.data.tags["specrank.reranker"] for r in children.values()} == {"isotonic", "base"}
+    assert {"heldout_mse", "heldout_mse_pct_of_draft", "draft_heldout_mse"} <= set(children["base-fold0"].data.metrics)
+    assert not [k for k in parent.data.metrics if k.startswith(("isotonic", "base"))]
     preds = pd.read_parquet(out / "predictions.parquet")
     feats = read_features(features)
     for key, run in children.items():

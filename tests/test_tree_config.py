@@ -218,29 +218,29 @@ def test_a_run_stopped_after_its_recordings_resumes_them(tmp_path, monkeypatch):
     else; the same command then reuses every recorded shard and writes the outputs."""
     import pandas as pd
 
-    import specrank.decode.runs.cost as cost
+    import specrank.decode.tree_config as measured
     from specrank.cli import main
 
     out = tmp_path / "out"
     argv = tiny_command(tmp_path, out, "3")
-    real = cost.measure_cost
+    real = measured.measure_cost
 
     def dies(*args, **kwargs):
         raise KeyboardInterrupt  # as a Ctrl-C would, once every recording is done
 
-    monkeypatch.setattr(cost, "measure_cost", dies)
+    monkeypatch.setattr(measured, "measure_cost", dies)
     assert main(argv) == 130  # the CLI's Ctrl-C exit
     shards = {f: f.stat().st_mtime_ns for f in out.glob("recordings/*/rounds/*.parquet")}
     assert len(shards) == 2 and not (out / "tree_config_table.parquet").exists()  # one shard per recording
     assert sorted(p.name for p in out.iterdir()) == ["recordings"]  # no partial outputs, no stage left behind
-    monkeypatch.setattr(cost, "measure_cost", real)
+    monkeypatch.setattr(measured, "measure_cost", real)
     assert main(argv) == 0
     assert {f: f.stat().st_mtime_ns for f in out.glob("recordings/*/rounds/*.parquet")} == shards  # reused
     assert len(pd.read_parquet(out / "tree_config_table.parquet")) == 2
 
 
 def test_recordings_of_another_run_in_out_are_refused_before_any_model_loads(tmp_path, monkeypatch, capsys):
-    import specrank.decode as decode
+    import specrank.commands.tree_config as command
     from specrank.cli import main
 
     out = tmp_path / "out"
@@ -251,7 +251,7 @@ def test_recordings_of_another_run_in_out_are_refused_before_any_model_loads(tmp
     def no_models(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(decode, "load_target", no_models)
+    monkeypatch.setattr(command, "load_target", no_models)
     longer = argv[:argv.index("--max-new-tokens") + 1] + ["7"] + argv[argv.index("--max-new-tokens") + 2:]
     assert main(longer) == 2
     err = capsys.readouterr().err.strip()

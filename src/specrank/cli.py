@@ -1,9 +1,9 @@
 """The ``specrank`` command line: one subcommand per pipeline stage.
 
-Each subcommand lives in ``specrank.commands.<name>`` and exposes
-``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int``.
-Modules are imported lazily so that ``specrank --help`` stays fast and a
-stage that needs torch does not slow down one that does not.
+Each subcommand lives in ``specrank.commands.<name>`` and exposes ``add_arguments(parser)`` and
+``run(args) -> int``; its one-line help is in ``COMMANDS``. Only the module of the command being run is
+imported (it imports what it uses at its top): ``specrank --help`` imports none, and a stage that needs
+torch does not slow down one that does not.
 
 This is the one error boundary: an expected failure (``specrank.errors.user_message``) is printed as
 one line ``specrank COMMAND: error: ...`` with exit status 2; anything else is a bug, said in one line
@@ -23,18 +23,36 @@ from contextlib import contextmanager
 
 from specrank.errors import bug_message, user_message
 
+# name: (module, one-line help); the help lives here so that listing the commands imports none of them
 COMMANDS = {
-    "decode": "specrank.commands.decode",
-    "featurize": "specrank.commands.featurize",
-    "train": "specrank.commands.train",
-    "evaluate": "specrank.commands.evaluate",
-    "report": "specrank.commands.report",
-    "online": "specrank.commands.online",
-    "drafter": "specrank.commands.drafter",
-    "verify-sweep": "specrank.commands.verify_sweep",
-    "demo": "specrank.commands.demo",
-    "study": "specrank.commands.study",
-    "tree-config": "specrank.commands.tree_config",
+    "decode": ("specrank.commands.decode",
+               "decode prompts with a target and a drafter, recording each round's pool and target rows"),
+    "featurize": ("specrank.commands.featurize",
+                  "Featurize a run directory: one row per (round, first-level candidate) with every feature of "
+                  "docs/design.md."),
+    "train": ("specrank.commands.train",
+              "Cross-fit rerankers on a features table; write predictions.parquet (keys + one column per reranker) "
+              "and models."),
+    "evaluate": ("specrank.commands.evaluate",
+                 "Evaluate every selection score offline on a run's recorded rounds, with paired prompt-bootstrap "
+                 "intervals."),
+    "report": ("specrank.commands.report", "Re-render report.md and figures/ from the tables that 'specrank evaluate' saved."),
+    "online": ("specrank.commands.online",
+               "decode online with selection strategies in the loop; realized vs expected acceptance and speed ratios"),
+    "drafter": ("specrank.commands.drafter",
+                "Drafter tools: fit-exit-head fits a linear exit head for an early-exit drafter; train trains an "
+                "EAGLE-3 head; export writes an EAGLE-3 head for SGLang, vLLM or EAGLE."),
+    "verify-sweep": ("specrank.commands.verify_sweep",
+                     "sweep verification rules (tree and chain speculation): block efficiency vs exact distortion, "
+                     "logged to MLflow"),
+    "demo": ("specrank.commands.demo",
+             "run the whole pipeline (decode, featurize, train, evaluate, MLflow) on the embedded default"),
+    "study": ("specrank.commands.study",
+              "the pipeline at scale (decode to a round target, featurize, cross-fit, evaluate, pick and refit a "
+              "champion, decode unseen prompts online) -> one results JSON"),
+    "tree-config": ("specrank.commands.tree_config",
+                    "exact acceptance length and predicted tokens/s of SGLang / EAGLE / vLLM tree settings, and the "
+                    "best flags"),
 }
 DEBUG_ENV = "SPECRANK_DEBUG"
 MLFLOW_LEVEL_ENV = "MLFLOW_LOGGING_LEVEL"
@@ -55,15 +73,6 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(self.prog, f"{message} (see {self.prog} --help)")
 
 
-def _available():
-    for name, module in COMMANDS.items():
-        try:
-            yield name, importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:  # a real missing dependency inside the module
-                raise
-
-
 def _add_debug(parser: argparse.ArgumentParser, default=argparse.SUPPRESS) -> None:
     """``--debug`` on ``parser`` and every subcommand below it (set on any level, it reaches the namespace)."""
     parser.add_argument("--debug", action="store_true", default=default,
@@ -74,13 +83,21 @@ def _add_debug(parser: argparse.ArgumentParser, default=argparse.SUPPRESS) -> No
                 _add_debug(sub)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_of(argv) -> str | None:
+    """The command ``argv`` names: its first word that is not an option (``specrank`` itself takes only flags)."""
+    return next((str(a) for a in argv if not str(a).startswith("-")), None)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every command listed with its help; only ``command``'s module is imported, for its arguments and run."""
     parser = Parser(prog="specrank", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, module in _available():
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+    for name, (module_name, text) in COMMANDS.items():
+        p = sub.add_parser(name, help=text, description=text)
+        if name == command:
+            module = importlib.import_module(module_name)
+            module.add_arguments(p)
+            p.set_defaults(_run=module.run)
     _add_debug(parser, default=False)
     return parser
 
@@ -110,8 +127,9 @@ def _mlflow_notices(shown: bool):
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(command_of(argv)).parse_args(argv)
     except ImportError as exc:  # a package every command needs (LightGBM) is missing: one line, not a traceback
         if user_message(exc) is None:
             raise
@@ -120,7 +138,7 @@ def main(argv=None) -> int:
         return _error(exc.prog, str(exc))
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
-    args.argv = list(sys.argv[1:] if argv is None else argv)[1:]  # after the command name: for records of the run
+    args.argv = argv[argv.index(args.command) + 1:]  # after the command name: for records of the run
     debug = args.debug or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
     try:
         with _mlflow_notices(debug):

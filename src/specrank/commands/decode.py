@@ -9,7 +9,6 @@ from specrank.errors import optional
 from specrank.scale import add_worker_arguments, workers_from_args
 from specrank.workflow import Tracking, record
 
-HELP = "decode prompts with a target and a drafter, recording each round's pool and target rows"
 EXPERIMENT = "specrank"
 
 

@@ -1,7 +1,7 @@
 """``specrank demo``: the whole offline pipeline on the embedded default, end to end.
 
 decode (sampling at T = 1 and greedy) -> featurize -> cross-fit rerankers -> evaluate with
-prompt-bootstrap intervals -> MLflow, then a table of the rules at B = 8 and 59. The demo logs to its own
+prompt-bootstrap intervals -> MLflow, then a table of the scores at B = 8 and 59. The demo logs to its own
 store (``<out>/mlflow.db``) and experiment; each temperature is one pipeline run, the headline (a few
 metrics, the headline table, report.html, the champion's link), whose nested runs are the stages. The
 reranker (isotonic, per-depth, Base, Rows) with the lowest cross-fitted held-out error is refitted on all
@@ -19,16 +19,15 @@ from pathlib import Path
 from specrank.commands.args import (DRAFTER_SPECS, add_device_arguments, add_drafter_arguments, add_target_argument,
                                     add_tracking_arguments, at_least, parse_temperatures)
 from specrank.commands.decode import add_seen_prompts_argument
-from specrank.commands.timing import timed
 from specrank.decode.prompts import default_prompts_path, read_prompts
 from specrank.law import GREEDY, Law
 from specrank.outputs import check_output_dir
 from specrank.workflow import Tracking, cross_fit, evaluate, featurize, record
 from specrank.workflow.recording import decode_metrics
+from specrank.workflow.stages import timed
 
 RERANKERS = ("isotonic", "per_depth", "base", "rows")
 MIN_PROMPTS = 4  # two cross-fitting halves, each split again in two for the hyper-parameter search
-HELP = "run the whole pipeline (decode, featurize, train, evaluate, MLflow) on the embedded default"
 
 
 def default_out() -> Path:
@@ -100,16 +99,16 @@ def run(args) -> int:
         (args.out or default_out()).mkdir(parents=True, exist_ok=True)  # every input checked: nothing partial
     own_store = f"sqlite:///{(args.out or default_out()).resolve() / 'mlflow.db'}"
     uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri or own_store))
-    tables, champions, experiment_id = {}, {}, None
+    tables, champions, experiment_id, pipelines = {}, {}, None, {}
     for temp in temperatures:
         name = GREEDY if Law(temp).greedy else f"t{temp:g}"
         run_dir = out / name
 
         def tracking(stage: str, name=name) -> Tracking:
-            return Tracking(uri, args.experiment, f"demo-{name}-{stage}")
+            return Tracking.stage(uri, args.experiment, f"demo-{name}", stage)
 
         with _pipeline_run(args.experiment, uri, name, temp, drafter) as pipeline:
-            experiment_id = pipeline.info.experiment_id
+            experiment_id, pipelines[f"demo-{name}"] = pipeline.info.experiment_id, pipeline.info.run_id
             with timed(f"record: {limit} bundled prompts at T = {temp:g} -> {run_dir}"):
                 recording = record(args.target, drafter, out=run_dir, temperature=temp, limit=limit,
                                    max_new_tokens=max_new_tokens, device=args.device, graphs=args.graphs,
@@ -134,7 +133,7 @@ def run(args) -> int:
         print(table)
     print(f"\nDrafter: {drafter}. Reports: {out}/*/evaluation/report.md (and report.html)")
     from specrank.tracking.pipeline import demo_description, describe_experiment
-    from specrank.tracking.runs import runs_page
+    from specrank.tracking.runs import run_page, runs_page
     from specrank.tracking.uri import tracking_store
 
     with tracking_store(uri):
@@ -143,6 +142,8 @@ def run(args) -> int:
         print(f"Champion {model}: specrank.tracking.resolve_reranker(\"{load}\", tracking_uri=\"{uri}\")")
     print(f"MLflow store: {uri} (experiment {args.experiment!r})\n"
           f"Browse the runs: mlflow ui --backend-store-uri {uri}\n  then open {runs_page(experiment_id)}")
+    for run_name, run_id in pipelines.items():
+        print(f"  headline of {run_name}: {run_page(experiment_id, run_id)}")
     return 0
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from specrank.commands.args import (add_device_arguments, add_target_argument, at_least,
                                     finite_float)
 from specrank.commands.drafter_train import add_train_parser
-from specrank.outputs import check_distinct, check_output_file
+from specrank.decode.loading.eagle3 import default_head_dir
+from specrank.decode.loading.eagle3_export import CONVENTION_NOTE, export_head
+from specrank.decode.loading.early_exit import fit_exit_head_on_text
 
-HELP = ("Drafter tools: fit-exit-head fits a linear exit head for an early-exit drafter; train trains an EAGLE-3 "
-        "head; export writes an EAGLE-3 head for SGLang, vLLM or EAGLE.")
 EXPORT_HELP = "write an EAGLE-3 head (any dialect) in the layout SGLang, vLLM or EAGLE loads, in bf16, fp16 or fp32"
 
 
@@ -55,9 +55,6 @@ def run(args) -> int:
 
 
 def run_export(args) -> int:
-    from specrank.decode.loading.eagle3 import default_head_dir
-    from specrank.decode.loading.eagle3_export import CONVENTION_NOTE, export_head
-
     head = default_head_dir() if str(args.head) == "default" else args.head
     out, notes = export_head(head, args.out, args.format, args.dtype, args.vllm_target, args.sglang_convention,
                              args.specforge_norm_output)
@@ -71,64 +68,12 @@ def run_export(args) -> int:
     return 0
 
 
-def text_windows(tokenizer, files, window: int, max_tokens: int) -> list[list[int]]:
-    """Token windows of ``window`` ids over the concatenated files, at most ``max_tokens`` ids in all."""
-    if window < 2 or max_tokens < 2:
-        raise ValueError("--window and --max-tokens must be at least 2")
-    ids: list[int] = []
-    for path in files:
-        ids += tokenizer(path.read_text(), add_special_tokens=False)["input_ids"]
-    ids = ids[:max_tokens]
-    windows = [ids[i : i + window] for i in range(0, len(ids), window)]
-    return [w for w in windows if len(w) >= 2]
-
-
 def run_fit_exit_head(args) -> int:
-
-    from transformers.utils import logging as hf_logging
-
-    from specrank.decode.core import parse_device
-    from specrank.decode.loading.early_exit import (
-        exit_agreement,
-        exit_regression_data,
-        save_exit_head,
-        solve_exit_head,
-    )
-    from specrank.decode.loading.targets import (
-        check_target_spec,
-        load_target,
-        parse_dtype,
-        target_config,
-        target_tokenizer,
-        weight_files,
-    )
-
-    missing = [str(p) for p in args.text if not p.is_file()]
-    if missing:
-        raise FileNotFoundError(f"--text: text file not found: {missing[0]}")
-    check_output_file(args.out)
-    parse_device(args.device)
-    parse_dtype(args.dtype)
-    path = check_target_spec(args.target)
-    weights = weight_files(path) if path is not None and path.is_dir() else []
-    check_distinct({"--out": args.out}, {**{f"--text {p}": p for p in args.text},
-                                        **{f"target weights {p.name}": p for p in weights}})
-    hf_logging.disable_progress_bar()  # a refusal below is the only line on stderr
-    num_layers = target_config(args.target)["num_hidden_layers"]
-    if not 1 <= args.layers < num_layers:
-        raise ValueError(f"--layers must be in 1..{num_layers - 1} (the target has {num_layers}), got {args.layers}")
-    windows = text_windows(target_tokenizer(args.target), args.text, args.window, args.max_tokens)
-    n_held = int(round(len(windows) * args.holdout)) if len(windows) > 1 else 0
-    if len(windows) - n_held < 1:
-        raise ValueError(f"--text: not enough text: need at least one window of 2 tokens to fit on "
-                         f"({', '.join(str(p) for p in args.text)})")
-    target = load_target(args.target, args.device, args.dtype, args.graphs)
-    x, y = exit_regression_data(target, args.layers, windows[: len(windows) - n_held])
-    head = solve_exit_head(target, x, y, args.ridge)
-    save_exit_head(args.out, head, args.layers, target)
-    print(f"fitted exit head at {args.layers} layers on {len(x)} positions -> {args.out}")
-    if n_held:
-        hx, hy = exit_regression_data(target, args.layers, windows[len(windows) - n_held :])
-        before, after = exit_agreement(target, None, hx, hy), exit_agreement(target, head, hx, hy)
-        print(f"held-out top-1 agreement with the target ({len(hx)} positions): {before:.3f} -> {after:.3f}")
+    fit = fit_exit_head_on_text(args.target, args.layers, args.text, args.out, window=args.window,
+                                max_tokens=args.max_tokens, holdout=args.holdout, ridge=args.ridge, device=args.device,
+                                dtype=args.dtype, graphs=args.graphs)
+    print(f"fitted exit head at {args.layers} layers on {fit.positions} positions -> {args.out}")
+    if fit.held_positions:
+        print(f"held-out top-1 agreement with the target ({fit.held_positions} positions): "
+              f"{fit.agreement_before:.3f} -> {fit.agreement_after:.3f}")
     return 0

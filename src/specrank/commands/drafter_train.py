@@ -4,8 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+from transformers.utils import logging as hf_logging
+
+from specrank.commands import tracked
 from specrank.commands.args import add_device_arguments, add_target_argument, at_least
+from specrank.decode.config import check_temperature
+from specrank.decode.core import parse_device
+from specrank.decode.loading.targets import check_target_spec, load_target
 from specrank.decode.prompts import drafter_prompts_path, read_prompts
+from specrank.drafter_training.data import GenerationSpec
+from specrank.drafter_training.fit import fit_drafter, hidden_layers
+from specrank.drafter_training.train import TrainConfig
 from specrank.outputs import check_output_dir
 from specrank.scale import add_worker_arguments, preflight, workers_from_args
 
@@ -57,21 +67,9 @@ def add_train_parser(actions) -> None:
 
 
 def run_train(args) -> int:
-    import torch
-    from transformers.utils import logging as hf_logging
-
-    from specrank.decode.config import check_temperature
-    from specrank.decode.core import parse_device
-    from specrank.decode.loading.eagle3 import default_hidden_layers
-    from specrank.decode.loading.targets import check_target_spec, load_target, target_config
-    from specrank.drafter_training.data import GenerationSpec
-    from specrank.drafter_training.fit import fit_drafter
-    from specrank.drafter_training.train import TrainConfig
-    from specrank.tracking import check_tracking_uri, resolve_tracking_uri
-
     check_output_dir(args.out)
     check_temperature(args.temperature, "--temperature")
-    check_tracking_uri(resolve_tracking_uri(args.tracking_uri))  # every argument is checked before the model loads
+    tracked.checked_uri(args.tracking_uri)  # every argument is checked before the model loads
     workers = workers_from_args(args)
     if workers is not None:
         preflight(workers)  # before the target loads here
@@ -86,11 +84,7 @@ def run_train(args) -> int:
     parse_device(args.device)
     check_target_spec(args.target)
     hf_logging.disable_progress_bar()  # until the checks against the target's config have passed
-    config = target_config(args.target)
-    layers = tuple(args.layers or default_hidden_layers(config, config["num_hidden_layers"]))
-    if any(not 0 <= i <= config["num_hidden_layers"] for i in layers):
-        raise ValueError(f"--layers {' '.join(map(str, layers))}: hidden_states indices of this target are "
-                         f"0..{config['num_hidden_layers']} (its config.json)")
+    layers = hidden_layers(args.target, args.layers)
     if args.draft_vocab < 1:
         raise ValueError(f"--draft-vocab must be at least 1, got {args.draft_vocab}")
     if not args.no_progress:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from specrank.commands.args import add_tracking_arguments, at_least
 from specrank.workflow import Tracking, evaluate
 
-HELP = "Evaluate every selection score offline on a run's recorded rounds, with paired prompt-bootstrap intervals."
 
 
 def add_arguments(parser) -> None:
@@ -23,8 +22,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--models", default=None,
                         help="models/ directory of 'specrank train' (NAME-foldF): log each as an MLflow model"
                              " in its fold's nested run")
-    parser.add_argument("--trust-pickle", action="store_true",
-                        help="also load pickled (format 1) --models: this runs code from the files, trust them first")
     parser.add_argument("--model-prefix", default=None,
                         help="logged models are named PREFIX-NAME-foldF (default: the run name)")
 
@@ -32,7 +29,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     tracking = None if args.no_tracking else Tracking(args.tracking_uri, args.experiment, args.run_name)
     evaluation = evaluate(args.run_dir, args.predictions, out=args.out, budgets=args.budgets,
-                          bootstrap=args.bootstrap, seed=args.seed, models=args.models, trust_pickle=args.trust_pickle,
+                          bootstrap=args.bootstrap, seed=args.seed, models=args.models,
                           tracking=tracking, model_prefix=args.model_prefix)
     for key, model_uri in evaluation.logged_models.items():
         print(f"model {key}: {model_uri}")

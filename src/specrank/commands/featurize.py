@@ -5,7 +5,6 @@ from __future__ import annotations
 from specrank.commands.args import add_tracking_arguments
 from specrank.workflow import Tracking, featurize
 
-HELP = "Featurize a run directory: one row per (round, first-level candidate) with every feature of docs/design.md."
 
 
 def add_arguments(parser) -> None:

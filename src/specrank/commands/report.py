@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from specrank.evaluation import load_evaluation, write_report
 from specrank.outputs import check_output_dir, staged
 
-HELP = "Re-render report.md and figures/ from the tables that 'specrank evaluate' saved."
 
 
 def add_arguments(parser) -> None:
@@ -13,8 +13,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from specrank.evaluation import load_evaluation, write_report
-
     evaluation = load_evaluation(args.eval_dir)
     out = check_output_dir(args.out or args.eval_dir)
     with staged(out) as stage:

@@ -17,7 +17,6 @@ from specrank.rerankers import GBMReranker
 from specrank.workflow import RERANKER_NAMES, Features, Tracking, cross_fit
 from specrank.workflow.rerankers import GBM_SETTINGS
 
-HELP = "Cross-fit rerankers on a features table; write predictions.parquet (keys + one column per reranker) and models."
 
 
 def add_arguments(parser) -> None:

@@ -29,7 +29,10 @@ from specrank.decode.runs.measure import Measure
 from specrank.decode.strategies import SelectionStrategy, StrategyError, make_strategy
 from specrank.decode.verify import ExhaustiveVerifier
 from specrank.files import names_a_uri
+from specrank.law import Law
 from specrank.rerankers import load_reranker
+from specrank.rerankers.defaults import (DEFAULT, DEFAULT_DRAFTER, default_reranker_dir, is_default,
+                                         load_default_reranker)
 
 
 @dataclass
@@ -88,8 +91,10 @@ class Decoder:
 
     ``strategy``: a name (``draft``, ``root``, ``root_draw``, ``pearl``, ``reranked``, ``covering``) or a
     ``SelectionStrategy``; ``reranked`` takes ``reranker``: a fitted estimator or a saved reranker's path
-    (``trust_pickle=True`` also loads a format-1 pickle, which runs code from the file); an MLflow model URI
-    is resolved above decoding, by ``specrank.tracking.resolve_reranker``. ``budget`` is the verified tree
+    (format 2, read as data); an MLflow model URI is resolved above decoding, by
+    ``specrank.tracking.resolve_reranker``. With the shipped head (``eagle3:default``) and no reranker, ``reranked``
+    uses ``reranker:default``: the default study's champion that fits the temperature each ``generate`` decodes at.
+    ``budget`` is the verified tree
     size B (root excluded), ``shape`` the pool's growth. ``temperature`` is the default of ``generate`` (0 = greedy; None:
     greedy unless ``generate`` says otherwise). A reranker is checked against the temperature it decodes at:
     here when one is given, else when ``generate`` or ``rounds`` starts, before any model pass.
@@ -102,13 +107,17 @@ class Decoder:
 
     def __init__(self, target, drafter, strategy="draft", *, reranker=None,
                  budget: int = 59, shape: PoolShape = PoolShape(), temperature: float | None = None, verifier=None,
-                 trust_pickle: bool = False, pipeline: bool = False, drafter_device=None,
+                 pipeline: bool = False, drafter_device=None,
                  drafter_threads: int | None = None):
         self.target, self.drafter, self.verifier = target, drafter, verifier
-        self.strategy = resolve_strategy(strategy, reranker, trust_pickle=trust_pickle)
         self.temperature = temperature
         self.config = DecodeConfig(shape, budget, extra=0, temperature=0.0 if temperature is None else temperature)
-        self.strategy.check(self.config, law=temperature is not None)
+        self.champions = {} if uses_default_reranker(strategy, reranker, drafter) else None  # law -> strategy
+        if self.champions is None:
+            self.strategy = resolve_strategy(strategy, reranker)
+            self.strategy.check(self.config, law=temperature is not None)
+        else:  # the champion that fits the temperature, once it is known
+            self.strategy = self._champion(self.config) if temperature is not None else None
         if pipeline:
             self.drafter = PipelinedDrafter(drafter, drafter_device, drafter_threads)
         elif drafter_device is not None or drafter_threads is not None:
@@ -129,8 +138,18 @@ class Decoder:
         """The decoding's configuration at ``temperature`` (None: the decoder's), its strategy checked against it."""
         t = next((x for x in (temperature, self.temperature) if x is not None), 0.0)
         config = replace(self.config, temperature=t, max_new_tokens=max_new_tokens, seed=seed)
+        if self.champions is not None:
+            self.strategy = self._champion(config)
         self.strategy.check(config)
         return config
+
+    def _champion(self, config: DecodeConfig) -> SelectionStrategy:
+        """``reranked`` with the default champion that fits ``config``'s temperature (loaded once per law)."""
+        law = Law(config.temperature).name
+        if law not in self.champions:
+            path = default_reranker_dir(config.temperature)
+            self.champions[law] = make_strategy("reranked", load_default_reranker(config.temperature), str(path))
+        return self.champions[law]
 
     def _encode(self, prompt, config: DecodeConfig, prompt_id: str) -> list[int]:
         if isinstance(prompt, str):
@@ -186,7 +205,19 @@ def is_batch(prompt) -> bool:
     return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and isinstance(prompt[0], (str, list, tuple))
 
 
-def resolve_strategy(strategy, reranker, *, trust_pickle: bool = False) -> SelectionStrategy:
+def uses_default_reranker(strategy, reranker, drafter) -> bool:
+    """Whether ``reranked`` takes ``reranker:default``: named, or no reranker given with the shipped head (the pair
+    the default champions were trained with); another drafter without a reranker is refused in one line."""
+    if strategy != "reranked" or (reranker is not None and not is_default(reranker)):
+        return False
+    spec = getattr(drafter, "spec", "") or type(drafter).__name__
+    if spec != DEFAULT_DRAFTER:
+        raise StrategyError(f"strategy reranked needs reranker= for drafter {spec}: {DEFAULT} was trained with "
+                            f"{DEFAULT_DRAFTER} on the default target")
+    return True
+
+
+def resolve_strategy(strategy, reranker) -> SelectionStrategy:
     """A strategy object from a name or an object; ``reranked`` takes a fitted reranker or loads a local one."""
     if isinstance(strategy, SelectionStrategy):
         if reranker is not None:
@@ -202,4 +233,4 @@ def resolve_strategy(strategy, reranker, *, trust_pickle: bool = False) -> Selec
         raise StrategyError(f"reranker {reranker}: an MLflow model URI; decoding takes a fitted reranker or a local "
                             f"file: load it first with specrank.tracking.resolve_reranker({str(reranker)!r}, "
                             "tracking_uri=...)")
-    return make_strategy("reranked", load_reranker(reranker, trust_pickle=trust_pickle), str(reranker))
+    return make_strategy("reranked", load_reranker(reranker), str(reranker))

@@ -15,8 +15,10 @@ from specrank.atomic import write_json_atomic
 from specrank.decode import Decoder
 from specrank.decode.loading.eagle3 import (
     default_head_dir,  # noqa: F401  (re-exported)
+    default_hidden_layers,
     load_eagle3,
 )
+from specrank.decode.loading.targets import target_config
 from specrank.decode.prompts import prompt_digests
 from specrank.drafter_training.data import GenerationSpec, generate_corpus, load_corpus
 from specrank.drafter_training.head import new_head, save_head
@@ -27,6 +29,17 @@ from specrank.drafter_training.vocab import most_frequent
 from specrank.tracking.uri import check_tracking_uri, resolve_tracking_uri
 
 SUMMARY = "training.json"
+
+
+def hidden_layers(target_spec, layers=None) -> tuple[int, ...]:
+    """The target's ``hidden_states`` indices a head reads: ``layers``, else EAGLE-3's default, checked against
+    the target's config (one line naming ``--layers``)."""
+    config = target_config(target_spec)
+    layers = tuple(layers or default_hidden_layers(config, config["num_hidden_layers"]))
+    if any(not 0 <= i <= config["num_hidden_layers"] for i in layers):
+        raise ValueError(f"--layers {' '.join(map(str, layers))}: hidden_states indices of this target are "
+                         f"0..{config['num_hidden_layers']} (its config.json)")
+    return layers
 
 
 def split_prompts(prompts, heldout_per_task: int, seed: int = 0) -> set[str]:

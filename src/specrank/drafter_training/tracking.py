@@ -6,6 +6,11 @@ from __future__ import annotations
 from contextlib import ExitStack
 from pathlib import Path
 
+import mlflow
+
+from specrank.tracking.runs import ensure_experiment
+from specrank.tracking.uri import tracking_store
+
 EXPERIMENT = "specrank-drafter"
 RUN_ID_FILE = "mlflow_run_id"
 
@@ -22,11 +27,6 @@ class RunLogger:
         """Start (or resume) the run of ``out_dir`` at tracking ``uri``; None logs nowhere."""
         if uri is None:
             return cls()
-        import mlflow
-
-        from specrank.tracking.runs import ensure_experiment
-        from specrank.tracking.uri import tracking_store
-
         store = ExitStack()
         store.enter_context(tracking_store(uri))
         try:
@@ -45,13 +45,9 @@ class RunLogger:
 
     def log(self, metrics: dict, step: int) -> None:
         if self.run is not None:
-            import mlflow
-
             mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step)
 
     def close(self) -> None:
         if self.run is not None:
-            import mlflow
-
             mlflow.end_run()
         self._store.close()

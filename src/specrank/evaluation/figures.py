@@ -1,5 +1,5 @@
-"""Figures of an offline evaluation: gain vs budget per score, recovered share by task, online acceptance and
-online speed gains.
+"""Figures of an offline evaluation: gain vs budget per score, recovered share by task, each score's share of root's
+gain at the headline budgets, online acceptance and online speed gains.
 
 Figures are built on ``matplotlib.figure.Figure`` without pyplot, so importing or rendering sets
 no backend: a notebook that imports ``specrank.evaluation`` keeps its own.
@@ -200,5 +200,43 @@ def speed_gain_figure(speed: pd.DataFrame, title: str = "Decoding-speed gain", o
     axes[0, 0].set_ylabel("speed gain (%)")
     axes[0, 0].legend(fontsize=8, frameon=False)
     fig.suptitle(f"{title}\nwhiskers: 95% paired prompt-bootstrap intervals", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def root_share_figure(budgets: dict, meta: dict | None = None):
+    """Each score's share of root selection's gain with its 95% interval, one horizontal bar per score and one panel
+    per budget; ``budgets`` as a study's figures hold them (``{"8": {"rules": {score: {"root_share": [point, low,
+    high]}}}}``), scores without a share (draft, root) left out."""
+    every = [s for f in budgets.values() for s, entry in f["rules"].items() if "root_share" in entry]
+    scores, colors = ordered(every), _colors(every)
+    y = np.arange(len(scores))
+    fig, axes = new_figure(len(budgets), (4.6 * len(budgets), 1.2 + 0.4 * len(scores)), sharex=True,
+                           sharey=True)
+    ends = []  # every whisker's ends, for the shared x range
+    for ax, (b, figures) in zip(axes[0], budgets.items()):
+        nan = {"root_share": [np.nan] * 3}
+        share, low, high = np.array([figures["rules"].get(s, nan).get("root_share", nan["root_share"])
+                                     for s in scores], dtype=float).reshape(-1, 3).T
+        err = np.abs(np.vstack([share - low, high - share]))
+        bar, whisker = np.isfinite(share), np.isfinite(err).all(0)
+        ax.barh(y[bar], share[bar], 0.7, color=[colors[s] for s, keep in zip(scores, bar) if keep])
+        ax.errorbar(share[whisker], y[whisker], xerr=err[:, whisker], fmt="none", ecolor="black", capsize=3, lw=0.9)
+        ax.set_yticks(y)
+        ax.set_yticklabels([label(s) for s in scores], fontsize=9)
+        ax.axvline(0.0, color="black", lw=0.8)
+        ax.axvline(100.0, color="grey", ls=":", lw=1.0)
+        ax.set_title(f"B = {b}", fontsize=11)
+        ax.set_xlabel("share of root selection's gain (%)")
+        ax.grid(axis="x", alpha=0.3)
+        ends += [low, high, share]
+    axes[0, 0].invert_yaxis()  # reading order, top to bottom
+    # A share whose root gain is near zero in some resamples has an interval of hundreds of percent: the range
+    # stops at [-100, 200]% and such whiskers run off the plot.
+    values = np.concatenate([[0.0, 100.0], *ends])
+    values = values[np.isfinite(values)]
+    axes[0, 0].set_xlim(max(values.min() - 5.0, -100.0), min(values.max() + 5.0, 200.0))
+    caption = "Share of root selection's gain over draft; whiskers: 95% prompt-bootstrap intervals; dotted: 100%"
+    fig.suptitle(_caption(meta, caption), fontsize=10)
     fig.tight_layout()
     return fig

@@ -60,13 +60,23 @@ BUILT_IN = tuple(n for n, s in SCORE_NAMES.items() if s.built_in)
 
 
 def label(name: str) -> str:
-    """Short label of a score (a reranker column keeps its own name)."""
-    return SCORE_NAMES[name].label if name in SCORE_NAMES else name
+    """Short label of a score (a reranker column keeps its own name; an unregistered stacked score, ``a+b``, joins
+    its parts' labels)."""
+    if name in SCORE_NAMES:
+        return SCORE_NAMES[name].label
+    if "+" in name:
+        return " + ".join(label(part) for part in name.split("+"))
+    return name
 
 
 def full_label(name: str) -> str:
-    """Full label of a score, as the results page writes it (a reranker column keeps its own name)."""
-    return SCORE_NAMES[name].full_label if name in SCORE_NAMES else name
+    """Full label of a score, as the results page writes it (a reranker column keeps its own name; an unregistered
+    stacked score, ``a+b``, joins its parts' labels)."""
+    if name in SCORE_NAMES:
+        return SCORE_NAMES[name].full_label
+    if "+" in name:
+        return " + ".join(label(part) for part in name.split("+"))
+    return name
 
 
 def ordered(names) -> list[str]:

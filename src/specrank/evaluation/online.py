@@ -3,9 +3,13 @@ realized gains, with paired prompt-bootstrap intervals (torch-free: the tables `
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
+from specrank.atomic import atomic_write, write_parquet_atomic
+from specrank.evaluation.figures import acceptance_figure
 from specrank.selection import PromptBootstrap
 from specrank.selection.stats import _interval
 
@@ -109,3 +113,26 @@ def realized_gain(rounds: pd.DataFrame, strategy: str, base: str, n_boot: int = 
         means.append(((sums.sum() / counts.sum()), (boot.weights @ sums) / (boot.weights @ counts)))
     point = means[0][0] - means[1][0]
     return _interval(point, means[0][1] - means[1][1], boot.level)
+
+
+def online_tables(rounds: pd.DataFrame, decodes: pd.DataFrame, base: str, n_boot: int = 2000,
+                  seed: int = 0) -> dict[str, pd.DataFrame]:
+    """The tables of an online run (``decode.runs.run_protocol``'s rounds and decodes): themselves, realized
+    against expected acceptance, each strategy's speed, and speed ratios over ``base``."""
+    return {
+        "online_rounds": rounds,
+        "online_decodes": decodes,
+        "online_acceptance": acceptance_summary(rounds, n_boot, seed),
+        "online_strategies": strategy_table(decodes),
+        "online_speed": speed_ratios(decodes, base, n_boot, seed),
+    }
+
+
+def write_online_tables(tables: dict, out_dir) -> None:
+    """Each of ``online_tables`` as Parquet and the realized-acceptance figure as PNG under ``out_dir`` (each
+    atomic)."""
+    out = Path(out_dir)
+    for name, frame in tables.items():
+        write_parquet_atomic(frame, out / f"{name}.parquet")
+    fig = acceptance_figure(tables["online_acceptance"])
+    atomic_write(out / "realized_acceptance.png", lambda tmp: fig.savefig(tmp, format="png", dpi=120))

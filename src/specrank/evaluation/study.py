@@ -27,6 +27,7 @@ from specrank.featurize.context import previous_acceptance, prompt_index
 from specrank.featurize.rows import ROW_SOURCES
 from specrank.law import GREEDY, Law
 from specrank.rerankers import cross_fit, fold_splits
+from specrank.selection import stacked_factors
 from specrank.selection.stats import PromptBootstrap
 
 STUDY_BUDGETS = (8, 59)
@@ -57,8 +58,7 @@ def study_values(rounds: Rounds, first_factors: dict[str, np.ndarray], edges: np
     values = score_values(rounds, {r: inputs[r] for r in scores if r in inputs}, budgets)
     for name, reranker in STACKED.items():
         if reranker in first_factors and "per_depth" in scores:
-            stacked = edges.copy()
-            stacked[:, : rounds.topk] = first_factors[reranker]  # pool order: the first level comes first
+            stacked = stacked_factors(rounds.pool, first_factors[reranker], edges)
             values[name] = score_values(rounds, {name: ("per_depth", {"edge_factor": stacked})}, budgets)[name]
     return values
 
@@ -94,6 +94,21 @@ def budget_figures(boot: PromptBootstrap, values: dict[str, np.ndarray], budgets
             figures[f"root_share_in_{name}"] = triple(tot.ratio([(f"{name}:root-draft@{b}", 1)],
                                                                 [(root, 1), (draft, -1)], 100.0))
         out[str(b)] = figures
+    return out
+
+
+def summary_budget_figures(summary: pd.DataFrame, budgets=STUDY_BUDGETS, scores=STUDY_SCORES) -> dict:
+    """``budget_figures``' shares of root's gain read off an evaluation's summary (score x budget, with
+    ``root_share_low`` / ``_high``), for the ``scores`` it holds at ``budgets``: the same form a study's figures
+    take, from an evaluation that already drew its intervals."""
+    out = {}
+    for b in budgets:
+        at = summary[summary["budget"] == b].set_index("score")
+        shares = {}
+        for score in (s for s in scores if s in at.index):
+            share = [float(at.loc[score, k]) for k in ("root_share", "root_share_low", "root_share_high")]
+            shares[score] = {"root_share": share} if not np.isnan(share).all() else {}
+        out[str(b)] = {"rules": shares}  # the results JSON's key, as budget_figures writes it
     return out
 
 
@@ -253,6 +268,56 @@ def _scores_table(budget: str, figures: dict) -> list[str]:
     return lines
 
 
+ONLINE_LABELS = {"draft": "Draft selection", "reranked": "Champion", "root": "Root selection (root pass)",
+                 "root_draw": "Root-draw selection"}
+
+
+def online_section(results: dict) -> list[str]:
+    """The page's "Offline vs online" tables: per temperature and budget, each strategy decoded in the loop on
+    prompts the study never recorded, beside the offline prediction for the same score."""
+    out = ["Each temperature's champion (the deployable reranker with the best cross-fitted gain, refitted on all its "
+           "rounds) decodes prompts the study never recorded, in the loop, against draft selection, root selection "
+           "(a separate root pass) and root-draw selection, every strategy on every prompt in a rotated order. "
+           "Realized is the mean accepted draft tokens a round; expected is the exact expectation of the strategy's "
+           "own trees at the same online contexts; offline is the cross-fitted prediction at the recorded contexts. "
+           "Gains are over draft selection, speeds are tokens/s over draft selection on this machine (paired prompt "
+           "bootstrap). Break-even: the gain in accepted tokens a round at which the champion's own per-round cost "
+           "(features and inference, measured here) pays on a 14.5 ms GPU round, (1 + draft's acceptance) × cost / "
+           "14.5 ms."]
+    for t, r in results["temperatures"].items():
+        online = r.get("online")
+        if not online:
+            continue
+        for b, f in online["budgets"].items():
+            offline_draft = f.get("offline", {}).get("draft", {}).get("mean", [float("nan")])[0]
+            out += ["", f"### {_temperature_name(t)}, B = {b}: {f['prompts']} unseen prompts; champion "
+                        f"{full_label(online['reranker'])}", "",
+                    "| Strategy | realized [95% CI] | expected at the online contexts | realized gain over draft "
+                    "[95% CI] | offline gain over draft [95% CI] | tokens/s over draft [95% CI] |",
+                    "|---|---|---|---|---|---|"]
+            for name, e in f["strategies"].items():
+                gain = _ci(e["realized_gain"], 3) if "realized_gain" in e else "–"
+                off = f.get("offline", {}).get(name, {})
+                offline_gain = _ci(off["gain"], 3) if "gain" in off else "–"
+                label = ONLINE_LABELS.get(name, name) + (" (pipelined)" if name == "root_draw" and
+                                                         online.get("root_draw_pipelined") else "")
+                out.append(f"| {label} | {_ci(e['realized'], 3, sign=False)} | {e['expected'][0]:.3f} | {gain} | "
+                           f"{offline_gain} | {_ci(e['speed'], 3, sign=False)} |")
+            be = f["break_even"]
+            out += ["", f"Draft selection accepts {f['strategies']['draft']['realized'][0]:.3f} draft tokens a round "
+                        f"online here ({offline_draft:.3f} offline). Champion's cost {be['rerank_ms']:.3f} ms a round: "
+                        f"break-even gain on a {be['round_ms']:g} ms GPU round {be['gain']:.4f} tokens a round."]
+    return out
+
+
+def _regime(r: dict) -> str:
+    """The regime line beside the paper column: how much draft selection accepts here."""
+    means = ", ".join(f"{f['rules']['draft']['mean'][0]:.3f} at B = {b}" for b, f in r["budgets"].items())
+    return (f"Regime: draft selection accepts {means} draft tokens a round here. The paper's targets (Llama-3.1-8B, "
+            "Qwen3-4B and 8B, Qwen2.5-7B, 14B and 32B, each with its EAGLE-3 head) accept several times more, so a "
+            "share of root's gain here and a share there come from different regimes: compare them knowing it.")
+
+
 def render_results(results: dict, figure: str | None = None) -> str:
     """The study's Markdown page from its results JSON (deterministic: the same JSON gives the same bytes);
     ``figure`` is the learning-curve image's path relative to the page."""
@@ -272,12 +337,12 @@ def render_results(results: dict, figure: str | None = None) -> str:
         "- None of these prompts is among the head's training prompts (checked by their digests).",
         "",
         "Values are expected accepted draft tokens per round at the same recorded contexts; gains are over draft "
-        "selection; a share is the part of root selection's gain a rule recovers. Every learned rule is "
+        "selection; a share is the part of root selection's gain a score recovers. Every learned score is "
         "cross-fitted: no prompt's rounds are scored by a model that saw them. The paper column gives what the "
         "target-row reuse paper (arXiv 2610.29210, Table 4 and App. D.8) reports over its six targets.",
     ]
     for t, r in results["temperatures"].items():
-        out += ["", f"## {_temperature_name(t)}: {r['rounds']} rounds, {r['prompts']} prompts", ""]
+        out += ["", f"## {_temperature_name(t)}: {r['rounds']} rounds, {r['prompts']} prompts", "", _regime(r), ""]
         for b, figures in r["budgets"].items():
             out += [f"### B = {b}", ""] + _scores_table(b, figures) + [""]
             rb = figures.get("rows_minus_base")
@@ -311,6 +376,8 @@ def render_results(results: dict, figure: str | None = None) -> str:
             if imp:
                 top = ", ".join(f"{f} {v:.1f}%" for f, v in imp[:8])
                 out += ["", f"{full_label(name)}: share of the trees' total gain by feature: {top}."]
+    if any("online" in r for r in results["temperatures"].values()):
+        out += ["", "## Offline vs online", ""] + online_section(results)
     if figure:
         out += ["", "## Learning curve", "", f"![Rows − Base and the Rows share against training rounds]({figure})"]
     if results.get("findings"):

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from specrank.evaluation.figures import new_figure
 from specrank.selection.pool import PoolBatch
 from specrank.selection.scores import score_of
 from specrank.selection.select import select_top
@@ -451,6 +452,17 @@ def reliability_table(pool: PoolBatch, law: str, bins: int = 10) -> pd.DataFrame
         })
 
 
+def pooled_reliability(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """``reliability_table``s of several recordings pooled bin by bin, each bin's means weighted by its edges."""
+    rel = pd.concat(parts, ignore_index=True)
+    rel = rel.assign(q_sum=rel["edges"] * rel["draft_probability"].fillna(0.0),
+                     a_sum=rel["edges"] * rel["target_acceptance"].fillna(0.0))
+    pooled = rel.groupby(["bin_low", "bin_high"], as_index=False)[["edges", "q_sum", "a_sum"]].sum()
+    edges = pooled["edges"].where(pooled["edges"] > 0)
+    pooled = pooled.assign(draft_probability=pooled["q_sum"] / edges, target_acceptance=pooled["a_sum"] / edges)
+    return pooled.drop(columns=["q_sum", "a_sum"])
+
+
 def best_settings(table: pd.DataFrame) -> dict:
     """The best exact setting overall, the best chain and the best setting vLLM can serve (a chain or a static
     tree; None where the grid has none)."""
@@ -482,11 +494,48 @@ def serving_flags(row, sglang_head: str, vllm_head: str) -> dict[str, str]:
     return out
 
 
+def tree_config_summary(table: pd.DataFrame, law: str, recordings: dict, heads: dict[str, str]) -> dict:
+    """The best setting overall, the best chain and the best vLLM setting (a chain or a static tree), with the
+    flags to paste; ``heads``: the exported heads' paths by engine ({} when the drafter has none)."""
+    summary = {"law": law, "recordings": recordings}
+    for name, row in best_settings(table).items():
+        if row is None:
+            continue
+        summary[name] = {"setting": row["setting"], "acceptance_length": float(row["draft_length"]),
+                         "interval": [float(row["draft_low"]), float(row["draft_high"])],
+                         "tokens_per_s": float(row.get("tokens_per_s", float("nan"))),
+                         "flags": serving_flags(row, heads.get("sglang", "HEAD"), heads.get("vllm", "HEAD"))}
+    if not heads:
+        summary["heads"] = "export the head with `specrank drafter export HEAD --format sglang|vllm --out DIR`"
+    return summary
+
+
+def summary_note(summary: dict) -> str:
+    """The summary as a few paragraphs of text (an MLflow run's description)."""
+    best = summary.get("best", {})
+    lines = [f"Tree settings scored exactly on recorded rounds ({summary.get('law')}). Acceptance length = 1 +"
+             " expected accepted draft tokens per round; predicted tokens/s = length / (draft + verify + host).",
+             f"Best: {best.get('setting')} (length {best.get('acceptance_length', float('nan')):.3f},"
+             f" {best.get('tokens_per_s', float('nan')):.1f} tokens/s)."]
+    for engine, flags in best.get("flags", {}).items():
+        lines.append(f"{engine}: {flags}")
+    return "\n\n".join(lines)
+
+
+def top_metrics(table: pd.DataFrame, n: int = 5) -> dict[str, float]:
+    """Settings scored and flagged, and the lengths and speeds of the ``n`` best exact settings (``topI.COLUMN``)."""
+    metrics = {"settings": len(table), "flagged": int((table["outside"] > 0).sum())}
+    best = table[table["outside"] == 0].head(n)
+    for i, (_, r) in enumerate(best.iterrows(), start=1):
+        for col in ("draft_length", "draft_low", "draft_high", "root_length", "reranked_length", "tokens_per_s"):
+            if col in r and r[col] == r[col]:
+                metrics[f"top{i}.{col}"] = float(r[col])
+    return metrics
+
+
 def tree_config_figure(table: pd.DataFrame):
     """Acceptance length and predicted tokens/s against num_draft_tokens, one line per topk (at each n the
     topk's best num_steps), 95% prompt-bootstrap intervals as bands."""
-    from specrank.evaluation.figures import new_figure
-
     exact = table[table["outside"] == 0]
     exact = exact[exact["tree"] == ""]  # a static tree is one point, not a line over num_draft_tokens
     speed = "tokens_per_s" in exact
@@ -517,8 +566,6 @@ def tree_config_figure(table: pd.DataFrame):
 
 def reliability_figure(reliability: pd.DataFrame):
     """The head's draft probability against the target's acceptance of the same edge (diagonal: calibrated)."""
-    from specrank.evaluation.figures import new_figure
-
     fig, axes = new_figure(1, (4.2, 4.0))
     ax = axes[0, 0]
     r = reliability[reliability["edges"] > 0]

@@ -1,15 +1,19 @@
-"""Cross-fitted first-factor rerankers (App. D.8) with the scikit-learn estimator API (torch-free)."""
+"""Cross-fitted first-factor rerankers (App. D.8) with the scikit-learn estimator API (torch-free), the stacked
+score as one reranker, and their compiled per-round inference."""
 
 from specrank.folds import FoldError, even_odd, fold_labels, fold_splits
+from specrank.rerankers.compiled import CompiledReranker, compiled
 from specrank.rerankers.crossfit import CrossFit, cross_fit
 from specrank.rerankers.gbm import GBMReranker
 from specrank.rerankers.isotonic import IsotonicFirstFactor, PerDepthCalibration
 from specrank.rerankers.loader import load_reranker
 from specrank.rerankers.online import Reranker, RerankerError
 from specrank.rerankers.persist import RerankerFileError, save_reranker
+from specrank.rerankers.stacked import StackedReranker
 from specrank.rerankers.tune import tune
 
 __all__ = [
+    "CompiledReranker",
     "CrossFit",
     "FoldError",
     "GBMReranker",
@@ -18,6 +22,8 @@ __all__ = [
     "Reranker",
     "RerankerError",
     "RerankerFileError",
+    "StackedReranker",
+    "compiled",
     "cross_fit",
     "even_odd",
     "fold_labels",

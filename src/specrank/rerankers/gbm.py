@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 import lightgbm as lgb
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+from sklearn.utils._param_validation import Interval, StrOptions
 from threadpoolctl import threadpool_limits
 
 from specrank import schema
@@ -15,13 +16,11 @@ from specrank.featurize.columns import COLUMN
 from specrank.featurize.features import FeatureArrays
 from specrank.featurize.prior import TokenPrior
 from specrank.featurize.sets import CATEGORICAL_FEATURES, PRIOR_FEATURE, input_columns, resolve_features
-from specrank.rerankers.quickscorer import quickscorer_of
-from specrank.rerankers.online import Reranker, boolean, integer, real
+from specrank.rerankers.online import Reranker
 
 BACKENDS = ("lightgbm", "sklearn")
 MONOTONE_FEATURES = ("q", "log_q")  # the draft probability of the candidate
 SMALL_BATCH = 1024  # rows LightGBM scores on one thread
-TREE_PATHS = ("quickscorer", "lightgbm")
 MARGIN_CLIP = 1e-6  # q is clipped to [c, 1 - c] before its logit becomes the starting margin
 NO_PRIOR = np.zeros(0)
 NO_TOKENS = np.zeros(0, np.int64)
@@ -83,21 +82,19 @@ class GBMReranker(Reranker):
     instead of fitting noise.
     """
 
-    _constraints = {
-        "features": ("a feature-set name or a list of feature names",
-                     lambda v: isinstance(v, str)
-                     or (isinstance(v, (list, tuple)) and all(isinstance(f, str) for f in v))),
-        "backend": (f"one of {', '.join(BACKENDS)}", lambda v: isinstance(v, str) and v in BACKENDS),
-        "n_estimators": integer(1),
-        "learning_rate": real(0.0, open_low=True),
-        "num_leaves": integer(2),
-        "min_child_samples": integer(1),
-        "reg_lambda": real(0.0),
-        "monotone_draft": boolean(),
-        "boost_from_draft": boolean(),
-        "prior_pseudo_count": real(0.0),
-        "n_jobs": integer(1, optional=True),
-        "random_state": integer(0),
+    _parameter_constraints = {
+        "features": [str, list, tuple],  # a set name or feature names: resolve_features checks them
+        "backend": [StrOptions(set(BACKENDS))],
+        "n_estimators": [Interval(Integral, 1, None, closed="left")],
+        "learning_rate": [Interval(Real, 0.0, None, closed="neither")],
+        "num_leaves": [Interval(Integral, 2, None, closed="left")],
+        "min_child_samples": [Interval(Integral, 1, None, closed="left")],
+        "reg_lambda": [Interval(Real, 0.0, None, closed="left")],
+        "monotone_draft": ["boolean"],
+        "boost_from_draft": ["boolean"],
+        "prior_pseudo_count": [Interval(Real, 0.0, None, closed="left")],
+        "n_jobs": [Interval(Integral, 1, None, closed="left"), None],
+        "random_state": [Interval(Integral, 0, None, closed="left")],
     }
 
     def __init__(self, features="rows", backend="lightgbm", n_estimators=100, learning_rate=0.1,
@@ -119,7 +116,7 @@ class GBMReranker(Reranker):
     def _matrix(self, X, prior) -> np.ndarray:
         """(n, F) float matrix in ``features_`` order; categories coded by ``task_categories_``."""
         if isinstance(X, FeatureArrays):
-            return self._round_matrix(X, prior)
+            return self.round_matrix(X, prior)
         cols = []
         for f in self.features_:
             if f == PRIOR_FEATURE:
@@ -130,33 +127,25 @@ class GBMReranker(Reranker):
                 cols.append(np.asarray(X[f], dtype=np.float64))
         return np.column_stack(cols) if cols else np.empty((len(X), 0))
 
-    def _round_plan(self) -> RoundPlan:
-        plan = getattr(self, "round_plan_", None)
-        if plan is None:
-            plan = self.round_plan_ = round_plan(self.features_)
-        return plan
+    def task_code(self, task) -> float:
+        """The code of one round's task (NaN: a task unseen in training)."""
+        return float(category_codes([task], self.task_categories_)[0])
 
-    def _task_code(self, task) -> float:
-        """The code of one round's task, looked up once per task."""
-        codes = self.__dict__.setdefault("task_codes_", {})
-        if task not in codes:
-            codes[task] = float(category_codes([task], self.task_categories_)[0])
-        return codes[task]
-
-    def _round_matrix(self, X, prior) -> np.ndarray:
+    def round_matrix(self, X, prior, plan: RoundPlan | None = None, code: float | None = None) -> np.ndarray:
         """``_matrix`` of one round's ``FeatureArrays``: its numeric columns gathered from the kernel's block at
-        once."""
-        plan = self._round_plan()
+        once (``plan`` and the task's ``code``: given by a compiled reranker, which holds them across rounds)."""
+        plan = round_plan(self.features_) if plan is None else plan
         m = np.empty((len(X), len(self.features_)))
         m[:, plan.positions] = X.block[:, plan.columns]
         if plan.prior >= 0:
             m[:, plan.prior] = prior
         if plan.task >= 0:
-            m[:, plan.task] = self._task_code(X.task)
+            m[:, plan.task] = self.task_code(X.task) if code is None else code
         return m
 
     def check_params(self) -> None:
-        """The ranges of ``_constraints``, a known feature set, and ``boost_from_draft`` only with LightGBM."""
+        """The ranges of ``_parameter_constraints``, a known feature set, and ``boost_from_draft`` only with
+        LightGBM."""
         super().check_params()
         resolve_features(self.features)
         if self.boost_from_draft and self.backend != "lightgbm":
@@ -171,71 +160,15 @@ class GBMReranker(Reranker):
         prior = self.prior_.fit_transform(X["token"].to_numpy(), y) if PRIOR_FEATURE in self.features_ else None
         margin = draft_margin(X) if self.boost_from_draft else None
         self.model_ = self._fit_backend(self._matrix(X, prior), y, margin)
-        self.trees_ = self.round_plan_ = self.round_model_ = None  # an earlier fit's arrays would score the old model
-        self.__dict__.pop("task_codes_", None)
-
-    def compile(self, trees: str | None = None):
-        """Prepare per-round scoring; ``inference_`` names the path; returns self.
-
-        ``trees`` (default ``$SPECRANK_TREES``, else ``quickscorer``): ``quickscorer`` scores the trees as
-        QuickScorer arrays through a numba kernel (``rerankers.quickscorer``: equal to LightGBM's margins
-        exactly, and the fastest path measured inside a decoding loop, ``docs/benchmarks.md``); ``lightgbm``
-        keeps LightGBM's predict (one thread on a round's rows), also where numba is missing or the model
-        has what the arrays cannot hold (more than 64 leaves a tree, categories >= 64).
-        """
-        choice = trees or os.environ.get("SPECRANK_TREES") or "quickscorer"
-        if choice not in TREE_PATHS:
-            raise ValueError(f"trees: {choice!r} is not one of {', '.join(TREE_PATHS)}")
-        self.trees_, self.round_model_, self.inference_ = None, None, "LightGBM predict"
-        if self.backend != "lightgbm":
-            self.inference_ = "sklearn predict (QuickScorer arrays are for LightGBM boosters)"
-        elif choice == "quickscorer":
-            self.trees_, self.inference_ = quickscorer_of(self.model_)
-        if self.trees_ is not None and not getattr(self, "boost_from_draft", False):
-            self.round_model_ = self.trees_.round_model(self._round_args())  # features and trees: one kernel call
-        return self
-
-    def __getstate__(self):
-        state = super().__getstate__()
-        state.pop("trees_", None)  # a numba kernel does not pickle: LightGBM predicts until compile() again
-        state.pop("inference_", None)
-        state.pop("round_plan_", None)
-        state.pop("round_model_", None)
-        state.pop("task_codes_", None)
-        return state
 
     def margin(self, m) -> np.ndarray:
-        """(n,) raw LightGBM margins of the feature matrix ``m`` (n, F): the QuickScorer arrays when built."""
-        trees = getattr(self, "trees_", None)
-        if trees is not None:
-            return trees.raw(m)
+        """(n,) raw LightGBM margins of the feature matrix ``m`` (n, F)."""
         threads = 1 if len(m) <= SMALL_BATCH else (self.n_jobs or 0)  # a thread pool costs more than ~10 rows
         return self.model_.predict(m, raw_score=True, num_threads=threads)
 
-    def _predict_round(self, X: FeatureArrays) -> np.ndarray:
-        """One round through the compiled trees (``predict_round``); elsewhere the matrix path."""
-        if getattr(self, "round_model_", None) is None:
-            return super()._predict_round(X)
-        return self.predict_round(X.inputs, X.task)
-
-    def round_predictor(self):
-        """``predict_round`` once ``compile`` has built the round kernel's model, else None."""
-        return self.predict_round if getattr(self, "round_model_", None) is not None else None
-
-    def predict_round(self, inputs, task: str) -> np.ndarray:
-        """(topk,) predictions of one round from the features kernel's inputs (``featurize.RoundInputs``) and its
-        task: the features and the trees in one kernel call (``round_model_``, set by ``compile``)."""
-        code = self.__dict__.get("task_codes_", {}).get(task)  # inline: from cold caches a call costs µs
-        if code is None:
-            code = self._task_code(task) if self.round_plan_.task >= 0 else 0.0
-        out = np.empty(inputs.topk)
-        self.trees_.round_kernel(*inputs, code, self.round_model_, out)  # QuickScorer.round_probabilities, inline
-        return out
-
-    def _round_args(self) -> tuple:
-        """The round kernel's plan: (positions, columns, prior position, prior tokens, means, default, task
-        position)."""
-        plan = self._round_plan()
+    def round_args(self, plan: RoundPlan) -> tuple:
+        """The round kernel's plan (``quickscorer.QuickScorer.round_model``): (positions, columns, prior position,
+        prior tokens, means, default, task position)."""
         prior = self.prior_ if plan.prior >= 0 else None
         tokens = NO_TOKENS if prior is None else np.ascontiguousarray(prior.tokens_, dtype=np.int64)
         means = NO_PRIOR if prior is None else np.ascontiguousarray(prior.means_, dtype=np.float64)
@@ -243,14 +176,19 @@ class GBMReranker(Reranker):
         return plan.positions, plan.columns, plan.prior, tokens, means, default, plan.task
 
     def _predict(self, X):
-        one_round = isinstance(X, FeatureArrays)
-        prior = None
-        if PRIOR_FEATURE in self.features_:
-            prior = self.prior_.lookup(X.token) if one_round else self.prior_.transform(np.asarray(X["token"]))
-        boost = getattr(self, "boost_from_draft", False)
-        m = self._matrix(X, prior)
+        return self.probabilities(X, self._matrix(X, self.prior_of(X)))
+
+    def prior_of(self, X):
+        """The token prior of each row of ``X`` (None when the features do not read it)."""
+        if PRIOR_FEATURE not in self.features_:
+            return None
+        return self.prior_.lookup(X.token) if isinstance(X, FeatureArrays) else self.prior_.transform(np.asarray(X["token"]))
+
+    def probabilities(self, X, m, margin=None) -> np.ndarray:
+        """Predictions of the rows ``X`` from their matrix ``m``; ``margin``: a function of ``m`` -> raw margins
+        (default LightGBM's predict)."""
         if self.backend == "lightgbm":  # both objectives map the margin through the logistic function
-            raw = self.margin(m) + (draft_margin(X) if boost else 0.0)
+            raw = (self.margin if margin is None else margin)(m) + (draft_margin(X) if self.boost_from_draft else 0.0)
             return 1.0 / (1.0 + np.exp(-raw))
         with threadpool_limits(self.n_jobs, user_api="openmp"):
             if self.label_kind_ == "argmax":

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from numbers import Integral
+
 import numpy as np
 from sklearn.isotonic import IsotonicRegression
+from sklearn.utils._param_validation import Interval
 
 from specrank import schema
 from specrank.featurize.features import FeatureArrays
-from specrank.rerankers.online import Reranker, integer, unit_interval
+from specrank.rerankers.online import Reranker, unit_interval
 
 
 def binned_isotonic(q, y, n_bins: int) -> IsotonicRegression:
@@ -34,7 +37,7 @@ def isotonic_lookup(iso: IsotonicRegression, q) -> np.ndarray:
 class IsotonicFirstFactor(Reranker):
     """Replaces q1 by an isotonic estimate of the target probability (200 equal-count bins)."""
 
-    _constraints = {"n_bins": integer(1)}
+    _parameter_constraints = {"n_bins": [Interval(Integral, 1, None, closed="left")]}
 
     def __init__(self, n_bins: int = 200):
         self.n_bins = n_bins
@@ -56,7 +59,7 @@ class PerDepthCalibration(Reranker):
     depth-1 map. Depths unseen in training use the deepest fitted map.
     """
 
-    _constraints = {"n_bins": integer(1)}
+    _parameter_constraints = {"n_bins": [Interval(Integral, 1, None, closed="left")]}
 
     def __init__(self, n_bins: int = 200):
         self.n_bins = n_bins
@@ -65,7 +68,6 @@ class PerDepthCalibration(Reranker):
         schema.require_columns(X.columns, ["depth", "q_edge"], "edges")
         self.features_ = ["depth", "q_edge"]
         depth = X["depth"].to_numpy()
-        self.__dict__.pop("first_map_", None)
         self.maps_ = {int(d): binned_isotonic(X["q_edge"].to_numpy()[depth == d], y[depth == d], self.n_bins)
                       for d in np.unique(depth)}
 
@@ -82,7 +84,15 @@ class PerDepthCalibration(Reranker):
     def _predict(self, X):
         return self._map(X["depth"].to_numpy(), X["q_edge"].to_numpy())
 
+    def predict_factors(self, depth, q) -> np.ndarray:
+        """(n,) calibrated draft factors of edges at ``depth`` with draft probability ``q`` (arrays, no table)."""
+        return unit_interval(self._map(depth, q))
+
     first_factor_features_ = ("q",)  # what predict_first_factor reads, whatever the edges it was fitted on
+
+    def first_map(self) -> IsotonicRegression:
+        """The map of depth 1 (as ``_map`` clips depth 1 to the fitted depths)."""
+        return self.maps_[min(max(1, min(self.maps_)), max(self.maps_))]
 
     def predict_first_factor(self, features) -> np.ndarray:
         """First-level features (column ``q``) -> the depth-1 map's calibrated probability."""
@@ -91,7 +101,4 @@ class PerDepthCalibration(Reranker):
         else:
             self.check_meta(features)
             schema.require_columns(features.columns, ["q"], "features")
-        first = self.__dict__.get("first_map_")
-        if first is None:  # as ``_map`` clips depth 1
-            first = self.first_map_ = self.maps_[int(np.clip(1, min(self.maps_), max(self.maps_)))]
-        return unit_interval(isotonic_lookup(first, features["q"]))
+        return unit_interval(isotonic_lookup(self.first_map(), features["q"]))

@@ -1,5 +1,5 @@
-"""The one loader of a reranker's local formats: format 2 (a directory or zip, read as data) and the
-trusted format-1 pickle (``rerankers.legacy``). MLflow models load through ``specrank.tracking``."""
+"""The one loader of a reranker's local format: format 2, a directory or zip read as data. MLflow models load
+through ``specrank.tracking``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from specrank.featurize.prior import TokenPrior
 from specrank.rerankers.gbm import GBMReranker
 from specrank.rerankers.isotonic import IsotonicFirstFactor, PerDepthCalibration
-from specrank.rerankers.legacy import load_pickle
+from specrank.rerankers.stacked import StackedReranker
 from specrank.rerankers.persist import (
     FORMAT,
     META,
@@ -29,7 +29,9 @@ from specrank.rerankers.persist import (
 from specrank.rerankers.state import (
     ARRAYS,
     LIGHTGBM,
+    PARTS,
     SKLEARN,
+    STACKED,
     StateError,
     check_state,
     isotonic_from,
@@ -38,15 +40,21 @@ from specrank.rerankers.state import (
     read_skops,
 )
 
-CLASSES = {c.__name__: c for c in (IsotonicFirstFactor, PerDepthCalibration, GBMReranker)}
+CLASSES = {c.__name__: c for c in (IsotonicFirstFactor, PerDepthCalibration, GBMReranker, StackedReranker)}
 
 
-def decode(name: str, params: dict, state: dict, arrays: dict, files: dict[str, bytes]):
-    """The estimator of class ``name`` (one of ``CLASSES``) with ``params`` and its fitted state."""
-    if name not in CLASSES:
-        raise StateError(f"unknown reranker class {name!r} (format 2 knows {', '.join(CLASSES)})")
-    check_state(name, params, state, arrays)
+def decode(name: str, params: dict, state: dict, arrays: dict, files: dict[str, bytes], meta: dict):
+    """The estimator of class ``name`` (one of ``CLASSES``) with ``params``, its checked fitted state
+    (``check_state``) and the metadata of ``reranker.json``."""
+    if name == STACKED:
+        parts = {part: decode(params[part]["class"], params[part]["params"], state[part],
+                              {k.removeprefix(f"{part}."): v for k, v in arrays.items() if k.startswith(f"{part}.")},
+                              files, meta) for part in PARTS}
+        parts["per_depth"].features_ = ["depth", "q_edge"]  # what it reads from edges (reranker.json: the first factor's)
+        return StackedReranker.from_fitted(parts["first_factor"], parts["per_depth"])
     est = CLASSES[name](**params)
+    est.features_, est.label_kind_, est.topk_ = list(meta["features"]), meta["label_kind"], int(meta["topk"])
+    est.version_, est.rounds_digest_ = meta["version"], meta.get("rounds_digest")
     if name == "IsotonicFirstFactor":
         est.iso_ = isotonic_from(arrays, "iso", state["iso"])
     elif name == "PerDepthCalibration":
@@ -84,29 +92,29 @@ def load_format2(path) -> object:
     if meta["class"] not in CLASSES:
         raise RerankerFileError(f"{where}: class: unknown reranker class {short(meta['class'])} "
                                 f"(format 2 knows {', '.join(CLASSES)})")
+    check_params(where, CLASSES[meta["class"]], meta["params"], meta["features"], CLASSES)
     check_files(path, meta, files)
     check_version(path, meta["version"])
     if feature_schema_hash(meta["features"], meta["label_kind"], meta["topk"]) != meta["feature_schema_hash"]:
         raise RerankerFileError(f"{where}: feature_schema_hash does not match its features, label_kind and topk")
-    check_params(where, CLASSES[meta["class"]], meta["params"], meta["features"])
     try:
-        est = decode(meta["class"], meta["params"], meta["state"], npz_arrays(files[ARRAYS]), files)
+        arrays = npz_arrays(files[ARRAYS])
+        check_state(meta["class"], meta["params"], meta["state"], arrays)
+        est = decode(meta["class"], meta["params"], meta["state"], arrays, files, meta)
     except StateError as exc:
         raise RerankerFileError(f"{path}: {exc}") from None
-    est.features_, est.label_kind_, est.topk_, est.version_ = list(meta["features"]), meta["label_kind"], \
-        int(meta["topk"]), meta["version"]
-    est.rounds_digest_ = meta.get("rounds_digest")
+    est.version_ = meta["version"]
+    if "card" in meta:
+        est.card_ = meta["card"]
     est.meta_ = {k: meta.get(k) for k in META_KEYS[:7] + OPTIONAL_META}
     est.meta_["format_digest"] = format_digest(files)
     return est
 
 
-def load_reranker(source, *, trust_pickle: bool = False):
-    """A fitted reranker from a local ``source``: the estimator itself, a format-2 directory or zip, or a
-    format-1 pickle. MLflow models and model URIs load through ``specrank.tracking.resolve_reranker``.
-
-    Nothing in the file is executed, except a format-1 pickle loaded with ``trust_pickle=True``, which warns.
-    """
+def load_reranker(source):
+    """A fitted reranker from a local ``source``: the estimator itself, or a format-2 directory or zip (nothing
+    in it is executed; any other file, a pickle included, is refused). MLflow models and model URIs load
+    through ``specrank.tracking.resolve_reranker``."""
     if not isinstance(source, (str, Path)):
         return source
     path = Path(str(source)).expanduser()
@@ -115,5 +123,5 @@ def load_reranker(source, *, trust_pickle: bool = False):
     if path.is_file():
         if zipfile.is_zipfile(path):
             return load_format2(path)
-        return load_pickle(path, trust_pickle)
+        raise RerankerFileError(f"{path}: not a specrank reranker (format 2 is a directory or a .zip)")
     raise FileNotFoundError(f"no reranker at {source} (neither a saved reranker nor an MLflow model)")

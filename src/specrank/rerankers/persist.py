@@ -8,7 +8,9 @@ data and never executes:
 - ``arrays.npz``: the isotonic and per-depth tables and the token prior;
 - ``lightgbm.txt``: a LightGBM booster as its own text model, or ``sklearn.skops``: sklearn's boosting.
 
-Format 1 was a pickle: it loads only with ``trust_pickle=True`` (``--trust-pickle``), with a warning.
+A stacked reranker is one such model: its ``params`` and ``state`` hold each part's (``first_factor``,
+``per_depth``) under the part's name, params as ``{"class": ..., "params": ...}``; its arrays are the parts'
+arrays prefixed with the part's name; its booster is its first factor's.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import re
 import zipfile
 from pathlib import Path
 
+from sklearn.utils._param_validation import InvalidParameterError, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted
 
 import specrank
@@ -27,7 +30,7 @@ from specrank.atomic import atomic_write, atomic_write_dir
 from specrank.errors import first_line
 from specrank.featurize.sets import CATEGORICAL_FEATURES, input_columns, resolve_features
 from specrank.law import LABEL_KINDS
-from specrank.rerankers.state import ARRAYS, encode, npz_bytes, required_files
+from specrank.rerankers.state import ARRAYS, PARTS, STACKED, encode, npz_bytes, required_files, tree_part
 from specrank.versions import package_version
 
 FORMAT = "specrank-reranker/2"
@@ -61,12 +64,22 @@ def describe(est) -> dict:
         "label_kind": est.label_kind_,
         "topk": est.topk_,
         "version": est.version_,
-        "params": est.get_params(),
+        "params": saved_params(est),
         "feature_schema_hash": feature_schema_hash(est.features_, est.label_kind_, est.topk_),
     }
     if getattr(est, "rounds_digest_", None):
         meta["rounds_digest"] = est.rounds_digest_
+    if getattr(est, "card_", None):
+        meta["card"] = est.card_
     return meta
+
+
+def saved_params(est) -> dict:
+    """The params recorded for ``est``: its own, or a stacked reranker's parts' classes and params."""
+    if type(est).__name__ == STACKED:  # by name: the classes sit above this module
+        return {part: {"class": type(p).__name__, "params": p.get_params()}
+                for part, p in ((part, getattr(est, f"{part}_")) for part in PARTS)}
+    return est.get_params()
 
 
 def _versions() -> dict:
@@ -150,8 +163,12 @@ META_SCHEMA = {
     "versions": ("an object of package -> version",
                  lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values())),
     "rounds_digest": ("a sha256 (64 hex digits)", lambda v: isinstance(v, str) and SHA256.fullmatch(v)),
+    # the model card a study writes: what the reranker learned from (its prompts' sha256), how it was chosen
+    "card": ("an object whose training_prompts, if any, is a list of sha256", lambda v: isinstance(v, dict) and (
+        "training_prompts" not in v or isinstance(v["training_prompts"], list)
+        and all(isinstance(d, str) and SHA256.fullmatch(d) for d in v["training_prompts"]))),
 }
-OPTIONAL_META = ("versions", "rounds_digest")
+OPTIONAL_META = ("versions", "rounds_digest", "card")
 
 
 def check_meta(where: str, meta: dict) -> None:
@@ -172,43 +189,66 @@ def short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def check_params(where: str, cls, params: dict, features: list) -> None:
-    """``params`` must name every parameter of ``cls.__init__`` and nothing else, each within the class's
-    constraints; a set name in ``params.features`` must resolve to the saved ``features``."""
+def check_params(where: str, cls, params: dict, features: list, classes: dict, key: str = "params") -> None:
+    """``params`` (at ``key`` of ``reranker.json``) must name every parameter of ``cls.__init__`` and nothing
+    else, each within the class's ``_parameter_constraints`` (scikit-learn's check, one parameter at a time so
+    that the error names it); a set name in ``params.features`` must resolve to the saved ``features``. A stacked
+    reranker's parts are checked as their own classes (``classes``: name -> class)."""
     names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
     for name in names:
         if name not in params:
-            raise RerankerFileError(f"{where}: params.{name}: missing")
+            raise RerankerFileError(f"{where}: {key}.{name}: missing")
     for name in params:
         if name not in names:
-            raise RerankerFileError(f"{where}: params.{name}: not a parameter of {cls.__name__} "
+            raise RerankerFileError(f"{where}: {key}.{name}: not a parameter of {cls.__name__} "
                                     f"(expected {', '.join(names)})")
-    for name, (expected, ok) in cls._constraints.items():
-        if not ok(params[name]):
-            raise RerankerFileError(f"{where}: params.{name}: must be {expected}; got {short(params[name])}")
+    if cls.__name__ == STACKED:
+        for part, allowed in PARTS.items():
+            check_part(where, f"{key}.{part}", params[part], allowed)
+            check_params(where, classes[params[part]["class"]], params[part]["params"], features, classes,
+                         f"{key}.{part}.params")
+        return
+    for name, constraint in cls._parameter_constraints.items():
+        try:
+            validate_parameter_constraints({name: constraint}, {name: params[name]}, caller_name=cls.__name__)
+        except InvalidParameterError as exc:
+            raise RerankerFileError(f"{where}: {key}.{name}: {first_line(exc)}") from None
     if "features" in params:
         try:
             resolved = resolve_features(params["features"])
         except ValueError as exc:
-            raise RerankerFileError(f"{where}: params.features: {first_line(exc)}") from None
+            raise RerankerFileError(f"{where}: {key}.features: {first_line(exc)}") from None
         if resolved != features:
-            raise RerankerFileError(f"{where}: params.features: {short(params['features'])} is not the saved features")
+            raise RerankerFileError(f"{where}: {key}.features: {short(params['features'])} is not the saved features")
     try:  # the constraints across parameters (boost_from_draft only with LightGBM)
         cls(**params).check_params()
     except ValueError as exc:
-        raise RerankerFileError(f"{where}: params: {first_line(exc)}") from None
+        raise RerankerFileError(f"{where}: {key}: {first_line(exc)}") from None
+
+
+def check_part(where: str, key: str, part, allowed) -> None:
+    """A stacked reranker's part in ``params``: exactly ``{"class": one of allowed, "params": an object}``."""
+    expected = f"an object with class (one of {', '.join(allowed)}) and params (an object)"
+    if not isinstance(part, dict) or set(part) != {"class", "params"}:
+        raise RerankerFileError(f"{where}: {key}: must be {expected}; got {short(part)}")
+    if part["class"] not in allowed:
+        raise RerankerFileError(f"{where}: {key}.class: must be one of {', '.join(allowed)}; got {short(part['class'])}")
+    if not isinstance(part["params"], dict):
+        raise RerankerFileError(f"{where}: {key}.params: must be an object; got {short(part['params'])}")
 
 
 def check_files(path, meta: dict, files: dict[str, bytes]) -> None:
     """Closed integrity: the files present are exactly those listed, each with its sha256, and exactly the
     files of the class (and backend) that ``reranker.json`` names."""
     listed, present = set(meta["files"]), set(files) - {META}
-    needed = required_files(meta["class"], meta["params"].get("backend"))
+    trees, params = tree_part(meta["class"], meta["params"])  # params checked already (check_params)
+    backend = "params.first_factor.params.backend" if meta["class"] == STACKED else "params.backend"
+    needed = required_files(trees, params.get("backend"))
     for name in sorted(needed - listed):
-        why = f" (params.backend is {meta['params'].get('backend')!r})" if meta["class"] == "GBMReranker" else ""
+        why = f" ({backend} is {params.get('backend')!r})" if trees == "GBMReranker" else ""
         raise RerankerFileError(f"{path}/{META}: files: {name} is not listed, and a {meta['class']} needs it{why}")
     for name in sorted(listed - needed):
-        why = f" with params.backend {meta['params'].get('backend')!r}" if meta["class"] == "GBMReranker" else ""
+        why = f" with {backend} {params.get('backend')!r}" if trees == "GBMReranker" else ""
         raise RerankerFileError(f"{path}/{META}: files: {name} is not a file of a {meta['class']}{why}")
     for name in sorted(present - listed):
         raise RerankerFileError(f"{path}: {name} is not listed in {META} (a file nothing vouches for)")

@@ -20,7 +20,11 @@ from specrank.featurize.sets import PRIOR_FEATURE, resolve_features
 ARRAYS = "arrays.npz"
 LIGHTGBM = "lightgbm.txt"
 SKLEARN = "sklearn.skops"
-CLASS_NAMES = ("IsotonicFirstFactor", "PerDepthCalibration", "GBMReranker")  # the classes format 2 knows
+STACKED = "StackedReranker"
+CLASS_NAMES = ("IsotonicFirstFactor", "PerDepthCalibration", "GBMReranker", STACKED)  # the classes format 2 knows
+# A stacked reranker's parts: parameter -> the classes it may be; each part's state is stored under its name, its
+# arrays prefixed with it, its other files (a first factor's booster) as they are.
+PARTS = {"first_factor": ("IsotonicFirstFactor", "GBMReranker"), "per_depth": ("PerDepthCalibration",)}
 # What a fitted HistGradientBoosting{Regressor,Classifier} holds beyond skops' default-trusted types
 # (sklearn estimators, numpy arrays): its trees' predictors and a functools.partial of sklearn's own
 # check_array (skops rebuilds a partial only around a function that is itself trusted).
@@ -69,6 +73,13 @@ def isotonic_from(arrays: dict, prefix: str, params: dict) -> IsotonicRegression
 def encode(est) -> tuple[dict, dict[str, np.ndarray], dict[str, bytes]]:
     """(JSON state, arrays, other files) of a fitted reranker."""
     name = type(est).__name__  # by name: the classes sit above this module
+    if name == STACKED:
+        state, arrays, files = {}, {}, {}
+        for part in PARTS:
+            state[part], own, more = encode(getattr(est, f"{part}_"))
+            arrays.update({f"{part}.{k}": v for k, v in own.items()})
+            files.update(more)
+        return state, arrays, files
     if name == "IsotonicFirstFactor":
         return {"iso": est.iso_.get_params()}, isotonic_arrays(est.iso_, "iso"), {}
     if name == "PerDepthCalibration":
@@ -90,8 +101,17 @@ def encode(est) -> tuple[dict, dict[str, np.ndarray], dict[str, bytes]]:
     raise StateError(f"cannot save a {type(est).__name__} (format 2 knows {', '.join(CLASS_NAMES)})")
 
 
+def tree_part(name: str, params: dict) -> tuple[str, dict]:
+    """(class, params) of the part that holds the trees: a stacked reranker's first factor (its params checked
+    already), else the reranker itself."""
+    if name == STACKED:
+        return params["first_factor"]["class"], params["first_factor"]["params"]
+    return name, params
+
+
 def required_files(name: str, backend) -> set[str]:
-    """The files (besides ``reranker.json``) a saved reranker of class ``name`` consists of, no more."""
+    """The files (besides ``reranker.json``) a saved reranker of class ``name`` (a stacked one's: of its first
+    factor, ``tree_part``) consists of, no more."""
     if name != "GBMReranker":
         return {ARRAYS}
     return {ARRAYS, LIGHTGBM if backend == "lightgbm" else SKLEARN}
@@ -137,28 +157,40 @@ def _check_keys(where: str, got: dict, checks: dict) -> None:
             raise StateError(f"{where}.{key}: must be {expected}; got {got[key]!r}")
 
 
+def wanted_arrays(name: str, params: dict, state: dict, where: str = "state", prefix: str = "") -> list[str]:
+    """The arrays a ``state`` of class ``name`` needs, once the state's keys are checked (a stacked reranker's
+    part: its state under ``where``, its arrays named ``prefix`` + key)."""
+    if name == STACKED:
+        _check_keys(where, state, {part: ("an object", lambda v: isinstance(v, dict)) for part in PARTS})
+        return [key for part in PARTS for key in wanted_arrays(params[part]["class"], params[part]["params"],
+                                                                state[part], f"{where}.{part}", f"{part}.")]
+    _check_keys(where, state, STATE[name])
+    tables = []
+    if "iso" in state:
+        _check_keys(f"{where}.iso", state["iso"], ISO_STATE)
+        tables = ["iso"] if name == "IsotonicFirstFactor" else [f"depth{d}" for d in state["depths"]]
+    wanted = [f"{prefix}{t}.{k}" for t in tables for k in ISOTONIC_FITTED]
+    if name == "GBMReranker" and PRIOR_FEATURE in resolve_features(params["features"]):
+        wanted = [f"{prefix}prior.tokens", f"{prefix}prior.means", f"{prefix}prior.mean"]
+    return wanted
+
+
 def check_state(name: str, params: dict, state: dict, arrays: dict) -> None:
     """Refuse a ``state`` (or arrays) that does not describe a fitted ``name``, naming the key."""
-    _check_keys("state", state, STATE[name])
-    prefixes = []
-    if "iso" in state:
-        _check_keys("state.iso", state["iso"], ISO_STATE)
-        prefixes = ["iso"] if name == "IsotonicFirstFactor" else [f"depth{d}" for d in state["depths"]]
-    wanted = [f"{p}.{k}" for p in prefixes for k in ISOTONIC_FITTED]
-    if name == "GBMReranker" and PRIOR_FEATURE in resolve_features(params["features"]):
-        wanted = ["prior.tokens", "prior.means", "prior.mean"]
+    wanted = wanted_arrays(name, params, state)
     missing = [k for k in wanted if k not in arrays]
     if missing:
         raise StateError(f"{ARRAYS}: no array {missing[0]!r}")
     extra = sorted(set(arrays) - set(wanted))
     if extra:  # e.g. the tables of a depth that state.depths no longer names
         raise StateError(f"{ARRAYS}: array {extra[0]!r} is not part of the state (state.depths edited?)"
-                         if name == "PerDepthCalibration" else f"{ARRAYS}: array {extra[0]!r} is not part of the state")
+                         if ".depth" in f".{extra[0]}" else f"{ARRAYS}: array {extra[0]!r} is not part of the state")
     for key in wanted:
         _check_array(key, arrays[key])
-    pairs = [(f"{p}.X_thresholds_", f"{p}.y_thresholds_") for p in prefixes] + [("prior.tokens", "prior.means")]
+    pairs = [(key, key.replace("X_thresholds_", "y_thresholds_")) for key in wanted if key.endswith("X_thresholds_")]
+    pairs += [(key, key.replace("prior.tokens", "prior.means")) for key in wanted if key.endswith("prior.tokens")]
     for first, second in pairs:
-        if first in arrays and len(arrays[first]) != len(arrays[second]):
+        if len(arrays[first]) != len(arrays[second]):
             raise StateError(f"{ARRAYS}: {first!r} and {second!r} differ in length")
 
 

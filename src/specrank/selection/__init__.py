@@ -9,6 +9,7 @@ from specrank.selection.scores import (
     first_token_agreement,
     fixed_values,
     score_of,
+    stacked_factors,
 )
 from specrank.selection.select import (
     SelectionError,
@@ -55,6 +56,7 @@ __all__ = [
     "static_columns",
     "score_of",
     "select_top",
+    "stacked_factors",
     "synthetic_pools",
     "value",
 ]

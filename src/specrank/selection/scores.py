@@ -97,6 +97,17 @@ def per_depth_score(pool: PoolBatch, law: str = "sampling", *, edge_factor) -> n
     return _log(cumulate(pool.parent, pool.depth, np.clip(f, 0.0, 1.0)))
 
 
+def stacked_factors(pool: PoolBatch, first_factor, edge_factor) -> np.ndarray:
+    """(N, M) every edge's factor of a stacked score: ``edge_factor`` (N, M), e.g. every draft factor calibrated per
+    depth, with the first level's replaced by ``first_factor`` (N, n_first), a reranker's predictions; its
+    ``per_depth`` score is r(x1) * prod_{i>=2} g_i(q_i)."""
+    stacked = np.array(edge_factor, dtype=np.float64)  # a copy
+    if stacked.shape != pool.shape:
+        raise PoolError(f"edge_factor: expected shape {pool.shape}, got {stacked.shape}")
+    stacked[:, : pool.n_first] = _first_factor(pool, first_factor, "first_factor")  # the first level comes first
+    return stacked
+
+
 def _row_log(pool: PoolBatch, row_logp) -> tuple[np.ndarray, np.ndarray]:
     """(available (N,) bool, log s (N, n_first)); NaN entries of an available row count as zero."""
     s = np.asarray(row_logp, dtype=np.float64)

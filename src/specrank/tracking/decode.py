@@ -18,8 +18,9 @@ UNITS = ("Acceptance is accepted draft tokens per round (tokens per target pass 
 
 
 def decode_metrics(timer, run_dir) -> dict[str, float]:
-    """This invocation's rounds, tokens/s, acceptance and time split, and the run directory's totals."""
-    spans = {f"time_{span}_s": seconds for span, seconds in timer.split().items()}
+    """This invocation's rounds, tokens/s, acceptance and time split (the spans that measured something: a
+    recording never reranks, a drafter that is not pipelined hides no root pass), and the run directory's totals."""
+    spans = {f"time_{span}_s": seconds for span, seconds in timer.split().items() if seconds != 0.0}
     return _metrics(timer.rounds, timer.tokens, timer.total, {"target_passes": timer.passes, **spans}, run_dir)
 
 
@@ -27,7 +28,7 @@ def workers_decode_metrics(outcome, run_dir) -> dict[str, float]:
     """``decode_metrics`` of a run decoded on Ray workers (``scale.workers.Outcome``): tokens/s over the wall
     clock, time spans summed over the workers."""
     totals = outcome.totals()
-    spans = {f"time_{k}": v for k, v in totals.items() if k.endswith("_s")}
+    spans = {f"time_{k}": v for k, v in totals.items() if k.endswith("_s") and v != 0.0}
     return _metrics(totals.get("rounds", 0), totals.get("tokens", 0), max(outcome.wall, 1e-9),
                     {"target_passes": totals.get("passes", 0), "workers": len(outcome.timings),
                      "wall_s": outcome.wall, **spans}, run_dir)

@@ -26,7 +26,6 @@ from mlflow.models import infer_signature
 from specrank.featurize.features import META_KEY
 from specrank.files import names_a_uri
 from specrank.featurize.sets import input_columns
-from specrank.rerankers.legacy import require_trust
 from specrank.rerankers.loader import load_format2, load_reranker
 from specrank.rerankers.persist import RerankerFileError, format_digest, save_reranker
 from specrank.tracking.uri import TrackingError, check_tracking_uri, resolve_tracking_uri, tracking_store
@@ -184,47 +183,42 @@ def check_model_uri(uri: str) -> None:
         raise RerankerFileError(f"{uri}: reading {scheme}:// needs the {package} package (pip install {package})")
 
 
-def resolve_reranker(source, *, tracking_uri: str | None = None, trust_pickle: bool = False):
+def resolve_reranker(source, *, tracking_uri: str | None = None):
     """The one loader of every reranker source: the estimator itself, a local format (format-2 directory or
-    zip; format-1 pickle when trusted: ``specrank.rerankers.load_reranker``), an MLflow model directory, or an
+    zip: ``specrank.rerankers.load_reranker``), an MLflow model directory, or an
     MLflow model URI (``models:/...``, ``runs:/ID/NAME``) resolved against ``tracking_uri`` (default
     ``$MLFLOW_TRACKING_URI``, else ``./mlflow.db``, which must exist: nothing is created)."""
     if not isinstance(source, (str, Path)):
         return source
     path = Path(str(source)).expanduser()
     if path.is_dir() and (path / "MLmodel").is_file():
-        return load_pyfunc_reranker(str(path), trust_pickle=trust_pickle)
+        return load_pyfunc_reranker(str(path))
     if not names_a_uri(source):
-        return load_reranker(source, trust_pickle=trust_pickle)
+        return load_reranker(source)
     check_model_uri(str(source))
-    return load_pyfunc_reranker(str(source), tracking_uri, trust_pickle=trust_pickle)
+    return load_pyfunc_reranker(str(source), tracking_uri)
 
 
-def load_pyfunc_reranker(uri: str, tracking_uri: str | None = None, *, trust_pickle: bool = False):
+def load_pyfunc_reranker(uri: str, tracking_uri: str | None = None):
     """The reranker behind an MLflow model URI or local model directory (``resolve_reranker``
     is the loader to call). Remote URIs resolve against ``tracking_uri`` (default ``$MLFLOW_TRACKING_URI``,
     else ``./mlflow.db``), which must exist; the model is downloaded and its artifact read as data."""
     if Path(uri).is_dir():
-        return _from_model_dir(Path(uri), uri, trust_pickle)
+        return _from_model_dir(Path(uri), uri)
     store = check_tracking_uri(resolve_tracking_uri(tracking_uri), write=False)
     with tempfile.TemporaryDirectory() as tmp, tracking_store(store), quiet_pyfunc_logging():
         try:
             local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp)
         except mlflow.exceptions.MlflowException as exc:
             raise TrackingError(f"--reranker {uri}: no such model in {store} ({exc.message.splitlines()[0]})") from None
-        return _from_model_dir(Path(local), uri, trust_pickle)
+        return _from_model_dir(Path(local), uri)
 
 
-def _from_model_dir(model_dir: Path, uri: str, trust_pickle: bool):
+def _from_model_dir(model_dir: Path, uri: str):
     if not (model_dir / "MLmodel").is_file():
         raise RerankerFileError(f"{uri}: not an MLflow model (no MLmodel)")
     conf = mlflow.models.Model.load(str(model_dir / "MLmodel")).flavors.get("python_function", {})
     artifacts = conf.get("artifacts") or {}
     if ARTIFACT in artifacts and MODEL_CODE.name in str(conf.get("model_code_path", "")):
         return load_format2(model_dir / artifacts[ARTIFACT]["path"])
-    if conf.get("python_model") and not conf.get("model_code_path"):  # cloudpickled (specrank < format 2)
-        require_trust(uri, "a cloudpickled MLflow model (logged before format 2)", trust_pickle)
-        inner = mlflow.pyfunc.load_model(str(model_dir)).unwrap_python_model()
-        if hasattr(inner, "reranker"):
-            return inner.reranker
     raise RerankerFileError(f"{uri}: not a specrank reranker model")

@@ -52,7 +52,9 @@ def experiment_run(
     Inside an active run of the same store and experiment (the demo's pipeline run), the run is its child.
     ``span`` (epoch seconds: start, end or None for the block's end) is when the work it records ran, for a
     run logged after the work began; without it the run is live (starts now, ends when the block does).
-    Either way the run's metric ``wall_s`` is its duration.
+    Either way the run's metric ``wall_s`` is its duration. A run with such children (a pipeline) also logs
+    ``stages_s``, the sum of its children's ``wall_s``, and ``outside_stages_s``, the rest of its own: the time
+    its work spent in no stage run (the study's decoding and figures).
     """
     uri = check_tracking_uri(resolve_tracking_uri(tracking_uri))
     parent = mlflow.active_run()
@@ -64,6 +66,9 @@ def experiment_run(
             raise TrackingError(f"a run of another experiment is active: cannot nest a run of {experiment!r} under it")
         with timed_run(run_name, exp.experiment_id, run_tags(tags, description), span) as run:
             yield run
+        seconds = _WALL_SECONDS.pop(run.info.run_id, 0.0)
+        if parent is not None:  # a stage of a pipeline run: its seconds count as the pipeline's stage time
+            _STAGE_SECONDS[parent.info.run_id] = _STAGE_SECONDS.get(parent.info.run_id, 0.0) + seconds
 
 
 @contextmanager
@@ -77,7 +82,7 @@ def timed_run(run_name: str | None, experiment_id: str | None, tags: dict, span:
         with mlflow.start_run(run_name=run_name, experiment_id=experiment_id, nested=parent is not None,
                               tags=tags) as run:
             yield run
-            mlflow.log_metric("wall_s", time.time() - start)
+            _log_wall(run, time.time() - start)
         return
     client = mlflow.MlflowClient()
     experiment_id = experiment_id or parent.info.experiment_id  # nested_run: always under a parent
@@ -87,8 +92,25 @@ def timed_run(run_name: str | None, experiment_id: str | None, tags: dict, span:
     with mlflow.start_run(run_id=created.info.run_id, nested=parent is not None) as run:
         yield run
         end = time.time() if span[1] is None else span[1]
-        mlflow.log_metric("wall_s", end - span[0])
+        _log_wall(run, end - span[0])
     client.set_terminated(created.info.run_id, "FINISHED", end_time=int(end * 1000))
+
+
+# Seconds measured in this process, by run id: each run's ``wall_s`` and, for a pipeline run, its stage runs'
+# sum. Kept here rather than read back from the store: MLflow only observes the work.
+_WALL_SECONDS: dict[str, float] = {}
+_STAGE_SECONDS: dict[str, float] = {}
+
+
+def _log_wall(run, seconds: float) -> None:
+    """``wall_s``, and for a run whose stage runs nested under it, ``stages_s`` and ``outside_stages_s``."""
+    run_id = run.info.run_id
+    _WALL_SECONDS[run_id] = seconds
+    metrics = {"wall_s": seconds}
+    if run_id in _STAGE_SECONDS:
+        stages = _STAGE_SECONDS.pop(run_id)
+        metrics.update(stages_s=stages, outside_stages_s=max(seconds - stages, 0.0))
+    mlflow.log_metrics(metrics)
 
 
 def ensure_experiment(name: str, uri: str):
@@ -107,6 +129,11 @@ def ensure_experiment(name: str, uri: str):
 def runs_page(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
     """The MLflow UI's Runs view of an experiment, in its "Model training" view whatever the browser chose before."""
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?{WORKFLOW_PARAM}"
+
+
+def run_page(experiment_id: str, run_id: str, base: str = "http://127.0.0.1:5000") -> str:
+    """The MLflow UI's page of one run, in its "Model training" view (as ``runs_page``)."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{WORKFLOW_PARAM}"
 
 
 def run_tags(tags: Mapping[str, str] | None = None, description: str | None = None) -> dict[str, str]:
@@ -128,11 +155,15 @@ def local_artifact_root(uri: str) -> str | None:
 @contextmanager
 def nested_run(run_name: str, tags: Mapping[str, str] | None = None, description: str | None = None,
                span: tuple[float, float] | None = None) -> Iterator[mlflow.ActiveRun]:
-    """A child run (a fold, a refit) of the active run; ``span`` as in ``experiment_run``."""
-    if mlflow.active_run() is None:
+    """A child run (a fold, a refit) of the active run, named ``<parent's name>/<run_name>`` (``demo-t1/3-train/
+    rows-fold0``): unique across pipelines, and sorted by name it follows its parent; ``span`` as in
+    ``experiment_run``."""
+    parent = mlflow.active_run()
+    if parent is None:
         raise RuntimeError("nested_run needs an active parent run (use experiment_run first)")
-    with timed_run(run_name, None, run_tags(tags, description), span) as run:
+    with timed_run(f"{parent.info.run_name}/{run_name}", None, run_tags(tags, description), span) as run:
         yield run
+    _WALL_SECONDS.pop(run.info.run_id, None)
 
 
 def set_description(text: str) -> None:

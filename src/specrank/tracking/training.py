@@ -45,7 +45,11 @@ def top1_hits(pred, label, rounds, cand) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fold_metrics(pred, label, draft, rounds, cand) -> dict[str, float]:
-    """Held-out squared error per candidate and top-1 hit rate of ``pred``, with the draft ``q`` as reference."""
+    """Held-out squared error per candidate and top-1 hit rate of ``pred``, with the draft ``q`` as reference.
+
+    The keys are the same whichever reranker ``pred`` comes from (the reranker is its run's tag and param), so
+    one MLflow chart of ``heldout_mse`` compares the rerankers' fold runs.
+    """
     pred, label, draft = (np.asarray(a, dtype=np.float64) for a in (pred, label, draft))
     se, se_draft = (pred - label) ** 2, (draft - label) ** 2
     hit, counted = top1_hits(pred, label, rounds, cand)
@@ -54,11 +58,11 @@ def fold_metrics(pred, label, draft, rounds, cand) -> dict[str, float]:
     return {
         "n_candidates": float(len(pred)),
         "n_rounds": float(len(hit)),
-        "mse": float(se.mean()),
-        "mse_draft": float(se_draft.mean()),
-        "mse_pct_of_draft": 100.0 * float(se.sum() / se_draft.sum()) if se_draft.sum() > 0 else float("nan"),
+        "heldout_mse": float(se.mean()),
+        "draft_heldout_mse": float(se_draft.mean()),
+        "heldout_mse_pct_of_draft": 100.0 * float(se.sum() / se_draft.sum()) if se_draft.sum() > 0 else float("nan"),
         "top1_best_label_pct": 100.0 * float(hit[counted].sum()) / n_counted,
-        "top1_best_label_pct_draft": 100.0 * float(hit_draft[counted].sum()) / n_counted,
+        "draft_top1_best_label_pct": 100.0 * float(hit_draft[counted].sum()) / n_counted,
     }
 
 
@@ -75,8 +79,9 @@ def train_params(features: Path, feats: pd.DataFrame, names, settings: Mapping, 
     return params
 
 
-UNITS = ("`*mse*` is the held-out squared error per first-level candidate of the predicted first factor "
-         "(`*_pct_of_draft`: as a percentage of the draft probability's); `*top1_best_label_pct` is the percentage "
+UNITS = ("`*heldout_mse` is the held-out squared error per first-level candidate of the predicted first factor "
+         "(`*_pct_of_draft`: as a percentage of the draft probability's; `draft_*` the draft probability's own); "
+         "`*top1_best_label_pct` is the percentage "
          "of rounds whose top-predicted candidate has the round's highest label (rounds with an all-zero first "
          "level do not count; the evaluation's `*_top1_argmax_pct` counts every round against the target's "
          "argmax instead). Each fold's model is scored on the prompts it never saw; `wall_s` is a run's seconds.")
@@ -90,17 +95,25 @@ def fold_note(name: str, fold) -> str:
 
 
 def fold_means(scores: Mapping[tuple[str, str], dict]) -> dict[str, float]:
-    """The parent run's metrics from ``{(reranker, fold): fold_metrics}``: per reranker, the fold means of
-    held-out MSE (and % of draft's) and top-1 hit rate; the draft's own; the candidates and rounds scored."""
+    """Fold means from ``{(reranker, fold): fold_metrics}``: per reranker, held-out MSE (and % of draft's) and
+    top-1 hit rate (``<reranker>_heldout_mse``, ...); the draft's own; the candidates and rounds scored. Only
+    ``shared_metrics`` of them are the parent run's metrics: a reranker's are its fold runs'."""
     frame = pd.DataFrame([{"name": n, "fold": f, **m} for (n, f), m in scores.items()])
     first = frame[frame["name"] == frame["name"].iloc[0]]  # the draft's scores and the folds' sizes
     out = {"n_candidates": first["n_candidates"].sum(), "n_rounds": first["n_rounds"].sum(),
-           "draft_heldout_mse": first["mse_draft"].mean(),
-           "draft_top1_best_label_pct": first["top1_best_label_pct_draft"].mean()}
+           "draft_heldout_mse": first["draft_heldout_mse"].mean(),
+           "draft_top1_best_label_pct": first["draft_top1_best_label_pct"].mean()}
     for name, m in frame.groupby("name", sort=False).mean(numeric_only=True).iterrows():
-        out.update({f"{name}_heldout_mse": m["mse"], f"{name}_heldout_mse_pct_of_draft": m["mse_pct_of_draft"],
+        out.update({f"{name}_heldout_mse": m["heldout_mse"],
+                    f"{name}_heldout_mse_pct_of_draft": m["heldout_mse_pct_of_draft"],
                     f"{name}_top1_best_label_pct": m["top1_best_label_pct"]})
     return {k: float(v) for k, v in out.items()}
+
+
+def shared_metrics(means: Mapping[str, float], names) -> dict[str, float]:
+    """``fold_means`` without the per-reranker keys: the metrics every train run has under the same names."""
+    own = tuple(f"{n}_" for n in names)
+    return {k: v for k, v in means.items() if not k.startswith(own)}
 
 
 def training_note(metrics: Mapping[str, float], names) -> str:
@@ -117,7 +130,7 @@ def candidates_table(scores: Mapping[tuple[str, str], dict], uris: Mapping[tuple
     rows = {}
     for (name, fold), m in scores.items():
         row = rows.setdefault(name, {"reranker": name})
-        row[f"heldout_mse_fold{fold}"] = m["mse"]
+        row[f"heldout_mse_fold{fold}"] = m["heldout_mse"]
         row[f"model_fold{fold}"] = uris.get((name, fold), "")
     frame = pd.DataFrame(list(rows.values()))
     frame["heldout_mse"] = frame.filter(like="heldout_mse_fold").mean(axis=1)
@@ -199,7 +212,7 @@ class TrainingTracker:
                 scores = fold_metrics(h[name], h["label"], h["draft"], rounds[held], h["cand"])
                 rows = [[k, f"{v:.5g}"] for k, v in scores.items()]
                 note = f"{fold_note(name, fold)}\n\n{markdown_table(['held out', 'value'], rows)}\n\n{UNITS}"
-                tags = {"specrank.reranker": name, "specrank.fold": str(fold)}
+                tags = {"specrank.reranker": name, "specrank.fold": str(fold), "specrank.run": self.model_prefix or ""}
                 with nested_run(f"{name}-fold{fold}", tags=tags, description=note, span=fit.spans.get(fold)):
                     inputs = signature_columns(model)  # the signature's columns (the prior is read from token)
                     log_params({"reranker": name, "fold": str(fold), "features": inputs, "tuned": fit.params.get(fold, {})})
@@ -214,7 +227,7 @@ class TrainingTracker:
                               NOTE_TAG: f"The {name} reranker of {self.model_prefix} that predicts fold {fold} (fitted "
                                         f"on the other fold's prompts); its metrics are held out. {LOAD_HINT}"})
         metrics = fold_means(self.scores)
-        log_metrics(metrics)
+        log_metrics(shared_metrics(metrics, fits))
         log_tables({"candidates": candidates_table(self.scores, self.uris)})
         set_description(training_note(metrics, fits))
         log_dataset(file_dataset(predictions), "output")
@@ -229,7 +242,8 @@ class TrainingTracker:
         chosen = choose(candidates, reranker)
         trials = TrialLogger("inner_mse")
         note = f"The {chosen} reranker refitted on every prompt, to be registered as `{name}`."
-        with nested_run(f"{chosen}-all", tags={"specrank.reranker": chosen, "specrank.fold": "all"}, description=note):
+        tags = {"specrank.reranker": chosen, "specrank.fold": "all", "specrank.run": self.model_prefix or ""}
+        with nested_run(f"{chosen}-all", tags=tags, description=note):
             model, table, tuned = refit(chosen, [trials])
             trials.log()
             rows, prompts = len(table), int(table["prompt_id"].nunique())

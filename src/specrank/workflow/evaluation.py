@@ -1,4 +1,4 @@
-"""Evaluating every selection rule offline on a recording's rounds with held-out predictions: tables, report,
+"""Evaluating every selection score offline on a recording's rounds with held-out predictions: tables, report,
 figures, paired prompt-bootstrap intervals."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from specrank.workflow.tracking import Tracking
 
 
 def evaluate(recording: Recording | str | Path, rerankers: Rerankers | str | Path, *, out, budgets=None,
-             bootstrap: int = 2000, seed: int = 0, models=None, trust_pickle: bool = False,
+             bootstrap: int = 2000, seed: int = 0, models=None,
              tracking: Tracking | None = None, model_prefix: str | None = None) -> Evaluation:
-    """Every rule on ``recording``'s rounds with the held-out first factors of ``rerankers`` (or of a predictions
+    """Every score on ``recording``'s rounds with the held-out first factors of ``rerankers`` (or of a predictions
     file), written to ``out`` (tables, ``report.md``, ``report.html``, figures) only once complete.
 
     ``budgets`` default to the sweep 2..200 up to the pool size; ``bootstrap`` resamples prompts with ``seed``.
@@ -37,7 +37,7 @@ def evaluate(recording: Recording | str | Path, rerankers: Rerankers | str | Pat
         raise FileNotFoundError(f"predictions file {predictions} does not exist")
     out = check_output_dir(out)
     check_distinct({"--out": out}, {"run directory": run_dir, "--predictions": predictions, "--models": models})
-    fold_models = read_fold_models(models, trust_pickle) if models else {}
+    fold_models = read_fold_models(models) if models else {}
     _check_models_rounds(fold_models, models, run_dir)
     tracking = tracking.checked() if tracking is not None else None  # before any work: no partial output
     started = time.time()  # the evaluate run's start: the work's, not its logging's
@@ -64,7 +64,7 @@ def _check_models_rounds(models: dict, models_dir, run_dir: Path) -> None:
             check_same_rounds(f"--models {models_dir}: {key}", value, digest, f"run directory {run_dir} holds rounds")
 
 
-def read_fold_models(models_dir, trust_pickle: bool = False) -> dict[str, dict]:
+def read_fold_models(models_dir) -> dict[str, dict]:
     """{fold: {name: reranker}} from the ``NAME-foldF`` rerankers of a ``models/`` folder (format 2)."""
     if not Path(models_dir).is_dir():
         raise FileNotFoundError(f"--models {models_dir}: no such directory")
@@ -74,7 +74,7 @@ def read_fold_models(models_dir, trust_pickle: bool = False) -> dict[str, dict]:
     models: dict[str, dict] = {}
     for entry in entries:
         name, fold = entry.name.split(".")[0].rsplit("-fold", 1)
-        models.setdefault(fold, {})[name] = load_reranker(entry, trust_pickle=trust_pickle)
+        models.setdefault(fold, {})[name] = load_reranker(entry)
     return models
 
 

@@ -213,6 +213,14 @@ def _refit(name, feats, edges, plan: _Plan, callbacks):
     return model.fit(table), table, tuned
 
 
+def refit(name: str, features, edges=None, *, tune_trials: int = 0, seed: int = 0, n_jobs: int | None = None,
+          gbm: dict | None = None, prefix: str = "refit"):
+    """The reranker ``name`` fitted on every row of ``features`` (a features table; per_depth: of ``edges``), Base
+    and Rows tuned first with ``tune_trials`` Optuna trials on all of them (study ``<prefix>-<name>-all``)."""
+    plan = _Plan(prefix, tune_trials, seed, partial(make_reranker, seed=seed, n_jobs=n_jobs, **(gbm or {})))
+    return _refit(name, features, edges, plan, None)[0]
+
+
 def _cross_fit_all(names, feats, edges, tracker, plan: _Plan):
     """{name: CrossFit}, the predictions table (keys, label, draft, one column per name) and the edge
     predictions table (None without per_depth)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+STAGES = ("decode", "featurize", "train", "evaluate")  # a pipeline's stages, in the order they run
 
 @dataclass(frozen=True)
 class Tracking:
@@ -14,6 +15,13 @@ class Tracking:
     uri: str | None
     experiment: str
     run_name: str | None = None
+
+    @classmethod
+    def stage(cls, uri: str | None, experiment: str, pipeline: str, stage: str) -> Tracking:
+        """The tracking of ``stage`` of the pipeline run named ``pipeline``: its run is ``<pipeline>/<n>-<stage>``
+        (``demo-t1/3-train``), numbered in the order of ``STAGES``, so no two pipelines share a run name and,
+        sorted by name, each pipeline's runs follow it in the order they ran."""
+        return cls(uri, experiment, f"{pipeline}/{STAGES.index(stage) + 1}-{stage}")
 
     @classmethod
     def opt_in(cls, value: str | None, experiment: str, run_name: str | None = None) -> Tracking | None:

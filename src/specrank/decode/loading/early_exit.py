@@ -13,14 +13,26 @@ from __future__ import annotations
 
 import copy
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
+from transformers.utils import logging as hf_logging
 
 from specrank.atomic import atomic_write
+from specrank.decode.core import parse_device
 from specrank.decode.loading.standalone import CausalLMDrafter
-from specrank.decode.loading.targets import ModelLoadError
+from specrank.decode.loading.targets import (
+    ModelLoadError,
+    check_target_spec,
+    load_target,
+    parse_dtype,
+    target_config,
+    target_tokenizer,
+    weight_files,
+)
+from specrank.outputs import check_distinct, check_output_file
 from specrank.errors import first_line
 from specrank.files import sha256_files
 
@@ -155,6 +167,65 @@ def exit_agreement(target, head: nn.Module | None, x: torch.Tensor, y: torch.Ten
         draft = lm_head(norm(xs if head is None else head(xs))).argmax(-1)
         hits += int((draft == lm_head(norm(ys)).argmax(-1)).sum())
     return hits / max(len(x), 1)
+
+
+def text_windows(tokenizer, files, window: int, max_tokens: int) -> list[list[int]]:
+    """Token windows of ``window`` ids over the concatenated files, at most ``max_tokens`` ids in all."""
+    if window < 2 or max_tokens < 2:
+        raise ValueError("--window and --max-tokens must be at least 2")
+    ids: list[int] = []
+    for path in files:
+        ids += tokenizer(path.read_text(), add_special_tokens=False)["input_ids"]
+    ids = ids[:max_tokens]
+    windows = [ids[i : i + window] for i in range(0, len(ids), window)]
+    return [w for w in windows if len(w) >= 2]
+
+
+@dataclass(frozen=True)
+class ExitHeadFit:
+    """Positions an exit head was fitted on and, when some windows were held out, the target's top-1 agreement
+    there without the head and with it."""
+
+    positions: int
+    held_positions: int = 0
+    agreement_before: float = float("nan")
+    agreement_after: float = float("nan")
+
+
+def fit_exit_head_on_text(target_spec, layers: int, text_files, out, *, window: int = 256,
+                          max_tokens: int = 20_000, holdout: float = 0.1, ridge: float = 1e-3, device: str = "cpu",
+                          dtype: str = "float32", graphs: bool | None = None) -> ExitHeadFit:
+    """Fit the linear exit head of an early-exit drafter at ``layers`` on plain-text files and save it to ``out``
+    (``specrank drafter fit-exit-head``); every input is checked, in one line naming its option, before the
+    target loads."""
+    text_files = [Path(p) for p in text_files]
+    missing = [str(p) for p in text_files if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"--text: text file not found: {missing[0]}")
+    check_output_file(out)
+    parse_device(device)
+    parse_dtype(dtype)
+    path = check_target_spec(target_spec)
+    weights = weight_files(path) if path is not None and path.is_dir() else []
+    check_distinct({"--out": out}, {**{f"--text {p}": p for p in text_files},
+                                   **{f"target weights {p.name}": p for p in weights}})
+    hf_logging.disable_progress_bar()  # a refusal below is the only line on stderr
+    num_layers = target_config(target_spec)["num_hidden_layers"]
+    if not 1 <= layers < num_layers:
+        raise ValueError(f"--layers must be in 1..{num_layers - 1} (the target has {num_layers}), got {layers}")
+    windows = text_windows(target_tokenizer(target_spec), text_files, window, max_tokens)
+    n_held = int(round(len(windows) * holdout)) if len(windows) > 1 else 0
+    if len(windows) - n_held < 1:
+        raise ValueError(f"--text: not enough text: need at least one window of 2 tokens to fit on "
+                         f"({', '.join(str(p) for p in text_files)})")
+    target = load_target(target_spec, device, dtype, graphs)
+    x, y = exit_regression_data(target, layers, windows[: len(windows) - n_held])
+    head = solve_exit_head(target, x, y, ridge)
+    save_exit_head(out, head, layers, target)
+    if not n_held:
+        return ExitHeadFit(len(x))
+    hx, hy = exit_regression_data(target, layers, windows[len(windows) - n_held :])
+    return ExitHeadFit(len(x), len(hx), exit_agreement(target, None, hx, hy), exit_agreement(target, head, hx, hy))
 
 
 class EarlyExitDrafter(CausalLMDrafter):

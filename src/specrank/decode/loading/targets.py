@@ -13,9 +13,11 @@ import importlib.util
 import json
 import os
 import pickle
+import re
 import shutil
 import struct
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -51,17 +53,25 @@ def weight_files(directory: Path) -> list[Path]:
 
 
 # What torch's weights-only unpickler raises on a file it refuses or cannot read (a pickle of other
-# objects, a truncated archive, not a pickle at all).
-BIN_ERRORS = (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError, ImportError, TypeError)
+# objects, a truncated archive, not a pickle at all: KeyError on an unknown opcode).
+BIN_ERRORS = (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError, ImportError, TypeError,
+              KeyError)
+# torch's message styles a phrase for a terminal; a message of ours is plain text
+TERMINAL_STYLE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def read_bin(path: Path, *, tensors_only: bool = True):
     """What a pickled ``.bin`` checkpoint holds, read as data (``weights_only=True``: no code runs); with
     ``tensors_only`` it must be a flat dict of name -> tensor. Anything else is one line naming the file."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # a plain pickle (not torch.save's archive) makes torch warn about its protocol on stderr, two lines
+            # ahead of the one that says what is wrong with the file, or of none when it reads as tensors
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except BIN_ERRORS as exc:
-        raise ModelLoadError(f"{path}: not a checkpoint of plain tensors ({first_line(exc)}); "
+        reason = "not a pickle" if isinstance(exc, KeyError) else TERMINAL_STYLE.sub("", first_line(exc))
+        raise ModelLoadError(f"{path}: not a checkpoint of plain tensors ({reason}); "
                              "safetensors is preferred") from None
     if tensors_only and not (isinstance(state, dict) and state and all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())):

@@ -8,6 +8,7 @@ growing it, as in decoding), so an asynchronous device is charged for its work, 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -53,8 +54,9 @@ def _started(target, drafter, prompt_ids):
     return start_prompt(target, drafter, prompt_ids, config, "cost", Timer(), with_rows=False)
 
 
-def time_drafter(target, drafter, prompt_ids, shapes, repeats: int = 5) -> dict:
-    """{(topk, depth, expand): mean seconds of one pool} at the prompt's context (one warm-up pool)."""
+def time_drafter(target, drafter, prompt_ids, shapes, repeats: int = 5, done: Callable[[], None] | None = None) -> dict:
+    """{(topk, depth, expand): mean seconds of one pool} at the prompt's context (one warm-up pool); ``done()``
+    after each pool shape."""
     state = _started(target, drafter, prompt_ids)
     out = {}
     for k, s, e in shapes:
@@ -64,12 +66,15 @@ def time_drafter(target, drafter, prompt_ids, shapes, repeats: int = 5) -> dict:
         for _ in range(repeats):
             drafter.grow_pool(state.root, shape)
         out[(k, s, e)] = (time.perf_counter() - start) / repeats
+        if done is not None:
+            done()
     return out
 
 
-def time_verify(target, drafter, prompt_ids, token_counts, repeats: int = 5) -> dict:
+def time_verify(target, drafter, prompt_ids, token_counts, repeats: int = 5,
+                done: Callable[[], None] | None = None) -> dict:
     """{n: seconds of one target pass over n tokens (root + tree) after the prompt, with the hidden states a
-    drafter reads}; the pass's KV is dropped after each repeat."""
+    drafter reads}; the pass's KV is dropped after each repeat; ``done()`` after each n."""
     state = _started(target, drafter, prompt_ids)
     past, dev = state.context_len, target.device
     out = {}
@@ -85,14 +90,21 @@ def time_verify(target, drafter, prompt_ids, token_counts, repeats: int = 5) -> 
             state.cache.crop(past)
         synchronize(dev)
         out[n] = (time.perf_counter() - start) / repeats
+        if done is not None:
+            done()
     return out
 
 
-def measure_cost(target, drafter, prompt_ids, settings, repeats: int = 5, host: float = 0.0) -> CostModel:
-    """Time every pool (``setting.draft_shape``) and every verify width the ``settings`` need."""
-    shapes = sorted({s.draft_shape for s in settings})
-    widths = sorted({s.num_draft_tokens for s in settings})
+def cost_parts(settings) -> tuple[list, list]:
+    """The pools (``setting.draft_shape``) and the verify widths the ``settings`` need, each once."""
+    return sorted({s.draft_shape for s in settings}), sorted({s.num_draft_tokens for s in settings})
+
+
+def measure_cost(target, drafter, prompt_ids, settings, repeats: int = 5, host: float = 0.0,
+                 done: Callable[[], None] | None = None) -> CostModel:
+    """Time every pool and every verify width the ``settings`` need (``cost_parts``); ``done()`` after each."""
+    shapes, widths = cost_parts(settings)
     with torch.inference_mode():
-        draft = time_drafter(target, drafter, prompt_ids, shapes, repeats)
-        verify = time_verify(target, drafter, prompt_ids, widths, repeats)
+        draft = time_drafter(target, drafter, prompt_ids, shapes, repeats, done)
+        verify = time_verify(target, drafter, prompt_ids, widths, repeats, done)
     return CostModel(draft, verify, host, str(target.device), len(prompt_ids))

@@ -38,7 +38,7 @@ class Measure:
     reranker: object = None
 
     def __post_init__(self):
-        self._factor = None  # this round's reranker first factor (1, topk), between scored_nodes and observe
+        self._reranked = None  # this round's reranked score (1, M), between scored_nodes and observe
 
     @property
     def wants_rows(self) -> bool:
@@ -48,14 +48,14 @@ class Measure:
 
     def scored_nodes(self, pool, state, config, ctx, root_known: bool):
         """(pool indices scored for measurement only, whether the expanded nodes are scored too)."""
-        self._factor = None
+        self._reranked = None
         extra = np.zeros(0, np.int64)
         if self.compare:
-            if self.reranker is not None:
-                self._factor = self.reranker.first_factor(pool, ctx)[None]
             batch = round_batch(pool, state.root_logits, config.temperature)
+            if self.reranker is not None:
+                self._reranked = self.reranker.score(batch, ctx.law, self.reranker.first_factor(pool, ctx)[None])
             extra = np.flatnonzero(measured_nodes(batch, self.compare, config.budget, ctx.law, root_known,
-                                                  self._factor))
+                                                  self._reranked))
         recorded = draft_rank(pool)[: config.extra] if self.record else np.zeros(0, np.int64)
         return np.concatenate([extra, recorded]).astype(np.int64), self.record
 
@@ -74,7 +74,7 @@ class Measure:
                       expected=np.nan if view.strategy.carries_leaf_row else own_expected(
                           record, view.tree, acting, view.ctx.drawn_node, law))
         if self.compare:
-            values = expected_values(record_batch(record), self.compare, view.config.budget, law, self._factor)
+            values = expected_values(record_batch(record), self.compare, view.config.budget, law, self._reranked)
             record.update({f"expected_{k}": v for k, v in values.items()})
         return record
 
@@ -109,15 +109,16 @@ def branch_union(batch: PoolBatch, budget: int) -> np.ndarray:
 
 
 def measured_nodes(batch: PoolBatch, strategies, budget: int, law: str, root_known: bool,
-                   first_factor=None) -> np.ndarray:
-    """(M,) bool, ancestor-closed: prefixes to score so that every one of ``strategies`` has a value."""
+                   reranked=None) -> np.ndarray:
+    """(M,) bool, ancestor-closed: prefixes to score so that every one of ``strategies`` has a value (``reranked``:
+    the reranked strategy's score (1, M) of the round, ``RerankedSelection.score``)."""
     depth = batch.depth
     nodes = np.zeros(batch.shape[1], bool)
     for name in strategies:
         if name in ("draft", "pearl"):
             nodes |= select_top(batch.draft_logp, depth, budget)[0]
         elif name == "reranked":
-            nodes |= select_top(score_of(batch, "reranked", law, first_factor=first_factor), depth, budget)[0]
+            nodes |= select_top(reranked, depth, budget)[0]
         elif name == "root" and root_known:
             nodes |= select_top(score_of(batch, "root", law), depth, budget)[0]
         else:  # root before the root row is known, root-draw for every draw
@@ -125,8 +126,9 @@ def measured_nodes(batch: PoolBatch, strategies, budget: int, law: str, root_kno
     return nodes
 
 
-def expected_values(batch: PoolBatch, strategies, budget: int, law: str, first_factor=None) -> dict[str, float]:
-    """{name: expected acceptance of its tree} on one scored round (root_draw, PEARL count the draw)."""
+def expected_values(batch: PoolBatch, strategies, budget: int, law: str, reranked=None) -> dict[str, float]:
+    """{name: expected acceptance of its tree} on one scored round (root_draw, PEARL count the draw; ``reranked``:
+    the reranked strategy's score (1, M) of the round)."""
     out = {}
     draws = None
     for name in strategies:
@@ -134,8 +136,8 @@ def expected_values(batch: PoolBatch, strategies, budget: int, law: str, first_f
             draws = draws or draw_values(batch, [budget], law)
             out[name] = float(draws[name][0][0, 0])
             continue
-        inputs = {"first_factor": first_factor} if name == "reranked" else {}
-        out[name] = float(fixed_values(batch, score_of(batch, name, law, **inputs), [budget], law)[0][0, 0])
+        score = reranked if name == "reranked" else score_of(batch, name, law)
+        out[name] = float(fixed_values(batch, score, [budget], law)[0][0, 0])
     return out
 
 

@@ -37,8 +37,9 @@ def recorder_work(target, drafter, prompts, config: DecodeConfig, verifier=None,
 
 
 def record_run(target, drafter, prompts, out_dir, config: DecodeConfig, manifest: dict, shard_size: int = 4,
-               verifier=None, progress: bool = True) -> Timer:
-    """Record ``prompts`` into ``out_dir`` shard by shard, skipping finished ones; return the timer."""
+               verifier=None, progress: bool = True, desc: str | None = None) -> Timer:
+    """Record ``prompts`` into ``out_dir`` shard by shard, skipping finished ones; return the timer. The progress
+    bar (``desc`` its label) shows rounds, accepted tokens a round and tokens/s."""
     timer = Timer()
     decode_one, tables = recorder_work(target, drafter, prompts, config, verifier, timer)
     out = open_run_dir(out_dir, manifest)
@@ -47,5 +48,6 @@ def record_run(target, drafter, prompts, out_dir, config: DecodeConfig, manifest
         return {"rounds": timer.rounds, "accepted": f"{(timer.tokens / max(timer.rounds, 1)) - 1:.2f}",
                 "tok_s": f"{timer.tokens / max(timer.total, 1e-9):.1f}"}
 
-    record_shards(out, len(prompts), shard_size, decode_one, tables, progress=progress, postfix=postfix)
+    record_shards(out, len(prompts), shard_size, decode_one, tables, progress=progress, postfix=postfix,
+                  desc=desc)
     return timer

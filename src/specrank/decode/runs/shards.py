@@ -153,7 +153,7 @@ def write_shard(out: Path, shard: list[int], tables: dict) -> None:
 
 
 def record_shards(out: Path, n_prompts: int, shard_size: int, decode_one: Callable[[int], dict], tables: dict,
-                  progress: bool = True, postfix: Callable[[], dict] | None = None) -> None:
+                  progress: bool = True, postfix: Callable[[], dict] | None = None, desc: str | None = None) -> None:
     """Decode every unfinished prompt, shard by shard, and write each shard once its prompts are decoded.
 
     ``decode_one(i) -> {folder: part}`` decodes prompt ``i``; ``tables[folder](parts) -> Arrow table``
@@ -163,7 +163,7 @@ def record_shards(out: Path, n_prompts: int, shard_size: int, decode_one: Callab
         raise ValueError(f"shard size must be >= 1, got {shard_size}")
     done = done_prompts(out)
     # disable=None: tqdm stays quiet when stderr is not a terminal (a log file, a pipe, a test)
-    bar = tqdm(total=n_prompts, initial=len(done & set(range(n_prompts))), unit="prompt",
+    bar = tqdm(total=n_prompts, initial=len(done & set(range(n_prompts))), unit="prompt", desc=desc,
                disable=None if progress else True, dynamic_ncols=True)
     try:
         def advance():

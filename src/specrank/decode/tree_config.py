@@ -1,0 +1,191 @@
+"""Serving-engine tree settings measured with a target and a drafter (``specrank tree-config``,
+docs/tree-config.md): one recording per planned pool, every setting scored exactly on its recording
+(``evaluation.tree_config``), the cost model timed on the models' device, and the outputs written.
+
+Recordings go to ``OUT/recordings`` directly, not through a stage: a run stopped midway keeps its finished
+shards, and the same call resumes them (``record_run`` refuses a recording of another configuration).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from specrank import schema
+from specrank.atomic import atomic_write, write_parquet_atomic
+from specrank.decode.config import DecodeConfig
+from specrank.decode.core import PoolShape
+from specrank.decode.decoder import Decoder
+from specrank.decode.loading.drafters import head_directory
+from specrank.decode.loading.eagle3_export import export_head
+from specrank.decode.prompts import encode_prompts
+from specrank.decode.runs import build_manifest, record_run
+from specrank.decode.runs.cost import cost_parts, measure_cost
+from specrank.decode.runs.manifest import config_manifest
+from specrank.decode.runs.shards import check_same_run
+from specrank.evaluation.data import align_predictions, load_rounds
+from specrank.evaluation.tree_config import (
+    TreeSetting,
+    pooled_reliability,
+    position_table,
+    recording_plan,
+    reliability_figure,
+    reliability_table,
+    score_setting,
+    setting_table,
+    tree_config_figure,
+    tree_config_summary,
+)
+from specrank.featurize.storage import featurize_run
+from specrank.law import Law
+from specrank.rerankers import GBMReranker
+from specrank.rerankers.crossfit import cross_fit
+
+CROSS_FIT = "cross-fit"
+RECORDING_SHARD = 4  # prompts a recording shard holds
+
+
+@dataclass(frozen=True)
+class TreeConfigRun:
+    """How a tree-config run decodes and scores: every recording decodes every prompt of ``prompts_path`` under
+    one law, length and seed. ``reranker``: 'cross-fit' (a rows GBM cross-fitted on each recording by prompt
+    halves), 'none', or the name of a loaded reranker (given to ``tree_config`` apart)."""
+
+    prompts_path: str
+    temperature: float = 0.0
+    max_new_tokens: int = 48
+    seed: int = 0
+    reranker: str = CROSS_FIT
+    repeats: int = 5
+    bootstrap: int = 2000
+    progress: bool = True
+
+    def config(self, rec=None) -> DecodeConfig:
+        """The decode configuration of a planned recording (a one-node pool for None)."""
+        shape = PoolShape(1, 1, 1) if rec is None else PoolShape(rec.topk, rec.depth, rec.expand)
+        return DecodeConfig(shape, 1 if rec is None else rec.budget, 0, self.temperature, self.max_new_tokens,
+                            self.seed)
+
+    def bar(self, **kwargs) -> tqdm:
+        # disable=None: tqdm stays quiet when stderr is not a terminal (a log file, a pipe, a test)
+        return tqdm(disable=None if self.progress else True, dynamic_ncols=True, **kwargs)
+
+
+def check_recordings(out, settings, run: TreeConfigRun) -> None:
+    """Before any model loads: a recording already in ``out`` (a run being resumed) must be of this run's pool,
+    budget, law, seed and prompts (the models' hashes are compared once they are loaded)."""
+    for name, rec in recording_plan(settings).items():
+        check_same_run(Path(out) / "recordings" / name,
+                       config_manifest(run.config(rec), run.prompts_path, RECORDING_SHARD), partial=True)
+
+
+def record(target, drafter, prompts, run: TreeConfigRun, rec, run_dir: Path) -> Path:
+    """One recording of a planned pool: every prompt under the same seed, every pool edge scored."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    config = run.config(rec)
+    manifest = build_manifest(target, drafter, config, run.prompts_path, RECORDING_SHARD)
+    record_run(target, drafter, prompts, run_dir, config, manifest, shard_size=RECORDING_SHARD,
+               progress=run.progress, desc=f"recording {run_dir.name}")
+    return run_dir
+
+
+def recorded_rounds(run_dir):
+    """The recording's rounds, its pool knowing each round's prompt (the bootstrap resamples prompts)."""
+    rounds = load_rounds(run_dir)
+    rounds.pool.prompt_id = rounds.prompt_id
+    return rounds
+
+
+def first_factor(rounds, run_dir, run: TreeConfigRun, reranker=None):
+    """(N, topk) first-factor predictions of the compared reranker on this recording, or None, and a note."""
+    if run.reranker == "none":
+        return None, "none"
+    if rounds.topk == 1:
+        return None, "none: a chain has one first-level candidate, nothing to rerank"
+    if len(np.unique(rounds.prompt_id)) < 2:
+        return None, "skipped: cross-fitting needs two prompts"
+    features = featurize_run(run_dir)
+    if reranker is None:
+        model = GBMReranker(features="rows", n_estimators=100, num_leaves=15, min_child_samples=10, n_jobs=1)
+        predictions, note = cross_fit(model, features).predictions, "rows GBM cross-fitted by prompt halves"
+    elif int(getattr(reranker, "topk_", -1)) != rounds.topk:
+        return None, f"skipped: the reranker was trained on topk {getattr(reranker, 'topk_', '?')} pools"
+    else:
+        predictions, note = reranker.predict_first_factor(features), run.reranker
+    frame = pd.DataFrame({**{k: features[k] for k in schema.FEATURE_KEYS}, "reranked": np.asarray(predictions)})
+    return align_predictions(rounds, frame)["reranked"], note
+
+
+def host_seconds(target, drafter, prompt_ids, settings, cost, run: TreeConfigRun) -> float:
+    """Host seconds per round: an online decode's round time beyond its timed pool and pass (one middle setting)."""
+    beams = [s for s in settings if isinstance(s, TreeSetting)]  # the grid always holds beams; a static tree's
+    s = beams[len(beams) // 2]  # host work is the same bookkeeping
+    dec = Decoder(target, drafter, "draft", budget=s.budget, shape=PoolShape(*s.draft_shape))
+    dec.generate(prompt_ids, max_new_tokens=8, temperature=run.temperature, seed=run.seed)  # warm-up
+    stats = dec.generate(prompt_ids, max_new_tokens=min(32, run.max_new_tokens), temperature=run.temperature,
+                         seed=run.seed).stats
+    per_round = (stats.seconds - stats.time_split.get("prefill", 0.0)) / max(stats.rounds, 1)
+    return max(0.0, per_round - cost.draft[s.draft_shape] - cost.verify[s.num_draft_tokens])
+
+
+def export_heads(spec: str, out: Path) -> dict:
+    """The EAGLE-3 head exported for SGLang and vLLM (``drafter export``), or {} for other drafters."""
+    head = head_directory(spec)
+    if head is None:
+        return {}
+    return {fmt: str(export_head(head, out / fmt, fmt, "bf16")[0]) for fmt in ("sglang", "vllm")}
+
+
+def tree_config(target, drafter, prompts, settings, run: TreeConfigRun, out, stage: Path, reranker=None,
+                say: Callable[[str], None] | None = None) -> dict:
+    """Record the pools the grid needs into ``out/recordings``, score every setting, time the cost model, export
+    the head into ``stage/heads``; the result's tables and notes (``say(line)`` announces each recording). A bar
+    per stage: each recording (prompts, rounds, accepted tokens a round), its scoring, the timed passes."""
+    recordings, scores, reliability = {}, [], []
+    for name, rec in recording_plan(settings).items():
+        if say is not None:
+            say(f"recording {name}: {len(prompts)} prompts, {run.max_new_tokens} tokens each")
+        run_dir = record(target, drafter, prompts, run, rec, Path(out) / "recordings" / name)
+        rounds = recorded_rounds(run_dir)
+        with run.bar(total=len(rec.settings) + 1, desc=f"scoring {name}", unit="setting") as bar:
+            factor, note = first_factor(rounds, run_dir, run, reranker)
+            bar.update()
+            recordings[name] = {"topk": rec.topk, "depth": rec.depth, "expand": rec.expand, "budget": rec.budget,
+                                "rounds": rounds.n_rounds, "reranker": note}
+            for s in rec.settings:
+                scores.append(score_setting(rounds.pool, rounds.law, s, factor, name))
+                bar.update()
+        reliability.append(reliability_table(rounds.pool, rounds.law).assign(recording=name))
+    config_ids = encode_prompts(target, prompts[:1], run.config())[0]
+    with run.bar(total=sum(map(len, cost_parts(settings))), desc="timing pools and passes", unit="part") as bar:
+        cost = measure_cost(target, drafter, config_ids, settings, run.repeats, done=bar.update)
+    cost.host = host_seconds(target, drafter, config_ids, settings, cost, run)
+    table = setting_table(scores, {s.label: cost.round_seconds(s) for s in settings}, run.bootstrap, run.seed)
+    return {"table": table, "positions": position_table(scores), "reliability": pooled_reliability(reliability),
+            "cost": pd.DataFrame(cost.rows()), "recordings": recordings,
+            "heads": export_heads(drafter.spec, Path(stage) / "heads"), "law": Law(run.temperature).name,
+            "out": Path(out)}
+
+
+def summary(result: dict) -> dict:
+    """``tree_config_summary`` of a result, the flags naming the heads at their final place in ``out``."""
+    heads = {k: str(result["out"] / "heads" / k) for k in result["heads"]}
+    return tree_config_summary(result["table"], result["law"], result["recordings"], heads)
+
+
+def write_outputs(result: dict, out: Path) -> None:
+    """The tables (Parquet, the ranked one also CSV), the figures and ``summary.json`` under ``out`` (each atomic)."""
+    for name in ("table", "positions", "reliability", "cost"):
+        write_parquet_atomic(result[name], out / f"tree_config_{name}.parquet")
+    result["table"].to_csv(out / "tree_config_table.csv", index=False)
+    for name, fig in (("tree_config", tree_config_figure(result["table"])),
+                      ("reliability", reliability_figure(result["reliability"]))):
+        atomic_write(out / f"{name}.png", lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=120))
+    text = json.dumps(summary(result), indent=2, default=str)
+    atomic_write(out / "summary.json", lambda tmp: Path(tmp).write_text(text))

@@ -1,0 +1,57 @@
+"""``reranker:default``: the champions of the default study (the embedded default target with its shipped EAGLE-3
+head, on Spec-Bench), one per law, since a greedy reranker learns argmax labels and a sampled one probabilities.
+
+The package ships one of each; a champion installed into ``$SPECRANK_CACHE/rerankers`` by a rerun of the default
+study wins, as a head ``make drafter`` trains into the cache wins over the shipped head."""
+
+from __future__ import annotations
+
+import sys
+from importlib import resources
+from pathlib import Path
+
+from specrank.files import cache_root
+from specrank.law import Law
+from specrank.rerankers.loader import load_reranker
+from specrank.rerankers.persist import META
+
+DEFAULT = "reranker:default"
+DEFAULT_PAIR = "smollm2-eagle3"  # the target/drafter pair the default champions were trained with
+DEFAULT_DRAFTER = "eagle3:default"
+
+
+class DefaultRerankerError(FileNotFoundError):
+    """No default champion for this law."""
+
+
+def cached_reranker_dir(law: str) -> Path:
+    """Where a rerun of the default study installs its ``law`` champion: ``$SPECRANK_CACHE/rerankers/<pair>/<law>``."""
+    return cache_root() / "rerankers" / DEFAULT_PAIR / law
+
+
+def shipped_reranker_dir(law: str) -> Path:
+    """The ``law`` champion that ships inside the package (its model card is in its ``reranker.json``)."""
+    return Path(str(resources.files("specrank") / "data" / "rerankers" / DEFAULT_PAIR / law))
+
+
+def default_reranker_dir(temperature: float) -> Path:
+    """The champion ``reranker:default`` names at ``temperature``: the cache's when there is one, else the shipped."""
+    law = Law(temperature).name
+    for path in (cached_reranker_dir(law), shipped_reranker_dir(law)):
+        if (path / META).is_file():
+            return path
+    raise DefaultRerankerError(f"{DEFAULT}: no {law} champion in {cached_reranker_dir(law)} or "
+                               f"{shipped_reranker_dir(law)} (`specrank study` with the default target and drafter "
+                               "installs one)")
+
+
+def is_default(source) -> bool:
+    """Whether ``source`` names the default champions."""
+    return isinstance(source, str) and source == DEFAULT
+
+
+def load_default_reranker(temperature: float):
+    """The champion that fits ``temperature``, its file named on stderr in one line."""
+    path = default_reranker_dir(temperature)
+    print(f"{DEFAULT} ({Law(temperature).name}): {path}", file=sys.stderr)
+    return load_reranker(path)

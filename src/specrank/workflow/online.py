@@ -1,0 +1,197 @@
+"""Online comparison: decode prompts with selection strategies in the loop (a reranker included), every strategy
+on every prompt in an order rotated per prompt, and measure realized against expected acceptance at the same
+contexts and each strategy's speed over the first."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+from transformers.utils import logging as hf_logging
+
+from specrank.decode import STRATEGY_NAMES, DecodeConfig, PoolShape, load_drafter, load_target, make_strategy
+from specrank.decode.core import parse_device
+from specrank.decode.loading.drafters import parse_drafter_spec
+from specrank.decode.loading.targets import check_target_spec
+from specrank.decode.pipeline import PipelinedDrafter
+from specrank.decode.prompts import default_prompts_path, encode_prompts, read_prompts
+from specrank.decode.runs import parse_strategies, run_protocol
+from specrank.evaluation.online import online_tables, realized_gain, write_online_tables
+from specrank.outputs import check_output_dir, staged
+from specrank.workflow.champion import check_unseen_prompts
+from specrank.workflow.tracking import Tracking
+
+TABLES = ("online_rounds", "online_decodes", "online_acceptance", "online_strategies", "online_speed")
+
+
+@dataclass
+class OnlineComparison:
+    """The tables of one online comparison (``online_rounds``: a row per round; ``online_decodes``: a row per
+    (prompt, strategy); ``online_acceptance``, ``online_strategies``, ``online_speed``: per strategy), saved in
+    ``path`` when it was given one."""
+
+    tables: dict[str, pd.DataFrame] = field(repr=False)
+    path: Path | None = None
+
+    @classmethod
+    def open(cls, path) -> OnlineComparison:
+        """The comparison saved in folder ``path``."""
+        path = Path(path)
+        missing = [t for t in TABLES if not (path / f"{t}.parquet").is_file()]
+        if missing:
+            raise FileNotFoundError(f"{path}: not an online comparison (no {missing[0]}.parquet)")
+        return cls({t: pd.read_parquet(path / f"{t}.parquet") for t in TABLES}, path)
+
+    @property
+    def base(self) -> str:
+        """The strategy speeds are relative to (the first)."""
+        return str(self.tables["online_speed"]["base"].iloc[0])
+
+    def realized(self, strategy: str) -> list[float]:
+        """[mean, low, high] realized accepted draft tokens a round of ``strategy``."""
+        return self._acceptance(strategy, "realized")
+
+    def expected(self, strategy: str) -> list[float]:
+        """[mean, low, high] expected accepted draft tokens a round of ``strategy``'s own trees at its contexts."""
+        return self._acceptance(strategy, "expected")
+
+    def _acceptance(self, strategy: str, statistic: str) -> list[float]:
+        t = self.tables["online_acceptance"]
+        r = t[(t["strategy"] == strategy) & (t["statistic"] == statistic)].iloc[0]
+        return [float(r["mean"]), float(r["low"]), float(r["high"])]
+
+    def realized_gain(self, strategy: str, n_boot: int = 2000, seed: int = 0) -> list[float]:
+        """[point, low, high] realized accepted tokens a round of ``strategy`` minus the base strategy's."""
+        iv = realized_gain(self.tables["online_rounds"], strategy, self.base, n_boot, seed)
+        return [float(iv.point), float(iv.low), float(iv.high)]
+
+    def speed(self, strategy: str) -> list[float]:
+        """[ratio, low, high]: ``strategy``'s tokens/s over the base strategy's (paired prompt bootstrap)."""
+        r = self.tables["online_speed"].set_index("strategy").loc[strategy]
+        return [float(r["ratio"]), float(r["low"]), float(r["high"])]
+
+    def summary(self) -> list[str]:
+        """One line per strategy: realized acceptance, tokens per pass, tokens/s and speed over the base."""
+        acc = self.tables["online_acceptance"].set_index(["strategy", "statistic"])
+        speed = self.tables["online_speed"].set_index("strategy")
+        lines = []
+        for _, r in self.tables["online_strategies"].iterrows():
+            d = r["strategy"]
+            real = acc.loc[(d, "realized")]
+            lines.append(f"{d}: realized {real['mean']:.3f} [{real['low']:.3f}, {real['high']:.3f}], "
+                         f"{r['tokens_per_pass']:.2f} tokens/pass, {r['tokens_per_s']:.1f} tokens/s, speed x"
+                         f"{speed.loc[d, 'ratio']:.3f} [{speed.loc[d, 'low']:.3f}, {speed.loc[d, 'high']:.3f}]")
+        return lines
+
+
+def strategies_for(names, config: DecodeConfig, reranker=None, source: str = "", compare=()) -> dict:
+    """{name: strategy} for the comma list (or sequence) ``names``, the reranker checked against ``config``
+    before anything decodes."""
+    names = parse_strategies(names if isinstance(names, str) else ",".join(names), STRATEGY_NAMES, "--strategies")
+    if not names:
+        raise ValueError("--strategies names no strategy")
+    wants = "reranked" in names or "reranked" in compare
+    if wants and reranker is None:
+        raise ValueError("strategy reranked needs --reranker PATH or MLflow model URI (reranker= in Python)")
+    if wants and "reranked" not in names:
+        raise ValueError("--compare reranked needs reranked in --strategies (its reranker is the one compared)")
+    out = {r: make_strategy(r, reranker if r == "reranked" else None, source) for r in names}
+    for s in out.values():
+        s.check(config)
+    return out
+
+
+def compare_online(target, drafter, prompts=None, *, strategies=("draft",), reranker=None, reranker_source: str = "",
+                   compare=(), temperature: float = 0.0, budget: int = 59, pool: PoolShape = PoolShape(),
+                   max_new_tokens: int = 256, seed: int = 0, limit: int | None = None, warmup: int = 1,
+                   bootstrap: int = 2000, pipeline=False, drafter_device: str | None = None,
+                   drafter_threads: int | None = None, device: str = "cpu", dtype: str = "float32",
+                   graphs: bool | None = None, eagle3_layers=None, specforge_norm_output: str | None = None,
+                   threads: int | None = None, out=None, progress: bool = True, tracking: Tracking | None = None,
+                   allow_training_prompts: bool = False, params: dict | None = None) -> OnlineComparison:
+    """Decode ``prompts`` (a JSONL file, or a list of ``Prompt``; default: the bundled set) with each of
+    ``strategies`` in the loop, ``reranker`` (a fitted reranker) acting for ``reranked``, and return the tables;
+    ``compare`` names strategies whose trees are also scored at every context, for measurement only.
+
+    ``target`` and ``drafter`` are loaded models or specs as the command line spells them; ``pipeline`` (True, or
+    the names of the strategies it applies to) drafts in a worker process while the target runs the root pass. A
+    reranker whose model card lists prompts it learned from is refused on them unless ``allow_training_prompts``.
+    ``out`` (a folder) receives the tables and the acceptance
+    figure, all at once when everything is done. Every input is checked before a model loads.
+    """
+    if out is not None:
+        check_output_dir(out)
+    config = DecodeConfig(pool, budget, 0, temperature, max_new_tokens, seed)
+    compare = parse_strategies(",".join(compare) if not isinstance(compare, str) else compare)
+    acting = strategies_for(strategies, config, reranker, reranker_source, compare)  # a bad reranker fails first
+    tracking = tracking.checked() if tracking is not None else None
+    prompt_list = prompts if isinstance(prompts, list) else read_prompts(prompts or default_prompts_path(), limit=limit)
+    if "reranked" in acting:
+        check_unseen_prompts(reranker, prompt_list, allow_training_prompts, reranker_source)
+    pipelined = tuple(acting) if pipeline is True else tuple(pipeline or ())
+    parse_device(device)
+    if (drafter_device or drafter_threads) and not pipelined:
+        raise ValueError("--drafter-device and --drafter-threads place the worker of --pipeline")
+    if drafter_device:
+        parse_device(drafter_device)
+    if isinstance(target, str):
+        check_target_spec(target)
+    if isinstance(drafter, str):
+        parse_drafter_spec(drafter, eagle3_layers, specforge_norm_output)
+    if threads:
+        torch.set_num_threads(threads)
+    hf_logging.disable_progress_bar()  # weight-loading bars would bury errors and the decode bar
+    loaded = load_target(target, device, dtype, graphs) if isinstance(target, str) else target
+    encoded = [(p.prompt_id, p.task, ids) for p, ids in zip(prompt_list, encode_prompts(loaded, prompt_list, config))]
+    draft = load_drafter(drafter, loaded, eagle3_layers, specforge_norm_output) if isinstance(drafter, str) else drafter
+    started = time.time()  # the MLflow run's start: the decoding's, not its logging's
+    with _pipelined(draft, bool(pipelined), drafter_device, drafter_threads) as worker:
+        # disable=None: tqdm stays quiet when stderr is not a terminal (a log file, a pipe, a test)
+        with tqdm(total=len(encoded), unit="prompt", desc=f"online B={budget} ({len(acting)} strategies each)",
+                  disable=None if progress else True, dynamic_ncols=True) as bar:
+            rounds, decodes = run_protocol(loaded, draft, encoded, config, acting, compare, warmup,
+                                           progress=lambda done: bar.update(done - bar.n),
+                                           drafters={name: worker for name in pipelined if name in acting})
+    tables = online_tables(rounds, decodes, next(iter(acting)), bootstrap, seed)
+    result = OnlineComparison(tables, Path(out) if out is not None else None)
+    if out is None and tracking is None:
+        return result
+    with staged(out) if out is not None else _nothing() as stage:  # the local outputs appear with MLflow's
+        if stage is not None:
+            write_online_tables(tables, stage)
+        if tracking is not None:
+            _track(tracking, tables, acting, compare, loaded, draft, config, prompts, params or {}, started)
+    return result
+
+
+@contextmanager
+def _nothing():
+    yield None
+
+
+@contextmanager
+def _pipelined(drafter, pipeline: bool, device, threads):
+    """The drafter, moved into its worker process when ``pipeline`` (stopped on exit)."""
+    if not pipeline:
+        yield drafter
+        return
+    with PipelinedDrafter(drafter, device, threads) as worker:
+        yield worker
+
+
+def _track(tracking: Tracking, tables, acting, compare, target, drafter, config, prompts, params, started) -> None:
+    from specrank.tracking.online import log_online  # MLflow is optional: it loads only for a tracked comparison
+
+    reranked = acting.get("reranked")
+    digest = getattr(getattr(reranked, "reranker", None), "meta_", {}).get("format_digest", "")
+    names = ",".join(acting)
+    logged = {"stage": "online", "strategies": names, "compare": ",".join(compare), "reranker_format_digest": digest,
+              "target": target.name, "target_sha256": target.source_hash, "drafter": drafter.spec,
+              "config": asdict(config), "prompts": str(prompts if not isinstance(prompts, list) else
+                                                       f"{len(prompts)} prompts"), **params}
+    log_online(tracking.uri, tracking.experiment, tracking.run_name or f"online-{names}", logged, tables, started)

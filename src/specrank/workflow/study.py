@@ -1,0 +1,435 @@
+"""The study: the workflow at the scale that can answer whether the rerankers help.
+
+For each temperature: record prompts until a round target is met, featurize, cross-fit the isotonic, Base and
+Rows rerankers, evaluate every score offline, then gather the figures at B = 8 and 59
+(``specrank.evaluation.study``) into ``OUT/results.json``, ``OUT/results.md`` and ``OUT/learning-curve.png``.
+
+The prompts are decoded in a fixed, seeded order; the first call decodes 24 of them, and each later call as
+many more as the rounds per prompt so far say the round target needs (whole shards, at most ``chunk``), until
+the target is met. The same call always decodes the same prompts, so a study interrupted anywhere and rerun
+gives the same results. Each stage after recording is redone only when its input changed (digests in
+``OUT/<temperature>/stages.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+
+from specrank.atomic import atomic_write, write_json_atomic
+from specrank.decode import load_drafter, load_target
+from specrank.decode.core import parse_device
+from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
+from specrank.decode.loading.targets import DEFAULT_TARGET, check_target_spec, load_target_tokenizer
+from specrank.decode.prompts import encode_prompt, read_prompts, spec_bench_path
+from specrank.decode.runs.shards import SHARD, done_prompts
+from specrank.errors import require
+from specrank.evaluation import load_rounds, read_predictions
+from specrank.evaluation.study import RERANKERS, learning_curve_figure, render_results, temperature_results
+from specrank.featurize import read_features
+from specrank.featurize.storage import read_rounds_table
+from specrank.files import directory_hash, file_hash
+from specrank.law import GREEDY, Law
+from specrank.outputs import check_output_dir
+from specrank.rerankers import GBMReranker, load_reranker
+from specrank.workflow.champion import choose_champion, fit_champion, model_card
+from specrank.workflow.evaluation import evaluate
+from specrank.workflow.features import Features, featurize
+from specrank.workflow.online import OnlineComparison, compare_online
+from specrank.workflow.recording import record
+from specrank.workflow.rerankers import Rerankers, cross_fit
+from specrank.workflow.stages import Stages, timed
+from specrank.workflow.tracking import Tracking
+
+FIRST_CHUNK = 24  # prompts of the first decoding call, whose rounds per prompt size the next calls
+CHUNK = 120  # the most prompts one decoding call adds
+SHARD_SIZE = 4
+# Sized for a 2-core machine: 10,000 rounds at T = 1 and 4,000 greedy with the shipped head on Spec-Bench fit in
+# a 150-minute run on 2 Ray workers of one thread each (the default run's own time: docs/results/study.json,
+# timing).
+DEFAULT_ROUNDS = 10_000
+DEFAULT_GREEDY_ROUNDS = 4_000
+DEFAULT_MAX_NEW_TOKENS = 64
+DEFAULT_ONLINE_PROMPTS = 100  # unseen prompts of the online goal cell (first sampled temperature, B = 8)
+DEFAULT_ONLINE_OTHER_PROMPTS = 40  # of the other cells (other temperatures, B = 59)
+ONLINE_BUDGETS = (8, 59)
+ONLINE_STRATEGIES = ("draft", "reranked", "root", "root_draw")
+GPU_ROUND_MS = 14.5  # an SGLang round of an 8B target on an H200: the round a reranker's cost is weighed against
+EXPERIMENT = "specrank-study"
+
+
+class StudyDirError(ValueError):
+    """The study directory holds another study."""
+
+
+@dataclass
+class StudyResult:
+    """A study directory: ``results.json`` (``results``, every figure), ``results.md``, ``learning-curve.png`` and
+    one folder per temperature (its recording, features, cross-fitted rerankers and evaluation)."""
+
+    path: Path
+    results: dict = field(repr=False)
+
+    @classmethod
+    def open(cls, path) -> StudyResult:
+        """The finished study in directory ``path``."""
+        path = Path(path)
+        if not (path / "results.json").is_file():
+            raise FileNotFoundError(f"{path}: no finished study (no results.json)")
+        return cls(path, json.loads((path / "results.json").read_text(encoding="utf-8")))
+
+    def headline(self) -> list[str]:
+        """One line per temperature and budget: the Rows share of root's gain and Rows - Base."""
+        lines = []
+        for t, r in self.results["temperatures"].items():
+            for b, f in r["budgets"].items():
+                rows, rb = f["rules"]["rows"]["root_share"], f["rows_minus_base"]["gain_pct_of_draft"]
+                lines.append(f"T={t} B={b}: {r['rounds']} rounds; Rows share of root's gain {rows[0]:.1f}% "
+                             f"[{rows[1]:.1f}, {rows[2]:.1f}]; Rows - Base {rb[0]:+.2f}% of draft "
+                             f"[{rb[1]:+.2f}, {rb[2]:+.2f}]")
+        return lines
+
+
+def study(target, drafter="eagle3:default", prompts=None, *, out, temperatures=(1.0, 0.0),
+          rounds: int = DEFAULT_ROUNDS, greedy_rounds: int = DEFAULT_GREEDY_ROUNDS,
+          max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, chunk: int = CHUNK, bootstrap: int = 2000,
+          tune_trials: int = 4, n_estimators: int | None = None, seed: int = 0, device: str = "cpu",
+          dtype: str = "float32", graphs: bool | None = None, eagle3_layers=None,
+          specforge_norm_output: str | None = None, threads: int | None = None, workers=None,
+          allow_training_prompts: bool = False, progress: bool = True, tracking: Tracking | None = None,
+          online: bool = True, online_prompts: int = DEFAULT_ONLINE_PROMPTS,
+          online_other_prompts: int = DEFAULT_ONLINE_OTHER_PROMPTS, command: str = "") -> StudyResult:
+    """Run (or resume) the study of ``target`` and ``drafter`` (specs, as the command line spells them) on
+    ``prompts`` (a JSONL file; default: the bundled Spec-Bench questions) in directory ``out``.
+
+    ``rounds`` are recorded at each sampling temperature, ``greedy_rounds`` greedily. ``workers``
+    (``scale.Workers``) decodes on Ray workers. With ``tracking``, each temperature is one pipeline run whose nested
+    runs are the stages. Every input is checked before a model loads.
+
+    Each temperature's champion (``workflow.champion``) is refitted on all its rounds and saved in
+    ``OUT/<temperature>/champion``. With ``online``, the last ``online_prompts`` prompts of the study's order are
+    never recorded: draft selection, the champion, root and root-draw selection decode them in the loop at each
+    budget (``online_prompts`` of them at the first sampled temperature and B = 8, the cell the study's online
+    goal reads; ``online_other_prompts`` elsewhere), beside the offline prediction for the same score.
+    """
+    out = check_output_dir(out).resolve()
+    parse_device(device)
+    check_target_spec(target)
+    if target == DEFAULT_TARGET or str(target).endswith(".gguf"):  # converted when its tokenizer first loads
+        require("gguf", f"--target {target} (a GGUF model)")
+    parse_drafter_spec(drafter, eagle3_layers)
+    prompts_path = prompts or spec_bench_path()
+    prompt_list = read_prompts(prompts_path)
+    seen = check_unseen(drafter, prompt_list, allow_training_prompts)
+    if tune_trials:
+        require("optuna", f"--tune-trials {tune_trials} (tuning Base and Rows; 0 fits them untuned)")
+    n_estimators = n_estimators or GBMReranker().n_estimators
+    kept, skipped = fitting_prompts(target, prompt_list, max_new_tokens)
+    study_prompts = write_study_prompts(out, kept, seed)
+    reserved = online_reserve(len(kept), online_prompts) if online else 0
+    goal_temperature = next((t for t in temperatures if not Law(t).greedy), temperatures[0])
+    tracking = tracking.checked() if tracking is not None else None  # its own store may live in ``out``
+    print(f"{len(kept)} of {len(prompt_list)} prompts fit the target's context ({skipped} too long, skipped)"
+          + (f"; the drafter trained on {seen} of them (--allow-training-prompts)" if seen else ""), flush=True)
+    results = {
+        "command": command,
+        "commit": source_commit(),
+        "machine": machine(device, workers),
+        "target": target,
+        "drafter": drafter,
+        "prompts": {"file": Path(prompts_path).name, "available": len(prompt_list), "skipped_too_long": skipped,
+                    "drafter_trained_on": seen},
+        "settings": {"max_new_tokens": max_new_tokens, "bootstrap": bootstrap, "tune_trials": tune_trials,
+                     "n_estimators": n_estimators, "chunk": chunk, "seed": seed,
+                     "online_prompts": reserved, "online_other_prompts": min(online_other_prompts, reserved),
+                     "rounds_target": {"sampled": rounds, "greedy": greedy_rounds}},
+        "temperatures": {},
+        "timing": {},
+    }
+    decoding = dict(target=target, drafter=drafter, max_new_tokens=max_new_tokens, seed=seed, device=device,
+                    dtype=dtype, graphs=graphs, eagle3_layers=eagle3_layers,
+                    specforge_norm_output=specforge_norm_output, threads=threads, workers=workers,
+                    allow_training_prompts=allow_training_prompts, progress=progress)
+    fitting = dict(bootstrap=bootstrap, tune_trials=tune_trials, n_estimators=n_estimators, seed=seed,
+                   threads=threads)
+    with timed(None) as total:
+        for temp in temperatures:
+            name = GREEDY if Law(temp).greedy else f"t{temp:g}"
+            goal = greedy_rounds if Law(temp).greedy else rounds
+            with timed(None) as stage, _pipeline_run(tracking, name, temp, drafter):
+                run_dir = out / name
+                decoded = record_until(decoding, study_prompts, len(kept) - reserved, run_dir, temp, goal, chunk)
+                figures = analyse(run_dir, tracking, name, **fitting)
+                figures["prompts_decoded"] = decoded
+                recorded = read_prompts(study_prompts, limit=decoded)
+                figures["champion"] = champion_stage(run_dir, figures, recorded, temp, prompts_path=prompts_path,
+                                                     command=command, **fitting)
+                if reserved:
+                    first = temp == goal_temperature
+                    figures["online"] = online_stage(run_dir, figures, read_prompts(study_prompts)[-reserved:],
+                                                     temp, decoding, goal_prompts=reserved if first else
+                                                     min(online_other_prompts, reserved),
+                                                     other_prompts=min(online_other_prompts, reserved),
+                                                     bootstrap=bootstrap, seed=seed)
+                results["temperatures"][f"{temp:g}"] = figures
+                results["settings"]["pool_size"] = figures["pool_size"]
+                if tracking is not None:
+                    _log_pipeline(figures)
+            results["timing"][name] = round(stage.seconds, 1)
+    results["timing"]["total_s"] = round(total.seconds, 1)
+    write_results(out, results)
+    return StudyResult(out, results)
+
+
+def online_reserve(n_prompts: int, online_prompts: int) -> int:
+    """How many prompts at the end of the study's order the online phase keeps unseen: ``online_prompts``, at most a
+    quarter of the prompts (said in one line when lowered)."""
+    reserved = min(online_prompts, n_prompts // 4)
+    if reserved < online_prompts:
+        print(f"online phase: {reserved} prompts kept unseen (of {online_prompts} asked: at most a quarter of the "
+              f"{n_prompts} prompts)", flush=True)
+    return reserved
+
+
+def champion_stage(run_dir: Path, figures: dict, recorded, temp: float, *, prompts_path, command: str,
+                   bootstrap: int, tune_trials: int, n_estimators: int, seed: int, threads: int | None) -> dict:
+    """Choose the champion from ``figures``, refit it on every round of ``run_dir`` and save it with its card in
+    ``run_dir/champion`` (redone only when the features or the choice changed); returns the choice and its path."""
+    choice = choose_champion(figures)
+    features = run_dir / "features.parquet"
+    path = run_dir / "champion"
+
+    def fit_and_save():
+        model = fit_champion(choice["reranker"], run_dir, read_features(features), tune_trials=tune_trials, seed=seed,
+                             n_jobs=threads, gbm={"n_estimators": n_estimators})
+        model.card_ = model_card(choice["reranker"], choice, figures, recorded, data=Path(prompts_path).name,
+                                 command=command, temperature=temp)
+        model.save(path)
+        print(f"champion {choice['reranker']} (mean gain over draft {choice['mean_gain_pct']:+.2f}% of draft's value) -> {path}")
+
+    Stages(run_dir / "stages.json").run("champion", f"{file_hash(features)}:{choice['reranker']}", path / "reranker.json",
+                                        fit_and_save, clear=path)
+    return {**choice, "path": str(path.relative_to(run_dir.parent))}
+
+
+def online_stage(run_dir: Path, figures: dict, unseen, temp: float, decoding: dict, *, goal_prompts: int,
+                 other_prompts: int, bootstrap: int, seed: int) -> dict:
+    """Draft, the champion, root and root-draw selection decoded in the loop on ``unseen`` prompts at each of
+    ``ONLINE_BUDGETS`` (``goal_prompts`` of them at B = 8, ``other_prompts`` at the others), each beside the
+    offline prediction for the same score; the tables are kept in ``run_dir/online/B<budget>``."""
+    champion = load_reranker(run_dir / "champion")
+    name = figures["champion"]["reranker"]
+    target = load_target(decoding["target"], decoding["device"], decoding["dtype"], decoding["graphs"])
+    drafter = load_drafter(decoding["drafter"], target, decoding["eagle3_layers"], decoding["specforge_norm_output"])
+    pipelined = ("root_draw",) if drafter.hidden_layers is None else ()
+    out = {"reranker": name, "root_draw_pipelined": bool(pipelined), "budgets": {}}
+    for budget in ONLINE_BUDGETS:
+        n = goal_prompts if budget == ONLINE_BUDGETS[0] else other_prompts
+        folder = run_dir / "online" / f"B{budget}"
+        if (folder / "online_speed.parquet").is_file():
+            comparison = OnlineComparison.open(folder)
+        else:
+            with timed(f"online: {n} unseen prompts at T = {temp:g}, B = {budget} -> {folder}"):
+                comparison = compare_online(target, drafter, unseen[:n], strategies=ONLINE_STRATEGIES,
+                                            reranker=champion, reranker_source=str(run_dir / "champion"),
+                                            temperature=temp, budget=budget,
+                                            max_new_tokens=decoding["max_new_tokens"], seed=seed, bootstrap=bootstrap,
+                                            pipeline=pipelined, out=folder, progress=decoding["progress"])
+        out["budgets"][str(budget)] = online_figures(comparison, figures["budgets"].get(str(budget)), name, n,
+                                                     bootstrap, seed)
+    return out
+
+
+def online_figures(comparison: OnlineComparison, offline: dict | None, champion: str, prompts: int, bootstrap: int,
+                   seed: int) -> dict:
+    """Per strategy: realized and expected accepted draft tokens a round, the realized gain and tokens/s ratio
+    over draft; the offline prediction for the same score (``champion``: the reranked strategy's); the break-even gain on a ``GPU_ROUND_MS`` round."""
+    strategies = {}
+    per_round = comparison.tables["online_strategies"].set_index("strategy")
+    for name in comparison.tables["online_strategies"]["strategy"]:
+        entry = {"realized": comparison.realized(name), "expected": comparison.expected(name),
+                 "speed": comparison.speed(name)}
+        if name != comparison.base:
+            entry["realized_gain"] = comparison.realized_gain(name, bootstrap, seed)
+        strategies[name] = entry
+    figures = {"prompts": prompts, "strategies": strategies}
+    if offline is not None:
+        offline_score = {"reranked": champion, "root": "root", "draft": "draft"}
+        figures["offline"] = {s: offline["rules"][r] for s, r in offline_score.items() if r in offline["rules"]}
+    r = per_round.loc["reranked"]
+    rerank_ms = 1000.0 * float(r["rerank_s"]) / max(float(r["rounds"]), 1.0)
+    draft = strategies["draft"]["realized"][0]
+    # A reranker that costs c ms a round pays on a t ms round once it adds (1 + a) c / t accepted tokens a round.
+    figures["break_even"] = {"rerank_ms": rerank_ms, "round_ms": GPU_ROUND_MS,
+                             "gain": (1.0 + draft) * rerank_ms / GPU_ROUND_MS}
+    return figures
+
+
+def fitting_prompts(target: str, prompts, max_new_tokens: int, depth: int = 8) -> tuple[list, int]:
+    """(the prompts whose chat-encoded length leaves room for ``max_new_tokens`` and a pool of ``depth`` in the
+    target's context, how many were skipped); only the tokenizer loads."""
+    tokenizer, context = load_target_tokenizer(target)
+    if context is None:
+        return list(prompts), 0
+    kept = [p for p in prompts if len(encode_prompt(tokenizer, p.text)) + max_new_tokens + depth <= context]
+    return kept, len(prompts) - len(kept)
+
+
+def write_study_prompts(out: Path, prompts, seed: int) -> Path:
+    """``OUT/prompts.jsonl``: ``prompts`` in a seeded order (any prefix mixes the tasks), in Spec-Bench form; an
+    existing file must hold exactly these lines (the same study), else the study is refused."""
+    order = np.random.default_rng(seed).permutation(len(prompts))
+    lines = [json.dumps({"question_id": prompts[i].prompt_id, "category": prompts[i].task,
+                         "turns": [prompts[i].text]}, ensure_ascii=False) for i in order]
+    text = "\n".join(lines) + "\n"
+    path = out / "prompts.jsonl"
+    if path.is_file():
+        if path.read_text(encoding="utf-8") != text:
+            raise StudyDirError(f"{out} holds another study (its prompts.jsonl differs); use a new --out")
+        return path
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda p: Path(p).write_text(text, encoding="utf-8"))
+    return path
+
+
+def record_until(decoding: dict, prompts_path: Path, n_prompts: int, run_dir: Path, temp: float, goal: int,
+                 chunk: int) -> int:
+    """Record ``prompts_path`` in order until ``goal`` rounds are recorded (or the prompts run out); return how
+    many prompts were decoded. Each call's size comes from the rounds recorded so far (``next_limit``), so the
+    same study always decodes the same prompts; prompts already recorded are not decoded again."""
+    limit = 0
+    while limit < n_prompts:
+        limit = next_limit(limit, recorded_rounds(run_dir, limit), goal, n_prompts, chunk)
+        if not set(range(limit)) <= (done_prompts(run_dir) if run_dir.exists() else set()):
+            with timed(f"record: the first {limit} prompts at T = {temp:g} -> {run_dir}"):
+                recording = record(prompts=prompts_path, out=run_dir, temperature=temp, limit=limit,
+                                   shard_size=SHARD_SIZE, **decoding)
+                print(recording.summary, flush=True)
+        if recorded_rounds(run_dir, limit) >= goal:
+            break
+    return limit
+
+
+def next_limit(limit: int, rounds: int, goal: int, n_prompts: int, chunk: int) -> int:
+    """The next number of prompts to have decoded: ``FIRST_CHUNK`` (at most ``chunk``) to start, then as many
+    more as the rounds per prompt so far say the goal needs, in whole shards, at most ``chunk`` more a call (a
+    call starts the workers and loads the models, so few large calls cost less)."""
+    if limit == 0:
+        return min(n_prompts, FIRST_CHUNK, chunk)
+    need = math.ceil((goal - rounds) * limit / max(rounds, 1))
+    need = SHARD_SIZE * math.ceil(max(need, 1) / SHARD_SIZE)
+    return min(n_prompts, limit + min(need, chunk))
+
+
+def recorded_rounds(run_dir: Path, below: int) -> int:
+    """Rounds of prompts ``0..below-1`` in the run directory's finished shards (from the Parquet footers); a shard
+    of later prompts, left by an interrupted call, does not count."""
+    total = 0
+    for f in sorted(Path(run_dir, "rounds").glob("shard-*.parquet")):
+        m = SHARD.fullmatch(f.name)
+        if m and int(m.group(2)) < below:
+            total += pq.ParquetFile(f).metadata.num_rows
+    return total
+
+
+def analyse(run_dir: Path, tracking: Tracking | None, name: str, *, bootstrap: int, tune_trials: int,
+            n_estimators: int, seed: int, threads: int | None) -> dict:
+    """Featurize, cross-fit, evaluate (each redone only when its input changed) and the study's figures."""
+    def staged(stage: str) -> Tracking | None:
+        return Tracking.stage(tracking.uri, tracking.experiment, f"study-{name}", stage) if tracking else None
+
+    features, rerankers = run_dir / "features.parquet", run_dir / "rerankers"
+    predictions = rerankers / "predictions.parquet"
+    stages = Stages(run_dir / "stages.json")
+    stages.run("featurize", directory_hash(run_dir / "rounds"), features,
+               lambda: print(featurize(run_dir, tracking=staged("featurize")).summary))
+    stages.run("train", file_hash(features), predictions,
+               lambda: cross_fit(Features(features), rerankers=RERANKERS, out=rerankers, tune_trials=tune_trials,
+                                 seed=seed, n_jobs=threads, gbm={"n_estimators": n_estimators},
+                                 tracking=staged("train"), model_prefix=f"study-{name}" if tracking else None),
+               clear=rerankers)
+    stages.run("evaluate", file_hash(predictions), run_dir / "evaluation" / "meta.json",
+               lambda: evaluate(run_dir, predictions, out=run_dir / "evaluation", bootstrap=bootstrap,
+                                seed=seed, tracking=staged("evaluate")),
+               clear=run_dir / "evaluation")
+    rounds = load_rounds(run_dir)
+    table = read_rounds_table(run_dir, ["prompt_id", "round", "covered", "accepted"]).to_pandas()
+    fitted = Rerankers.open(rerankers)
+    fold_models = {n: fitted.models(n) for n in ("base", "rows")}
+    figures = temperature_results(rounds, read_predictions(predictions), read_features(features), table,
+                                  fold_models, bootstrap, seed)
+    figures["realized_accepted_per_round"] = float(table["accepted"].mean())
+    return figures
+
+
+def write_results(out: Path, results: dict) -> None:
+    """``results.json``, ``results.md`` and ``learning-curve.png`` in ``out`` (each written atomically)."""
+    write_json_atomic(out / "results.json", results)
+    atomic_write(out / "learning-curve.png", lambda p: learning_curve_figure(results, p))
+    text = render_results(results, "learning-curve.png")
+    atomic_write(out / "results.md", lambda p: Path(p).write_text(text, encoding="utf-8"))
+
+
+def source_commit() -> str:
+    """The git commit of the package's checkout (with ``+dirty`` when it has changes), else its version."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        try:
+            return f"specrank {metadata.version('specrank')}"
+        except metadata.PackageNotFoundError:  # a copy of the source on PYTHONPATH, neither a checkout nor installed
+            return "unknown"
+
+
+def machine(device: str, workers=None) -> str:
+    """The machine in words: processor, cores, device, workers."""
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        device = torch.cuda.get_device_name(0)
+    count = getattr(workers, "n", None)
+    return f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs, {device}" + (
+        f", {count} Ray workers" if count else "")
+
+
+def _pipeline_run(tracking: Tracking | None, name: str, temp: float, drafter: str):
+    if tracking is None:
+        return nullcontext()
+    from specrank.tracking import experiment_run  # MLflow is optional: it loads only for a tracked study
+
+    note = (f"The study at T = {temp:g} with drafter {drafter}: its nested runs are the stages featurize -> train -> "
+            "evaluate; the study's figures (results.json) are this run's metrics.")
+    return experiment_run(tracking.experiment, run_name=f"study-{name}", tracking_uri=tracking.uri,
+                          tags={"specrank.stage": "pipeline"}, description=note)
+
+
+def _log_pipeline(figures: dict) -> None:
+    from specrank.tracking import log_metrics, log_params  # MLflow is optional: it loads only for a tracked study
+    from specrank.tracking.pipeline import log_headline
+
+    log_headline(figures)
+    champion, online = figures.get("champion"), figures.get("online")
+    if champion:
+        log_params({"champion": champion["reranker"], "champion_path": champion["path"]})
+        log_metrics({"champion.score": champion["mean_gain_pct"]})
+    for b, f in (online or {}).get("budgets", {}).items():
+        metrics = {f"online.b{b}.prompts": f["prompts"], f"online.b{b}.break_even_gain": f["break_even"]["gain"]}
+        for name, e in f["strategies"].items():
+            for key in ("realized", "expected", "speed", "realized_gain"):
+                for suffix, value in zip(("", ".low", ".high"), e.get(key, ())):
+                    metrics[f"online.{name}.{key}.b{b}{suffix}"] = value
+        log_metrics(metrics)
