@@ -7,22 +7,31 @@ metrics, the headline table, report.html, the champion's link), whose nested run
 reranker (isotonic, per-depth, Base, Rows) with the lowest cross-fitted held-out error is refitted on all
 prompts and registered as ``models:/demo-<t>@champion``.
 Every stage is a call of ``specrank.workflow`` (record, featurize, cross_fit, evaluate), so the demo doubles
-as a worked example of the API; rerunning it resumes the recording's finished shards.
+as a worked example of the API; rerunning it resumes the recording's finished shards. It closes with a short
+online check: draft selection against the shipped champion (``reranker:default``) in the decoding loop, on bundled
+prompts it did not record.
 """
 
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from pathlib import Path
 
 from specrank.commands.args import (DRAFTER_SPECS, add_device_arguments, add_drafter_arguments, add_target_argument,
                                     add_tracking_arguments, at_least, parse_temperatures)
+from specrank.commands import tracked
 from specrank.commands.decode import add_seen_prompts_argument
+from specrank.decode.core import parse_device
+from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
+from specrank.decode.loading.eagle3 import default_head_dir, has_default_head
+from specrank.decode.loading.targets import check_target_spec
 from specrank.decode.prompts import default_prompts_path, read_prompts
+from specrank.evaluation.report import headline_table
 from specrank.law import GREEDY, Law
 from specrank.outputs import check_output_dir
+from specrank.rerankers.defaults import DEFAULT, DEFAULT_DRAFTER, DefaultRerankerError, load_default_reranker
 from specrank.workflow import Tracking, cross_fit, evaluate, featurize, record
+from specrank.workflow.online import compare_online
 from specrank.workflow.recording import decode_metrics
 from specrank.workflow.stages import timed
 
@@ -53,20 +62,22 @@ def add_arguments(parser) -> None:
                            run_name=None, no_tracking=None)
     add_device_arguments(parser, dtype=False, threads=None)
     add_seen_prompts_argument(parser)
+    parser.add_argument("--no-online", action="store_true",
+                        help="skip the closing online check of draft selection against the shipped champion")
 
 
 # Sized so the whole demo (two decodes, both temperatures) stays a short first run on 2 CPU cores; a round of
 # the 710-candidate pool costs about twice as much with early-exit:8 as with the shipped EAGLE-3 head, so the
 # fallback decodes fewer prompts. The demo prints its own time; `specrank study` is the run at scale.
 DEMO_SIZE = {"eagle3:default": (32, 14)}
+# The closing online check: short enough to keep the demo a first run, long enough to see the champion act.
+ONLINE_PROMPTS, ONLINE_TOKENS, ONLINE_TEMPERATURE, ONLINE_BUDGET = 12, 32, 1.0, 8
 FALLBACK_SIZE = (24, 14)
 
 
 def default_drafter() -> str:
     """``eagle3:default`` (the shipped head, or the cache's), else ``early-exit:8`` (said on stdout) in a checkout
     whose head was removed."""
-    from specrank.decode.loading.eagle3 import default_head_dir, has_default_head
-
     if has_default_head():
         return "eagle3:default"
     print(f"No trained EAGLE-3 head in {default_head_dir()} (`make drafter` trains one): "
@@ -75,11 +86,7 @@ def default_drafter() -> str:
 
 
 def run(args) -> int:
-    from specrank.decode.core import parse_device
-    from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
-    from specrank.decode.loading.targets import check_target_spec
-    from specrank.evaluation.report import headline_table
-    from specrank.tracking import check_tracking_uri, resolve_tracking_uri
+    from specrank.tracking import demo as demo_tracking  # MLflow: loaded once the CLI has set its log level
 
     temperatures = parse_temperatures(args.temperatures)
     check_output_dir(args.out or default_out())
@@ -88,7 +95,7 @@ def run(args) -> int:
     if args.drafter:
         parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
     if args.tracking_uri is not None:
-        check_tracking_uri(resolve_tracking_uri(args.tracking_uri))
+        tracked.checked_uri(args.tracking_uri)
     drafter = args.drafter or default_drafter()
     limit, max_new_tokens = DEMO_SIZE.get(drafter, FALLBACK_SIZE)
     limit, max_new_tokens = args.limit or limit, args.max_new_tokens or max_new_tokens
@@ -98,7 +105,7 @@ def run(args) -> int:
     if args.tracking_uri is None:  # the demo's own store, beside its runs: ad-hoc runs elsewhere stay out of it
         (args.out or default_out()).mkdir(parents=True, exist_ok=True)  # every input checked: nothing partial
     own_store = f"sqlite:///{(args.out or default_out()).resolve() / 'mlflow.db'}"
-    uri = check_tracking_uri(resolve_tracking_uri(args.tracking_uri or own_store))
+    uri = tracked.checked_uri(args.tracking_uri or own_store)
     tables, champions, experiment_id, pipelines = {}, {}, None, {}
     for temp in temperatures:
         name = GREEDY if Law(temp).greedy else f"t{temp:g}"
@@ -107,7 +114,7 @@ def run(args) -> int:
         def tracking(stage: str, name=name) -> Tracking:
             return Tracking.stage(uri, args.experiment, f"demo-{name}", stage)
 
-        with _pipeline_run(args.experiment, uri, name, temp, drafter) as pipeline:
+        with demo_tracking.pipeline_run(args.experiment, uri, name, temp, drafter) as pipeline:
             experiment_id, pipelines[f"demo-{name}"] = pipeline.info.experiment_id, pipeline.info.run_id
             with timed(f"record: {limit} bundled prompts at T = {temp:g} -> {run_dir}"):
                 recording = record(args.target, drafter, out=run_dir, temperature=temp, limit=limit,
@@ -126,57 +133,43 @@ def run(args) -> int:
             with timed(f"evaluate: {run_dir / 'evaluation'}"):
                 evaluation = evaluate(recording, rerankers, out=run_dir / "evaluation", bootstrap=args.bootstrap,
                                       tracking=tracking("evaluate"))
-            champions[f"demo-{name}"] = _summarize_pipeline(evaluation, recording, rerankers, name, drafter, temp)
+            champions[f"demo-{name}"] = demo_tracking.summarize_pipeline(
+                evaluation, recording.path, rerankers, decode_metrics(recording), name, drafter, temp)
         tables[name] = headline_table(evaluation.summary, evaluation.meta["headline_budgets"])
     for name, table in tables.items():
         print(f"\n## {name}: expected accepted draft tokens per round (held-out, 95% prompt-bootstrap intervals)\n")
         print(table)
     print(f"\nDrafter: {drafter}. Reports: {out}/*/evaluation/report.md (and report.html)")
-    from specrank.tracking.pipeline import demo_description, describe_experiment
-    from specrank.tracking.runs import run_page, runs_page
-    from specrank.tracking.uri import tracking_store
-
-    with tracking_store(uri):
-        describe_experiment(experiment_id, demo_description(uri, champions, drafter))
-    for model, load in champions.items():
-        print(f"Champion {model}: specrank.tracking.resolve_reranker(\"{load}\", tracking_uri=\"{uri}\")")
-    print(f"MLflow store: {uri} (experiment {args.experiment!r})\n"
-          f"Browse the runs: mlflow ui --backend-store-uri {uri}\n  then open {runs_page(experiment_id)}")
-    for run_name, run_id in pipelines.items():
-        print(f"  headline of {run_name}: {run_page(experiment_id, run_id)}")
+    for line in demo_tracking.finish(uri, args.experiment, experiment_id, champions, drafter, pipelines):
+        print(line)
+    if not args.no_online:
+        online_check(args, drafter, out / "online", limit)
     return 0
 
 
-def _pipeline_run(experiment: str, uri: str, name: str, temp: float, drafter: str):
-    """The parent run of one temperature's stages (each stage's run nests under it)."""
-    from specrank.tracking import experiment_run
-
-    note = (f"The demo pipeline at T = {temp:g} with drafter {drafter}: its nested runs are the stages "
-            "decode -> featurize -> train -> evaluate, linked by the datasets each logs.")
-    return _with_params(experiment_run(experiment, run_name=f"demo-{name}", tracking_uri=uri,
-                                       tags={"specrank.stage": "pipeline"}, description=note),
-                        {"stage": "pipeline", "temperature": float(temp), "drafter": drafter, "store": uri})
-
-
-@contextmanager
-def _with_params(run, params: dict):
-    """``run`` with ``params`` logged as soon as it opens."""
-    from specrank.tracking import log_params
-
-    with run as active:
-        log_params(params)
-        yield active
-
-
-def _summarize_pipeline(evaluation, recording, rerankers, name: str, drafter: str, temp: float) -> str:
-    """The pipeline run's headline (``specrank.tracking.pipeline.log_pipeline``), from what the stages returned,
-    and the recorded rounds; returns the champion's load URI."""
-    from specrank.tracking.lineage import log_dataset, rounds_dataset
-    from specrank.tracking.pipeline import log_pipeline
-
-    log_dataset(rounds_dataset(recording.path), "pipeline")
-    title = f"**Demo pipeline {name}**: T = {temp:g}, drafter {drafter}; nested runs decode -> featurize -> train -> evaluate."
-    log_pipeline(evaluation, evaluation.path / "report.html",
-                 {**rerankers.heldout, "n_prompts": evaluation.meta.get("prompts")}, decode_metrics(recording),
-                 rerankers.registered, title)
-    return f"models:/demo-{name}@champion"
+def online_check(args, drafter: str, out: Path, recorded: int) -> None:
+    """Draft selection against the shipped champion (``reranker:default``), in the loop, at T = 1 and B = 8 on
+    bundled prompts the demo did not record (the champion learned from Spec-Bench, which shares no prompt with
+    them); said in one line and skipped for a drafter the champions were not trained with."""
+    if drafter != DEFAULT_DRAFTER:
+        print(f"\nOnline check skipped: {DEFAULT} was trained with {DEFAULT_DRAFTER}, not {drafter}.")
+        return
+    try:
+        champion = load_default_reranker(ONLINE_TEMPERATURE)
+    except DefaultRerankerError as exc:
+        print(f"\nOnline check skipped: {exc}")
+        return
+    unseen = read_prompts(default_prompts_path())[recorded:recorded + ONLINE_PROMPTS]
+    with timed(f"online: draft against {DEFAULT} on {len(unseen)} unseen bundled prompts, T = "
+               f"{ONLINE_TEMPERATURE:g}, B = {ONLINE_BUDGET} -> {out}"):
+        comparison = compare_online(args.target, drafter, unseen, strategies=("draft", "reranked"), reranker=champion,
+                                    reranker_source=DEFAULT, temperature=ONLINE_TEMPERATURE, budget=ONLINE_BUDGET,
+                                    max_new_tokens=ONLINE_TOKENS, device=args.device, graphs=args.graphs,
+                                    out=out, progress=True)
+    gain = comparison.realized_gain("reranked")
+    print(f"\n## Online: the shipped champion against draft selection ({len(unseen)} unseen prompts, "
+          f"{ONLINE_TOKENS} tokens each)\n")
+    for line in comparison.summary():
+        print(line)
+    print(f"realized gain in accepted draft tokens a round: {gain[0]:+.3f} [{gain[1]:+.3f}, {gain[2]:+.3f}] "
+          "(a short check: `specrank study` measures it on 100 prompts)")

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specrank.featurize import round_inputs
+
 ALL_LEAVES = np.uint64(0xFFFFFFFFFFFFFFFF)
 MAX_LEAVES = 64  # leaves of a tree are the bits of one word
 MAX_CATEGORY = 64  # categorical sets are words too
@@ -113,7 +115,6 @@ class QuickScorer:
     """``raw(m)``: (n, F) float64 rows -> (n,) LightGBM raw margins, through the numba kernel."""
 
     def __init__(self, booster):
-        from specrank.featurize import round_inputs
         from specrank.rerankers.quickscorer_kernel import margins, round_probabilities  # numba: imported when used
 
         self.arrays = arrays_of(booster)

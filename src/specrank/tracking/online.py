@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from specrank.evaluation.figures import acceptance_figure
 from specrank.tracking.runs import experiment_run, log_figure, log_metrics, log_params, log_tables
 
 DECODER_COLUMNS = ("tokens_per_pass", "tokens_per_s", "passes", "draft_share", "root_pass_share", "tree_pass_share",
@@ -36,8 +37,6 @@ def log_online(uri: str, experiment: str, run_name: str, params: Mapping, tables
                started: float | None = None) -> str:
     """One run for one ``specrank online`` whose decoding began at ``started`` (epoch seconds; default now):
     ``params``, ``online_metrics``, the tables and the realized-acceptance figure. Returns its id."""
-    from specrank.evaluation.figures import acceptance_figure
-
     strategies = ", ".join(tables["online_strategies"]["strategy"].astype(str))
     note = f"Online decoding with {strategies} in the loop: realized against expected acceptance, and speed.\n\n{UNITS}"
     span = (time.time() if started is None else started, None)

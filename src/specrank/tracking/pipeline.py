@@ -10,7 +10,9 @@ import mlflow
 import pandas as pd
 
 from specrank.evaluation.figures import root_share_figure
+from specrank.evaluation.report import headline_table
 from specrank.evaluation.names import label, ordered
+from specrank.evaluation.study import summary_budget_figures
 from specrank.tracking.runs import (NOTE_TAG, log_figure, log_metrics, log_report, log_tables, metric_key,
                                    set_description)
 
@@ -60,15 +62,11 @@ def log_pipeline(evaluation, report_html: Path, train: dict, decode: dict, versi
     """The active (pipeline) run's metrics, headline table, report.html, champion link and description."""
     budgets = evaluation.meta["headline_budgets"]
     champion = version.tags.get("specrank.reranker") if version is not None else None
-    from specrank.evaluation.study import summary_budget_figures
-
     log_metrics(pipeline_metrics(evaluation.summary, budgets[0], train, decode, champion))
     log_headline({"budgets": summary_budget_figures(evaluation.summary, budgets)}, evaluation.meta)
     log_tables({HEADLINE_TABLE: headline_frame(evaluation.summary, budgets)})
     if Path(report_html).is_file():
         log_report(Path(report_html).read_text(), "report.html")
-    from specrank.evaluation.report import headline_table
-
     lines = [title, ""]
     if version is not None:
         uri = f"models:/{version.name}/{version.version}"

@@ -95,8 +95,8 @@ def _log(tracking: Tracking, evaluation, figures, report, html: str, run_dir: Pa
          models: dict, started: float, model_prefix: str | None) -> dict:
     # MLflow loads only for a tracked stage
     from specrank import tracking as mlflow_tracking
-    from specrank.tracking.evaluation import evaluation_note, link_evaluated_models, log_evaluation
-    from specrank.tracking.lineage import file_dataset, log_dataset, rounds_dataset
+    from specrank.tracking.evaluation import evaluation_note, link_evaluated_models, log_evaluation  # MLflow too
+    from specrank.tracking.lineage import file_dataset, log_dataset, rounds_dataset  # MLflow too
 
     meta = evaluation.meta
     params = {

@@ -125,8 +125,8 @@ def record(target, drafter, prompts=None, *, out, temperature: float = 0.0, max_
 def decode_metrics(recording: Recording) -> dict[str, float]:
     """The MLflow metrics of the call that returned ``recording``: its rounds, speed and time split, and the
     run directory's totals."""
-    from specrank.tracking.decode import decode_metrics as timer_metrics
-    from specrank.tracking.decode import workers_decode_metrics
+    from specrank.tracking.decode import decode_metrics as timer_metrics  # MLflow is optional: loaded when logging
+    from specrank.tracking.decode import workers_decode_metrics  # MLflow, as above
 
     if isinstance(recording.decoded, Outcome):
         return workers_decode_metrics(recording.decoded, recording.path)
@@ -134,7 +134,7 @@ def decode_metrics(recording: Recording) -> dict[str, float]:
 
 
 def _log(tracking: Tracking, recording: Recording, manifest: dict, prompts_path) -> None:
-    from specrank.tracking.decode import log_decode
+    from specrank.tracking.decode import log_decode  # MLflow loads only for a tracked stage
 
     log_decode(tracking.uri, tracking.experiment, tracking.run_name, recording.path, manifest,
                decode_metrics(recording), prompts_path)

@@ -182,13 +182,13 @@ def _gbm_settings(gbm: dict) -> dict:
 
 
 def _params(features: Features, feats, names, settings) -> dict:
-    from specrank.tracking.training import train_params
+    from specrank.tracking.training import train_params  # MLflow loads only for a tracked stage
 
     return train_params(features.path, feats, names, settings, features.edges_path)
 
 
 def _heldout(tracker) -> dict:
-    from specrank.tracking.training import fold_means
+    from specrank.tracking.training import fold_means  # MLflow loads only for a tracked stage
 
     return fold_means(tracker.scores)
 

@@ -419,7 +419,7 @@ def _pipeline_run(tracking: Tracking | None, name: str, temp: float, drafter: st
 
 def _log_pipeline(figures: dict) -> None:
     from specrank.tracking import log_metrics, log_params  # MLflow is optional: it loads only for a tracked study
-    from specrank.tracking.pipeline import log_headline
+    from specrank.tracking.pipeline import log_headline  # MLflow, as above
 
     log_headline(figures)
     champion, online = figures.get("champion"), figures.get("online")

@@ -1,0 +1,59 @@
+"""``reranker:default``: the champion that fits the decoding temperature, the cache's before the shipped one, and
+``reranked`` without a reranker only with the drafter the champions were trained with."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specrank.decode.decoder import uses_default_reranker
+from specrank.decode.strategies import StrategyError
+from specrank.featurize.features import META_KEY
+from specrank.rerankers import IsotonicFirstFactor
+from specrank.rerankers.defaults import (DEFAULT, DefaultRerankerError, cached_reranker_dir, default_reranker_dir,
+                                         load_default_reranker, shipped_reranker_dir)
+
+
+def tiny_isotonic(kind: str):
+    rng = np.random.default_rng(0)
+    q = rng.uniform(size=200)
+    features = pd.DataFrame({"q": q, "label": (q > 0.5).astype(float) if kind == "argmax" else q})
+    features.attrs[META_KEY] = {"label_kind": kind, "topk": 8}
+    return IsotonicFirstFactor(n_bins=4).fit(features)
+
+
+class Spec:
+    def __init__(self, spec):
+        self.spec = spec
+
+
+def test_a_champion_in_the_cache_wins_and_fits_the_temperature(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SPECRANK_CACHE", str(tmp_path))
+    tiny_isotonic("probability").save(cached_reranker_dir("sampling"))
+    tiny_isotonic("argmax").save(cached_reranker_dir("greedy"))
+    assert default_reranker_dir(1.0) == cached_reranker_dir("sampling")
+    assert default_reranker_dir(0.7) == cached_reranker_dir("sampling")
+    assert default_reranker_dir(0.0) == cached_reranker_dir("greedy")
+    assert load_default_reranker(0.0).label_kind_ == "argmax"
+    assert load_default_reranker(1.0).label_kind_ == "probability"
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"{DEFAULT} (greedy): {cached_reranker_dir('greedy')}",
+                   f"{DEFAULT} (sampling): {cached_reranker_dir('sampling')}"]  # the load line names the file
+
+
+def test_without_a_cached_champion_the_shipped_one_or_a_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECRANK_CACHE", str(tmp_path))
+    for law, t in (("sampling", 1.0), ("greedy", 0.0)):
+        if (shipped_reranker_dir(law) / "reranker.json").is_file():
+            assert default_reranker_dir(t) == shipped_reranker_dir(law)
+        else:
+            with pytest.raises(DefaultRerankerError, match=f"no {law} champion"):
+                default_reranker_dir(t)
+
+
+def test_reranked_without_a_reranker_takes_the_default_only_with_the_shipped_head():
+    assert uses_default_reranker("reranked", None, Spec("eagle3:default"))
+    assert uses_default_reranker("reranked", DEFAULT, Spec("eagle3:default"))
+    assert not uses_default_reranker("draft", None, Spec("early-exit:8"))
+    assert not uses_default_reranker("reranked", tiny_isotonic("argmax"), Spec("early-exit:8"))
+    with pytest.raises(StrategyError, match="needs reranker= for drafter early-exit:8"):
+        uses_default_reranker("reranked", None, Spec("early-exit:8"))
