@@ -1,4 +1,4 @@
-"""The study's champion: chosen by its cross-fitted gain at the study's budgets, ties to the simpler rule, and
+"""The study's champion: chosen by its cross-fitted gain at the study's budgets, ties to the simpler reranker, and
 refused on the prompts it learned from."""
 
 import pytest
@@ -9,11 +9,11 @@ from specrank.workflow.champion import DEPLOYABLE, check_unseen_prompts, choose_
 
 
 def figures(gains: dict[str, tuple[float, float]]) -> dict:
-    """Study figures with each rule's gain % over draft at B = 8 and 59."""
-    def rules(j):
+    """Study figures with each score's gain % over draft at B = 8 and 59."""
+    def scores(j):
         return {r: {"mean": [1.0, 0.9, 1.1], "gain": [g[j] / 100, 0, 0], "gain_pct": [g[j], g[j] - 1, g[j] + 1],
                     "root_share": [10.0, 5.0, 15.0]} for r, g in gains.items()}
-    return {"rounds": 100, "budgets": {"8": {"rules": rules(0)}, "59": {"rules": rules(1)}}}
+    return {"rounds": 100, "budgets": {"8": {"rules": scores(0)}, "59": {"rules": scores(1)}}}
 
 
 def test_the_best_mean_gain_over_the_budgets_wins():

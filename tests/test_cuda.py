@@ -63,11 +63,11 @@ def test_the_models_are_on_the_gpu(cuda_pair):
     assert target.device.type == "cuda" and drafter.device.type == "cuda"
 
 
-@pytest.mark.parametrize("rule", sorted(STRATEGIES))
-def test_every_lossless_strategy_decodes_the_target_greedy_text(cuda_pair, rule):
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_every_lossless_strategy_decodes_the_target_greedy_text(cuda_pair, name):
     target, drafter = cuda_pair
     config = DecodeConfig(PoolShape(4, 4, 4), budget=8, extra=0, max_new_tokens=32)
-    out, _ = decode_prompt_online(target, drafter, PROMPT, config, make_strategy(rule))
+    out, _ = decode_prompt_online(target, drafter, PROMPT, config, make_strategy(name))
     assert out == greedy_on(target, PROMPT, 32)
 
 

@@ -269,8 +269,8 @@ def test_flags_and_layer_ids_round_trip_where_the_engine_has_them(target, tmp):
             export_head(src, tmp / f"{src.name}-eagle", "eagle")
 
 
-SGLANG_CASES = [  # hidden_states the head drafts from, rule asked, ids written (None: refused)
-    ((2, 4, 5), "current", [1, 3, 4]), ((2, 4, 5), "legacy", [1, 3, 4]),  # both rules read these alike
+SGLANG_CASES = [  # hidden_states the head drafts from, convention asked, ids written (None: refused)
+    ((2, 4, 5), "current", [1, 3, 4]), ((2, 4, 5), "legacy", [1, 3, 4]),  # both conventions read these alike
     ((2, 5, LAYERS), "current", [1, 4, LAYERS - 1]),
     ((3, 4, 5), "current", [3, 4, 5]), ((3, 4, 5), "legacy", [2, 3, 4]),
     ((1, 3, 6), "current", None), ((1, 3, 6), "legacy", [0, 2, 5]),  # current shifts a first id of 1
@@ -278,33 +278,34 @@ SGLANG_CASES = [  # hidden_states the head drafts from, rule asked, ids written 
 ]
 
 
-@pytest.mark.parametrize("layers, rule, ids", SGLANG_CASES)
-def test_sglang_export_names_the_same_layers_under_the_rule_it_states(target, tmp, capsys, layers, rule, ids):
-    src = tmp / f"sglang-rule-src-{'-'.join(map(str, layers))}"
+@pytest.mark.parametrize("layers, convention, ids", SGLANG_CASES)
+def test_sglang_export_names_the_same_layers_under_the_rule_it_states(target, tmp, capsys, layers, convention, ids):
+    src = tmp / f"sglang-convention-src-{'-'.join(map(str, layers))}"
     if not src.exists():
         write_specforge_head(src, target.model.config, ids=[i - 1 for i in layers] if layers[0] else [0, 2, 5])
         if not layers[0]:  # a SpecForge id cannot name the embeddings: state the layers as speculators would
             cfg = json.loads((src / "config.json").read_text())
-            cfg["eagle_config"]["layer_id_rule"] = "current"
+            cfg["eagle_config"]["layer_id_convention"] = "current"
             cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = list(layers)
             (src / "config.json").write_text(json.dumps(cfg))
     assert read_head(src).layers == layers
-    out = tmp / f"sglang-rule-{'-'.join(map(str, layers))}-{rule}"
-    code = main(["drafter", "export", str(src), "--format", "sglang", "--sglang-rule", rule, "--out", str(out)])
+    out = tmp / f"sglang-convention-{'-'.join(map(str, layers))}-{convention}"
+    code = main(["drafter", "export", str(src), "--format", "sglang", "--sglang-convention", convention, "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     if ids is None:
-        assert code == 2 and len(err) == 1 and f"{rule} rule" in err[0] and not out.exists()
+        assert code == 2 and len(err) == 1 and f"{convention} convention" in err[0] and not out.exists()
         return
     cfg = json.loads((out / "config.json").read_text())
     written = cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     assert code == 0 and written == ids and len(err) == 1 and "SGLang layer ids" in err[0]
     readings = {r: sglang_capture(written, LAYERS, after_pr_25454=r == "current") for r in ("current", "legacy")}
-    assert readings[rule] == layers and read_head(out).layers == layers
+    assert readings[convention] == layers and read_head(out).layers == layers
     if readings["current"] == readings["legacy"]:
-        assert "before and after PR #25454" in err[0] and "layer_id_rule" not in cfg["eagle_config"]
+        assert "before and after PR #25454" in err[0] and "layer_id_convention" not in cfg["eagle_config"]
     else:  # the file says which SGLang it is for, and the other reading is really different
-        other = "legacy" if rule == "current" else "current"
-        assert f"{rule} rule" in err[0] and readings[other] != layers and cfg["eagle_config"]["layer_id_rule"] == rule
+        other = "legacy" if convention == "current" else "current"
+        assert f"{convention} convention" in err[0] and readings[other] != layers
+        assert cfg["eagle_config"]["layer_id_convention"] == convention
 
 
 @pytest.fixture(scope="module")
@@ -556,7 +557,7 @@ def test_qwen3_heads_reach_vllm_with_every_q_and_k_norm(target, tmp, num_layers)
         vllm_load(hf, misnamed)
 
 
-NORM_OUTPUT = [  # the config's norm_output, the rule asked, what the head does (specrank's flags)
+NORM_OUTPUT = [  # the config's norm_output, the convention asked, what the head does (specrank's flags)
     (None, None, {}), (None, "before-pr879", {}),  # absent: plain EAGLE-3 under both
     (True, None, {"feedback_post_norm": True}), (True, "after-pr879", {"feedback_post_norm": True}),
     (True, "before-pr879", {}),
@@ -564,16 +565,16 @@ NORM_OUTPUT = [  # the config's norm_output, the rule asked, what the head does 
 ]
 
 
-@pytest.mark.parametrize("value, rule, meaning", NORM_OUTPUT)
-def test_specforge_norm_output_before_and_after_pr879(target, tmp, capsys, value, rule, meaning):
+@pytest.mark.parametrize("value, convention, meaning", NORM_OUTPUT)
+def test_specforge_norm_output_before_and_after_pr879(target, tmp, capsys, value, convention, meaning):
     directory = tmp / f"norm-output-{value}"
     if not directory.exists():
         write_specforge_head(directory, target.model.config, ids=[1, 3, 4])
         cfg = json.loads((directory / "config.json").read_text())
         (directory / "config.json").write_text(json.dumps({**cfg, **({} if value is None else {"norm_output": value})}))
     capsys.readouterr()
-    drafter = load_drafter(f"eagle3:{directory}", target, norm_output_rule=rule)
-    assert ("after PR #879" in capsys.readouterr().err) == (value is not None and rule is None)
+    drafter = load_drafter(f"eagle3:{directory}", target, norm_output_convention=convention)
+    assert ("after PR #879" in capsys.readouterr().err) == (value is not None and convention is None)
     root, child, token = specrank_root(drafter, target)
     weights = raw(directory)
     ref_root, ref_child = reference_root(weights, meaning, target, (2, 4, 5), token)

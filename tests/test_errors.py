@@ -26,6 +26,23 @@ def test_the_packages_own_errors_are_user_errors():
     assert "unknown reranker" in user_message(raised(lambda: reranker_names("nope")))  # a plain ValueError of ours
 
 
+def in_the_package(body: str):
+    """A function whose frame is the package's (compiled as a file of ``specrank``), with ``body`` as its code."""
+    from specrank.errors import PACKAGE
+
+    scope = {"np": np}
+    exec(compile(f"def f():\n    {body}\n", str(PACKAGE / "_boundary_probe.py"), "exec"), scope)
+    return scope["f"]
+
+
+@pytest.mark.parametrize("body", ["np.zeros(3).reshape(2, 2)", "float('x')", "np.asarray(['a'], dtype=float)"])
+def test_a_library_value_error_inside_the_packages_code_is_a_bug(body):
+    exc = raised(in_the_package(body))  # the innermost frame is the package's line: numpy's C code has none
+    assert isinstance(exc, ValueError) and user_message(exc) is None
+    control = raised(in_the_package("raise ValueError('--x: bad')"))  # the same frame, a raise of ours
+    assert user_message(control) == "--x: bad"
+
+
 def test_a_library_value_error_is_a_bug():
     exc = raised(lambda: np.zeros(3).reshape(2, 2))
     assert isinstance(exc, ValueError) and user_message(exc) is None

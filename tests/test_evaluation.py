@@ -103,7 +103,7 @@ def test_predictions_alignment_is_order_free_and_strict(rounds):
     bad.loc[3, "copy"] = np.nan
     with pytest.raises(SchemaError, match="copy contains NaN"):
         align_predictions(rounds, bad)
-    with pytest.raises(ValueError, match="clashes with a built-in rule"):
+    with pytest.raises(ValueError, match="clashes with a built-in score"):
         evaluate(rounds, {"root": rounds.first_label}, budgets=(8,), n_boot=10)
 
 

@@ -54,7 +54,7 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
         assert len(pd.read_parquet(out / f"{name}.parquet")) == len(pd.read_csv(out / f"{name}.csv")) > 0
     report = (out / "report.md").read_text()
     first_section = report.split("\n## ")[1]
-    assert first_section.startswith("Rules at B = 8, 59")
+    assert first_section.startswith("Scores at B = 8, 59")
     assert "| Score | B=8 value | B=8 gain [95% CI] | B=8 gain % of draft | B=8 root share % | B=59 value" in first_section
     for fig in ("gain_vs_budget", "root_share_by_task"):
         assert (out / "figures" / f"{fig}.png").read_bytes()[:8] == PNG
@@ -100,14 +100,6 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
     assert main(["report", str(out)]) == 0
     assert (out / "report.md").read_text() == report
     assert (out / "figures" / "gain_vs_budget.png").read_bytes()[:8] == PNG
-
-    # ...and from tables written before the ``rule`` column was renamed ``score``
-    for name in ("summary", "comparisons", "mixture_weights", "splits"):
-        path = out / f"{name}.parquet"
-        pd.read_parquet(path).rename(columns={"score": "rule"}).to_parquet(path, index=False)
-    (out / "report.md").unlink()
-    assert main(["report", str(out)]) == 0
-    assert (out / "report.md").read_text() == report
 
 
 def test_unreachable_tracking_server_fails_before_any_output(run_and_predictions, tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""Online decoders: exactness of every lossless rule, sampled law, root-pass KV reuse, --compare scoring."""
+"""Online strategies: exactness of every lossless strategy, sampled law, root-pass KV reuse, --compare scoring."""
 
 import numpy as np
 import pytest
@@ -20,21 +20,21 @@ def pair():
     return tiny_pair()
 
 
-@pytest.mark.parametrize("rule, budget", [(r, 8) for r in sorted(STRATEGIES)]
+@pytest.mark.parametrize("strategy, budget", [(r, 8) for r in sorted(STRATEGIES)]
                          + [(r, 3) for r in ("root", "root_draw", "pearl", "covering")])
-def test_greedy_text_equals_target_greedy_and_realized_equals_expected(pair, rule, budget):
+def test_greedy_text_equals_target_greedy_and_realized_equals_expected(pair, strategy, budget):
     target, drafter = pair
     config = DecodeConfig(SHAPE, budget=budget, extra=0, max_new_tokens=32)
     timer = Timer()
-    out, records = decode_prompt_online(target, drafter, PROMPT, config, make_strategy(rule), timer=timer)
+    out, records = decode_prompt_online(target, drafter, PROMPT, config, make_strategy(strategy), timer=timer)
     assert out == greedy_reference(target, PROMPT, 32)
     realized = np.array([r["realized"] for r in records], float)
     expected = np.array([r["expected"] for r in records], float)
-    if rule != "covering":  # greedy: the tree's value is the count of its nodes on the greedy path
+    if strategy != "covering":  # greedy: the tree's value is the count of its nodes on the greedy path
         np.testing.assert_array_equal(realized, expected)
-    root_passes = STRATEGIES[rule].needs_root_pass
+    root_passes = STRATEGIES[strategy].needs_root_pass
     assert timer.passes <= len(records) * (1 + root_passes)
-    if rule == "draft":  # nothing but root + tree is scored without --compare / recording
+    if strategy == "draft":  # nothing but root + tree is scored without --compare / recording
         assert all(r["n_scored"] == budget + 1 for r in records) and timer.passes == len(records)
 
 
@@ -66,8 +66,8 @@ def test_compare_scores_other_trees_without_changing_verified_rows(pair):
     target, drafter = pair
     config = DecodeConfig(SHAPE, budget=5, extra=0, max_new_tokens=32)
     plain_out, plain = decode_prompt_online(target, drafter, PROMPT, config, DraftSelection())
-    rules = ("draft", "root", "root_draw", "pearl")
-    out, measured = decode_prompt_online(target, drafter, PROMPT, config, DraftSelection(), measure=Measure(rules))
+    strategies = ("draft", "root", "root_draw", "pearl")
+    out, measured = decode_prompt_online(target, drafter, PROMPT, config, DraftSelection(), measure=Measure(strategies))
     assert out == plain_out and len(measured) == len(plain)
     worst = 0.0
     for a, b in zip(plain, measured):
@@ -75,15 +75,15 @@ def test_compare_scores_other_trees_without_changing_verified_rows(pair):
         worst = max(worst, float(np.abs(a["p_edge"][known] - b["p_edge"][known]).max()))
         assert b["n_scored"] > a["n_scored"] or b["n_scored"] == a["n_scored"] == 6
         assert b["expected_draft"] == pytest.approx(b["expected"])  # the decoder's own tree, two ways
-        assert all(np.isfinite(b[f"expected_{r}"]) for r in rules)
+        assert all(np.isfinite(b[f"expected_{r}"]) for r in strategies)
     assert worst < 1e-5
     assert not any(k.startswith("expected_") for k in plain[0])
 
 
 def test_sampled_first_tokens_follow_target_law_and_wrong_draw_fails():
     target, drafter = tiny_pair(vocab=32, hidden_size=16, num_layers=1, seed=2, scale=0.5)
-    for rule in ("root_draw", "root", "covering"):  # PEARL-style shares root-draw's forced first draw
-        assert sampled_pvalue(target, drafter, make_strategy(rule)) > 1e-3, rule
+    for strategy in ("root_draw", "root", "covering"):  # PEARL-style shares root-draw's forced first draw
+        assert sampled_pvalue(target, drafter, make_strategy(strategy)) > 1e-3, strategy
     assert sampled_pvalue(target, drafter, DrafterRowDraw()) < 1e-4
 
 

@@ -62,10 +62,10 @@ def test_missing_reranker_fails_before_decoding(setup, tmp_path, capsys):
     assert rc == 2 and "--compare: unknown strategy 'covering'" in capsys.readouterr().err
 
 
-def test_last_release_spellings_still_work_with_a_deprecation_line(setup, tmp_path, capsys):
+def test_spellings_of_before_the_vocabulary_was_unified_are_refused(setup, tmp_path, capsys):
     d, args = setup
-    rc = main(args + ["--rules", "draft,root-draw", "--out", str(tmp_path / "o"), "--no-tracking"])
-    err = capsys.readouterr().err
-    assert rc == 0 and "--rules is deprecated" in err and "use --strategies" in err and "'root-draw' is deprecated" in err
-    decodes = pd.read_parquet(tmp_path / "o" / "online_decodes.parquet")
-    assert set(decodes["strategy"]) == {"draft", "root_draw"}
+    rc = main(args + ["--rules", "draft", "--out", str(tmp_path / "o"), "--no-tracking"])
+    assert rc == 2 and "--rules" in capsys.readouterr().err
+    rc = main(args + ["--strategies", "draft,root-draw", "--out", str(tmp_path / "o"), "--no-tracking"])
+    assert rc == 2 and "unknown strategy 'root-draw'" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -30,20 +30,20 @@ def _run(target, drafter, strategy, config, prompts=PROMPTS):
     return recorded(target, drafter, strategy, config, prompts)
 
 
-@pytest.mark.parametrize("rule", ["draft", "root_draw"])
-def test_realized_acceptance_agrees_with_offline_value_on_recorded_rounds(pair, rule):
+@pytest.mark.parametrize("name", ["draft", "root_draw"])
+def test_realized_acceptance_agrees_with_offline_value_on_recorded_rounds(pair, name):
     target, drafter = pair
     config = DecodeConfig(SHAPE, budget=4, extra=36, temperature=1.0, max_new_tokens=40, seed=1)
-    records = _run(target, drafter, make_strategy(rule), config)
+    records = _run(target, drafter, make_strategy(name), config)
     table = rounds_table(records, SHAPE.size, SHAPE.topk).to_pandas()
     pool = PoolBatch.from_frame(table)
-    if rule == "draft":
+    if name == "draft":
         offline = fixed_values(pool, score_of(pool, "draft"), [4])[0][:, 0]
     else:
         offline = draw_values(pool, [4])["root_draw"][0][:, 0]
     realized = np.array([r["realized"] for r in records], float)
     assert len(records) >= 150 and not np.isnan(offline).any()
-    if rule == "draft":  # the fixed tree's conditional value is the offline value, round by round
+    if name == "draft":  # the fixed tree's conditional value is the offline value, round by round
         np.testing.assert_allclose([r["expected"] for r in records], offline, atol=1e-6)
     gap = PromptBootstrap(table["prompt_id"].to_numpy(), 2000, 0).totals(
         {"realized": realized, "offline": offline}).gain("realized", "offline")
@@ -84,10 +84,10 @@ def test_online_features_predictions_and_trees_equal_offline_on_recorded_rounds(
     assert len(np.unique(online_pred)) > 1  # the reranker is not a constant
 
 
-def test_a_stacked_reranker_decodes_the_rows_plus_per_depth_rule_and_its_deeper_factors_matter(pair,
-                                                                                                 training_rounds):
-    """Decoded online, a stacked reranker selects the trees of the offline "Rows + per-depth" rule on its own
-    recorded rounds (scores within 1e-12); negative control: without its deeper factors (the Rows rule, r(x1)
+def test_a_stacked_reranker_decodes_the_rows_plus_per_depth_score_and_its_deeper_factors_matter(pair,
+                                                                                                  training_rounds):
+    """Decoded online, a stacked reranker selects the trees of the offline "Rows + per-depth" score on its own
+    recorded rounds (scores within 1e-12); negative control: without its deeper factors (the Rows score, r(x1)
     prod q_i, with the same first factors) the trees differ, so the check sees them."""
     stacked = fitted_reranker("stacked", training_rounds, MANIFEST)
     strategy = CapturingReranked(stacked)

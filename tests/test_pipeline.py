@@ -25,7 +25,7 @@ from decode_helpers import (
 )
 
 SHAPE = PoolShape(4, 4, 4)  # 52 candidates
-ROOT_RULES = ("root", "root_draw", "pearl")
+ROOT_STRATEGIES = ("root", "root_draw", "pearl")
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +48,13 @@ def local_copy(pair):
     return build_drafter(drafter_payload(pair[1]), "cpu")
 
 
-@pytest.mark.parametrize("rule, budget", [(r, 8) for r in sorted(STRATEGIES)] + [(r, 3) for r in ROOT_RULES])
-def test_pipelined_greedy_equals_target_greedy_round_by_round_as_serial(pair, worker, local_copy, rule, budget):
+@pytest.mark.parametrize("strategy, budget", [(r, 8) for r in sorted(STRATEGIES)] + [(r, 3) for r in ROOT_STRATEGIES])
+def test_pipelined_greedy_equals_target_greedy_round_by_round_as_serial(pair, worker, local_copy, strategy, budget):
     target = pair[0]
     config = DecodeConfig(SHAPE, budget=budget, extra=0, max_new_tokens=32)
     piped, serial = Timer(), Timer()
-    out, records = decode_prompt_online(target, worker, PROMPT, config, make_strategy(rule), timer=piped)
-    ref, ref_records = decode_prompt_online(target, local_copy, PROMPT, config, make_strategy(rule), timer=serial)
+    out, records = decode_prompt_online(target, worker, PROMPT, config, make_strategy(strategy), timer=piped)
+    ref, ref_records = decode_prompt_online(target, local_copy, PROMPT, config, make_strategy(strategy), timer=serial)
     assert out == ref == greedy_reference(target, PROMPT, 32)
     assert len(records) == len(ref_records) and piped.passes == serial.passes
     for a, b in zip(records, ref_records):  # the same pools, trees, rows and acceptance, round by round
@@ -62,7 +62,7 @@ def test_pipelined_greedy_equals_target_greedy_round_by_round_as_serial(pair, wo
         for key, value in a.items():
             np.testing.assert_array_equal(np.asarray(b[key]), np.asarray(value), err_msg=key)
     assert serial.root_pass_hidden_s == 0.0 and 0.0 <= piped.root_pass_hidden_s <= piped.root
-    assert piped.drafting > 0 and (piped.root > 0) == STRATEGIES[rule].needs_root_pass
+    assert piped.drafting > 0 and (piped.root > 0) == STRATEGIES[strategy].needs_root_pass
 
 
 def test_root_pass_runs_while_the_worker_drafts(pair, worker):
@@ -89,8 +89,8 @@ def test_root_pass_runs_while_the_worker_drafts(pair, worker):
 def test_sampled_first_tokens_follow_target_law_and_wrong_draw_fails():
     target, drafter = tiny_pair(vocab=32, hidden_size=16, num_layers=1, seed=2, scale=0.5)
     with PipelinedDrafter(drafter, threads=1) as worker:
-        for rule in ("root_draw", "root"):  # PEARL-style shares root-draw's forced first draw
-            assert sampled_pvalue(target, worker, make_strategy(rule)) > 1e-3, rule
+        for strategy in ("root_draw", "root"):  # PEARL-style shares root-draw's forced first draw
+            assert sampled_pvalue(target, worker, make_strategy(strategy)) > 1e-3, strategy
         assert sampled_pvalue(target, worker, DrafterRowDraw()) < 1e-4
 
 
@@ -198,8 +198,8 @@ def test_smollm2_pipelined_early_exit_equals_target_greedy():
     reference = greedy_reference(target, ids, 12)
     config = DecodeConfig(budget=8, extra=0, max_new_tokens=12)
     with PipelinedDrafter(load_drafter("early-exit:8", target), threads=1) as worker:
-        for rule in ("draft",) + ROOT_RULES:
+        for strategy in ("draft",) + ROOT_STRATEGIES:
             timer = Timer()
-            out, _ = decode_prompt_online(target, worker, ids, config, make_strategy(rule), timer=timer)
-            assert out == reference, rule
+            out, _ = decode_prompt_online(target, worker, ids, config, make_strategy(strategy), timer=timer)
+            assert out == reference, strategy
             assert timer.root_pass_hidden_s <= timer.root

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specrank.selection.draws import DRAW_RULES, draw_values, equal_mean, pearl_curves
+from specrank.selection.draws import DRAW_SELECTIONS, draw_values, equal_mean, pearl_curves
 from specrank.selection.pool import PoolError
 from specrank.selection.scores import SCORES, MIXTURE_WEIGHTS, fixed_values, score_of
 from specrank.selection.select import select_top, value
@@ -99,7 +99,7 @@ def brute_draws(pool, i, b, law):
     tree = set(draft_order(pool, i)[:b])
     top = draft_order(pool, i)[0]
     res = {}
-    for rule in DRAW_RULES:
+    for rule in DRAW_SELECTIONS:
         val = size = 0.0
         for x in range(L):
             keep_x = {x, *below(pool, i, x)[: b - 1]}
@@ -123,7 +123,7 @@ def test_draw_rules_match_brute_force_and_order(case):
     got = draw_values(pool, [b], law)
     for i in range(pool.n_rounds):
         want = brute_draws(pool, i, b, law)
-        for rule in DRAW_RULES:
+        for rule in DRAW_SELECTIONS:
             assert got[rule][0][i, 0] == pytest.approx(want[rule][0], abs=1e-9), rule
             assert got[rule][1][i, 0] == pytest.approx(want[rule][1], abs=1e-9), rule
     assert (got["root_draw"][0] >= got["pearl"][0] - 1e-12).all()

@@ -80,8 +80,8 @@ def test_study_writes_every_figure(reference):
             f = r["budgets"][b]
             assert set(f["rules"]) >= {"draft", "isotonic", "per_depth", "base", "rows", "rows+per_depth", "root",
                                        "oracle"}
-            for rule, entry in f["rules"].items():
-                if rule not in ("draft", "root"):
+            for score, entry in f["rules"].items():
+                if score not in ("draft", "root"):
                     low, high = entry["root_share"][1:]
                     assert low <= entry["root_share"][0] <= high or low != low  # NaN when root gains nothing
             assert len(f["rows_minus_base"]["gain_pct_of_draft"]) == 3
@@ -122,7 +122,7 @@ def test_the_study_saves_a_champion_and_decodes_unseen_prompts_online(reference)
             assert set(f["strategies"]) == {"draft", "reranked", "root", "root_draw"}
             assert f["strategies"]["draft"]["speed"][0] == 1.0
             assert len(f["strategies"]["reranked"]["realized_gain"]) == 3
-            assert f["offline"]["reranked"] == r["budgets"][b]["rules"][online["reranker"]]  # the same rule offline
+            assert f["offline"]["reranked"] == r["budgets"][b]["rules"][online["reranker"]]  # the same score offline
             assert f["break_even"]["round_ms"] == 14.5 and f["break_even"]["gain"] >= 0
     page = (reference / "results.md").read_text()
     assert "## Offline vs online" in page and "Champion" in page and "Regime: draft selection accepts" in page

@@ -195,9 +195,9 @@ def test_experiments_are_created_as_model_training_and_runs_nest_under_an_active
 def test_headline_metrics_stay_within_the_limit_and_name_their_units():
     from specrank.tracking.evaluation import MAX_METRICS, headline_metrics
 
-    rules = ["draft", "root", "oracle", "depth2", "subst_cache"] + [f"r{i}" for i in range(9)]
+    scores = ["draft", "root", "oracle", "depth2", "subst_cache"] + [f"r{i}" for i in range(9)]
     rows = [{"score": r, "budget": b, "rounds": 50, "mean": 1.0 + i / 10, "gain": i / 10, "gain_low": i / 20,
-             "gain_high": i / 5, "root_share": 10.0 * i} for i, r in enumerate(rules) for b in (8, 59, 100)]
+             "gain_high": i / 5, "root_share": 10.0 * i} for i, r in enumerate(scores) for b in (8, 59, 100)]
     metrics = headline_metrics(pd.DataFrame(rows), [8, 59, 100])
     assert len(metrics) <= MAX_METRICS
     assert metrics["draft_tokens_B8"] == 1.0 and metrics["root_gain_tokens_B59_ci_high"] == pytest.approx(0.2)
@@ -218,10 +218,10 @@ def test_html_report_embeds_its_figures(tmp_path):
     (tmp_path / "figures").mkdir()
     png = b"\x89PNG\r\n\x1a\n" + b"0" * 20
     (tmp_path / "figures" / "a.png").write_bytes(png)
-    page = report_html("# Title\n\nSome *units* `here`.\n\n| Rule | B=8 |\n|---|---|\n| Rows | 1.5 < 2 |\n\n"
+    page = report_html("# Title\n\nSome *units* `here`.\n\n| Score | B=8 |\n|---|---|\n| Rows | 1.5 < 2 |\n\n"
                        "![Gain](figures/a.png)\n\n![Lost](figures/none.png)\n", tmp_path)
     assert "<h1>Title</h1>" in page and "<em>units</em>" in page and "<code>here</code>" in page
-    assert "<th>Rule</th>" in page and "<td>1.5 &lt; 2</td>" in page
+    assert "<th>Score</th>" in page and "<td>1.5 &lt; 2</td>" in page
     import base64
 
     assert f'src="data:image/png;base64,{base64.b64encode(png).decode()}"' in page

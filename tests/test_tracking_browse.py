@@ -261,11 +261,11 @@ def test_the_pipeline_run_carries_the_headline_figure_and_shares(demo):
     client, exp, runs, _, run_dir = demo
     pipeline = by_name(runs, "demo-t1")
     summary = pd.read_parquet(run_dir / "evaluation" / "summary.parquet").set_index(["score", "budget"])
-    for rule in ("isotonic", "per_depth", "base", "rows", "oracle"):
+    for score in ("isotonic", "per_depth", "base", "rows", "oracle"):
         for b in (8, 59):
-            key = f"root_share.{rule}.b{b}"
+            key = f"root_share.{score}.b{b}"
             got = [pipeline.data.metrics[k] for k in (key, f"{key}.low", f"{key}.high")]
-            want = summary.loc[(rule, b), ["root_share", "root_share_low", "root_share_high"]].to_numpy(float)
+            want = summary.loc[(score, b), ["root_share", "root_share_low", "root_share_high"]].to_numpy(float)
             assert got == pytest.approx(want), key
     assert "figures/root_share.png" in {a.path for a in client.list_artifacts(pipeline.info.run_id, "figures")}
     assert "figures/root_share.png" in pipeline.data.tags["mlflow.note.content"]
@@ -294,7 +294,7 @@ def test_the_champion_is_the_best_cross_fitted_candidate_refitted_on_all_prompts
     assert int(version.tags["specrank.training_rows"]) == len(whole)
     assert int(version.tags["specrank.training_prompts"]) == whole["prompt_id"].nunique() == 4
     assert f"models:/demo-t1/{version.version}" in version.description
-    for name, mse in fold_mean.items():  # the rule and every competitor's score
+    for name, mse in fold_mean.items():  # how it was chosen and every competitor's score
         assert name in version.description and f"{mse:.6f}" in version.description
     pipeline = by_name(runs, "demo-t1")
     assert pipeline.data.tags["specrank.champion"] == f"models:/demo-t1/{version.version}"

@@ -1,4 +1,4 @@
-"""Pipeline runs in a temporary SQLite store as a user browses them: the headline (each rule's share of root
+"""Pipeline runs in a temporary SQLite store as a user browses them: the headline (each score's share of root
 selection's gain at both budgets, as metrics and a figure), run names unique and in order across pipelines, the
 time spent outside the stages, no timer that measured nothing, links that open the Runs view."""
 
@@ -33,9 +33,9 @@ def study_figures() -> dict:
 
 
 def shares(figures: dict) -> dict:
-    """{(rule, budget): [point, low, high]} of every rule with a share of root's gain."""
-    return {(rule, b): entry["root_share"] for b, at in figures["budgets"].items()
-            for rule, entry in at["rules"].items() if "root_share" in entry}
+    """{(score, budget): [point, low, high]} of every score with a share of root's gain."""
+    return {(score, b): entry["root_share"] for b, at in figures["budgets"].items()
+            for score, entry in at["rules"].items() if "root_share" in entry}
 
 
 def test_each_pipeline_run_carries_the_headline_figure_and_its_metrics(mlflow_db):
@@ -52,8 +52,8 @@ def test_each_pipeline_run_carries_the_headline_figure_and_its_metrics(mlflow_db
         expected = shares(figures)
         assert {(r, b) for r, b in expected} >= {(r, b) for r in ("isotonic", "per_depth", "base", "rows", "oracle",
                                                                   "rows+per_depth") for b in ("8", "59")}
-        for (rule, b), (point, low, high) in expected.items():
-            key = f"root_share.{tracking.metric_key(rule)}.b{b}"
+        for (score, b), (point, low, high) in expected.items():
+            key = f"root_share.{tracking.metric_key(score)}.b{b}"
             assert (metrics[key], metrics[f"{key}.low"], metrics[f"{key}.high"]) == pytest.approx((point, low, high))
         assert metrics["rows_minus_base.b59"] == pytest.approx(
             figures["budgets"]["59"]["rows_minus_base"]["gain_pct_of_draft"][0])
@@ -69,9 +69,9 @@ def test_each_pipeline_run_carries_the_headline_figure_and_its_metrics(mlflow_db
 def test_an_evaluation_summary_gives_the_study_form_and_the_same_metric_names():
     rows = []
     for b in (8, 59, 100):
-        for i, rule in enumerate(("draft", "isotonic", "rows", "root", "oracle", "mix_cache")):
-            share = np.nan if rule in ("draft", "root") else 10.0 * i + b / 100
-            rows.append({"score": rule, "budget": b, "root_share": share, "root_share_low": share - 1,
+        for i, score in enumerate(("draft", "isotonic", "rows", "root", "oracle", "mix_cache")):
+            share = np.nan if score in ("draft", "root") else 10.0 * i + b / 100
+            rows.append({"score": score, "budget": b, "root_share": share, "root_share_low": share - 1,
                          "root_share_high": share + 1})
     budgets = summary_budget_figures(pd.DataFrame(rows), [8, 59])
     assert list(budgets) == ["8", "59"]

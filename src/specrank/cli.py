@@ -34,7 +34,7 @@ COMMANDS = {
               "Cross-fit rerankers on a features table; write predictions.parquet (keys + one column per reranker) "
               "and models."),
     "evaluate": ("specrank.commands.evaluate",
-                 "Evaluate every selection rule offline on a run's recorded rounds, with paired prompt-bootstrap "
+                 "Evaluate every selection score offline on a run's recorded rounds, with paired prompt-bootstrap "
                  "intervals."),
     "report": ("specrank.commands.report", "Re-render report.md and figures/ from the tables that 'specrank evaluate' saved."),
     "online": ("specrank.commands.online",

@@ -2,8 +2,8 @@
 saying that it is a bug.
 
 Expected failures are the package's own: ``ValueError`` subclasses defined here and in the modules that read
-the input (``ConfigError``, ``PromptError``, ``SchemaError``, ...) or a ``ValueError`` raised by the package's
-own code, and OS errors about files. The stores and formats we call raise their own types (``LIBRARY_ERRORS``);
+the input (``ConfigError``, ``PromptError``, ``SchemaError``, ...) or a ``ValueError`` that a ``raise`` of the
+package's own code raised, and OS errors about files. The stores and formats we call raise their own types (``LIBRARY_ERRORS``);
 ``user_message`` translates those at the command boundary (``specrank.cli``), naming the library. Anything else
 (a ``ValueError`` out of numpy or pandas included) is a bug: ``bug_message`` says so and how to see the
 traceback. A package that is not installed is named with the command that installs it (``PACKAGES``), whether
@@ -12,6 +12,7 @@ the user asked for it (``require``, ``optional``) or a library found it missing.
 
 from __future__ import annotations
 
+import dis
 import importlib.util
 import re
 import sys
@@ -117,15 +118,23 @@ def missing_module(exc: ImportError) -> str | None:
     return next((m for m in names if m in PACKAGES and not installed(m)), None)
 
 
+RAISE = dis.opmap["RAISE_VARARGS"]
+
+
 def raised_by_the_package(exc: BaseException) -> bool:
-    """Whether ``exc`` is one of the package's own errors: its class is defined in the package, or the innermost
-    frame that raised it is the package's code (a ``raise ValueError(...)`` checking an input), not a library's."""
+    """Whether ``exc`` is one of the package's own errors: its class is defined in the package, or a ``raise``
+    statement of the package's code raised it (a ``raise ValueError(...)`` checking an input). A ValueError that
+    a compiled library raises inside a call from our code (numpy's reshape, ``float("x")``) leaves no frame of its
+    own, so the innermost frame alone would blame the package's line: what it was executing tells them apart."""
     if type(exc).__module__.split(".")[0] == PACKAGE.name:
         return True
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    return tb is not None and Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(PACKAGE)
+    if tb is None or not Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(PACKAGE):
+        return False
+    code = tb.tb_frame.f_code.co_code
+    return 0 <= tb.tb_lasti < len(code) and code[tb.tb_lasti] == RAISE
 
 
 def user_message(exc: BaseException) -> str | None:

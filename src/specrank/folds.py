@@ -16,12 +16,12 @@ class FoldError(ValueError):
 
 
 def even_odd(prompt_index: np.ndarray) -> np.ndarray:
-    """The paper's fold rule: fold = prompt number % 2 (even prompts vs odd prompts)."""
+    """The paper's fold assignment: fold = prompt number % 2 (even prompts vs odd prompts)."""
     return np.asarray(prompt_index) % 2
 
 
 def fold_labels(X, folds=None) -> np.ndarray:
-    """Fold of every row: ``X["fold"]`` (None), a column name, a rule on ``prompt_index``, or an array.
+    """Fold of every row: ``X["fold"]`` (None), a column name, a function of ``prompt_index``, or an array.
 
     Raises FoldError when a prompt spans two folds or fewer than two folds are present.
     """

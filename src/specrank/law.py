@@ -3,7 +3,7 @@
 Temperature 0 is greedy decoding: the target's rows are point masses on their argmax, so a candidate's first
 factor is an ``argmax`` indicator; any other temperature samples, and the first factor is the target's
 ``probability`` at that temperature. Every layer (decoding, features, rerankers, evaluation) reads these names
-from a ``Law``, so the rule is written once.
+from a ``Law``, so the mapping is written once.
 """
 
 from __future__ import annotations

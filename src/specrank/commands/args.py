@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 
 from specrank.decode.config import ConfigError, check_temperature
 
@@ -129,25 +128,6 @@ def experiment_name(text: str) -> str:
     if any(ord(c) < 32 for c in text):
         raise argparse.ArgumentTypeError(f"must not hold control characters, got {text!r}")
     return text
-
-
-class _DeprecatedAlias(argparse.Action):
-    """Stores into the new option's destination and says on stderr which spelling replaces it."""
-
-    def __init__(self, option_strings, dest, new: str = "", **kwargs):
-        self.new = new
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        print(f"specrank: {option_string} is deprecated and will be removed in the next release; use {self.new}",
-              file=sys.stderr)
-        setattr(namespace, self.dest, values)
-
-
-def add_deprecated_alias(parser, old: str, new: str, dest: str, **kwargs) -> None:
-    """``old`` accepted as a hidden spelling of ``new`` for one release (docs/glossary.md lists the renames)."""
-    parser.add_argument(old, dest=dest, action=_DeprecatedAlias, new=new, help=argparse.SUPPRESS,
-                        default=argparse.SUPPRESS, **kwargs)
 
 
 def add_tracking_arguments(parser, *, store: str = "sqlite:///mlflow.db in the working directory",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specrank.commands.args import (add_deprecated_alias, add_model_arguments, add_pool_arguments,
+from specrank.commands.args import (add_model_arguments, add_pool_arguments,
                                     add_tracking_arguments, at_least, tracking_asked)
 from specrank.decode.core import PoolShape
 from specrank.errors import optional
@@ -29,8 +29,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--speculation", default="tree", choices=["tree", "chain"],
                         help="tree (default) or chain speculative decoding (chain: lossless unless"
                              " --verification-rule)")
-    add_deprecated_alias(parser, "--verifier", "--verification-rule", "verification_rule")
-    add_deprecated_alias(parser, "--decoder", "--speculation", "speculation", choices=["tree", "chain"])
     parser.add_argument("--chain-length", type=int, default=4,
                         help="chain speculation: drafted tokens per round (default 4)")
     add_worker_arguments(parser)

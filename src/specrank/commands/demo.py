@@ -1,7 +1,7 @@
 """``specrank demo``: the whole offline pipeline on the embedded default, end to end.
 
 decode (sampling at T = 1 and greedy) -> featurize -> cross-fit rerankers -> evaluate with
-prompt-bootstrap intervals -> MLflow, then a table of the rules at B = 8 and 59. The demo logs to its own
+prompt-bootstrap intervals -> MLflow, then a table of the scores at B = 8 and 59. The demo logs to its own
 store (``<out>/mlflow.db``) and experiment; each temperature is one pipeline run, the headline (a few
 metrics, the headline table, report.html, the champion's link), whose nested runs are the stages. The
 reranker (isotonic, per-depth, Base, Rows) with the lowest cross-fitted held-out error is refitted on all

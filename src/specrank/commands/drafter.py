@@ -7,11 +7,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from specrank.commands.args import (add_deprecated_alias, add_device_arguments, add_target_argument, at_least,
+from specrank.commands.args import (add_device_arguments, add_target_argument, at_least,
                                     finite_float)
 from specrank.commands.drafter_train import add_train_parser
 from specrank.decode.loading.eagle3 import default_head_dir
-from specrank.decode.loading.eagle3_export import RULE_NOTE, export_head
+from specrank.decode.loading.eagle3_export import CONVENTION_NOTE, export_head
 from specrank.decode.loading.early_exit import fit_exit_head_on_text
 
 EXPORT_HELP = "write an EAGLE-3 head (any dialect) in the layout SGLang, vLLM or EAGLE loads, in bf16, fp16 or fp32"
@@ -41,9 +41,8 @@ def add_arguments(parser) -> None:
     export.add_argument("--dtype", default="fp32", choices=["bf16", "fp16", "fp32"], help="weight dtype (default fp32)")
     export.add_argument("--vllm-target", default=None, help="vllm: the target's name or path recorded for vLLM "
                                                          "(default: the head's own, if it names one)")
-    add_deprecated_alias(export, "--verifier", "--vllm-target", "vllm_target")
-    export.add_argument("--sglang-rule", default="current", choices=["current", "legacy"],
-                        help="sglang: the SGLang reading of layer ids to write for when the releases before and "
+    export.add_argument("--sglang-convention", default="current", choices=["current", "legacy"],
+                        help="sglang: the SGLang layer-id convention to write for when the releases before and "
                              "after its PR #25454 differ (default current); ids both read alike are written "
                              "whenever they exist")
     export.add_argument("--specforge-norm-output", default=None, choices=["after-pr879", "before-pr879"],
@@ -57,12 +56,12 @@ def run(args) -> int:
 
 def run_export(args) -> int:
     head = default_head_dir() if str(args.head) == "default" else args.head
-    out, notes = export_head(head, args.out, args.format, args.dtype, args.vllm_target, args.sglang_rule,
+    out, notes = export_head(head, args.out, args.format, args.dtype, args.vllm_target, args.sglang_convention,
                              args.specforge_norm_output)
     size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
     print(f"exported {head} as {args.format} ({args.dtype}, {size:.1f} MiB) to {out}")
     for note in notes:
-        if note.startswith(RULE_NOTE):  # the one line a user must see: which SGLang the file is for
+        if note.startswith(CONVENTION_NOTE):  # the one line a user must see: which SGLang the file is for
             print(note, file=sys.stderr)
         else:
             print(f"note: {note}")

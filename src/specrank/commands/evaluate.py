@@ -1,4 +1,4 @@
-"""``specrank evaluate``: every selection rule on a run's recorded rounds -> tables, report, figures, MLflow."""
+"""``specrank evaluate``: every selection score on a run's recorded rounds -> tables, report, figures, MLflow."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ realized vs expected acceptance at the same contexts, and time the strategies ag
 from __future__ import annotations
 
 from specrank.commands import tracked
-from specrank.commands.args import (add_deprecated_alias, add_model_arguments, add_pool_arguments,
+from specrank.commands.args import (add_model_arguments, add_pool_arguments,
                                     add_tracking_arguments, at_least)
 from specrank.decode import PoolShape
 from specrank.decode.pipeline import WorkerError
@@ -19,7 +19,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--strategies", default="draft",
                         help="comma list of draft, reranked, root, root_draw, pearl, covering (default draft);"
                              " each runs on every prompt, order rotated per prompt; speeds are relative to the first")
-    add_deprecated_alias(parser, "--rules", "--strategies", "strategies")
     parser.add_argument("--reranker", default=None, help="reranker for 'reranked': a saved reranker (format 2), an"
                                                          " MLflow model URI (models:/NAME/VERSION, runs:/ID/NAME), or "
                                                          "reranker:default (the default study's champion for the "
@@ -29,7 +28,7 @@ def add_arguments(parser) -> None:
                              " pass also scores, for measurement only: their expected acceptance at each context")
     parser.add_argument("--prompts", default=None, help="JSONL prompts; default: the bundled set")
     parser.add_argument("--limit", type=at_least(1), default=None, help="only the first N prompts")
-    parser.add_argument("--warmup", type=at_least(0), default=1, help="prompts decoded once by every rule first, untimed")
+    parser.add_argument("--warmup", type=at_least(0), default=1, help="prompts decoded once by every strategy first, untimed")
     parser.add_argument("--out", required=True, help="output directory (rounds, decodes, summary tables, figure)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     add_pool_arguments(parser)

@@ -10,7 +10,7 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from specrank.commands import tracked
-from specrank.commands.args import (add_deprecated_alias, add_model_arguments, add_pool_arguments,
+from specrank.commands.args import (add_model_arguments, add_pool_arguments,
                                     add_tracking_arguments, at_least)
 from specrank.decode.core import PoolShape, parse_device
 from specrank.decode.loading.drafters import parse_drafter_spec
@@ -29,10 +29,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--limit", type=at_least(1), default=None, help="decode only the first N prompts")
     parser.add_argument("--out", required=True, help="output directory (one resumable run per cell under runs/)")
     parser.add_argument("--grid", nargs="+", default=list(DEFAULT_GRID),
-                        help="rules as NAME[:KEY=V1/V2,...] (default: %(default)s)")
+                        help="verification rules as NAME[:KEY=V1/V2,...] (default: %(default)s)")
     parser.add_argument("--speculations", nargs="+", default=["tree", "chain"], choices=["tree", "chain"],
                         help="tree and/or chain speculative decoding (default both)")
-    add_deprecated_alias(parser, "--decoders", "--speculations", "speculations", nargs="+", choices=["tree", "chain"])
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
     parser.add_argument("--chain-length", type=int, default=4, help="chain speculation: drafted tokens per round")
     add_pool_arguments(parser, budget="tree speculation: verified tree size B, root excluded", extra=0)

@@ -7,7 +7,7 @@
 
 Rooms: ``loading`` (targets, drafters), ``engine`` (pool growth, tree pass, one round, the prompt loop), ``strategies``
 (what a round verifies), ``runs`` (recorder, online protocol, lossy runs, the shard writer), ``verify`` (lossless
-verification; ``verify.lossy`` the lossy rules of lossy verification, arXiv 2607.26627).
+verification; ``verify.lossy`` the lossy verification rules, arXiv 2607.26627).
 """
 
 import importlib

@@ -65,6 +65,6 @@ def save_head(directory, head, vocab, layers, dtype: str = "fp32") -> Path:
     state = {k: v for k, v in head.state_dict().items() if not k.startswith(("embed_tokens", "rotary_emb"))}
     state["d2t"], state["t2d"] = vocab.d2t, vocab.t2d
     ckpt = HeadCheckpoint("specrank", head.config.to_dict(), state, tuple(int(i) for i in layers))
-    cfg, tensors, _ = export_files(ckpt, "sglang", dtype, sglang_rule="legacy")  # SpecForge's meaning: any layers
+    cfg, tensors, _ = export_files(ckpt, "sglang", dtype, sglang_convention="legacy")  # SpecForge's meaning: any layers
     return write_head(Path(directory), cfg, tensors, WEIGHTS["sglang"])
 

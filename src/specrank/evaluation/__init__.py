@@ -1,4 +1,4 @@
-"""Offline evaluation of selection rules on recorded rounds: tables, a Markdown report and figures.
+"""Offline evaluation of selection scores on recorded rounds: tables, a Markdown report and figures.
 
 Kept apart from ``specrank.selection`` (numpy only) because it reads Parquet, renders
 figures and feeds MLflow.

@@ -1,4 +1,4 @@
-"""Figures of an offline evaluation: gain vs budget per rule, recovered share by task, each rule's share of root's
+"""Figures of an offline evaluation: gain vs budget per score, recovered share by task, each score's share of root's
 gain at the headline budgets, online acceptance and online speed gains.
 
 Figures are built on ``matplotlib.figure.Figure`` without pyplot, so importing or rendering sets
@@ -11,13 +11,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from specrank.evaluation.names import EXACT, ROW_RULES, label, ordered, rerankers
+from specrank.evaluation.names import EXACT, RETAINED, label, ordered, rerankers
 
 EAGLE3_TREE = 59  # the size of EAGLE-3's default tree (a dotted reference line, whichever drafter drafted)
 FIGURES = ("gain_vs_budget", "root_share_by_task")
 
 
-# Distinct hues for the rules a reader compares; a mixture shares its row's hue (dashed).
+# Distinct hues for the scores a reader compares; a mixture shares its row's hue (dashed).
 COLORS = {
     "draft": "black", "isotonic": "tab:gray", "per_depth": "tab:olive", "base": "tab:orange", "rows": "tab:blue",
     "root": "tab:green", "depth2": "tab:red", "oracle": "tab:purple",
@@ -33,23 +33,23 @@ def new_figure(ncols: int, figsize, **kwargs):
     return fig, fig.subplots(1, ncols, squeeze=False, **kwargs)
 
 
-def _colors(rules) -> dict[str, str]:
-    """One stable colour per rule; extra reranker columns take spare colours in reading order."""
+def _colors(scores) -> dict[str, str]:
+    """One stable colour per score; extra reranker columns take spare colours in reading order."""
     colors = dict(COLORS)
     colors.update({f"mix_{k[len('subst_'):]}": v for k, v in COLORS.items() if k.startswith("subst_")})
-    extra = [r for r in ordered(rules) if r not in colors]
+    extra = [r for r in ordered(scores) if r not in colors]
     colors.update({r: SPARE[i % len(SPARE)] for i, r in enumerate(extra)})
     return colors
 
 
-def _gain_panel(ax, summary: pd.DataFrame, rules, colors, title: str) -> None:
-    for rule in rules:
-        t = summary[summary["score"] == rule].sort_values("budget")
+def _gain_panel(ax, summary: pd.DataFrame, scores, colors, title: str) -> None:
+    for score in scores:
+        t = summary[summary["score"] == score].sort_values("budget")
         if t.empty:
             continue
-        ax.plot(t["budget"], t["gain"], marker="o", ms=3, lw=1.6, color=colors[rule], label=label(rule),
-                ls="--" if rule.startswith("mix_") else "-")
-        ax.fill_between(t["budget"], t["gain_low"], t["gain_high"], color=colors[rule], alpha=0.18, lw=0)
+        ax.plot(t["budget"], t["gain"], marker="o", ms=3, lw=1.6, color=colors[score], label=label(score),
+                ls="--" if score.startswith("mix_") else "-")
+        ax.fill_between(t["budget"], t["gain_low"], t["gain_high"], color=colors[score], alpha=0.18, lw=0)
     ax.axhline(0.0, color="black", lw=0.8)
     if summary["budget"].min() <= EAGLE3_TREE <= summary["budget"].max():
         ax.axvline(EAGLE3_TREE, color="grey", ls=":", lw=1.2)
@@ -65,12 +65,12 @@ def _gain_panel(ax, summary: pd.DataFrame, rules, colors, title: str) -> None:
 
 
 def gain_vs_budget(summary: pd.DataFrame, meta: dict | None = None):
-    """Gain over draft selection vs budget, one line per rule with its 95% band; left: exact rows,
+    """Gain over draft selection vs budget, one line per score with its 95% band; left: exact rows,
     rerankers and controls; right: retained rows substituted or mixed (root for reference)."""
-    rules = ordered(summary["score"].unique())
-    colors = _colors(rules)
-    learned = [r for r in rules if r in EXACT or r in rerankers(rules)]
-    retained = ["root"] * ("root" in rules) + [r for r in rules if r in ROW_RULES]
+    scores = ordered(summary["score"].unique())
+    colors = _colors(scores)
+    learned = [r for r in scores if r in EXACT or r in rerankers(scores)]
+    retained = ["root"] * ("root" in scores) + [r for r in scores if r in RETAINED]
     panels = [(learned, "Exact rows, rerankers, controls")]
     if len(retained) > 1:
         panels.append((retained, "Rows at other addresses"))
@@ -87,29 +87,29 @@ def gain_vs_budget(summary: pd.DataFrame, meta: dict | None = None):
 
 def root_share_by_task(summary: pd.DataFrame, splits: pd.DataFrame, meta: dict | None = None):
     """Share of the root gain each reranker recovers, per task and over all rounds, at the headline budgets."""
-    rules = rerankers(summary["score"].unique())
+    scores = rerankers(summary["score"].unique())
     colors = _colors(summary["score"].unique())
     by_task = splits[splits["split_kind"] == "task"]
     budgets = sorted(by_task["budget"].unique())
     groups = sorted(by_task["group"].unique()) + ["all"]
-    panel_width = max(5.0, 0.3 * len(groups) * max(len(rules), 1) + 2.0)
+    panel_width = max(5.0, 0.3 * len(groups) * max(len(scores), 1) + 2.0)
     fig, axes = new_figure(len(budgets), (panel_width * len(budgets), 4.2), sharey=True)
-    width = 0.8 / max(len(rules), 1)
+    width = 0.8 / max(len(scores), 1)
     x = np.arange(len(groups))
     ends = []  # every whisker's ends, for the shared y range
     for ax, b in zip(axes[0], budgets):
         whole = summary[summary["budget"] == b].assign(group="all")
         table = pd.concat([by_task[by_task["budget"] == b], whole], ignore_index=True)
-        for i, rule in enumerate(rules):
-            t = table[table["score"] == rule].set_index("group").reindex(groups)
+        for i, score in enumerate(scores):
+            t = table[table["score"] == score].set_index("group").reindex(groups)
             share = t["root_share"].to_numpy(dtype=float)
             low, high = (t[f"root_share_{k}"].to_numpy(dtype=float) for k in ("low", "high"))
             err = np.abs(np.vstack([share - low, high - share]))
             ends += [low, high, share]
             # a group whose root selection gains nothing has no share, and one whose resamples do has no interval:
             # no bar, or no whisker (NaN coordinates upset matplotlib's limits)
-            pos, bar, whisker = x + (i - (len(rules) - 1) / 2) * width, np.isfinite(share), np.isfinite(err).all(0)
-            ax.bar(pos[bar], share[bar], width, color=colors[rule], label=label(rule))
+            pos, bar, whisker = x + (i - (len(scores) - 1) / 2) * width, np.isfinite(share), np.isfinite(err).all(0)
+            ax.bar(pos[bar], share[bar], width, color=colors[score], label=label(score))
             ax.errorbar(pos[whisker], share[whisker], yerr=err[:, whisker], fmt="none", ecolor="black", capsize=2,
                         lw=0.8)
         ax.axhline(0.0, color="black", lw=0.8)
@@ -168,7 +168,7 @@ def acceptance_figure(summary: pd.DataFrame):
                zorder=3, label="expected (same rounds)")
     ax.set_xticks(x, realized["strategy"])
     ax.set_ylabel("accepted draft tokens / round")
-    ax.set_title("Realized acceptance by rule (95% prompt-bootstrap intervals)", fontsize=9)
+    ax.set_title("Realized acceptance by strategy (95% prompt-bootstrap intervals)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -205,25 +205,25 @@ def speed_gain_figure(speed: pd.DataFrame, title: str = "Decoding-speed gain", o
 
 
 def root_share_figure(budgets: dict, meta: dict | None = None):
-    """Each rule's share of root selection's gain with its 95% interval, one horizontal bar per rule and one panel
-    per budget; ``budgets`` as a study's figures hold them (``{"8": {"rules": {rule: {"root_share": [point, low,
-    high]}}}}``), rules without a share (draft, root) left out."""
-    every = [r for f in budgets.values() for r, entry in f["rules"].items() if "root_share" in entry]
-    rules, colors = ordered(every), _colors(every)
-    y = np.arange(len(rules))
-    fig, axes = new_figure(len(budgets), (4.6 * len(budgets), 1.2 + 0.4 * len(rules)), sharex=True,
+    """Each score's share of root selection's gain with its 95% interval, one horizontal bar per score and one panel
+    per budget; ``budgets`` as a study's figures hold them (``{"8": {"rules": {score: {"root_share": [point, low,
+    high]}}}}``), scores without a share (draft, root) left out."""
+    every = [s for f in budgets.values() for s, entry in f["rules"].items() if "root_share" in entry]
+    scores, colors = ordered(every), _colors(every)
+    y = np.arange(len(scores))
+    fig, axes = new_figure(len(budgets), (4.6 * len(budgets), 1.2 + 0.4 * len(scores)), sharex=True,
                            sharey=True)
     ends = []  # every whisker's ends, for the shared x range
     for ax, (b, figures) in zip(axes[0], budgets.items()):
         nan = {"root_share": [np.nan] * 3}
-        share, low, high = np.array([figures["rules"].get(r, nan).get("root_share", nan["root_share"])
-                                     for r in rules], dtype=float).reshape(-1, 3).T
+        share, low, high = np.array([figures["rules"].get(s, nan).get("root_share", nan["root_share"])
+                                     for s in scores], dtype=float).reshape(-1, 3).T
         err = np.abs(np.vstack([share - low, high - share]))
         bar, whisker = np.isfinite(share), np.isfinite(err).all(0)
-        ax.barh(y[bar], share[bar], 0.7, color=[colors[r] for r, keep in zip(rules, bar) if keep])
+        ax.barh(y[bar], share[bar], 0.7, color=[colors[s] for s, keep in zip(scores, bar) if keep])
         ax.errorbar(share[whisker], y[whisker], xerr=err[:, whisker], fmt="none", ecolor="black", capsize=3, lw=0.9)
         ax.set_yticks(y)
-        ax.set_yticklabels([label(r) for r in rules], fontsize=9)
+        ax.set_yticklabels([label(s) for s in scores], fontsize=9)
         ax.axvline(0.0, color="black", lw=0.8)
         ax.axvline(100.0, color="grey", ls=":", lw=1.0)
         ax.set_title(f"B = {b}", fontsize=11)

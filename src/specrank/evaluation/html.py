@@ -53,7 +53,7 @@ def _cells(line: str) -> list[str]:
 
 
 def _table(lines: list[str]) -> str:
-    header, rows = _cells(lines[0]), [_cells(line) for line in lines[2:]]  # lines[1]: the |---| rule
+    header, rows = _cells(lines[0]), [_cells(line) for line in lines[2:]]  # lines[1]: the |---| separator
     head = "".join(f"<th>{_inline(c)}</th>" for c in header)
     body = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

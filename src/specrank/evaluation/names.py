@@ -1,44 +1,94 @@
-"""Display names and the reading order of evaluated rules (shared by the report and the figures)."""
+"""The registry of evaluated scores: each one's name, its short label (report, figures, headline table), its full
+label (results page), what kind of score it is, and the reading order built from them.
+
+The score functions themselves are ``specrank.selection.scores``; an evaluated score is one of them with its
+inputs (a reranker's column, the cross-fitted per-depth factors, a retained row), named as the tables name it.
+A reranker column the registry does not know keeps its own name as its label.
+"""
 
 from __future__ import annotations
 
-LABELS = {
-    "draft": "Draft",
-    "isotonic": "Isotonic",
-    "per_depth": "Per-depth",
-    "base": "Base",
-    "rows": "Rows",
-    "root": "Root",
-    "depth2": "Depth-2",
-    "oracle": "Oracle",
-    "subst_cache": "Cache row",
-    "subst_same_token": "Same-token row",
-    "subst_preceding": "Preceding row",
-    "mix_cache": "Cache mixture",
-    "mix_same_token": "Same-token mixture",
-    "mix_preceding": "Preceding mixture",
-}
-EXACT = ("root", "depth2", "oracle")
-CONTROLS = ("isotonic", "per_depth")
-ROW_RULES = tuple(k for k in LABELS if k.startswith(("subst_", "mix_")))
+from dataclasses import dataclass
+from types import MappingProxyType
 
 
-def label(rule: str) -> str:
-    """Human name of a rule (a reranker column keeps its own name; a stacked rule, ``rows+per_depth``, joins its
-    parts' names)."""
-    if "+" in rule and rule not in LABELS:
-        return " + ".join(label(part) for part in rule.split("+"))
-    return LABELS.get(rule, rule)
+@dataclass(frozen=True)
+class EvaluatedScore:
+    """``kind``: draft, control (a calibration a reranker must beat), reranker, stacked (a reranker's first factor
+    with per-depth deeper factors), exact (from the recorded target rows) or retained (from a retained row);
+    ``built_in``: the evaluation computes it itself, so a predictions column may not take its name."""
+
+    name: str
+    label: str
+    full_label: str
+    kind: str
+    built_in: bool
 
 
-def ordered(rules) -> list[str]:
-    """Draft, controls, rerankers (Base, Rows, then other columns), exact-row rules, retained-row rules."""
-    rules = list(dict.fromkeys(rules))
-    head = ["draft", *CONTROLS, "base", "rows"]
-    extra = [r for r in rules if r not in LABELS]
-    return [r for r in head if r in rules] + extra + [r for r in (*EXACT, *ROW_RULES) if r in rules]
+def _registry(*entries: EvaluatedScore) -> MappingProxyType:
+    return MappingProxyType({e.name: e for e in entries})
 
 
-def rerankers(rules) -> list[str]:
-    """The learned and calibrated first-factor rules among ``rules`` (everything a reranker could be)."""
-    return [r for r in ordered(rules) if r not in ("draft", *EXACT, *ROW_RULES)]
+SCORE_NAMES = _registry(
+    EvaluatedScore("draft", "Draft", "Draft selection", "draft", True),
+    EvaluatedScore("isotonic", "Isotonic", "Isotonic first factor", "control", False),
+    EvaluatedScore("per_depth", "Per-depth", "Per-depth calibration", "control", True),
+    EvaluatedScore("base", "Base", "Base reranker", "reranker", False),
+    EvaluatedScore("rows", "Rows", "Rows reranker", "reranker", False),
+    EvaluatedScore("rows+per_depth", "Rows + per-depth", "Rows + per-depth", "stacked", False),
+    EvaluatedScore("root", "Root", "Root selection", "exact", True),
+    EvaluatedScore("depth2", "Depth-2", "Depth-2 selection", "exact", True),
+    EvaluatedScore("oracle", "Oracle", "Oracle", "exact", True),
+    EvaluatedScore("subst_cache", "Cache row", "Token-keyed cache row", "retained", True),
+    EvaluatedScore("subst_same_token", "Same-token row", "Same-token row", "retained", True),
+    EvaluatedScore("subst_preceding", "Preceding row", "Preceding row", "retained", True),
+    EvaluatedScore("mix_cache", "Cache mixture", "Cache mixture", "retained", True),
+    EvaluatedScore("mix_same_token", "Same-token mixture", "Same-token mixture", "retained", True),
+    EvaluatedScore("mix_preceding", "Preceding mixture", "Preceding mixture", "retained", True),
+)
+
+
+def of_kind(*kinds: str) -> tuple[str, ...]:
+    """The registered names of ``kinds``, in registry order."""
+    return tuple(n for n, s in SCORE_NAMES.items() if s.kind in kinds)
+
+
+EXACT = of_kind("exact")
+CONTROLS = of_kind("control")
+RETAINED = of_kind("retained")
+BUILT_IN = tuple(n for n, s in SCORE_NAMES.items() if s.built_in)
+
+
+def label(name: str) -> str:
+    """Short label of a score (a reranker column keeps its own name; an unregistered stacked score, ``a+b``, joins
+    its parts' labels)."""
+    if name in SCORE_NAMES:
+        return SCORE_NAMES[name].label
+    if "+" in name:
+        return " + ".join(label(part) for part in name.split("+"))
+    return name
+
+
+def full_label(name: str) -> str:
+    """Full label of a score, as the results page writes it (a reranker column keeps its own name; an unregistered
+    stacked score, ``a+b``, joins its parts' labels)."""
+    if name in SCORE_NAMES:
+        return SCORE_NAMES[name].full_label
+    if "+" in name:
+        return " + ".join(label(part) for part in name.split("+"))
+    return name
+
+
+def ordered(names) -> list[str]:
+    """Draft, controls, rerankers (Base, Rows, then stacked and other columns), exact-row scores, retained-row
+    scores."""
+    names = list(dict.fromkeys(names))
+    head = of_kind("draft", "control", "reranker")
+    tail = EXACT + RETAINED
+    extra = [n for n in names if n not in head and n not in tail]
+    return [n for n in head if n in names] + extra + [n for n in tail if n in names]
+
+
+def rerankers(names) -> list[str]:
+    """The learned and calibrated first-factor scores among ``names`` (everything a reranker could be)."""
+    return [n for n in ordered(names) if n not in of_kind("draft", "exact", "retained")]

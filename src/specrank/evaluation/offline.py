@@ -1,4 +1,4 @@
-"""Offline evaluation of every selection rule on the same recorded rounds (docs/design.md, selection rules; target-row
+"""Offline evaluation of every selection score on the same recorded rounds (docs/design.md, selection scores; target-row
 reuse, arXiv 2610.29210, App. D.8, D.12).
 
 ``evaluate`` turns rounds + cross-fitted first-factor predictions into tables: values and
@@ -40,8 +40,8 @@ TABLES = ("summary", "splits", "first_factor", "comparisons", "mixture_weights")
 class Evaluation:
     """The tables of one offline evaluation and what produced them (``meta``)."""
 
-    summary: pd.DataFrame  # rule x budget over all rounds
-    splits: pd.DataFrame  # split_kind x group x rule x headline budget
+    summary: pd.DataFrame  # score x budget over all rounds
+    splits: pd.DataFrame  # split_kind x group x score x headline budget
     first_factor: pd.DataFrame  # estimate: squared error and top-1 hit rate
     comparisons: pd.DataFrame  # paired gains between rerankers
     mixture_weights: pd.DataFrame  # weight chosen for each half, source and budget
@@ -55,19 +55,19 @@ class Evaluation:
 
 def evaluate(rounds: Rounds, first_factors: dict[str, np.ndarray], budgets=None, n_boot: int = 2000,
              seed: int = 0, level: float = 0.95) -> Evaluation:
-    """Evaluate every rule on ``rounds``; ``first_factors`` maps reranker names to (N, topk) predictions."""
+    """Evaluate every score on ``rounds``; ``first_factors`` maps reranker names to (N, topk) predictions."""
     m = rounds.pool.shape[1]
     budgets = check_budgets([b for b in BUDGET_SWEEP if b <= m] if budgets is None else budgets, m)
     if n_boot < 1:
         raise ValueError(f"bootstrap: expected at least 1 resample, got {n_boot}")
-    rules = score_inputs(rounds, first_factors)
-    values = score_values(rounds, rules, budgets)
+    scores = score_inputs(rounds, first_factors)
+    values = score_values(rounds, scores, budgets)
     mixed, weights = mixture_values(rounds, budgets)
     values.update(mixed)
     boot = PromptBootstrap(rounds.prompt_id, n_resamples=n_boot, seed=seed, level=level)
     summary = score_table(boot, values, budgets).drop(columns="split")
     headline = [b for b in budgets if b in HEADLINE_BUDGETS] or list(budgets)
-    calibrated = dict(first_factors, per_depth=rules["per_depth"][1]["edge_factor"][:, : rounds.topk])
+    calibrated = dict(first_factors, per_depth=scores["per_depth"][1]["edge_factor"][:, : rounds.topk])
     meta = {
         "law": rounds.law,
         "drafter": rounds.manifest.get("drafter"),  # named in the figures' captions
@@ -79,7 +79,7 @@ def evaluate(rounds: Rounds, first_factors: dict[str, np.ndarray], budgets=None,
         "budgets": list(budgets),
         "headline_budgets": headline,
         "rerankers": list(first_factors),
-        "rules": list(values),
+        "scores": list(values),
         "bootstrap": n_boot,
         "seed": seed,
         "level": level,
@@ -108,7 +108,7 @@ def split_labels(rounds: Rounds) -> dict[str, np.ndarray]:
 def split_table(boot, rounds: Rounds, values: dict, budgets, headline) -> pd.DataFrame:
     """``score_table`` for each split kind at the headline budgets, with each group's share of rounds."""
     cols = [list(budgets).index(b) for b in headline]
-    picked = {rule: v[:, cols] for rule, v in values.items()}
+    picked = {score: v[:, cols] for score, v in values.items()}
     frames = []
     for kind, labels in split_labels(rounds).items():
         table = score_table(boot, picked, headline, labels=labels).rename(columns={"split": "group"})
@@ -122,7 +122,7 @@ def first_factor_estimates(rounds: Rounds, calibrated: dict[str, np.ndarray]) ->
     """Estimate name -> (N, topk) first-factor estimate: draft q1, rerankers, controls, retained rows.
 
     A retained row's estimate is its softmax probability (absent entries of a present row: 0);
-    rounds without the row keep q1, as its substitution rule does.
+    rounds without the row keep q1, as its substitution score does.
     """
     q1 = rounds.pool.q_edge[:, : rounds.topk].astype(np.float64)
     out = {"draft": q1, **calibrated}
@@ -164,9 +164,9 @@ def first_factor_table(boot, rounds: Rounds, calibrated: dict[str, np.ndarray]) 
 def comparison_table(boot, values: dict, rerankers: list[str], budgets) -> pd.DataFrame:
     """Paired gains of each reranker over each earlier one and over the isotonic-free draft baseline."""
     frames = []
-    for base, rule in combinations(rerankers, 2):
-        table = score_table(boot, {base: values[base], rule: values[rule]}, budgets, base=base)
-        frames.append(table[table["score"] == rule].assign(base=base))
+    for base, score in combinations(rerankers, 2):
+        table = score_table(boot, {base: values[base], score: values[score]}, budgets, base=base)
+        frames.append(table[table["score"] == score].assign(base=base))
     if not frames:
         return pd.DataFrame(columns=["score", "base", "budget", "gain", "gain_low", "gain_high"])
     keep = ["score", "base", "budget", "rounds", "gain", "gain_low", "gain_high", "gain_pct", "gain_pct_low",
@@ -176,8 +176,8 @@ def comparison_table(boot, values: dict, rerankers: list[str], budgets) -> pd.Da
 
 def _weights_frame(weights: dict, budgets) -> pd.DataFrame:
     rows = [
-        {"score": rule, "half": half, "budget": b, "weight": float(w[half, j])}
-        for rule, w in weights.items() for half in range(len(w)) for j, b in enumerate(budgets)
+        {"score": score, "half": half, "budget": b, "weight": float(w[half, j])}
+        for score, w in weights.items() for half in range(len(w)) for j, b in enumerate(budgets)
     ]
     return pd.DataFrame(rows)
 
@@ -205,17 +205,13 @@ def save_evaluation(evaluation: Evaluation, out_dir) -> list[Path]:
     return written
 
 
-# Columns of evaluations written before the vocabulary was unified: such a directory still loads.
-RENAMED_COLUMNS = {"rule": "score"}
-
-
 def load_evaluation(out_dir) -> Evaluation:
     """Read back the tables written by ``save_evaluation``."""
     out = Path(out_dir)
     missing = [f"{n}.parquet" for n in TABLES if not (out / f"{n}.parquet").is_file()]
     if missing or not (out / "meta.json").is_file():
         raise FileNotFoundError(f"{out}: not an evaluation directory (missing {', '.join(missing) or 'meta.json'})")
-    tables = {n: read_table(out / f"{n}.parquet").to_pandas().rename(columns=RENAMED_COLUMNS) for n in TABLES}
+    tables = {n: read_table(out / f"{n}.parquet").to_pandas() for n in TABLES}
     meta = read_json(out / "meta.json", "evaluation metadata")
     if not isinstance(meta, dict):
         raise DataFileError(f"{out / 'meta.json'}: not evaluation metadata (a JSON object)")

@@ -1,4 +1,4 @@
-"""The Markdown report of an offline evaluation, led by the rules at the headline budgets."""
+"""The Markdown report of an offline evaluation, led by the scores at the headline budgets."""
 
 from __future__ import annotations
 
@@ -35,15 +35,15 @@ def _ci(row, name: str, digits: int = 3, suffix: str = "") -> str:
 
 
 def headline_table(summary: pd.DataFrame, budgets) -> str:
-    """Rules x headline budgets: value, gain over draft with 95% interval, % of draft, share of root gain."""
+    """Scores x headline budgets: value, gain over draft with 95% interval, % of draft, share of root gain."""
     header = ["Score"]
     for b in budgets:
         header += [f"B={b} value", f"B={b} gain [95% CI]", f"B={b} gain % of draft", f"B={b} root share %"]
     rows = []
-    for rule in ordered(summary["score"].unique()):
-        cells = [label(rule)]
+    for score in ordered(summary["score"].unique()):
+        cells = [label(score)]
         for b in budgets:
-            r = summary[(summary["score"] == rule) & (summary["budget"] == b)]
+            r = summary[(summary["score"] == score) & (summary["budget"] == b)]
             if r.empty:
                 cells += ["–"] * 4
                 continue
@@ -77,12 +77,12 @@ def first_factor_section(first_factor: pd.DataFrame) -> str:
     return markdown_table(["First-factor estimate", "squared error / candidate", "% of draft's", "top-1 hit %"], rows)
 
 
-def split_section(splits: pd.DataFrame, kind: str, budgets, rules: list[str]) -> str:
+def split_section(splits: pd.DataFrame, kind: str, budgets, scores: list[str]) -> str:
     """Per group: share of rounds, root gain, oracle advantage and each reranker's share of the root gain."""
     t = splits[splits["split_kind"] == kind]
     header = ["Group", "rounds %"]
     for b in budgets:
-        header += [f"B={b} root gain", f"B={b} oracle gain"] + [f"B={b} {label(r)} root share %" for r in rules]
+        header += [f"B={b} root gain", f"B={b} oracle gain"] + [f"B={b} {label(r)} root share %" for r in scores]
     rows = []
     for group in sorted(t["group"].unique(), key=str):
         g = t[t["group"] == group]
@@ -90,7 +90,7 @@ def split_section(splits: pd.DataFrame, kind: str, budgets, rules: list[str]) ->
         for b in budgets:
             at = g[g["budget"] == b].set_index("score")
             cells += [_ci(at.loc[r], "gain") if r in at.index else "–" for r in ("root", "oracle")]
-            cells += [_ci(at.loc[r], "root_share", 1) if r in at.index else "–" for r in rules]
+            cells += [_ci(at.loc[r], "root_share", 1) if r in at.index else "–" for r in scores]
         rows.append(cells)
     return markdown_table(header, rows)
 
@@ -123,7 +123,7 @@ def write_report(evaluation, out_dir, figures: dict | None = None) -> str:
             close_figures(figures)
     text = render_report(evaluation, links)
     atomic_write(out / "report.md", lambda p: Path(p).write_text(text))
-    page = report_html(text, out, title="Offline evaluation of selection rules")
+    page = report_html(text, out, title="Offline evaluation of selection scores")
     atomic_write(out / "report.html", lambda p: Path(p).write_text(page))
     return text
 
@@ -134,14 +134,14 @@ def render_report(evaluation, figures: dict[str, str] | None = None) -> str:
     budgets = meta.get("headline_budgets") or sorted(summary["budget"].unique())[:2]
     learned = [r for r in rerankers(summary["score"].unique()) if r not in CONTROLS]  # split tables stay narrow
     parts = [
-        "# Offline evaluation of selection rules",
+        "# Offline evaluation of selection scores",
         f"{meta.get('law', '?')} decoding · {meta.get('rounds', '?')} rounds · {meta.get('prompts', '?')} prompts · "
         f"tasks: {', '.join(meta.get('tasks', []))} · pool of {meta.get('pool_size', '?')} candidates · "
         f"{meta.get('bootstrap', '?')} paired prompt-bootstrap resamples"
         f" ({100 * meta.get('level', 0.95):.0f}% intervals).",
         "Values are expected accepted draft tokens per round on the recorded rounds and pools; gains are over draft "
-        "selection; *root share* is the part of root selection's gain a rule recovers.",
-        f"## Rules at B = {', '.join(str(b) for b in budgets)}",
+        "selection; *root share* is the part of root selection's gain a score recovers.",
+        f"## Scores at B = {', '.join(str(b) for b in budgets)}",
         headline_table(summary, budgets),
     ]
     captions = {"gain_vs_budget": "Gain over draft vs budget", "root_share_by_task": "Root gain recovered by task"}

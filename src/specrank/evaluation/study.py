@@ -2,13 +2,13 @@
 
 Per temperature and budget (8 and 59): expected accepted draft tokens per round of draft selection, the
 calibrated controls (isotonic first factor, per-depth calibration of every factor), the Base and Rows
-rerankers, Rows with its deeper factors calibrated per depth, root selection and the oracle; each rule's
+rerankers, Rows with its deeper factors calibrated per depth, root selection and the oracle; each score's
 gain over draft with a paired prompt-bootstrap interval and its share of root selection's gain; Rows - Base;
 the held-out squared error of every first-factor estimate; a learning curve over training rounds; and what
 limits Rows (how often each retained row exists, the gain exact rows could buy at best, feature
 importances). ``render_results`` turns the JSON into the Markdown page, byte for byte the same each time.
 
-Every interval comes from one ``PromptBootstrap`` per temperature, so all rules share their resamples.
+Every interval comes from one ``PromptBootstrap`` per temperature, so all scores share their resamples.
 The paper's numbers (target-row reuse, arXiv 2610.29210, Table 4 and App. D.8) stand beside ours.
 """
 
@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from specrank.evaluation.data import Rounds, align_predictions
+from specrank.evaluation.names import full_label
 from specrank.evaluation.offline import first_factor_table
 from specrank.evaluation.values import per_depth_edges, score_inputs, score_values
 from specrank.featurize.context import previous_acceptance, prompt_index
@@ -41,12 +42,6 @@ PAPER = {
     "rows_root_share_max": {"8": 29.0, "59": 33.0},  # Rows recovers at most this % of root's gain
     "rows_minus_base_low_min": {"8": 0.88, "59": 0.30},  # lower 95% end of Rows - Base, % of draft's value
     "rows_minus_draft_low_min": {"8": 0.81, "59": 0.27},  # lower 95% end of Rows - draft, % of draft's value
-}
-PAGE_LABELS = {  # the results page names each rule in full (evaluation.names.LABELS: the report's short names)
-    "draft": "Draft selection", "isotonic": "Isotonic first factor", "per_depth": "Per-depth calibration",
-    "base": "Base reranker", "rows": "Rows reranker", "rows+per_depth": "Rows + per-depth", "root": "Root selection",
-    "oracle": "Oracle", "subst_cache": "Token-keyed cache row", "subst_same_token": "Same-token row",
-    "subst_preceding": "Preceding row",
 }
 
 
@@ -70,7 +65,7 @@ def study_values(rounds: Rounds, first_factors: dict[str, np.ndarray], edges: np
 
 def budget_figures(boot: PromptBootstrap, values: dict[str, np.ndarray], budgets=STUDY_BUDGETS,
                    masks: dict[str, np.ndarray] | None = None) -> dict:
-    """Per budget: each rule's mean, gain and gain % over draft and share of root's gain, and Rows - Base;
+    """Per budget: each score's mean, gain and gain % over draft and share of root's gain, and Rows - Base;
     ``masks`` (name -> (N,) bool) add the share of root's gain made in the rounds each mask selects."""
     cols = {f"{r}@{b}": v[:, j] for r, v in values.items() for j, b in enumerate(budgets)}
     for name, mask in (masks or {}).items():
@@ -80,17 +75,17 @@ def budget_figures(boot: PromptBootstrap, values: dict[str, np.ndarray], budgets
     out = {}
     for b in budgets:
         draft, root = f"draft@{b}", f"root@{b}"
-        rules = {}
-        for rule in values:
-            col = f"{rule}@{b}"
+        scores = {}
+        for score in values:
+            col = f"{score}@{b}"
             entry = {"mean": triple(tot.mean(col))}
-            if rule != "draft":
+            if score != "draft":
                 entry["gain"] = triple(tot.gain(col, draft))
                 entry["gain_pct"] = triple(tot.gain_pct(col, draft))
-                if rule != "root":
+                if score != "root":
                     entry["root_share"] = triple(tot.share(col, draft, root))
-            rules[rule] = entry
-        figures = {"rules": rules}
+            scores[score] = entry
+        figures = {"rules": scores}  # the results JSON's key (docs/results/study.json)
         if "rows" in values and "base" in values:
             pair = [(f"rows@{b}", 1), (f"base@{b}", -1)]
             figures["rows_minus_base"] = {"gain": triple(tot.gain(f"rows@{b}", f"base@{b}")),
@@ -103,17 +98,17 @@ def budget_figures(boot: PromptBootstrap, values: dict[str, np.ndarray], budgets
 
 
 def summary_budget_figures(summary: pd.DataFrame, budgets=STUDY_BUDGETS, scores=STUDY_SCORES) -> dict:
-    """``budget_figures``' shares of root's gain read off an evaluation's summary (rule x budget, with
+    """``budget_figures``' shares of root's gain read off an evaluation's summary (score x budget, with
     ``root_share_low`` / ``_high``), for the ``scores`` it holds at ``budgets``: the same form a study's figures
     take, from an evaluation that already drew its intervals."""
     out = {}
     for b in budgets:
         at = summary[summary["budget"] == b].set_index("score")
-        rules = {}
-        for rule in (r for r in scores if r in at.index):
-            share = [float(at.loc[rule, k]) for k in ("root_share", "root_share_low", "root_share_high")]
-            rules[rule] = {"root_share": share} if not np.isnan(share).all() else {}
-        out[str(b)] = {"rules": rules}
+        shares = {}
+        for score in (s for s in scores if s in at.index):
+            share = [float(at.loc[score, k]) for k in ("root_share", "root_share_low", "root_share_high")]
+            shares[score] = {"root_share": share} if not np.isnan(share).all() else {}
+        out[str(b)] = {"rules": shares}  # the results JSON's key, as budget_figures writes it
     return out
 
 
@@ -198,7 +193,7 @@ def temperature_results(rounds: Rounds, predictions: pd.DataFrame, features: pd.
                         budgets=STUDY_BUDGETS) -> dict:
     """Every figure of one temperature's study (see the module docstring)."""
     first_factors = align_predictions(rounds, predictions)
-    edges = per_depth_edges(rounds)  # once: every rule and figure below reads the same cross-fitted factors
+    edges = per_depth_edges(rounds)  # once: every score and figure below reads the same cross-fitted factors
     values = study_values(rounds, first_factors, edges, budgets)
     boot = PromptBootstrap(rounds.prompt_id, n_resamples=n_boot, seed=seed)
     available = row_availability(rounds, covered)
@@ -260,16 +255,16 @@ def _temperature_name(t: str) -> str:
     return GREEDY if Law(float(t)).greedy else f"T = {float(t):g}"
 
 
-def _rules_table(budget: str, figures: dict) -> list[str]:
+def _scores_table(budget: str, figures: dict) -> list[str]:
     paper = PAPER["rows_root_share_max"][budget] if budget in PAPER["rows_root_share_max"] else None
     lines = ["| Score | accepted draft tokens / round | gain over draft [95% CI] | % of draft [95% CI] "
              "| share of root's gain, % [95% CI] | paper |", "|---|---|---|---|---|---|"]
-    for rule, r in figures["rules"].items():
+    for score, r in figures["rules"].items():
         gain = _ci(r["gain"], 3) if "gain" in r else "–"
         pct = _ci(r["gain_pct"], 1) if "gain_pct" in r else "–"
         share = _ci(r["root_share"], 1, sign=False) if "root_share" in r else "–"
-        ref = f"≤ {paper:g}%" if rule == "rows" and paper is not None else ""
-        lines.append(f"| {PAGE_LABELS.get(rule, rule)} | {r['mean'][0]:.3f} | {gain} | {pct} | {share} | {ref} |")
+        ref = f"≤ {paper:g}%" if score == "rows" and paper is not None else ""
+        lines.append(f"| {full_label(score)} | {r['mean'][0]:.3f} | {gain} | {pct} | {share} | {ref} |")
     return lines
 
 
@@ -279,8 +274,8 @@ ONLINE_LABELS = {"draft": "Draft selection", "reranked": "Champion", "root": "Ro
 
 def online_section(results: dict) -> list[str]:
     """The page's "Offline vs online" tables: per temperature and budget, each strategy decoded in the loop on
-    prompts the study never recorded, beside the offline prediction for the same rule."""
-    out = ["Each temperature's champion (the deployable rule with the best cross-fitted gain, refitted on all its "
+    prompts the study never recorded, beside the offline prediction for the same score."""
+    out = ["Each temperature's champion (the deployable reranker with the best cross-fitted gain, refitted on all its "
            "rounds) decodes prompts the study never recorded, in the loop, against draft selection, root selection "
            "(a separate root pass) and root-draw selection, every strategy on every prompt in a rotated order. "
            "Realized is the mean accepted draft tokens a round; expected is the exact expectation of the strategy's "
@@ -296,7 +291,7 @@ def online_section(results: dict) -> list[str]:
         for b, f in online["budgets"].items():
             offline_draft = f.get("offline", {}).get("draft", {}).get("mean", [float("nan")])[0]
             out += ["", f"### {_temperature_name(t)}, B = {b}: {f['prompts']} unseen prompts; champion "
-                        f"{PAGE_LABELS.get(online['reranker'], online['reranker'])}", "",
+                        f"{full_label(online['reranker'])}", "",
                     "| Strategy | realized [95% CI] | expected at the online contexts | realized gain over draft "
                     "[95% CI] | offline gain over draft [95% CI] | tokens/s over draft [95% CI] |",
                     "|---|---|---|---|---|---|"]
@@ -342,14 +337,14 @@ def render_results(results: dict, figure: str | None = None) -> str:
         "- None of these prompts is among the head's training prompts (checked by their digests).",
         "",
         "Values are expected accepted draft tokens per round at the same recorded contexts; gains are over draft "
-        "selection; a share is the part of root selection's gain a rule recovers. Every learned rule is "
+        "selection; a share is the part of root selection's gain a score recovers. Every learned score is "
         "cross-fitted: no prompt's rounds are scored by a model that saw them. The paper column gives what the "
         "target-row reuse paper (arXiv 2610.29210, Table 4 and App. D.8) reports over its six targets.",
     ]
     for t, r in results["temperatures"].items():
         out += ["", f"## {_temperature_name(t)}: {r['rounds']} rounds, {r['prompts']} prompts", "", _regime(r), ""]
         for b, figures in r["budgets"].items():
-            out += [f"### B = {b}", ""] + _rules_table(b, figures) + [""]
+            out += [f"### B = {b}", ""] + _scores_table(b, figures) + [""]
             rb = figures.get("rows_minus_base")
             if rb:
                 low = PAPER["rows_minus_base_low_min"].get(b)
@@ -362,7 +357,7 @@ def render_results(results: dict, figure: str | None = None) -> str:
         out += ["### First-factor estimates: held-out squared error", "",
                 "| Estimate | squared error / candidate [95% CI] | % of draft's [95% CI] | top-1 hit % |", "|---|---|---|---|"]
         for name, e in r["first_factor"].items():
-            out.append(f"| {PAGE_LABELS.get(name, name)} | {_ci(e['mse'], 5, sign=False)} | "
+            out.append(f"| {full_label(name)} | {_ci(e['mse'], 5, sign=False)} | "
                        f"{_ci(e['mse_pct_of_draft'], 1, sign=False)} | {e['top1_hit_pct']:.1f} |")
         out += ["", "Paper: the Rows reranker's squared error is below the draft probabilities' and Base's in every run.",
                 "", "### Learning curve", "",
@@ -380,7 +375,7 @@ def render_results(results: dict, figure: str | None = None) -> str:
         for name, imp in r["feature_importance"].items():
             if imp:
                 top = ", ".join(f"{f} {v:.1f}%" for f, v in imp[:8])
-                out += ["", f"{PAGE_LABELS[name]}: share of the trees' total gain by feature: {top}."]
+                out += ["", f"{full_label(name)}: share of the trees' total gain by feature: {top}."]
     if any("online" in r for r in results["temperatures"].values()):
         out += ["", "## Offline vs online", ""] + online_section(results)
     if figure:

@@ -302,7 +302,7 @@ class SettingScore:
 
     setting: TreeSetting
     prompt_id: np.ndarray  # (R,) of the rounds scored
-    accepted: dict[str, np.ndarray]  # rule -> (R,) expected accepted draft tokens
+    accepted: dict[str, np.ndarray]  # score -> (R,) expected accepted draft tokens
     positions: np.ndarray  # (R, num_steps) probability that draft selection accepts position d (>= d tokens)
     rounds: int  # rounds of the recording
     outside: int  # rounds whose tree lies outside the recorded pool (never scored)
@@ -324,16 +324,16 @@ def score_setting(pool: PoolBatch, law: str, setting, first_factor: np.ndarray |
                             np.zeros((0, setting.num_steps)), pool.n_rounds, pool.n_rounds, recording)
     path = sub.path_prob(law)
     accepted, positions = {}, None
-    for rule in SETTING_SCORES:
-        if rule == "reranked":
+    for name in SETTING_SCORES:
+        if name == "reranked":
             if first_factor is None:
                 continue
-            score = score_of(sub, rule, law, first_factor=np.asarray(first_factor)[contained][:, : setting.topk])
+            score = score_of(sub, name, law, first_factor=np.asarray(first_factor)[contained][:, : setting.topk])
         else:
-            score = score_of(sub, rule, law)
+            score = score_of(sub, name, law)
         tree = select_top(score, sub.depth, setting.budget)  # (R, m)
-        accepted[rule] = np.where(tree, path, 0.0).sum(axis=1)
-        if rule == "draft":
+        accepted[name] = np.where(tree, path, 0.0).sum(axis=1)
+        if name == "draft":
             positions = np.stack([np.where(tree & (sub.depth == d), path, 0.0).sum(axis=1)
                                   for d in range(1, setting.num_steps + 1)], axis=1)
     return SettingScore(setting, prompt_id[contained], accepted, positions, pool.n_rounds,
@@ -353,18 +353,18 @@ def score_static_tree(pool: PoolBatch, law: str, setting: StaticTreeSetting, fir
     path = pool.path_prob(law)
     prompt_id = np.asarray(pool.prompt_id if pool.prompt_id is not None else np.zeros(pool.n_rounds, str))
     columns, contained = {}, np.ones(pool.n_rounds, dtype=bool)
-    for rule in SETTING_SCORES:
+    for name in SETTING_SCORES:
         first = None
-        if rule == "reranked" and first_factor is None:
+        if name == "reranked" and first_factor is None:
             continue
-        if rule != "draft":
-            inputs = {"first_factor": np.asarray(first_factor)} if rule == "reranked" else {}
-            top = score_of(pool, rule, law, **inputs)[:, :kk]
+        if name != "draft":
+            inputs = {"first_factor": np.asarray(first_factor)} if name == "reranked" else {}
+            top = score_of(pool, name, law, **inputs)[:, :kk]
             first = np.argsort(-top, axis=1, kind="stable")[:, : tree.branching[0]]  # ties: the drafter's order
-        columns[rule], inside = static_columns(tree, pool.parent, first)
+        columns[name], inside = static_columns(tree, pool.parent, first)
         contained &= inside
     depth = np.repeat(np.arange(1, tree.depth + 1), tree.widths)  # (size,) each node's depth
-    accepted = {rule: np.take_along_axis(path, c, axis=1)[contained].sum(axis=1) for rule, c in columns.items()}
+    accepted = {name: np.take_along_axis(path, c, axis=1)[contained].sum(axis=1) for name, c in columns.items()}
     on_tree = np.take_along_axis(path, columns["draft"], axis=1)[contained]
     positions = np.stack([on_tree[:, depth == d].sum(axis=1) for d in range(1, tree.depth + 1)], axis=1)
     return SettingScore(setting, prompt_id[contained], accepted, positions, pool.n_rounds,
@@ -373,8 +373,8 @@ def score_static_tree(pool: PoolBatch, law: str, setting: StaticTreeSetting, fir
 
 def setting_table(scores: list[SettingScore], costs: dict | None = None, n_boot: int = 2000, seed: int = 0,
                   level: float = 0.95) -> pd.DataFrame:
-    """One row per setting: acceptance length (1 + expected accepted draft tokens per round) of each rule with
-    paired prompt-bootstrap intervals (one set of prompt resamples for every setting and rule), root's and the
+    """One row per setting: acceptance length (1 + expected accepted draft tokens per round) of each score with
+    paired prompt-bootstrap intervals (one set of prompt resamples for every setting and score), root's and the
     reranker's gain over draft, and predicted tokens/s from ``costs`` ({label: seconds per round}).
     Settings with rounds outside their recorded pool are flagged and not ranked."""
     prompts = np.unique(np.concatenate([s.prompt_id for s in scores] + [np.zeros(0, str)]).astype(str))
@@ -385,8 +385,8 @@ def setting_table(scores: list[SettingScore], costs: dict | None = None, n_boot:
     for s in scores:
         idx = np.searchsorted(prompts, s.prompt_id.astype(str))
         columns[f"{s.setting.label}|n"] = np.bincount(idx, minlength=len(prompts)).astype(float)
-        for rule, v in s.accepted.items():
-            columns[f"{s.setting.label}|{rule}"] = np.bincount(idx, weights=1.0 + v, minlength=len(prompts))
+        for name, v in s.accepted.items():
+            columns[f"{s.setting.label}|{name}"] = np.bincount(idx, weights=1.0 + v, minlength=len(prompts))
     tot = boot.totals(columns)
     rows = []
     for s in scores:
@@ -396,15 +396,15 @@ def setting_table(scores: list[SettingScore], costs: dict | None = None, n_boot:
                "status": "exact" if s.outside == 0 else f"flagged: {s.outside} of {s.rounds} rounds outside the"
                                                          f" recorded pool ({s.recording}), not scored",
                "recording": s.recording}
-        for rule in SETTING_SCORES:
-            if rule not in s.accepted or s.rounds == s.outside:
-                row.update({f"{rule}_length": np.nan, f"{rule}_low": np.nan, f"{rule}_high": np.nan})
+        for name in SETTING_SCORES:
+            if name not in s.accepted or s.rounds == s.outside:
+                row.update({f"{name}_length": np.nan, f"{name}_low": np.nan, f"{name}_high": np.nan})
                 continue
-            iv = tot.ratio([(f"{lab}|{rule}", 1)], [(f"{lab}|n", 1)])
-            row.update({f"{rule}_length": iv.point, f"{rule}_low": iv.low, f"{rule}_high": iv.high})
-            if rule != "draft":
-                g = tot.ratio([(f"{lab}|{rule}", 1), (f"{lab}|draft", -1)], [(f"{lab}|n", 1)])
-                row.update({f"{rule}_gain": g.point, f"{rule}_gain_low": g.low, f"{rule}_gain_high": g.high})
+            iv = tot.ratio([(f"{lab}|{name}", 1)], [(f"{lab}|n", 1)])
+            row.update({f"{name}_length": iv.point, f"{name}_low": iv.low, f"{name}_high": iv.high})
+            if name != "draft":
+                g = tot.ratio([(f"{lab}|{name}", 1), (f"{lab}|draft", -1)], [(f"{lab}|n", 1)])
+                row.update({f"{name}_gain": g.point, f"{name}_gain_low": g.low, f"{name}_gain_high": g.high})
         cost = (costs or {}).get(lab)
         if cost is not None:
             row.update({"round_seconds": cost, "tokens_per_s": row["draft_length"] / cost,

@@ -1,6 +1,7 @@
-"""Per-round expected accepted draft tokens of every evaluated rule over a budget sweep.
+"""Per-round expected accepted draft tokens of every evaluated score over a budget sweep.
 
-Rules come from ``specrank.selection.scores``; this module only decides which inputs
+Score functions come from ``specrank.selection.scores``, names from ``specrank.evaluation.names``; this module
+only decides which inputs
 each one gets (reranker predictions, calibrated edges, retained rows) and chooses the
 geometric-mixture weight of each prompt half on the other half.
 """
@@ -11,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from specrank.evaluation.data import Rounds
+from specrank.evaluation.names import BUILT_IN, of_kind
 from specrank.featurize.features import META_KEY
 from specrank.featurize.context import prompt_index
 from specrank.featurize.rows import ROW_SOURCES
@@ -20,9 +22,7 @@ from specrank.selection.scores import MIXTURE_WEIGHTS, fixed_values, score_of
 
 BUDGET_SWEEP = (2, 4, 8, 12, 16, 24, 32, 48, 59, 80, 100, 150, 200)
 HEADLINE_BUDGETS = (8, 59)
-EXACT_RULES = ("draft", "root", "depth2", "oracle")
-BUILT_IN_CALIBRATIONS = ("per_depth",)  # rules the evaluation fits itself (a predictions column may not take the name)
-RESERVED = EXACT_RULES + BUILT_IN_CALIBRATIONS + tuple(f"{k}_{s}" for k in ("subst", "mix") for s in ROW_SOURCES)
+INPUT_FREE = of_kind("draft", "exact")  # scores of the pool and its recorded rows alone
 
 
 def check_budgets(budgets, m: int) -> tuple[int, ...]:
@@ -57,33 +57,34 @@ def _edges(rounds: Rounds, mask: np.ndarray) -> pd.DataFrame:
 
 def score_inputs(rounds: Rounds, first_factors: dict[str, np.ndarray], edges: np.ndarray | None = None
                 ) -> dict[str, tuple[str, dict]]:
-    """Rule name -> (registered rule, its inputs) for every rule evaluated on ``rounds``; ``edges``: the rounds'
-    ``per_depth_edges`` when the caller already has them (they cost a cross-fit over every pool edge)."""
-    clash = sorted(set(first_factors) & set(RESERVED))
+    """Evaluated score name -> (registered score function, its inputs) for every score evaluated on ``rounds``;
+    ``edges``: the rounds' ``per_depth_edges`` when the caller already has them (they cost a cross-fit over every
+    pool edge)."""
+    clash = sorted(set(first_factors) & set(BUILT_IN))
     if clash:
-        raise ValueError(f"predictions: column {clash[0]!r} clashes with a built-in rule name")
-    rules = {name: (name, {}) for name in EXACT_RULES}
+        raise ValueError(f"predictions: column {clash[0]!r} clashes with a built-in score name")
+    scores = {name: (name, {}) for name in INPUT_FREE}
     for name, factor in first_factors.items():
-        rules[name] = ("reranked", {"first_factor": factor})
-    rules["per_depth"] = ("per_depth", {"edge_factor": per_depth_edges(rounds) if edges is None else edges})
+        scores[name] = ("reranked", {"first_factor": factor})
+    scores["per_depth"] = ("per_depth", {"edge_factor": per_depth_edges(rounds) if edges is None else edges})
     for source in ROW_SOURCES:
-        rules[f"subst_{source}"] = ("substitution", {"row_logp": rounds.rows[source]})
-    return rules
+        scores[f"subst_{source}"] = ("substitution", {"row_logp": rounds.rows[source]})
+    return scores
 
 
-def score_values(rounds: Rounds, rules: dict[str, tuple], budgets) -> dict[str, np.ndarray]:
-    """Rule name -> (N, len(budgets)) expected accepted draft tokens of its top-B trees."""
+def score_values(rounds: Rounds, scores: dict[str, tuple], budgets) -> dict[str, np.ndarray]:
+    """Evaluated score name -> (N, len(budgets)) expected accepted draft tokens of its top-B trees."""
     pool, law = rounds.pool, rounds.law
     return {
-        name: fixed_values(pool, score_of(pool, rule, law, **inputs), list(budgets), law)[0]
-        for name, (rule, inputs) in rules.items()
+        name: fixed_values(pool, score_of(pool, function, law, **inputs), list(budgets), law)[0]
+        for name, (function, inputs) in scores.items()
     }
 
 
 def mixture_values(rounds: Rounds, budgets, weights=MIXTURE_WEIGHTS) -> tuple[dict[str, np.ndarray], dict]:
     """Geometric mixtures of q1 with each retained row, the weight of each half chosen on the other.
 
-    Returns (rule name -> (N, nB) values, rule name -> (2 halves, nB) chosen weights); the weight
+    Returns (score name -> (N, nB) values, score name -> (2 halves, nB) chosen weights); the weight
     of a half maximizes the mean value over the other half's rounds at each budget.
     """
     pool, law, fold = rounds.pool, rounds.law, rounds.fold

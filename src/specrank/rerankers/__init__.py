@@ -1,5 +1,5 @@
 """Cross-fitted first-factor rerankers (App. D.8) with the scikit-learn estimator API (torch-free), the stacked
-rule as one reranker, and their compiled per-round inference."""
+score as one reranker, and their compiled per-round inference."""
 
 from specrank.folds import FoldError, even_odd, fold_labels, fold_splits
 from specrank.rerankers.compiled import CompiledReranker, compiled

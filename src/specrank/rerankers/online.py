@@ -54,7 +54,7 @@ class Reranker(BaseEstimator):
 
     def check_params(self) -> None:
         """Raise ValueError (scikit-learn's InvalidParameterError) naming the first hyper-parameter outside
-        ``_parameter_constraints``; subclasses add their rules across parameters. ``fit`` calls this first."""
+        ``_parameter_constraints``; subclasses add their constraints across parameters. ``fit`` calls this first."""
         self._validate_params()
 
     def fit(self, X, y=None):

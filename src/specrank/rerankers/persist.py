@@ -220,7 +220,7 @@ def check_params(where: str, cls, params: dict, features: list, classes: dict, k
             raise RerankerFileError(f"{where}: {key}.features: {first_line(exc)}") from None
         if resolved != features:
             raise RerankerFileError(f"{where}: {key}.features: {short(params['features'])} is not the saved features")
-    try:  # the rules across parameters (boost_from_draft only with LightGBM)
+    try:  # the constraints across parameters (boost_from_draft only with LightGBM)
         cls(**params).check_params()
     except ValueError as exc:
         raise RerankerFileError(f"{where}: {key}: {first_line(exc)}") from None

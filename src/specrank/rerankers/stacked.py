@@ -1,4 +1,4 @@
-"""The stacked rule as one reranker: a first-factor reranker, and every deeper draft factor calibrated per depth
+"""The stacked score as one reranker: a first-factor reranker, and every deeper draft factor calibrated per depth
 (the study's "Rows + per-depth"; target-row reuse, arXiv 2610.29210, App. D.8)."""
 
 from __future__ import annotations

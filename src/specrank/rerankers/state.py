@@ -144,15 +144,15 @@ STATE = {
 }
 
 
-def _check_keys(where: str, got: dict, rules: dict) -> None:
-    """Exactly the keys of ``rules``, each value passing its predicate; the first violation names its key."""
-    for key in rules:
+def _check_keys(where: str, got: dict, checks: dict) -> None:
+    """Exactly the keys of ``checks``, each value passing its predicate; the first violation names its key."""
+    for key in checks:
         if key not in got:
             raise StateError(f"{where}.{key}: missing")
     for key in got:
-        if key not in rules:
-            raise StateError(f"{where}.{key}: not a key of this class (expected {', '.join(rules)})")
-    for key, (expected, ok) in rules.items():
+        if key not in checks:
+            raise StateError(f"{where}.{key}: not a key of this class (expected {', '.join(checks)})")
+    for key, (expected, ok) in checks.items():
         if not ok(got[key]):
             raise StateError(f"{where}.{key}: must be {expected}; got {got[key]!r}")
 

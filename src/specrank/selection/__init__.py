@@ -1,6 +1,6 @@
 """Vectorized selection over N recorded rounds x M pool candidates (numpy only, no torch)."""
 
-from specrank.selection.draws import DRAW_RULES, DraftGroups, draw_values, equal_mean, pearl_curves
+from specrank.selection.draws import DRAW_SELECTIONS, DraftGroups, draw_values, equal_mean, pearl_curves
 from specrank.selection.pool import PoolBatch, PoolError
 from specrank.selection.scores import (
     MIXTURE_WEIGHTS,
@@ -26,7 +26,7 @@ from specrank.selection.synthetic import SyntheticRounds, random_pool, synthetic
 from specrank.selection.values import cross_fit_choice, evaluate_scores
 
 __all__ = [
-    "DRAW_RULES",
+    "DRAW_SELECTIONS",
     "DraftGroups",
     "Interval",
     "MIXTURE_WEIGHTS",

@@ -1,4 +1,4 @@
-"""Rules that draw the first token from the root row: root_draw, PEARL-style, the PEARL
+"""Selections that draw the first token from the root row: root_draw, PEARL-style, the PEARL
 variant, and the equal-mean PEARL-style comparison (target-row reuse, arXiv 2610.29210, §5.1, App. D.2).
 
 Values count the drawn token as one accepted token. A draw outside the pool's first
@@ -14,7 +14,7 @@ import numpy as np
 from specrank.selection.pool import PoolBatch, PoolError
 from specrank.selection.select import check_budgets, packable, packed_order, rank_order, select_top
 
-DRAW_RULES = ("root_draw", "pearl", "pearl_variant")
+DRAW_SELECTIONS = ("root_draw", "pearl", "pearl_variant")
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class DraftGroups:
 
 
 def draw_values(pool: PoolBatch, budgets, law: str = "sampling", groups: DraftGroups | None = None) -> dict:
-    """{rule: (values (N, nB), sizes (N, nB))} for root_draw, PEARL-style and the PEARL variant."""
+    """{name: (values (N, nB), sizes (N, nB))} for root_draw, PEARL-style and the PEARL variant."""
     bs = check_budgets(budgets, pool.shape[1])
     groups = groups or DraftGroups.of(pool)
     path = pool.path_prob(law)  # (N, M)
@@ -70,7 +70,7 @@ def draw_values(pool: PoolBatch, budgets, law: str = "sampling", groups: DraftGr
     top = groups.top[:, None]
     p1_top = np.take_along_axis(p1, top, axis=1)[:, 0]
     desc_top = np.take_along_axis(groups.n_desc, top, axis=1)[:, 0]
-    out = {name: ([], []) for name in DRAW_RULES}
+    out = {name: ([], []) for name in DRAW_SELECTIONS}
     for b in bs:
         kept = below & (groups.within < b - 1)  # each branch keeps its b-1 best descendants
         out["root_draw"][0].append(1.0 + np.where(kept, path, 0.0).sum(axis=1))

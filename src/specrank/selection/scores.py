@@ -1,8 +1,8 @@
-"""Fixed-tree selection scores (docs/design.md, selection rules) as functions, their registry, values and tree sizes.
+"""Fixed-tree selection scores (docs/design.md, selection scores) as functions, their registry, values and tree sizes.
 
 Every score is a log-space, float64 (N, M) array that is non-increasing along each
 path, so the top-B set under the (depth, index) tie-break is ancestor-closed.
-Rules that keep draft factors take them from the recorded cumulative draft score:
+Scores that keep draft factors take them from the recorded cumulative draft score:
 score(u) = log(replaced factors up to depth k) + draft_logp(u) - draft_logp(anc_k(u)).
 """
 
@@ -98,7 +98,7 @@ def per_depth_score(pool: PoolBatch, law: str = "sampling", *, edge_factor) -> n
 
 
 def stacked_factors(pool: PoolBatch, first_factor, edge_factor) -> np.ndarray:
-    """(N, M) every edge's factor of a stacked rule: ``edge_factor`` (N, M), e.g. every draft factor calibrated per
+    """(N, M) every edge's factor of a stacked score: ``edge_factor`` (N, M), e.g. every draft factor calibrated per
     depth, with the first level's replaced by ``first_factor`` (N, n_first), a reranker's predictions; its
     ``per_depth`` score is r(x1) * prod_{i>=2} g_i(q_i)."""
     stacked = np.array(edge_factor, dtype=np.float64)  # a copy

@@ -1,7 +1,7 @@
 """Paired prompt bootstrap of ratio-of-sums statistics (docs/design.md, reported statistics).
 
 Each resample draws prompts with replacement, with all their rounds, and one
-resample's weights apply to every rule, budget and split together (paired).
+resample's weights apply to every score, budget and split together (paired).
 A statistic is a ratio of linear combinations of column totals; its interval is
 the percentile interval of the resampled ratios.
 """
@@ -189,32 +189,32 @@ def quintile_labels(x) -> np.ndarray:
 
 def score_table(boot: PromptBootstrap, values: Mapping[str, np.ndarray], budgets, labels=None,
                base: str = "draft", oracle: str = "oracle", root: str = "root"):
-    """Long DataFrame, one row per (split, rule, budget): mean, gain, gain %, oracle and root shares.
+    """Long DataFrame, one row per (split, score, budget): mean, gain, gain %, oracle and root shares.
 
-    ``values`` maps each rule to per-round values (N, len(budgets)); ``labels`` (N,) splits
+    ``values`` maps each score to per-round values (N, len(budgets)); ``labels`` (N,) splits
     the rounds (first-token agreement, entropy quintile, task), all splits sharing resamples.
-    Shares are omitted (NaN) where the rule is the reference itself.
+    Shares are omitted (NaN) where the score is the reference itself.
     """
     budgets = list(budgets)
     if base not in values:
-        raise SelectionError(f"values: the base rule {base!r} is missing")
+        raise SelectionError(f"values: the base score {base!r} is missing")
     columns = {}
-    for rule, v in values.items():
+    for score, v in values.items():
         v = np.asarray(v, dtype=np.float64).reshape(boot.n_rounds, -1)
         if v.shape[1] != len(budgets):
-            raise SelectionError(f"values: {rule!r} has {v.shape[1]} budgets, expected {len(budgets)}")
-        columns.update({f"{rule}@{b}": v[:, j] for j, b in enumerate(budgets)})
+            raise SelectionError(f"values: {score!r} has {v.shape[1]} budgets, expected {len(budgets)}")
+        columns.update({f"{score}@{b}": v[:, j] for j, b in enumerate(budgets)})
     splits = {"all": boot.totals(columns)} if labels is None else boot.split(columns, labels)
     rows = []
     for split, tot in splits.items():
-        for rule in values:
+        for score in values:
             for b in budgets:
-                col, ref = f"{rule}@{b}", f"{base}@{b}"
+                col, ref = f"{score}@{b}", f"{base}@{b}"
                 stats = {"mean": tot.mean(col), "gain": tot.gain(col, ref), "gain_pct": tot.gain_pct(col, ref)}
                 for name, top in (("oracle_share", oracle), ("root_share", root)):
-                    if top in values and rule not in (top, base):
+                    if top in values and score not in (top, base):
                         stats[name] = tot.share(col, ref, f"{top}@{b}")
-                row = {"split": split, "score": rule, "budget": b, "rounds": int(tot.point[-1])}
+                row = {"split": split, "score": score, "budget": b, "rounds": int(tot.point[-1])}
                 for name, iv in stats.items():
                     row.update({name: iv.point, f"{name}_low": iv.low, f"{name}_high": iv.high})
                 rows.append(row)

@@ -1,5 +1,5 @@
-"""Per-round values and expected tree sizes of every rule at a set of budgets, in one call,
-and the cross-fitted choice among a rule's variants (the mixture weight)."""
+"""Per-round values and expected tree sizes of every score and draw selection at a set of budgets, in one call,
+and the cross-fitted choice among a score's variants (the mixture weight)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,16 @@ from specrank.selection.select import SelectionError, check_budgets
 
 
 def evaluate_scores(pool: PoolBatch, budgets, law: str = "sampling", inputs: dict | None = None,
-                   rules=None, equal_size: bool = True) -> dict:
-    """{rule: (values (N, nB), sizes (N, nB))} for fixed-tree rules, draw rules and equal-mean PEARL.
+                   scores=None, equal_size: bool = True) -> dict:
+    """{name: (values (N, nB), sizes (N, nB))} for fixed-tree scores, draw selections and equal-mean PEARL.
 
-    ``rules`` defaults to every registered fixed-tree rule whose inputs are in ``inputs``.
+    ``scores`` defaults to every registered score whose inputs are in ``inputs``.
     With ``equal_size``, "pearl_equal_mean" enlarges PEARL-style to root-draw's mean size
     over these rounds (mix of two whole pre-draw budgets) at each budget.
     """
     inputs = inputs or {}
     bs = check_budgets(budgets, pool.shape[1])
-    names = [r for r in SCORES if set(SCORES[r].inputs) <= set(inputs)] if rules is None else list(rules)
+    names = [r for r in SCORES if set(SCORES[r].inputs) <= set(inputs)] if scores is None else list(scores)
     out = {name: fixed_values(pool, score_of(pool, name, law, **inputs), bs, law) for name in names}
     groups = DraftGroups.of(pool)
     out.update(draw_values(pool, bs, law, groups))

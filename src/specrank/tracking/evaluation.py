@@ -15,27 +15,27 @@ FOLD_SPLIT = "fold"
 MAX_METRICS = 60  # per run: beyond a few dozen, MLflow's charts and runs table stop reading at a glance
 UNITS = ("`*_tokens*` are expected accepted draft tokens per round on the recorded rounds; `*_gain_tokens_*` "
          "are gains over draft selection in the same unit, with 95% paired prompt-bootstrap intervals "
-         "(`_ci_low`, `_ci_high`); `*_root_share_pct_*` is the percentage of root selection's gain a rule "
+         "(`_ci_low`, `_ci_high`); `*_root_share_pct_*` is the percentage of root selection's gain a score "
          "recovers (above 100 when it beats root); `*_top1_argmax_pct` is the percentage of rounds whose top "
          "candidate by the estimated first factor is the target's argmax (greedy: of rounds whose first level "
          "holds it), `*_ff_mse_pct_of_draft` the first factor's squared error as a percentage of the draft's. "
-         "Every rule, budget and split is in the tables under "
+         "Every score, budget and split is in the tables under "
          "Artifacts, `tables/`.")
 
 
-def _gain(at: pd.DataFrame, rule: str, b: int, share: bool) -> dict[str, float]:
-    """``<rule>_gain_tokens_B<b>`` with its interval, and (``share``) ``<rule>_root_share_pct_B<b>``."""
-    if rule not in at.index:
+def _gain(at: pd.DataFrame, score: str, b: int, share: bool) -> dict[str, float]:
+    """``<score>_gain_tokens_B<b>`` with its interval, and (``share``) ``<score>_root_share_pct_B<b>``."""
+    if score not in at.index:
         return {}
-    r, key = at.loc[rule], f"{rule}_gain_tokens_B{b}"
+    r, key = at.loc[score], f"{score}_gain_tokens_B{b}"
     out = {key: r["gain"], f"{key}_ci_low": r["gain_low"], f"{key}_ci_high": r["gain_high"]}
     if share:
-        out[f"{rule}_root_share_pct_B{b}"] = r["root_share"]
+        out[f"{score}_root_share_pct_B{b}"] = r["root_share"]
     return out
 
 
 def headline_metrics(table: pd.DataFrame, budgets, first_factor: pd.DataFrame | None = None) -> dict[str, float]:
-    """At most ``MAX_METRICS`` self-explaining metrics of a rule x budget table (the summary, or one split
+    """At most ``MAX_METRICS`` self-explaining metrics of a score x budget table (the summary, or one split
     group's rows): draft's value, root's and oracle's gains, each reranker's gain and share of root's gain at
     the first two ``budgets``, and each reranker's first-factor accuracy. Rerankers past the limit are left out
     (they stay in the tables)."""
@@ -51,11 +51,11 @@ def headline_metrics(table: pd.DataFrame, budgets, first_factor: pd.DataFrame | 
     ff = None if first_factor is None else first_factor.set_index("estimate")
     if ff is not None and "draft" in ff.index:
         out["draft_top1_argmax_pct"] = ff.loc["draft", "top1_hit_pct"]
-    for rule in rerankers(table["score"].unique()):
-        more = {k: v for b in budgets for k, v in _gain(at[b], rule, b, share=True).items()}
-        if ff is not None and rule in ff.index:
-            more[f"{rule}_top1_argmax_pct"] = ff.loc[rule, "top1_hit_pct"]
-            more[f"{rule}_ff_mse_pct_of_draft"] = ff.loc[rule, "mse_pct_of_draft"]
+    for score in rerankers(table["score"].unique()):
+        more = {k: v for b in budgets for k, v in _gain(at[b], score, b, share=True).items()}
+        if ff is not None and score in ff.index:
+            more[f"{score}_top1_argmax_pct"] = ff.loc[score, "top1_hit_pct"]
+            more[f"{score}_ff_mse_pct_of_draft"] = ff.loc[score, "mse_pct_of_draft"]
         if len(out) + len(more) > MAX_METRICS:
             break
         out.update(more)

@@ -1,4 +1,4 @@
-"""A pipeline run (the demo's or the study's, one per temperature) as the headline of its experiment: every rule's
+"""A pipeline run (the demo's or the study's, one per temperature) as the headline of its experiment: every score's
 share of root selection's gain at both budgets as metrics and a figure, a few curated metrics, the headline table
 as an MLflow table, report.html, a link to the registered champion; and the experiment's own description."""
 
@@ -18,18 +18,18 @@ from specrank.tracking.runs import (NOTE_TAG, log_figure, log_metrics, log_repor
 
 HEADLINE_TABLE = "headline"  # tables/headline.json of the pipeline run
 HEADLINE_FIGURE = "root_share"  # figures/root_share.png of the pipeline run
-ROOT_SHARE = "root_share"  # metrics root_share.<rule>.b<B> (and .low, .high)
+ROOT_SHARE = "root_share"  # metrics root_share.<score>.b<B> (and .low, .high)
 CHAMPION_TAG = "specrank.champion"  # the pipeline run's link to its registered model version
 UNITS = ("`draft_tokens_B*` is draft selection's expected accepted draft tokens per round at budget B; "
-         "`*_gain_tokens_B*` are gains over it in the same unit (held-out, cross-fitted); `root_share.<rule>.b*` the "
-         "% of root selection's gain each rule recovers, `.low` / `.high` its 95% interval (the figure "
+         "`*_gain_tokens_B*` are gains over it in the same unit (held-out, cross-fitted); `root_share.<score>.b*` the "
+         "% of root selection's gain each score recovers, `.low` / `.high` its 95% interval (the figure "
          "`figures/root_share.png`); `*_heldout_mse` the first factor's held-out squared "
          "error per candidate (fold mean), the champion's criterion; `decode_tokens_per_s` the recording's "
          "speed; `wall_s` this run's seconds, `stages_s` those of its stage runs, `outside_stages_s` the rest.")
 
 
 def headline_frame(summary: pd.DataFrame, budgets) -> pd.DataFrame:
-    """The headline table as rows: rule (and its label) x headline budget, value, gain with its interval,
+    """The headline table as rows: score (and its label) x headline budget, value, gain with its interval,
     share of root's gain."""
     rows = summary[summary["budget"].isin(list(budgets))]
     cols = ["score", "budget", "mean", "gain", "gain_low", "gain_high", "gain_pct", "root_share"]
@@ -48,9 +48,9 @@ def pipeline_metrics(summary: pd.DataFrame, budget: int, train: dict, decode: di
     out = {"n_prompts": train.get("n_prompts"), "n_rounds": at["rounds"].max() if "rounds" in at else None}
     if "draft" in at.index:
         out[f"draft_tokens_B{budget}"] = at.loc["draft", "mean"]
-    for rule in dict.fromkeys(["root", "rows", champion]):
-        if rule in at.index:
-            out[f"{rule}_gain_tokens_B{budget}"] = at.loc[rule, "gain"]
+    for score in dict.fromkeys(["root", "rows", champion]):
+        if score in at.index:
+            out[f"{score}_gain_tokens_B{budget}"] = at.loc[score, "gain"]
     if champion and f"{champion}_heldout_mse" in train:
         out["champion_heldout_mse"] = train[f"{champion}_heldout_mse"]
     out["draft_heldout_mse"] = train.get("draft_heldout_mse")
@@ -73,8 +73,8 @@ def log_pipeline(evaluation, report_html: Path, train: dict, decode: dict, versi
         mlflow.set_tags({CHAMPION_TAG: uri, "specrank.champion_reranker": champion})
         lines += [f"Champion: **{champion}**, [{version.name} version {version.version}](#/models/{version.name}/"
                   f"versions/{version.version}) (`{uri}`, alias `models:/{version.name}@champion`).", ""]
-    lines += ["Each rule's share of root selection's gain: `figures/root_share.png` and the metrics "
-              "`root_share.<rule>.b<B>`.", "",
+    lines += ["Each score's share of root selection's gain: `figures/root_share.png` and the metrics "
+              "`root_share.<score>.b<B>`.", "",
               "Expected accepted draft tokens per round, held out (95% prompt-bootstrap intervals); every budget "
               "and split is in the `4-evaluate` run's tables, this table in `tables/headline.json`, the report in "
               "`report.html`.", "", headline_table(evaluation.summary, budgets), "", UNITS]
@@ -82,15 +82,15 @@ def log_pipeline(evaluation, report_html: Path, train: dict, decode: dict, versi
 
 
 def headline_metrics(figures: dict) -> dict[str, float]:
-    """``root_share.<rule>.b<B>`` with ``.low`` and ``.high`` for every rule with a share of root's gain at every
+    """``root_share.<score>.b<B>`` with ``.low`` and ``.high`` for every score with a share of root's gain at every
     budget of ``figures`` (``specrank.evaluation.study.temperature_results``' form), the same names in every
     pipeline run; with the study's figures also ``rows_minus_base.b<B>`` (% of draft's value, and its interval),
     ``n_rounds`` and ``n_prompts``."""
     out = {k: figures[f] for k, f in (("n_rounds", "rounds"), ("n_prompts", "prompts")) if f in figures}
     for b, at in figures["budgets"].items():
-        for rule, entry in at["rules"].items():
+        for score, entry in at["rules"].items():
             if "root_share" in entry:
-                out.update(_interval(f"{ROOT_SHARE}.{metric_key(rule)}.b{b}", entry["root_share"]))
+                out.update(_interval(f"{ROOT_SHARE}.{metric_key(score)}.b{b}", entry["root_share"]))
         if "rows_minus_base" in at:
             out.update(_interval(f"rows_minus_base.b{b}", at["rows_minus_base"]["gain_pct_of_draft"]))
     return {k: float(v) for k, v in out.items()}
@@ -120,10 +120,10 @@ def describe_experiment(experiment_id: str, text: str) -> None:
 def demo_description(store: str, champions: dict[str, str], drafter: str) -> str:
     """What the demo's experiment holds, where its headline is, and how to load each champion."""
     lines = [f"**specrank demo** (drafter {drafter}): each pipeline run (`demo-t1`, `demo-greedy`) records bundled "
-             "prompts, featurizes them, cross-fits rerankers and evaluates every selection rule offline; its "
+             "prompts, featurizes them, cross-fits rerankers and evaluates every selection score offline; its "
              "nested runs are the stages (`demo-t1/1-decode` ... `demo-t1/4-evaluate`). **The headline** is on the "
-             "pipeline run: the figure `figures/root_share.png` (each rule's share of root selection's gain at "
-             "B = 8 and 59, 95% intervals) with the metrics `root_share.<rule>.b8` (`.low`, `.high`), "
+             "pipeline run: the figure `figures/root_share.png` (each score's share of root selection's gain at "
+             "B = 8 and 59, 95% intervals) with the metrics `root_share.<score>.b8` (`.low`, `.high`), "
              "`tables/headline.json` and `report.html`. To compare the rerankers in one chart: the metric "
              "`heldout_mse` of the `3-train/<reranker>-fold<f>` runs, grouped by the tag `specrank.reranker`.", "",
              "Registered champions (the reranker with the lowest cross-fitted held-out error, refitted on all "

@@ -147,9 +147,9 @@ def choose(candidates: pd.DataFrame, reranker: str | None = None) -> str:
 
 def champion_note(chosen: str, candidates: pd.DataFrame, forced: bool, uri: str, rows: int, prompts: int) -> str:
     """A model version's description: how it was chosen, the competitors' scores, how to load it."""
-    rule = (f"chosen by `--register-reranker {chosen}`" if forced else
-            "chosen as the candidate with the lowest cross-fitted held-out MSE of the first factor, averaged over "
-            "both folds (each fold scored by the model fitted on the other fold's prompts)")
+    how = (f"chosen by `--register-reranker {chosen}`" if forced else
+           "chosen as the candidate with the lowest cross-fitted held-out MSE of the first factor, averaged over "
+           "both folds (each fold scored by the model fitted on the other fold's prompts)")
     table = markdown_table(["reranker", "held-out MSE (fold mean)"] + [c for c in candidates if c.startswith("heldout_mse_")],
                            [[r["reranker"], f"{r['heldout_mse']:.6f}"] + [f"{r[c]:.6f}" for c in candidates
                                                                         if c.startswith("heldout_mse_")]
@@ -157,7 +157,7 @@ def champion_note(chosen: str, candidates: pd.DataFrame, forced: bool, uri: str,
     tie = ("\n\nPer-depth's first factor is the depth-1 isotonic map, so on this criterion it ties isotonic; its "
            "calibrated deeper factors, which can make it the best score of the evaluation's value table, are not "
            "what is compared here." if {"isotonic", "per_depth"} <= set(candidates["reranker"]) else "")
-    return (f"The {chosen} reranker, {rule}, then refitted on all {prompts} prompts ({rows} rows); the fold models "
+    return (f"The {chosen} reranker, {how}, then refitted on all {prompts} prompts ({rows} rows); the fold models "
             f"stay for the evaluation.\n\n{table.replace('heldout_mse_', '')}{tie}\n\nLoad it: `{uri}` "
             f"(`specrank.tracking.resolve_reranker(\"{uri}\", tracking_uri=...)` or `specrank online --reranker {uri}`).")
 

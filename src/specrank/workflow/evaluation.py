@@ -1,4 +1,4 @@
-"""Evaluating every selection rule offline on a recording's rounds with held-out predictions: tables, report,
+"""Evaluating every selection score offline on a recording's rounds with held-out predictions: tables, report,
 figures, paired prompt-bootstrap intervals."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from specrank.workflow.tracking import Tracking
 def evaluate(recording: Recording | str | Path, rerankers: Rerankers | str | Path, *, out, budgets=None,
              bootstrap: int = 2000, seed: int = 0, models=None,
              tracking: Tracking | None = None, model_prefix: str | None = None) -> Evaluation:
-    """Every rule on ``recording``'s rounds with the held-out first factors of ``rerankers`` (or of a predictions
+    """Every score on ``recording``'s rounds with the held-out first factors of ``rerankers`` (or of a predictions
     file), written to ``out`` (tables, ``report.md``, ``report.html``, figures) only once complete.
 
     ``budgets`` default to the sweep 2..200 up to the pool size; ``bootstrap`` resamples prompts with ``seed``.

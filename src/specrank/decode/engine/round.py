@@ -68,7 +68,7 @@ class RoundView:
     config: DecodeConfig
     pool: DraftPool
     strategy: SelectionStrategy  # what the round verifies
-    rule: SelectionStrategy  # the strategy acting this round (``strategy.plan``)
+    acting: SelectionStrategy  # the strategy acting this round (``strategy.plan``)
     ctx: RoundContext
     tree: np.ndarray  # (M,) bool, the selected tree
     score: np.ndarray  # (M,) ranking score of the selection
@@ -121,14 +121,14 @@ def root_pass(target, drafter, state: PromptState, timer: Timer) -> None:
     state.root_logits, state.root_hidden_state = logits[0], None if hidden is None else hidden[0]
 
 
-def draft_phase(target, drafter, state: PromptState, config: DecodeConfig, rule: SelectionStrategy,
+def draft_phase(target, drafter, state: PromptState, config: DecodeConfig, acting: SelectionStrategy,
                 timer: Timer) -> tuple[DraftPool, bool]:
-    """The round's pool and, when the rule needs the root row, the root pass, run between asking for the pool
-    and taking it: hidden under drafting when the drafter works in its own process (``decode.pipeline``).
+    """The round's pool and, when the acting strategy needs the root row, the root pass, run between asking for
+    the pool and taking it: hidden under drafting when the drafter works in its own process (``decode.pipeline``).
     The pool does not depend on the root row, so the order changes no value. Returns (pool, root known)."""
     root_known, root_window = state.root_logits is not None, None
     drafter.request_pool(state.root, config.shape)
-    if rule.needs_root_pass and not root_known:
+    if acting.needs_root_pass and not root_known:
         root_pass(target, drafter, state, timer)
         root_known, root_window = True, timer.window
     with timer.span("draft"):
@@ -147,20 +147,20 @@ def decode_round(target, drafter, state: PromptState, config: DecodeConfig, veri
     """One round: grow the pool, a root pass if the strategy needs the root row, select, one tree pass
     (root + tree, plus an observer's prefixes), verify, commit. Returns (tokens emitted, the observer's record)."""
     root_known = state.root_logits is not None
-    rule = strategy.plan(root_known)
+    acting = strategy.plan(root_known)
     passes = timer.passes
-    pool, root_known = draft_phase(target, drafter, state, config, rule, timer)
-    drawn = rule.draw(state.root_logits, pool, verifier, state.generator) if rule.draws_first else -1
-    node = drawn_node(pool, drawn, config.shape.topk) if rule.draws_first else -1
+    pool, root_known = draft_phase(target, drafter, state, config, acting, timer)
+    drawn = acting.draw(state.root_logits, pool, verifier, state.generator) if acting.draws_first else -1
+    node = drawn_node(pool, drawn, config.shape.topk) if acting.draws_first else -1
     features = once(lambda groups=FEATURE_GROUPS: first_level_features(state, pool, config, groups))
     inputs = once(lambda rows=True: first_level_inputs(state, pool, config, rows))
     ctx = RoundContext(config.budget, config.law, config.temperature, state.root_logits, node, features,
                        inputs=inputs, task=state.task)
-    if rule.reranks:  # features plus inference; ranking the pool is bookkeeping, as for draft selection
+    if acting.reranks:  # features plus inference; ranking the pool is bookkeeping, as for draft selection
         with timer.span("rerank"):
-            ctx.first_factor = rule.first_factor(pool, ctx)
-    tree, score = rule.select(pool, ctx)
-    skip = skips_tree_pass(rule, tree, node)
+            ctx.first_factor = acting.first_factor(pool, ctx)
+    tree, score = acting.select(pool, ctx)
+    skip = skips_tree_pass(acting, tree, node)
     verified = np.zeros(len(pool), bool) if skip else tree
     order, with_expanded = observer.scored_nodes(pool, state, config, ctx, root_known) if observer else (
         np.zeros(0, np.int64), False)
@@ -171,14 +171,14 @@ def decode_round(target, drafter, state: PromptState, config: DecodeConfig, veri
     if skip:
         accepted, continuation = np.zeros(0, np.int64), drawn
     else:
-        first = drawn if rule.draws_first else None
+        first = drawn if acting.draws_first else None
         accepted, continuation = verifier.verify(verify_tree(pool, s), logits[: s.n_tree + 1], state.generator, first)
     carried = -1
     if strategy.carries_leaf_row and leaf_demotion(accepted, verified, pool.parent):
         carried, continuation, accepted = int(s.row_of[accepted[-1]]), int(pool.token[accepted[-1]]), accepted[:-1]
     emitted = emitted_node(pool, accepted, continuation)
-    view = RoundView(state, config, pool, strategy, rule, ctx, tree, score, s, logits, accepted, continuation, emitted, drawn,
-                     skip, timer.passes - passes)
+    view = RoundView(state, config, pool, strategy, acting, ctx, tree, score, s, logits, accepted, continuation,
+                     emitted, drawn, skip, timer.passes - passes)
     record = None
     if observer is not None:
         with timer.span("measure"):

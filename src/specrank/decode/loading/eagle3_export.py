@@ -4,10 +4,10 @@
   module's own names (``midlayer.*``, ``fc``, ``norm``, ``lm_head``, ``d2t``, ``t2d``, no embedding; a head of
   SGLang's several layers also ``additional_layers.*``) in ``model.safetensors``, ids in ``eagle_config`` that
   SGLang before and after its PR #25454 read as the same layers when such ids exist (index - 1, the first
-  being 1), else those of the chosen rule, recorded.
+  being 1), else those of the chosen convention, recorded.
 - ``vllm``: the vLLM speculators layout (``speculators/convert/eagle/eagle3_converter.py``):
   ``Eagle3Speculator`` with ``transformer_layer_config``, ``layers.0.*`` and top-level
-  ``eagle_aux_hidden_state_layer_ids`` as ``hidden_states`` indices (vLLM's capture rule); several draft
+  ``eagle_aux_hidden_state_layer_ids`` as ``hidden_states`` indices (vLLM's capture convention); several draft
   layers stacked on the residual stream (``layers.0..N-1``) and Qwen3 ones (``model_type`` qwen3) only here.
 - ``eagle``: SafeAILab EAGLE (``eagle/traineagle3/main.py``, ``config.json``): ``pytorch_model.bin`` and a
   ``LlamaForCausalLM`` config without ``target_hidden_size`` (``cnets.py`` would then skip the target's
@@ -30,19 +30,19 @@ from specrank.decode.loading.eagle3_formats import (
     EAGLE3_ARCH,
     SPECULATOR_ARCH,
     HeadCheckpoint,
-    RULE_KEY,
-    SGLANG_RULES,
+    CONVENTION_KEY,
+    SGLANG_CONVENTIONS,
     layers_to_sglang_ids,
     read_head,
-    rules_agree,
+    conventions_agree,
 )
 
 FORMATS = ("sglang", "vllm", "eagle")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 SPECULATORS_VERSION = "0.7.0"  # the speculators release whose layout this writes
-RULE_NOTE = "SGLang layer ids"  # the note saying which SGLang rule an export assumes
-RULE_WHEN = {"current": "SGLang releases with PR #25454", "legacy": "SGLang releases before PR #25454"}
+CONVENTION_NOTE = "SGLang layer ids"  # the note saying which SGLang convention an export assumes
+CONVENTION_WHEN = {"current": "SGLang releases with PR #25454", "legacy": "SGLang releases before PR #25454"}
 
 # Flags (specrank's names, their plain-EAGLE-3 value) and the engines implementing them: SGLang
 # models/llama_eagle3.py (fc bias = config.bias, tied lm head); vLLM models/llama_eagle3.py +
@@ -105,9 +105,9 @@ def _check(ckpt: HeadCheckpoint, fmt: str) -> None:
         raise ExportError(f"cannot export to {fmt}: its loader does not implement the head's {unsupported[0]}")
 
 
-def sglang_files(ckpt: HeadCheckpoint, dtype, rule: str = "current") -> tuple[dict, dict, list[str]]:
+def sglang_files(ckpt: HeadCheckpoint, dtype, convention: str = "current") -> tuple[dict, dict, list[str]]:
     """``config.json`` and tensors of the SpecForge/SGLang layout, and notes on how engines read them (the
-    first: which SGLang rule the layer ids assume)."""
+    first: which SGLang convention the layer ids assume)."""
     c, notes = ckpt.config, []
     if "embed_tokens.weight" in ckpt.state:  # sglang models/llama.py set_embed: the target's replaces it
         raise ExportError("cannot export to sglang: the head has its own embed_tokens, which SGLang replaces "
@@ -121,18 +121,19 @@ def sglang_files(ckpt: HeadCheckpoint, dtype, rule: str = "current") -> tuple[di
     if c.get("fc_bias"):
         cfg["bias"] = True
     if ckpt.layers is not None:
-        ids = layers_to_sglang_ids(ckpt.layers, rule)
+        ids = layers_to_sglang_ids(ckpt.layers, convention)
         if ids is None:
-            raise ExportError(f"cannot export to sglang: no layer ids make SGLang's {rule} rule read hidden_states "
-                              f"{list(ckpt.layers)}" + (" (try --sglang-rule legacy)" if rule == "current" else ""))
+            raise ExportError(f"cannot export to sglang: no layer ids make SGLang's {convention} convention read "
+                              f"hidden_states {list(ckpt.layers)}"
+                              + (" (try --sglang-convention legacy)" if convention == "current" else ""))
         cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids}
-        if rules_agree(ids):
-            notes.append(f"{RULE_NOTE}: ids {ids} read as hidden_states {list(ckpt.layers)} by SGLang before "
+        if conventions_agree(ids):
+            notes.append(f"{CONVENTION_NOTE}: ids {ids} read as hidden_states {list(ckpt.layers)} by SGLang before "
                          "and after PR #25454")
         else:
-            cfg["eagle_config"][RULE_KEY] = rule
-            notes.append(f"{RULE_NOTE}: ids {ids} assume SGLang's {rule} rule ({RULE_WHEN[rule]}); the other "
-                         "rule reads other layers")
+            cfg["eagle_config"][CONVENTION_KEY] = convention
+            notes.append(f"{CONVENTION_NOTE}: ids {ids} assume SGLang's {convention} convention "
+                         f"({CONVENTION_WHEN[convention]}); the other convention reads other layers")
         notes.append("vLLM (since PR #42764) reads these nested ids as hidden_states indices: use --format vllm there")
     return cfg, cast(ckpt.state, dtype), notes
 
@@ -188,20 +189,20 @@ WEIGHTS = {"sglang": "model.safetensors", "vllm": "model.safetensors", "eagle": 
 
 
 def export_files(ckpt: HeadCheckpoint, fmt: str, dtype="fp32", verifier=None,
-                 sglang_rule="current") -> tuple[dict, dict, list[str]]:
+                 sglang_convention="current") -> tuple[dict, dict, list[str]]:
     """``(config, tensors, notes)`` of ``ckpt`` in format ``fmt`` (sglang, vllm, eagle), ``dtype`` bf16|fp16|fp32;
-    ``sglang_rule`` (current|legacy): which SGLang reading of the layer ids to write for, when they differ."""
+    ``sglang_convention`` (current|legacy): which SGLang layer-id convention to write for, when they differ."""
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r} (use {', '.join(FORMATS)})")
     if dtype not in DTYPES:
         raise ExportError(f"unknown dtype {dtype!r} (use {', '.join(DTYPES)})")
-    if sglang_rule not in SGLANG_RULES:
-        raise ExportError(f"unknown SGLang rule {sglang_rule!r} (use {', '.join(SGLANG_RULES)})")
+    if sglang_convention not in SGLANG_CONVENTIONS:
+        raise ExportError(f"unknown SGLang convention {sglang_convention!r} (use {', '.join(SGLANG_CONVENTIONS)})")
     _check(ckpt, fmt)
     if fmt == "vllm":
         return vllm_files(ckpt, DTYPES[dtype], verifier)
     if fmt == "sglang":
-        return sglang_files(ckpt, DTYPES[dtype], sglang_rule)
+        return sglang_files(ckpt, DTYPES[dtype], sglang_convention)
     return eagle_files(ckpt, DTYPES[dtype])
 
 
@@ -221,17 +222,17 @@ def write_head(directory, config: dict, state: dict, weights: str) -> Path:
     return directory
 
 
-def export_head(source, out, fmt: str, dtype: str = "fp32", verifier=None, sglang_rule: str = "current",
-                norm_output_rule=None) -> tuple[Path, list[str]]:
+def export_head(source, out, fmt: str, dtype: str = "fp32", verifier=None, sglang_convention: str = "current",
+                norm_output_convention=None) -> tuple[Path, list[str]]:
     """Read the head in ``source`` (any dialect) and write it for ``fmt`` into the new directory ``out``,
     whole or not at all; returns ``out`` and notes on how the engines read it."""
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out} exists and is not empty; export writes a new directory")
-    ckpt = read_head(source, norm_output_rule)
+    ckpt = read_head(source, norm_output_convention)
     with torch.device("meta"):  # the tensors must make a complete head before anything is written
         build_head(ckpt, torch.nn.Embedding(int(ckpt.config["vocab_size"]), int(ckpt.config["hidden_size"])))
-    config, state, notes = export_files(ckpt, fmt, dtype, verifier, sglang_rule)
+    config, state, notes = export_files(ckpt, fmt, dtype, verifier, sglang_convention)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     try:

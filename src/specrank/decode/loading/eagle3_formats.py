@@ -10,7 +10,7 @@ i = the output of layer i - 1), the convention of ``Target.forward``. Four layou
 - ``sglang`` (SpecForge / SGLang): ``LlamaForCausalLMEagle3`` or an ``eagle_config``; id k is the output
   of layer k, ``hidden_states[k + 1]`` (SGLang ``models/llama.py`` ``set_eagle3_layers_to_capture``
   adds 1; SpecForge ``modeling/target/eagle3_target_model.py`` reads ``hidden_states[k + 1]``), unless
-  specrank's ``eagle_config.layer_id_rule`` says the ids were written for SGLang's rule since PR #25454.
+  specrank's ``eagle_config.layer_id_convention`` says the ids were written for SGLang's convention since PR #25454.
   Llama draft layers: ``midlayer`` and, when ``num_hidden_layers`` N > 1, ``additional_layers.0..N-2``, each
   reading the previous layer's MLP output without its residual stream (SGLang ``models/llama_eagle3.py``).
 - ``speculators`` (vLLM speculators): ``Eagle3Speculator`` / ``speculators_model_type``; id k is
@@ -82,28 +82,29 @@ def default_layers(num_layers: int) -> tuple[int, int, int]:
 # How SGLang reads ``eagle_aux_hidden_state_layer_ids`` (``models/llama.py`` ``set_eagle3_layers_to_capture``):
 # ``legacy`` adds 1 to every id (SpecForge's meaning, output of layer k); ``current`` (since SGLang PR #25454)
 # keeps the +1 only when the first id is 1 and otherwise reads the ids as ``hidden_states`` indices.
-SGLANG_RULES = ("current", "legacy")
-RULE_KEY = "layer_id_rule"  # in ``eagle_config``, written by specrank when the two rules read the ids apart
+SGLANG_CONVENTIONS = ("current", "legacy")
+# In ``eagle_config``, written by specrank when the two conventions read the ids apart.
+CONVENTION_KEY = "layer_id_convention"
 
 
-def sglang_ids_to_layers(ids, rule: str = "legacy") -> tuple[int, ...]:
-    """SGLang ids -> ``hidden_states`` indices under ``rule`` (SpecForge's own files: ``legacy``)."""
-    if rule == "current" and int(ids[0]) != 1:
+def sglang_ids_to_layers(ids, convention: str = "legacy") -> tuple[int, ...]:
+    """SGLang ids -> ``hidden_states`` indices under ``convention`` (SpecForge's own files: ``legacy``)."""
+    if convention == "current" and int(ids[0]) != 1:
         return tuple(int(k) for k in ids)
     return tuple(int(k) + 1 for k in ids)
 
 
-def rules_agree(ids) -> bool:
+def conventions_agree(ids) -> bool:
     """Whether SGLang before and after PR #25454 read ``ids`` as the same layers (the first id is 1)."""
     return int(ids[0]) == 1
 
 
-def layers_to_sglang_ids(layers, rule: str = "legacy") -> list[int] | None:
-    """``hidden_states`` indices -> ids that SGLang's ``rule`` reads as them, the ids both rules read
-    alike whenever such ids exist; None when ``rule`` cannot name ``layers`` (legacy: index 0; current:
+def layers_to_sglang_ids(layers, convention: str = "legacy") -> list[int] | None:
+    """``hidden_states`` indices -> ids that SGLang's ``convention`` reads as them, the ids both conventions read
+    alike whenever such ids exist; None when ``convention`` cannot name ``layers`` (legacy: index 0; current:
     a first index of 1, which it always shifts)."""
     legacy = [int(i) - 1 for i in layers]
-    if rules_agree(legacy) or rule == "legacy":
+    if conventions_agree(legacy) or convention == "legacy":
         return legacy if min(legacy) >= 0 else None
     return [int(i) for i in layers] if int(layers[0]) != 1 else None
 
@@ -189,32 +190,32 @@ def _eagle(cfg: dict, state: dict, notes: list) -> tuple[dict, tuple | None]:
 # the lm head reads the normed output (default true), the raw output being fed back either way; since PR #879
 # the lm head always reads the normed output and ``norm_output`` (default false) feeds the normed one back
 # (EAGLE 3.1), as SGLang's ``llama_eagle3.py`` reads it. A file without the field drafts alike under both.
-NORM_OUTPUT_RULES = ("after-pr879", "before-pr879")
+NORM_OUTPUT_CONVENTIONS = ("after-pr879", "before-pr879")
 
 
-def specforge_norm_output(cfg: dict, rule: str | None, notes: list) -> dict:
-    """``logits_from_norm`` and ``feedback_post_norm`` of a SpecForge/SGLang config under ``rule`` (None:
+def specforge_norm_output(cfg: dict, convention: str | None, notes: list) -> dict:
+    """``logits_from_norm`` and ``feedback_post_norm`` of a SpecForge/SGLang config under ``convention`` (None:
     the current SpecForge's, said in a note when the file's ``norm_output`` makes the two differ)."""
     if "norm_output" not in cfg:
         return {"logits_from_norm": True, "feedback_post_norm": False}
     value = _flag(cfg, "norm_output")
-    if rule is None:
-        rule = NORM_OUTPUT_RULES[0]
+    if convention is None:
+        convention = NORM_OUTPUT_CONVENTIONS[0]
         notes.append(f"norm_output {str(value).lower()} read as SpecForge after PR #879 "
                      "(--specforge-norm-output before-pr879 for heads trained before it)")
-    if rule == "after-pr879":
+    if convention == "after-pr879":
         return {"logits_from_norm": True, "feedback_post_norm": value}
     return {"logits_from_norm": value, "feedback_post_norm": False}
 
 
-def _sglang(cfg: dict, state: dict, notes: list, norm_rule: str | None = None) -> tuple[dict, tuple | None]:
+def _sglang(cfg: dict, state: dict, notes: list, norm_convention: str | None = None) -> tuple[dict, tuple | None]:
     flags = ("eagle_config", "bias", "fc_norm", "norm_output", "norm_before_fc", "norm_before_residual")
     _check_known(cfg, SHAPE + INERT + flags, "SpecForge/SGLang")
     eagle = cfg.get("eagle_config") or {}
-    _check_known(eagle, ("eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state", RULE_KEY),
+    _check_known(eagle, ("eagle_aux_hidden_state_layer_ids", "use_aux_hidden_state", CONVENTION_KEY),
                  "eagle_config of the SGLang")
-    if eagle.get(RULE_KEY, "legacy") not in SGLANG_RULES:
-        _refuse(RULE_KEY, f"{eagle[RULE_KEY]!r} (expected {' or '.join(SGLANG_RULES)})")
+    if eagle.get(CONVENTION_KEY, "legacy") not in SGLANG_CONVENTIONS:
+        _refuse(CONVENTION_KEY, f"{eagle[CONVENTION_KEY]!r} (expected {' or '.join(SGLANG_CONVENTIONS)})")
     if eagle.get("use_aux_hidden_state") is False:
         _refuse("use_aux_hidden_state", "false: heads without fused target states are not EAGLE-3")
     if _flag(cfg, "norm_before_residual"):  # read by vLLM, not by SGLang llama_eagle3.py nor SpecForge
@@ -228,9 +229,9 @@ def _sglang(cfg: dict, state: dict, notes: list, norm_rule: str | None = None) -
             _refuse("bias", "true with several draft layers: SGLang then gives the additional layers' attention "
                             "biases, which specrank does not build")
     # SGLang llama_eagle3.py: fc bias = config.bias, lm_head = embed_tokens when tied; SpecForge
-    # llama3_eagle.py: fc_norm (one norm per state), norm_output (see NORM_OUTPUT_RULES).
+    # llama3_eagle.py: fc_norm (one norm per state), norm_output (see NORM_OUTPUT_CONVENTIONS).
     out.update(fc_bias=_flag(cfg, "bias"), fc_norm=_flag(cfg, "fc_norm"), norm_before_fc=_flag(cfg, "norm_before_fc"),
-               tie_word_embeddings=_flag(cfg, "tie_word_embeddings"), **specforge_norm_output(cfg, norm_rule, notes))
+               tie_word_embeddings=_flag(cfg, "tie_word_embeddings"), **specforge_norm_output(cfg, norm_convention, notes))
     if out["fc_bias"] != ("fc.bias" in state):
         _refuse("bias", f"{out['fc_bias']} but the weights {'have' if 'fc.bias' in state else 'lack'} fc.bias "
                         "(SGLang would drop or miss it)")
@@ -287,7 +288,7 @@ def canonical_state(dialect: str, state: dict) -> dict:
     return {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in state.items()}
 
 
-def _legacy_layers(directory: Path, ids, rule: str) -> bool:
+def _legacy_layers(directory: Path, ids, convention: str) -> bool:
     """Whether ``training.json`` beside the config says the ids are the trained ``hidden_states`` indices."""
     path = directory / "training.json"
     if ids is None or not path.is_file():
@@ -296,7 +297,7 @@ def _legacy_layers(directory: Path, ids, rule: str) -> bool:
     if trained is None:
         return False
     trained = tuple(int(i) for i in trained)
-    if trained == sglang_ids_to_layers(ids, rule):
+    if trained == sglang_ids_to_layers(ids, convention):
         return False
     if trained == tuple(ids):
         return True
@@ -332,11 +333,12 @@ def draft_vocab_map(state: dict, config) -> torch.Tensor:
     return ids
 
 
-def read_head(directory, norm_output_rule: str | None = None) -> HeadCheckpoint:
-    """Read ``directory`` (``config.json`` + weights) into the canonical form; ``norm_output_rule`` (one of
-    ``NORM_OUTPUT_RULES``) says which SpecForge wrote a SpecForge/SGLang head's ``norm_output``."""
-    if norm_output_rule not in (None, *NORM_OUTPUT_RULES):
-        raise ModelLoadError(f"unknown --specforge-norm-output {norm_output_rule!r} (use {', '.join(NORM_OUTPUT_RULES)})")
+def read_head(directory, norm_output_convention: str | None = None) -> HeadCheckpoint:
+    """Read ``directory`` (``config.json`` + weights) into the canonical form; ``norm_output_convention`` (one of
+    ``NORM_OUTPUT_CONVENTIONS``) says which SpecForge wrote a SpecForge/SGLang head's ``norm_output``."""
+    if norm_output_convention not in (None, *NORM_OUTPUT_CONVENTIONS):
+        raise ModelLoadError(f"unknown --specforge-norm-output {norm_output_convention!r} "
+                             f"(use {', '.join(NORM_OUTPUT_CONVENTIONS)})")
     directory = Path(directory)
     path = directory / "config.json"
     if not path.is_file():
@@ -351,7 +353,7 @@ def read_head(directory, norm_output_rule: str | None = None) -> HeadCheckpoint:
     if len(state) < len(raw) and dialect == "eagle":
         notes.append(f"{len(raw) - len(state)} {EAGLE_TARGET_PREFIX}* buffers ignored, as EAGLE's loader does")
     if dialect == "sglang":
-        config, ids = _sglang(cfg, state, notes, norm_output_rule)
+        config, ids = _sglang(cfg, state, notes, norm_output_convention)
     else:
         config, ids = {"eagle": _eagle, "speculators": _speculators}[dialect](cfg, state, notes)
     if ids is not None and (len(ids) != 3 or not all(isinstance(i, int) and i >= 0 for i in ids)):
@@ -360,11 +362,11 @@ def read_head(directory, norm_output_rule: str | None = None) -> HeadCheckpoint:
     if dialect == "speculators":
         layers = ids
     elif dialect == "sglang":
-        rule = (cfg.get("eagle_config") or {}).get(RULE_KEY, "legacy")
-        if _legacy_layers(directory, ids, rule):
+        convention = (cfg.get("eagle_config") or {}).get(CONVENTION_KEY, "legacy")
+        if _legacy_layers(directory, ids, convention):
             dialect, layers = "specrank-legacy", ids
         elif ids is not None:
-            layers = sglang_ids_to_layers(ids, rule)
+            layers = sglang_ids_to_layers(ids, convention)
     verifier = ((cfg.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
     return HeadCheckpoint(dialect, config, state, layers, ids, verifier, notes)
 
@@ -380,7 +382,8 @@ def choose_layers(head: HeadCheckpoint, num_layers: int, override=None) -> tuple
         how = f"config ids {list(head.written_ids)}"
         if head.dialect == "sglang":
             shifted = layers == sglang_ids_to_layers(head.written_ids)
-            how += " (outputs of those layers)" if shifted else " (hidden_states indices: SGLang's rule since PR #25454)"
+            how += (" (outputs of those layers)" if shifted
+                    else " (hidden_states indices: SGLang's convention since PR #25454)")
     else:
         layers, how = default_layers(num_layers), "EAGLE-3 default (2, L//2, L-3)"
     if len(layers) != 3 or not all(0 <= i <= num_layers for i in layers):

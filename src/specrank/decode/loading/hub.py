@@ -14,7 +14,7 @@ from pathlib import Path
 
 from specrank.errors import first_line
 
-# huggingface_hub's repo-id rule (``validate_repo_id``): one "/", names of letters, digits, "-", "_", "."
+# huggingface_hub's repo-id format (``validate_repo_id``): one "/", names of letters, digits, "-", "_", "."
 HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?$")
 TRUE = ("1", "ON", "YES", "TRUE")
 # What a model or head directory needs (configs, tokenizers, weights); not Meta's ``original/*.pth`` copies.

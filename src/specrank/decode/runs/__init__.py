@@ -1,4 +1,4 @@
-"""Runs over prompt sets: the recorder, lossy-rule runs and the online speed protocol, written through one
+"""Runs over prompt sets: the recorder, lossy verification runs and the online speed protocol, written through one
 resumable shard writer into a run directory."""
 
 from specrank.decode.runs.lossy import lossy_decode_run, read_diagnostics

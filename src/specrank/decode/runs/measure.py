@@ -1,10 +1,10 @@
-"""Measurement inside the decoding loop: records, and the rules compared at the strategy's own contexts.
+"""Measurement inside the decoding loop: records, and the strategies compared at the acting strategy's contexts.
 
 ``Measure`` is the round engine's observer (``specrank.decode.engine.round``). For measurement only,
-a tree pass may also score the union of other rules' trees at the strategy's own context: the
+a tree pass may also score the union of other strategies' trees at the strategy's own context: the
 verifier never sees these prefixes, and the tree mask keeps the verified tree's rows unchanged.
 The recorded target probabilities then give, per round, the expected acceptance of every compared
-rule with the offline value functions of ``specrank.selection`` (the same code the offline
+strategy with the offline value functions of ``specrank.selection`` (the same code the offline
 evaluation runs). ``Measure(record=True)`` is the recorder: it also scores the expanded nodes and
 the top-M candidates, so the rounds hold every pool edge.
 """
@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from specrank.decode.runs.records import round_record
-from specrank.decode.strategies import strategy_name
 from specrank.decode.strategies.base import draft_rank, round_batch
 from specrank.schema import DIAGNOSTIC_COLUMNS, ROW_COLUMNS, ROW_SCALARS
 from specrank.selection import DraftGroups, PoolBatch, cumulate, draw_values, fixed_values, score_of
@@ -26,15 +25,15 @@ COMPARABLE = ("draft", "root", "root_draw", "pearl", "reranked")
 
 
 class CompareError(ValueError):
-    """A ``--compare`` list names a rule that cannot be measured."""
+    """A ``--compare`` list names a strategy that cannot be measured."""
 
 
 @dataclass
 class Measure:
-    """What a round records beyond decoding: ``rules`` compared at the strategy's contexts (``reranker``: the
-    RerankedSelection whose reranker ``reranked`` means), and with ``record`` every pool edge."""
+    """What a round records beyond decoding: the strategies in ``compare`` measured at the strategy's contexts
+    (``reranker``: the RerankedSelection whose reranker ``reranked`` means), and with ``record`` every pool edge."""
 
-    rules: tuple = ()
+    compare: tuple = ()
     record: bool = False
     reranker: object = None
 
@@ -44,17 +43,18 @@ class Measure:
     @property
     def wants_rows(self) -> bool:
         """The row caches are read: the recorder stores them, a compared Rows reranker predicts from them."""
-        return self.record or bool(self.reranker is not None and "reranked" in self.rules and self.reranker.needs_rows)
+        compares_rows = self.reranker is not None and "reranked" in self.compare and self.reranker.needs_rows
+        return self.record or bool(compares_rows)
 
     def scored_nodes(self, pool, state, config, ctx, root_known: bool):
         """(pool indices scored for measurement only, whether the expanded nodes are scored too)."""
         self._reranked = None
         extra = np.zeros(0, np.int64)
-        if self.rules:
+        if self.compare:
             batch = round_batch(pool, state.root_logits, config.temperature)
             if self.reranker is not None:
                 self._reranked = self.reranker.score(batch, ctx.law, self.reranker.first_factor(pool, ctx)[None])
-            extra = np.flatnonzero(measured_nodes(batch, self.rules, config.budget, ctx.law, root_known,
+            extra = np.flatnonzero(measured_nodes(batch, self.compare, config.budget, ctx.law, root_known,
                                                   self._reranked))
         recorded = draft_rank(pool)[: config.extra] if self.record else np.zeros(0, np.int64)
         return np.concatenate([extra, recorded]).astype(np.int64), self.record
@@ -67,14 +67,14 @@ class Measure:
                 if state.caches is not None else absent_rows(topk))
         record = round_record(state, pool, view.logp_rows, view.scored, view.accepted, view.continuation, view.emitted,
                               draft_rank(pool), rows)
-        rule, law = view.rule, view.ctx.law
-        record.update(prompt_id=state.prompt_id, task=state.task, strategy=view.strategy.name, score=rule.name,
+        acting, law = view.acting, view.ctx.law
+        record.update(prompt_id=state.prompt_id, task=state.task, strategy=view.strategy.name, score=acting.name,
                       drawn=view.drawn, passes=view.passes,
-                      realized=len(view.accepted) + int(view.skipped and rule.counts_draw),
+                      realized=len(view.accepted) + int(view.skipped and acting.counts_draw),
                       expected=np.nan if view.strategy.carries_leaf_row else own_expected(
-                          record, view.tree, rule, view.ctx.drawn_node, law))
-        if self.rules:
-            values = expected_values(record_batch(record), self.rules, view.config.budget, law, self._reranked)
+                          record, view.tree, acting, view.ctx.drawn_node, law))
+        if self.compare:
+            values = expected_values(record_batch(record), self.compare, view.config.budget, law, self._reranked)
             record.update({f"expected_{k}": v for k, v in values.items()})
         return record
 
@@ -89,7 +89,7 @@ def parse_strategies(text: str | None, allowed=COMPARABLE, what: str = "--compar
     """``"root,draft"`` -> ["root", "draft"]; one-line error naming ``what`` for an unknown or repeated name."""
     if not text:
         return []
-    names = [strategy_name(t.strip()) for t in text.split(",") if t.strip()]
+    names = [t.strip() for t in text.split(",") if t.strip()]
     bad = [n for n in names if n not in allowed]
     if bad:
         raise CompareError(f"{what}: unknown strategy {bad[0]!r}; choose from {', '.join(allowed)}")
@@ -101,55 +101,56 @@ def parse_strategies(text: str | None, allowed=COMPARABLE, what: str = "--compar
 def branch_union(batch: PoolBatch, budget: int) -> np.ndarray:
     """(M,) bool: every first-level candidate and its ``budget - 1`` best draft-ranked descendants.
 
-    Holds every rule's tree that replaces only first factors (root, reranked, draft) and
+    Holds every strategy's tree that replaces only first factors (root, reranked, draft) and
     root-draw's tree for every draw, so their values need nothing outside it.
     """
     within = DraftGroups.of(batch).within[0]
     return (batch.depth[0] == 1) | ((within >= 0) & (within < budget - 1))
 
 
-def measured_nodes(batch: PoolBatch, rules, budget: int, law: str, root_known: bool, reranked=None) -> np.ndarray:
-    """(M,) bool, ancestor-closed: prefixes to score so that every rule in ``rules`` has a value (``reranked``: the
-    reranked strategy's score (1, M) of the round, ``RerankedSelection.score``)."""
+def measured_nodes(batch: PoolBatch, strategies, budget: int, law: str, root_known: bool,
+                   reranked=None) -> np.ndarray:
+    """(M,) bool, ancestor-closed: prefixes to score so that every one of ``strategies`` has a value (``reranked``:
+    the reranked strategy's score (1, M) of the round, ``RerankedSelection.score``)."""
     depth = batch.depth
     nodes = np.zeros(batch.shape[1], bool)
-    for rule in rules:
-        if rule in ("draft", "pearl"):
+    for name in strategies:
+        if name in ("draft", "pearl"):
             nodes |= select_top(batch.draft_logp, depth, budget)[0]
-        elif rule == "reranked":
+        elif name == "reranked":
             nodes |= select_top(reranked, depth, budget)[0]
-        elif rule == "root" and root_known:
+        elif name == "root" and root_known:
             nodes |= select_top(score_of(batch, "root", law), depth, budget)[0]
         else:  # root before the root row is known, root-draw for every draw
             nodes |= branch_union(batch, budget)
     return nodes
 
 
-def expected_values(batch: PoolBatch, rules, budget: int, law: str, reranked=None) -> dict[str, float]:
-    """{rule: expected acceptance of its tree} on one scored round (root_draw, PEARL count the draw; ``reranked``:
+def expected_values(batch: PoolBatch, strategies, budget: int, law: str, reranked=None) -> dict[str, float]:
+    """{name: expected acceptance of its tree} on one scored round (root_draw, PEARL count the draw; ``reranked``:
     the reranked strategy's score (1, M) of the round)."""
     out = {}
     draws = None
-    for rule in rules:
-        if rule in ("root_draw", "pearl"):
+    for name in strategies:
+        if name in ("root_draw", "pearl"):
             draws = draws or draw_values(batch, [budget], law)
-            out[rule] = float(draws[rule][0][0, 0])
+            out[name] = float(draws[name][0][0, 0])
             continue
-        score = reranked if rule == "reranked" else score_of(batch, rule, law)
-        out[rule] = float(fixed_values(batch, score, [budget], law)[0][0, 0])
+        score = reranked if name == "reranked" else score_of(batch, name, law)
+        out[name] = float(fixed_values(batch, score, [budget], law)[0][0, 0])
     return out
 
 
-def own_expected(record: dict, tree: np.ndarray, rule, node: int, law: str) -> float:
-    """Expected acceptance of the selected tree given the round's draw (its mean is the rule's value)."""
+def own_expected(record: dict, tree: np.ndarray, acting, node: int, law: str) -> float:
+    """Expected acceptance of the selected tree given the round's draw (its mean is the strategy's value)."""
     edge = record["p_argmax_child"] if law == "greedy" else record["p_edge"]
     path = cumulate(record["parent"][None], record["depth"][None], np.asarray(edge, np.float64)[None])[0]
-    if not rule.draws_first:
+    if not acting.draws_first:
         return float(path[tree].sum())
     if node < 0:
-        return float(rule.counts_draw)
+        return float(acting.counts_draw)
     branch = record_batch(record).first_ancestor[0] == node
-    return float(path[tree & branch].sum() / path[node]) if path[node] > 0 else float(rule.counts_draw)
+    return float(path[tree & branch].sum() / path[node]) if path[node] > 0 else float(acting.counts_draw)
 
 
 _POOL = ("token", "parent", "depth", "q_edge", "draft_logp", "p_edge", "p_argmax_child")

@@ -1,7 +1,7 @@
 """The online speed protocol (target-row reuse, arXiv 2610.29210, App. D.14): every strategy on every prompt, in an
 order rotated per prompt, after warm-up decodes, with what each strategy realized and expected at its own contexts.
 
-Each round's measurement (its record, the expected values of compared rules) is timed apart and left
+Each round's measurement (its record, the expected values of compared strategies) is timed apart and left
 out of the strategies' seconds, so tokens/s measures decoding alone.
 """
 
@@ -17,10 +17,10 @@ from specrank.decode.runs.measure import Measure
 from specrank.decode.strategies import RerankedSelection
 
 
-def rotated(rules: list, i: int) -> list:
-    """``rules`` rotated by ``i`` (prompt i runs them in this order, App. D.14)."""
-    k = i % len(rules)
-    return rules[k:] + rules[:k]
+def rotated(strategies: list, i: int) -> list:
+    """``strategies`` rotated by ``i`` (prompt i runs them in this order, App. D.14)."""
+    k = i % len(strategies)
+    return strategies[k:] + strategies[:k]
 
 
 def decode_row(prompt_id: str, task: str, strategy: str, order: int, tokens: int, timer: Timer) -> dict:
@@ -37,7 +37,7 @@ def run_protocol(target, drafter, prompts, config: DecodeConfig, strategies: dic
     """Every strategy on every prompt, in an order rotated per prompt, after warm-up decodes.
 
     ``prompts``: list of (prompt_id, task, token ids); ``strategies``: {name: SelectionStrategy}. With
-    ``measure`` each round's record is kept (realized and expected acceptance, ``compare``'s rules).
+    ``measure`` each round's record is kept (realized and expected acceptance, ``compare``'s strategies).
     ``drafters`` ({name: drafter}) gives a strategy its own drafter (a pipelined one); the rest use ``drafter``.
     Returns (rounds DataFrame: one row per round, decodes DataFrame: one row per (prompt, strategy)).
     """

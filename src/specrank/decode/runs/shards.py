@@ -32,8 +32,6 @@ TEMPS = "*/.*.tmp"  # the temporary files of shard writes (specrank.atomic)
 # hash, so the same file in another checkout (a fresh clone sharing the cache) resumes the run.
 LOCATIONS = ("prompts",)
 RECORDED_ONLY = LOCATIONS + ("workers",)  # how many Ray workers wrote it: the same run either way
-# Keys a manifest had before the vocabulary was unified: a run directory written then still resumes.
-RENAMED_KEYS = {"decoder": "speculation", "verifier": "verification_rule"}
 
 
 class RunDirError(ValueError):
@@ -50,7 +48,6 @@ def check_same_run(out_dir, manifest: dict, partial: bool = False) -> None:
     old = read_json(path, "run manifest")
     if not isinstance(old, dict):
         raise RunDirError(f"{path}: not a run manifest (a JSON object)")
-    old = {RENAMED_KEYS.get(k, k): v for k, v in old.items()}
     keys = (set(manifest) if partial else set(old) | set(manifest)) - set(RECORDED_ONLY)
     differ = sorted(k for k in keys if old.get(k) != manifest.get(k))
     if differ:

@@ -46,12 +46,12 @@ class Models:
     device: str = "cpu"
     dtype: str = "float32"
     eagle3_layers: tuple[int, int, int] | None = None
-    norm_output_rule: str | None = None
+    norm_output_convention: str | None = None
     graphs: bool | None = None  # how passes run, not what they compute: no part of a run's identity
 
     def load(self):
         target = load_target(self.target, self.device, self.dtype, self.graphs)
-        return target, load_drafter(self.drafter, target, self.eagle3_layers, self.norm_output_rule)
+        return target, load_drafter(self.drafter, target, self.eagle3_layers, self.norm_output_convention)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ A strategy picks the verified tree of a round from the pool, and says whether it
 root row first (a root pass whose KV the tree pass reuses), whether it draws the first token
 from that row before selecting (root_draw, PEARL-style, root), and whether realized
 acceptance counts that drawn token. Scores come from ``specrank.selection`` on a one-round
-``PoolBatch``, so an online tree is exactly the tree the offline rule selects on the same pool.
+``PoolBatch``, so an online tree is exactly the tree the offline score selects on the same pool.
 """
 
 from __future__ import annotations
@@ -121,13 +121,13 @@ def drawn_node(pool: DraftPool, token: int, topk: int) -> int:
     return int(hit[0]) if len(hit) else -1
 
 
-def skips_tree_pass(rule: SelectionStrategy, tree: np.ndarray, node: int) -> bool:
+def skips_tree_pass(acting: SelectionStrategy, tree: np.ndarray, node: int) -> bool:
     """A drawn first token with nothing of the tree to verify below it is the continuation itself."""
-    if not rule.draws_first:
+    if not acting.draws_first:
         return False
     if node < 0 or not tree[node]:
         return True
-    return rule.counts_draw and int(tree.sum()) == 1
+    return acting.counts_draw and int(tree.sum()) == 1
 
 
 def leaf_demotion(accepted: np.ndarray, tree: np.ndarray, parent: np.ndarray) -> bool:

@@ -63,9 +63,9 @@ class RerankedSelection(SelectionStrategy):
         return self.compiled.predict_first_factor(ctx.features(self.groups))
 
     def score(self, batch, law: str, factor) -> np.ndarray:
-        """(1, M) this rule's score of a one-round ``batch`` with first factors ``factor`` (1, topk): the
+        """(1, M) this strategy's score of a one-round ``batch`` with first factors ``factor`` (1, topk): the
         ``reranked`` score, or with deeper factors the ``per_depth`` score of the stacked factors, as the
-        offline rule computes them (``selection.stacked_factors``)."""
+        offline score computes them (``selection.stacked_factors``)."""
         if not self.deeper:
             return score_of(batch, "reranked", law, first_factor=factor)
         if self.compiled is None:
