@@ -7,7 +7,7 @@ from specrank.rerankers.crossfit import CrossFit, cross_fit
 from specrank.rerankers.gbm import GBMReranker
 from specrank.rerankers.isotonic import IsotonicFirstFactor, PerDepthCalibration
 from specrank.rerankers.loader import load_reranker
-from specrank.rerankers.online import Reranker, RerankerError
+from specrank.rerankers.online import Reranker, RerankerError, RerankerParamError
 from specrank.rerankers.persist import RerankerFileError, save_reranker
 from specrank.rerankers.stacked import StackedReranker
 from specrank.rerankers.tune import tune
@@ -21,6 +21,7 @@ __all__ = [
     "PerDepthCalibration",
     "Reranker",
     "RerankerError",
+    "RerankerParamError",
     "RerankerFileError",
     "StackedReranker",
     "compiled",

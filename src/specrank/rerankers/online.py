@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from sklearn.base import BaseEstimator
+from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.validation import check_is_fitted
 
 import specrank
@@ -16,6 +17,10 @@ from specrank.rerankers.persist import save_reranker
 
 class RerankerError(ValueError):
     """Features that do not match what a reranker was trained on."""
+
+
+class RerankerParamError(ValueError):
+    """A hyper-parameter outside its constraints (scikit-learn's validation, said as the package's own error)."""
 
 
 def labels_of(X, y, kind: str) -> np.ndarray:
@@ -53,9 +58,12 @@ class Reranker(BaseEstimator):
     _parameter_constraints: dict = {}
 
     def check_params(self) -> None:
-        """Raise ValueError (scikit-learn's InvalidParameterError) naming the first hyper-parameter outside
-        ``_parameter_constraints``; subclasses add their constraints across parameters. ``fit`` calls this first."""
-        self._validate_params()
+        """Raise ``RerankerParamError`` naming the first hyper-parameter outside ``_parameter_constraints``
+        (scikit-learn's validation); subclasses add their constraints across parameters. ``fit`` calls this first."""
+        try:
+            self._validate_params()
+        except InvalidParameterError as exc:  # raised in scikit-learn's frames: ours to report as an input error
+            raise RerankerParamError(str(exc)) from None
 
     def fit(self, X, y=None):
         """Fit on a features table (``specrank.featurize``); labels from ``y`` or ``X["label"]``."""
