@@ -1,13 +1,14 @@
 """Benchmark online decoding: draft selection and the reranked strategy with each reranker (Rows, Base,
-isotonic, per-depth) side by side on the embedded default, at B = 8 and 59.
+isotonic, per-depth) side by side on the embedded default, at B = 8 and 59; or, with ``--champion``, draft
+selection against the default study's shipped champion.
 
-Per budget: records greedy rounds of training prompts, featurizes them and fits the four rerankers, then
-runs every strategy on held-out prompts through the speed protocol (order rotated per prompt, after
-warm-up) and reports tokens/s, tokens per target pass, realized acceptance with prompt-bootstrap
-intervals, the reranked strategies' speed ratio over draft selection, per-round milliseconds of host
-bookkeeping and of reranker features plus inference (``rerank``), and the break-even gain: rerank ms over
-round ms, for this CPU's round and for a 14.5 ms GPU round (an EAGLE-3 round of an 8B target in SGLang on
-one H100). A reranker pays when its relative gain in accepted tokens a round exceeds that ratio.
+Per budget: records rounds of training prompts (greedy, or sampled at ``--temperature``), featurizes them
+and fits the four rerankers, then runs every strategy on held-out prompts through the speed protocol (order
+rotated per prompt, after warm-up) and reports tokens/s, tokens per target pass, realized acceptance with
+prompt-bootstrap intervals, the reranked strategies' speed ratio over draft selection, per-round milliseconds
+of host bookkeeping and of reranker features plus inference (``rerank``), and the break-even gain: rerank ms
+over round ms, for this CPU's round and for a 14.5 ms GPU round (an EAGLE-3 round of an 8B target in SGLang
+on one H100). A reranker pays when its relative gain in accepted tokens a round exceeds that ratio.
 ``inference`` times the GBM rerankers' predictors alone on one round's rows (LightGBM predict, the QuickScorer
 arrays), so the path chosen is measured, not assumed. ``rerank_back_to_back_ms`` recomputes a round's
 features plus inference right after its own, on two prompts outside the speed protocol: the cost where the
@@ -16,6 +17,15 @@ CPU target whose forwards evict them.
 
     python benchmarks/bench_online.py                       # SmolLM2-135M, early-exit:8, 14 held-out prompts
     python benchmarks/bench_online.py --prompts 3 --train-prompts 4 --max-new-tokens 16   # quick look
+    python benchmarks/bench_online.py --champion --drafter eagle3:default --temperature 1  # the shipped champion
+
+``--champion`` records and fits nothing: it decodes the held-out prompts with draft selection and with
+``reranker:default`` at ``--temperature`` (the champion of that law, trained with ``eagle3:default``, the only
+drafter it accepts; refused on any prompt its model card says it learned from), through the package's online
+comparison, and writes the same per-budget figures (less the back-to-back and inference-only timings) with the
+champion's file, reranker and training rounds, as ``bench_online_champion_greedy`` or ``_t1`` (``_tT``).
+``--temperature`` above 0 samples, each prompt's generator seeded by (``--seed``, prompt id) as ``specrank
+online`` seeds it; without ``--champion`` the rerankers are then fitted on rounds sampled at that temperature.
 
 Earlier, on a quiet 2-core machine (Rows only, B = 8): with 14 held-out prompts the reranked / draft
 tokens/s ratio was 1.043 [0.998, 1.091]; with ``--prompts 28 --train-prompts 14`` 1.090 [1.053, 1.128].
@@ -28,16 +38,18 @@ each budget (``complete`` false until the last), and exits 1 when the in-loop go
 
 from __future__ import annotations
 
-from record import write_results  # benchmarks/record.py, beside this script
+from record import ROOT, write_results  # benchmarks/record.py, beside this script
 import argparse
 import json
 import re
 import sys
 import tempfile
+from pathlib import Path
 
 
 GPU_ROUND_MS = 14.5  # EAGLE-3, Llama-3.1-8B, SGLang, one H100: 373 tokens/s at ~5.4 tokens a round
 RERANKERS = ("rows", "base", "isotonic", "per-depth")
+SPANS = ("seconds", "prefill_s", "draft_s", "root_pass_s", "tree_pass_s", "rerank_s", "bookkeeping_s")
 
 
 def fit_rerankers(run_dir, gbm: dict | None = None):
@@ -129,14 +141,67 @@ def back_to_back_ms(target, drafter, prompts, config, strategy, repeat: int = 5)
     return 1000 * float(np.median(times))
 
 
+def strategy_figures(comparison, strategy: str) -> dict:
+    """A strategy's figures in an online comparison: tokens/s, tokens per target pass, rounds, realized accepted
+    tokens a round and tokens/s over draft selection (each [mean or ratio, low, high]), milliseconds a round by
+    span."""
+    row = comparison.tables["online_strategies"].set_index("strategy").loc[strategy]
+    ms = {k.removesuffix("_s"): 1000 * row[k] / row["rounds"] for k in SPANS}
+    return {"tokens_per_s": float(row["tokens_per_s"]), "tokens_per_pass": float(row["tokens_per_pass"]),
+            "rounds": int(row["rounds"]), "realized": comparison.realized(strategy),
+            "speed_vs_draft": comparison.speed(strategy), "ms_per_round": ms}
+
+
+def gain_figures(comparison, strategy: str, ms: dict, bootstrap: int) -> dict:
+    """A reranked strategy's break-even gain (its rerank ms over a CPU round's and a GPU round's) and its paired
+    realized gain over draft selection in accepted tokens a round."""
+    return {"break_even_gain": {"cpu_round": ms["rerank"] / ms["seconds"], "gpu_round": ms["rerank"] / GPU_ROUND_MS},
+            "realized_minus_draft": comparison.realized_gain(strategy, bootstrap)}
+
+
+def say_rerank(budget: int, strategy: str, ms: dict, cost: str) -> None:
+    print(f"B = {budget} {strategy}: rerank {ms['rerank']:.3f} ms a round{cost}; "
+          f"break-even gain {ms['rerank'] / ms['seconds']:.2%} of a {ms['seconds']:.1f} ms CPU round, "
+          f"{ms['rerank'] / GPU_ROUND_MS:.2%} of a {GPU_ROUND_MS} ms GPU round", file=sys.stderr)
+
+
+def champion_name(temperature: float) -> str:
+    """The champion mode's results name: ``bench_online_champion_greedy``, ``_t1``, ``_t0.7``."""
+    return "bench_online_champion_" + ("greedy" if temperature == 0 else f"t{temperature:g}")
+
+
+def shown_path(path: Path) -> str:
+    """``path`` from the repository root when the champion ships in this checkout, else as it is (a cache's)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def finish(result: dict, name: str, reranked: list[dict], max_rerank_ms: float) -> int:
+    """Record the goal and whether every reranked strategy met it inside the loop, print and write the complete
+    result; the exit status: 1 when the goal is missed."""
+    result["goals"] = {"rerank_ms_per_round": max_rerank_ms}
+    result["met"] = bool(max(d["ms_per_round"]["rerank"] for d in reranked) <= max_rerank_ms)
+    if all("rerank_back_to_back_ms" in d for d in reranked):
+        result["met_back_to_back"] = bool(max(d["rerank_back_to_back_ms"] for d in reranked) <= max_rerank_ms)
+    result["complete"] = True
+    print(json.dumps(result, indent=2))
+    write_results(name, result)
+    return int(not result["met"])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="smollm2")
     parser.add_argument("--drafter", default="early-exit:8")
+    parser.add_argument("--champion", action="store_true",
+                        help="decode against reranker:default (the shipped champion at --temperature, trained with "
+                             "eagle3:default) instead of recording and fitting the four rerankers")
     parser.add_argument("--prompts", type=int, default=14, help="held-out prompts: the first N of the bundled set")
     parser.add_argument("--train-prompts", type=int, default=14, help="training prompts: the N after the held-out")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--train-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); above 0 samples")
+    parser.add_argument("--seed", type=int, default=0, help="run seed; generators are seeded per (prompt, seed)")
     parser.add_argument("--budgets", default="8,59", help="comma-separated budgets B")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--bootstrap", type=int, default=2000)
@@ -144,15 +209,21 @@ def main(argv=None) -> int:
     parser.add_argument("--gbm-size", type=gbm_size, default=None, metavar="TREESxLEAVES@RATE",
                         help="the GBM rerankers' trees, leaves and learning rate, e.g. 400x63@0.05 (the paper's; "
                              "default: GBMReranker's defaults)")
-    parser.add_argument("--name", default="bench_online", help="results file benchmarks/results/NAME.json")
+    parser.add_argument("--name", default=None, help="results file benchmarks/results/NAME.json (default "
+                                                      "bench_online; with --champion bench_online_champion_greedy, "
+                                                      "_t1, ...)")
     args = parser.parse_args(argv)
+    if args.champion:
+        return run_champion(args, parser)
+    args.name = args.name or "bench_online"
 
     import torch
 
     from specrank.decode import DecodeConfig, load_drafter, load_target, make_strategy
     from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
     from specrank.decode.runs import build_manifest, record_run, run_protocol
-    from specrank.evaluation.online import acceptance_summary, strategy_table, realized_gain, speed_ratios
+    from specrank.evaluation.online import online_tables
+    from specrank.workflow.online import OnlineComparison
 
     torch.set_num_threads(args.threads)
     target = load_target(args.target, "cpu", "float32")
@@ -163,57 +234,98 @@ def main(argv=None) -> int:
     encoded = [(p.prompt_id, p.task, encode_prompt(target.tokenizer, p.text)) for p in held_out]
     result = {"target": args.target, "drafter": args.drafter, "threads": args.threads,
               "held_out_prompts": len(held_out), "gpu_round_ms": GPU_ROUND_MS, "budgets": {}}
+    if args.temperature:  # a greedy run's file keeps its fields; a sampled one says how it sampled
+        result |= {"temperature": args.temperature, "seed": args.seed}
     for budget in [int(b) for b in args.budgets.split(",")]:
-        record_cfg = DecodeConfig(budget=budget, extra=0, max_new_tokens=args.train_tokens)
+        record_cfg = DecodeConfig(budget=budget, extra=0, temperature=args.temperature,
+                                  max_new_tokens=args.train_tokens, seed=args.seed)
         with tempfile.TemporaryDirectory() as run_dir:
             manifest = build_manifest(target, drafter, record_cfg, default_prompts_path(), 4)
             record_run(target, drafter, train, run_dir, record_cfg, manifest)
             rerankers, features = fit_rerankers(run_dir, args.gbm_size)
         result["gbm"] = {k: rerankers["rows"].get_params()[k] for k in ("n_estimators", "num_leaves", "learning_rate")}
-        config = DecodeConfig(budget=budget, extra=0, max_new_tokens=args.max_new_tokens)
+        config = DecodeConfig(budget=budget, extra=0, temperature=args.temperature,
+                              max_new_tokens=args.max_new_tokens, seed=args.seed)
         strategies = {"draft": make_strategy("draft")}
         for k, r in rerankers.items():
             strategies[f"reranked-{k}"] = make_strategy("reranked", r, k)
             strategies[f"reranked-{k}"].name = f"reranked-{k}"  # the rounds table tells the four apart by name
         rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, warmup=1)
         warm = {d: back_to_back_ms(target, drafter, encoded[:2], config, s) for d, s in strategies.items() if d != "draft"}
-        table = strategy_table(decodes).set_index("strategy")
-        acc = acceptance_summary(rounds, args.bootstrap).set_index(["strategy", "statistic"])
-        speed = speed_ratios(decodes, "draft", args.bootstrap).set_index("strategy")
-        per_round = lambda d, col: 1000 * table.loc[d, col] / table.loc[d, "rounds"]  # noqa: E731
+        comparison = OnlineComparison(online_tables(rounds, decodes, "draft", args.bootstrap))
         made, strategies = strategies, {}
-        for d, r in table.iterrows():
-            ms = {k.removesuffix("_s"): per_round(d, k) for k in (
-                "seconds", "prefill_s", "draft_s", "root_pass_s", "tree_pass_s", "rerank_s", "bookkeeping_s")}
-            strategies[d] = {"tokens_per_s": float(r["tokens_per_s"]), "tokens_per_pass": float(r["tokens_per_pass"]),
-                           "rounds": int(r["rounds"]),
-                           "realized": list(acc.loc[(d, "realized"), ["mean", "low", "high"]].astype(float)),
-                           "speed_vs_draft": list(speed.loc[d, ["ratio", "low", "high"]].astype(float)),
-                           "ms_per_round": ms}
+        for d in comparison.tables["online_strategies"]["strategy"]:
+            strategies[d] = strategy_figures(comparison, d)
             if d != "draft":
-                strategies[d] |= {"inference": made[d].compiled.inference,
-                                "rerank_back_to_back_ms": warm[d],
-                                "break_even_gain": {"cpu_round": ms["rerank"] / ms["seconds"],
-                                                    "gpu_round": ms["rerank"] / GPU_ROUND_MS},
-                                "realized_minus_draft": list(realized_gain(rounds, d, "draft", args.bootstrap))}
-                print(f"B = {budget} {d}: rerank {ms['rerank']:.3f} ms a round ({strategies[d]['inference']}), "
-                      f"{warm[d]:.3f} ms back to back; "
-                      f"break-even gain {ms['rerank'] / ms['seconds']:.2%} of a {ms['seconds']:.1f} ms CPU round, "
-                      f"{ms['rerank'] / GPU_ROUND_MS:.2%} of a {GPU_ROUND_MS} ms GPU round", file=sys.stderr)
+                ms = strategies[d]["ms_per_round"]
+                strategies[d] |= {"inference": made[d].compiled.inference, "rerank_back_to_back_ms": warm[d]}
+                strategies[d] |= gain_figures(comparison, d, ms, args.bootstrap)
+                say_rerank(budget, d, ms, f" ({made[d].compiled.inference}), {warm[d]:.3f} ms back to back")
         topk = config.shape.topk
         result["budgets"][budget] = {"training_rows": len(features), "strategies": strategies,
                                      "inference_ms": {k: inference_ms(rerankers[k], features, topk)
                                                       for k in ("rows", "base")}}
         write_results(args.name, result | {"complete": False})  # a budget's figures survive a stopped run
-    result["goals"] = {"rerank_ms_per_round": args.max_rerank_ms}
     reranked = [d for b in result["budgets"].values() for n, d in b["strategies"].items() if n != "draft"]
-    result["met"] = bool(max(d["ms_per_round"]["rerank"] for d in reranked) <= args.max_rerank_ms)
-    result["met_back_to_back"] = bool(max(d["rerank_back_to_back_ms"] for d in reranked) <= args.max_rerank_ms)
-    result["complete"] = True
-    text = json.dumps(result, indent=2)
-    print(text)
-    write_results(args.name, result)
-    return int(not result["met"])
+    return finish(result, args.name, reranked, args.max_rerank_ms)
+
+
+def run_champion(args, parser) -> int:
+    """Draft selection against ``reranker:default`` on the held-out prompts at each budget, through the package's
+    online comparison; every refusal (another drafter, no champion, a prompt it learned from) in one line before
+    a model loads."""
+    import torch
+
+    from specrank.decode import load_drafter, load_target
+    from specrank.decode.loading.drafters import SeenPromptError
+    from specrank.decode.prompts import default_prompts_path, read_prompts
+    from specrank.law import Law
+    from specrank.rerankers import compiled
+    from specrank.rerankers.defaults import (DEFAULT, DEFAULT_DRAFTER, DefaultRerankerError, default_reranker_dir,
+                                             load_default_reranker)
+    from specrank.workflow.champion import check_unseen_prompts
+    from specrank.workflow.online import compare_online
+
+    if args.drafter != DEFAULT_DRAFTER:
+        parser.error(f"--champion: {DEFAULT} was trained with {DEFAULT_DRAFTER}, not {args.drafter} "
+                     f"(pass --drafter {DEFAULT_DRAFTER})")
+    if args.gbm_size is not None:
+        parser.error("--gbm-size sizes the rerankers the default mode fits; --champion fits none")
+    name = args.name or champion_name(args.temperature)
+    try:
+        path = default_reranker_dir(args.temperature)
+        champion = load_default_reranker(args.temperature)
+        held_out = read_prompts(default_prompts_path())[: args.prompts]
+        check_unseen_prompts(champion, held_out, source=DEFAULT)
+    except (DefaultRerankerError, SeenPromptError) as exc:
+        parser.error(str(exc))
+    card = getattr(champion, "card_", None) or {}
+    torch.set_num_threads(args.threads)
+    target = load_target(args.target, "cpu", "float32")
+    drafter = load_drafter(args.drafter, target)
+    result = {"target": args.target, "drafter": args.drafter, "threads": args.threads,
+              "temperature": args.temperature, "seed": args.seed, "held_out_prompts": len(held_out),
+              "gpu_round_ms": GPU_ROUND_MS,
+              "champion": {"path": shown_path(path), "law": Law(args.temperature).name,
+                           "reranker": card.get("reranker"), "rounds": card.get("rounds"),
+                           "inference": compiled(champion).inference},
+              "budgets": {}}
+    for budget in [int(b) for b in args.budgets.split(",")]:
+        comparison = compare_online(target, drafter, held_out, strategies=("draft", "reranked"), reranker=champion,
+                                    reranker_source=DEFAULT, temperature=args.temperature, budget=budget,
+                                    max_new_tokens=args.max_new_tokens, seed=args.seed, warmup=1,
+                                    bootstrap=args.bootstrap, progress=False)
+        strategies = {}
+        for d in comparison.tables["online_strategies"]["strategy"]:
+            strategies[d] = strategy_figures(comparison, d)
+            if d != "draft":
+                strategies[d] |= gain_figures(comparison, d, strategies[d]["ms_per_round"], args.bootstrap)
+                say_rerank(budget, f"{d} ({card.get('reranker', DEFAULT)})", strategies[d]["ms_per_round"],
+                           f" ({result['champion']['inference']})")
+        result["budgets"][budget] = {"strategies": strategies}
+        write_results(name, result | {"complete": False})  # a budget's figures survive a stopped run
+    reranked = [d for b in result["budgets"].values() for n, d in b["strategies"].items() if n != "draft"]
+    return finish(result, name, reranked, args.max_rerank_ms)
 
 
 if __name__ == "__main__":
