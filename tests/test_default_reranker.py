@@ -55,5 +55,5 @@ def test_reranked_without_a_reranker_takes_the_default_only_with_the_shipped_hea
     assert uses_default_reranker("reranked", DEFAULT, Spec("eagle3:default"))
     assert not uses_default_reranker("draft", None, Spec("early-exit:8"))
     assert not uses_default_reranker("reranked", tiny_isotonic("argmax"), Spec("early-exit:8"))
-    with pytest.raises(StrategyError, match="needs reranker= for drafter early-exit:8"):
+    with pytest.raises(StrategyError, match=r"needs a reranker \(reranker=\) for drafter early-exit:8"):
         uses_default_reranker("reranked", None, Spec("early-exit:8"))

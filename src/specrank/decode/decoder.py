@@ -212,8 +212,8 @@ def uses_default_reranker(strategy, reranker, drafter) -> bool:
         return False
     spec = getattr(drafter, "spec", "") or type(drafter).__name__
     if spec != DEFAULT_DRAFTER:
-        raise StrategyError(f"strategy reranked needs reranker= for drafter {spec}: {DEFAULT} was trained with "
-                            f"{DEFAULT_DRAFTER} on the default target")
+        raise StrategyError(f"strategy reranked needs a reranker (reranker=) for drafter {spec}: {DEFAULT} was "
+                            f"trained with {DEFAULT_DRAFTER} on the default target")
     return True
 
 
