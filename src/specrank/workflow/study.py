@@ -42,7 +42,8 @@ from specrank.featurize.storage import read_rounds_table
 from specrank.files import directory_hash, file_hash
 from specrank.law import GREEDY, Law
 from specrank.outputs import check_output_dir
-from specrank.rerankers import GBMReranker, load_reranker
+from specrank.rerankers import GBMReranker, load_reranker, save_reranker
+from specrank.rerankers.defaults import DEFAULT, DEFAULT_DRAFTER, cached_reranker_dir
 from specrank.workflow.champion import choose_champion, fit_champion, model_card
 from specrank.workflow.evaluation import evaluate
 from specrank.workflow.features import Features, featurize
@@ -175,6 +176,8 @@ def study(target, drafter="eagle3:default", prompts=None, *, out, temperatures=(
                 recorded = read_prompts(study_prompts, limit=decoded)
                 figures["champion"] = champion_stage(run_dir, figures, recorded, temp, prompts_path=prompts_path,
                                                      command=command, **fitting)
+                if target == DEFAULT_TARGET and drafter == DEFAULT_DRAFTER and prompts is None:
+                    install_champion(run_dir / "champion", temp)
                 if reserved:
                     first = temp == goal_temperature
                     figures["online"] = online_stage(run_dir, figures, read_prompts(study_prompts)[-reserved:],
@@ -221,6 +224,16 @@ def champion_stage(run_dir: Path, figures: dict, recorded, temp: float, *, promp
     Stages(run_dir / "stages.json").run("champion", f"{file_hash(features)}:{choice['reranker']}", path / "reranker.json",
                                         fit_and_save, clear=path)
     return {**choice, "path": str(path.relative_to(run_dir.parent))}
+
+
+def install_champion(path: Path, temp: float) -> Path:
+    """Copy the default study's champion into the cache, where ``reranker:default`` finds it before the shipped
+    one (as a head ``make drafter`` trains into the cache wins over the shipped head)."""
+    target = cached_reranker_dir(Law(temp).name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    installed = save_reranker(load_reranker(path), target)
+    print(f"champion installed as {DEFAULT} ({Law(temp).name}): {installed}", flush=True)
+    return installed
 
 
 def online_stage(run_dir: Path, figures: dict, unseen, temp: float, decoding: dict, *, goal_prompts: int,
