@@ -89,7 +89,7 @@ def run_budgets(args, target, drafter, worker, encoded) -> "pd.DataFrame":  # no
                               max_new_tokens=args.max_new_tokens, seed=args.seed)
         strategies = {name: make_strategy(rule) for name, (rule, _) in named.items()}
         drafters = {name: worker for name, (_, piped) in named.items() if piped}
-        progress = lambda i, b=budget: print(f"B={b}: prompt {i}/{len(encoded)}", file=sys.stderr)  # noqa: E731
+        progress = lambda i, _, b=budget: print(f"B={b}: prompt {i}/{len(encoded)}", file=sys.stderr)  # noqa: E731
         _, decodes = run_protocol(target, drafter, encoded, config, strategies, warmup=args.warmup, progress=progress,
                                   measure=False, drafters=drafters)
         frames.append(decodes.assign(budget=budget))

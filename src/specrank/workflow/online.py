@@ -155,7 +155,7 @@ def compare_online(target, drafter, prompts=None, *, strategies=("draft",), rera
         with tqdm(total=len(encoded), unit="prompt", desc=f"online B={budget} ({len(acting)} strategies each)",
                   disable=None if progress else True, dynamic_ncols=True) as bar:
             rounds, decodes = run_protocol(loaded, draft, encoded, config, acting, compare, warmup,
-                                           progress=lambda done: bar.update(done - bar.n),
+                                           progress=lambda done, rows: _advance(bar, done, rows),
                                            drafters={name: worker for name in pipelined if name in acting})
     tables = online_tables(rounds, decodes, next(iter(acting)), bootstrap, seed)
     result = OnlineComparison(tables, Path(out) if out is not None else None)
@@ -167,6 +167,13 @@ def compare_online(target, drafter, prompts=None, *, strategies=("draft",), rera
         if tracking is not None:
             _track(tracking, tables, acting, compare, loaded, draft, config, prompts, params or {}, started)
     return result
+
+
+def _advance(bar, done: int, rows: list[dict]) -> None:
+    """The bar at ``done`` prompts, with the rounds so far and the accepted draft tokens a round."""
+    rounds, tokens = sum(r["rounds"] for r in rows), sum(r["tokens"] for r in rows)
+    bar.set_postfix(rounds=rounds, accepted=f"{(tokens - rounds) / max(rounds, 1):.2f}/round", refresh=False)
+    bar.update(done - bar.n)
 
 
 @contextmanager

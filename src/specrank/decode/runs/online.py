@@ -39,6 +39,7 @@ def run_protocol(target, drafter, prompts, config: DecodeConfig, strategies: dic
     ``prompts``: list of (prompt_id, task, token ids); ``strategies``: {name: SelectionStrategy}. With
     ``measure`` each round's record is kept (realized and expected acceptance, ``compare``'s strategies).
     ``drafters`` ({name: drafter}) gives a strategy its own drafter (a pipelined one); the rest use ``drafter``.
+    ``progress(prompts done, decode rows so far)`` is called after each prompt.
     Returns (rounds DataFrame: one row per round, decodes DataFrame: one row per (prompt, strategy)).
     """
     names = list(strategies)
@@ -60,5 +61,5 @@ def run_protocol(target, drafter, prompts, config: DecodeConfig, strategies: dic
             rounds += [{k: v for k, v in r.items() if np.ndim(v) == 0} for r in records]
             decodes.append(decode_row(pid, task, name, names.index(name), len(out), timer))
         if progress:
-            progress(i + 1)
+            progress(i + 1, decodes)
     return pd.DataFrame(rounds), pd.DataFrame(decodes)
