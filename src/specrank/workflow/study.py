@@ -139,7 +139,7 @@ def study(target, drafter="eagle3:default", prompts=None, *, out, temperatures=(
     kept, skipped = fitting_prompts(target, prompt_list, max_new_tokens)
     study_prompts = write_study_prompts(out, kept, seed)
     reserved = online_reserve(len(kept), online_prompts) if online else 0
-    goal_temperature = next((t for t in temperatures if not Law(t).greedy), temperatures[0])
+    goal_temperature = next((t for t in temperatures if not Law(t).greedy), None)  # greedy alone: no goal cell
     tracking = tracking.checked() if tracking is not None else None  # its own store may live in ``out``
     print(f"{len(kept)} of {len(prompt_list)} prompts fit the target's context ({skipped} too long, skipped)"
           + (f"; the drafter trained on {seen} of them (--allow-training-prompts)" if seen else ""), flush=True)
