@@ -30,15 +30,21 @@ def cached_reranker_dir(law: str) -> Path:
 
 
 def shipped_reranker_dir(law: str) -> Path:
-    """The ``law`` champion that ships inside the package (its model card is in its ``reranker.json``)."""
-    return Path(str(resources.files("specrank") / "data" / "rerankers" / DEFAULT_PAIR / law))
+    """The ``law`` champion that ships inside the package: a format-2 zip (its trees are text, which the zip
+    compresses to a fraction), its model card in its ``reranker.json``."""
+    return Path(str(resources.files("specrank") / "data" / "rerankers" / DEFAULT_PAIR / f"{law}.zip"))
+
+
+def saved_reranker(path: Path) -> bool:
+    """Whether ``path`` holds a saved reranker (a format-2 directory or zip)."""
+    return (path / META).is_file() if path.suffix != ".zip" else path.is_file()
 
 
 def default_reranker_dir(temperature: float) -> Path:
     """The champion ``reranker:default`` names at ``temperature``: the cache's when there is one, else the shipped."""
     law = Law(temperature).name
     for path in (cached_reranker_dir(law), shipped_reranker_dir(law)):
-        if (path / META).is_file():
+        if saved_reranker(path):
             return path
     raise DefaultRerankerError(f"{DEFAULT}: no {law} champion in {cached_reranker_dir(law)} or "
                                f"{shipped_reranker_dir(law)} (`specrank study` with the default target and drafter "
