@@ -4,6 +4,7 @@ trained on)."""
 
 from __future__ import annotations
 
+import argparse
 import shlex
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from specrank.rerankers import GBMReranker
 from specrank.scale import add_worker_arguments, preflight, workers_from_args
 from specrank.workflow import Tracking
 from specrank.workflow.study import (CHUNK, DEFAULT_GREEDY_ROUNDS, DEFAULT_MAX_NEW_TOKENS, DEFAULT_ONLINE_OTHER_PROMPTS,
-                                     DEFAULT_ONLINE_PROMPTS, DEFAULT_ROUNDS, EXPERIMENT, FIRST_CHUNK, study)
+                                     DEFAULT_ONLINE_PROMPTS, DEFAULT_ROUNDS, EXPERIMENT, FIRST_CHUNK, ONLINE_BUDGETS,
+                                     study)
 
 
 
@@ -49,6 +51,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--online-other-prompts", type=at_least(1), default=DEFAULT_ONLINE_OTHER_PROMPTS,
                         help=f"of those, how many the cells other than the first sampled temperature at B = 8 decode "
                              f"(default {DEFAULT_ONLINE_OTHER_PROMPTS})")
+    parser.add_argument("--online-budgets", type=parse_budgets, default=ONLINE_BUDGETS,
+                        help="budgets of the online phase, from 8 and 59 (default 8,59)")
     parser.add_argument("--no-online", action="store_true",
                         help="no online phase: every prompt may be recorded, only the offline figures are made")
     parser.add_argument("--seed", type=int, default=0, help="prompt order, decoding and bootstrap seed (default 0)")
@@ -59,6 +63,14 @@ def add_arguments(parser) -> None:
     add_tracking_arguments(parser, store="sqlite:///OUT/mlflow.db, the study's own store", experiment=EXPERIMENT,
                            no_tracking="write the study directory only, log nothing (also what happens, said in one "
                                        "line, when MLflow is not installed and no tracking option was given)")
+
+
+def parse_budgets(text: str) -> tuple[int, ...]:
+    """``--online-budgets``: a comma list of 8 and 59, in that order."""
+    budgets = tuple(dict.fromkeys(int(b) for b in text.split(",") if b.strip()))
+    if not budgets or not set(budgets) <= set(ONLINE_BUDGETS):
+        raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(map(str, ONLINE_BUDGETS))}, got {text!r}")
+    return tuple(b for b in ONLINE_BUDGETS if b in budgets)
 
 
 def run(args) -> int:
@@ -81,7 +93,7 @@ def run(args) -> int:
                    specforge_norm_output=args.specforge_norm_output, threads=args.threads, workers=workers,
                    allow_training_prompts=args.allow_training_prompts, progress=not args.no_progress,
                    tracking=tracking, online=not args.no_online, online_prompts=args.online_prompts,
-                   online_other_prompts=args.online_other_prompts, command=shlex.join(["specrank", "study", *getattr(args, "argv", [])]))
+                   online_other_prompts=args.online_other_prompts, online_budgets=args.online_budgets, command=shlex.join(["specrank", "study", *getattr(args, "argv", [])]))
     print(f"\nresults: {out / 'results.json'}, {out / 'results.md'}")
     for line in result.headline():
         print(line)

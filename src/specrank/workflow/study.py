@@ -110,7 +110,8 @@ def study(target, drafter="eagle3:default", prompts=None, *, out, temperatures=(
           specforge_norm_output: str | None = None, threads: int | None = None, workers=None,
           allow_training_prompts: bool = False, progress: bool = True, tracking: Tracking | None = None,
           online: bool = True, online_prompts: int = DEFAULT_ONLINE_PROMPTS,
-          online_other_prompts: int = DEFAULT_ONLINE_OTHER_PROMPTS, command: str = "") -> StudyResult:
+          online_other_prompts: int = DEFAULT_ONLINE_OTHER_PROMPTS, online_budgets=ONLINE_BUDGETS,
+          command: str = "") -> StudyResult:
     """Run (or resume) the study of ``target`` and ``drafter`` (specs, as the command line spells them) on
     ``prompts`` (a JSONL file; default: the bundled Spec-Bench questions) in directory ``out``.
 
@@ -154,6 +155,7 @@ def study(target, drafter="eagle3:default", prompts=None, *, out, temperatures=(
         "settings": {"max_new_tokens": max_new_tokens, "bootstrap": bootstrap, "tune_trials": tune_trials,
                      "n_estimators": n_estimators, "chunk": chunk, "seed": seed,
                      "online_prompts": reserved, "online_other_prompts": min(online_other_prompts, reserved),
+                     "online_budgets": list(online_budgets) if reserved else [],
                      "rounds_target": {"sampled": rounds, "greedy": greedy_rounds}},
         "temperatures": {},
         "timing": {},
@@ -184,7 +186,7 @@ def study(target, drafter="eagle3:default", prompts=None, *, out, temperatures=(
                                                      temp, decoding, goal_prompts=reserved if first else
                                                      min(online_other_prompts, reserved),
                                                      other_prompts=min(online_other_prompts, reserved),
-                                                     bootstrap=bootstrap, seed=seed)
+                                                     budgets=online_budgets, bootstrap=bootstrap, seed=seed)
                 results["temperatures"][f"{temp:g}"] = figures
                 results["settings"]["pool_size"] = figures["pool_size"]
                 if tracking is not None:
@@ -237,9 +239,9 @@ def install_champion(path: Path, temp: float) -> Path:
 
 
 def online_stage(run_dir: Path, figures: dict, unseen, temp: float, decoding: dict, *, goal_prompts: int,
-                 other_prompts: int, bootstrap: int, seed: int) -> dict:
+                 other_prompts: int, bootstrap: int, seed: int, budgets=ONLINE_BUDGETS) -> dict:
     """Draft, the champion, root and root-draw selection decoded in the loop on ``unseen`` prompts at each of
-    ``ONLINE_BUDGETS`` (``goal_prompts`` of them at B = 8, ``other_prompts`` at the others), each beside the
+    ``budgets`` (``goal_prompts`` of them at B = 8, ``other_prompts`` at the others), each beside the
     offline prediction for the same score; the tables are kept in ``run_dir/online/B<budget>``."""
     champion = load_reranker(run_dir / "champion")
     name = figures["champion"]["reranker"]
@@ -247,7 +249,7 @@ def online_stage(run_dir: Path, figures: dict, unseen, temp: float, decoding: di
     drafter = load_drafter(decoding["drafter"], target, decoding["eagle3_layers"], decoding["specforge_norm_output"])
     pipelined = ("root_draw",) if drafter.hidden_layers is None else ()
     out = {"reranker": name, "root_draw_pipelined": bool(pipelined), "budgets": {}}
-    for budget in ONLINE_BUDGETS:
+    for budget in budgets:
         n = goal_prompts if budget == ONLINE_BUDGETS[0] else other_prompts
         folder = run_dir / "online" / f"B{budget}"
         if (folder / "online_speed.parquet").is_file():
