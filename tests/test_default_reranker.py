@@ -41,13 +41,15 @@ def test_a_champion_in_the_cache_wins_and_fits_the_temperature(tmp_path, monkeyp
 
 
 def test_without_a_cached_champion_the_shipped_one_or_a_one_line_error(tmp_path, monkeypatch):
+    import specrank.rerankers.defaults as defaults
+
     monkeypatch.setenv("SPECRANK_CACHE", str(tmp_path))
     for law, t in (("sampling", 1.0), ("greedy", 0.0)):
-        if (shipped_reranker_dir(law) / "reranker.json").is_file():
-            assert default_reranker_dir(t) == shipped_reranker_dir(law)
-        else:
-            with pytest.raises(DefaultRerankerError, match=f"no {law} champion"):
-                default_reranker_dir(t)
+        assert default_reranker_dir(t) == shipped_reranker_dir(law)  # a format-2 zip in the package
+    monkeypatch.setattr(defaults, "shipped_reranker_dir", lambda law: tmp_path / "none" / f"{law}.zip")
+    for law, t in (("sampling", 1.0), ("greedy", 0.0)):
+        with pytest.raises(DefaultRerankerError, match=f"no {law} champion"):
+            default_reranker_dir(t)
 
 
 def test_reranked_without_a_reranker_takes_the_default_only_with_the_shipped_head():
