@@ -5,7 +5,7 @@ contexts and each strategy's speed over the first."""
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -161,7 +161,7 @@ def compare_online(target, drafter, prompts=None, *, strategies=("draft",), rera
     result = OnlineComparison(tables, Path(out) if out is not None else None)
     if out is None and tracking is None:
         return result
-    with staged(out) if out is not None else _nothing() as stage:  # the local outputs appear with MLflow's
+    with staged(out) if out is not None else nullcontext() as stage:  # the local outputs appear with MLflow's
         if stage is not None:
             write_online_tables(tables, stage)
         if tracking is not None:
@@ -174,11 +174,6 @@ def _advance(bar, done: int, rows: list[dict]) -> None:
     rounds, tokens = sum(r["rounds"] for r in rows), sum(r["tokens"] for r in rows)
     bar.set_postfix(rounds=rounds, accepted=f"{(tokens - rounds) / max(rounds, 1):.2f}/round", refresh=False)
     bar.update(done - bar.n)
-
-
-@contextmanager
-def _nothing():
-    yield None
 
 
 @contextmanager
