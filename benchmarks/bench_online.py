@@ -196,9 +196,15 @@ def main(argv=None) -> int:
     parser.add_argument("--champion", action="store_true",
                         help="decode against reranker:default (the shipped champion at --temperature, trained with "
                              "eagle3:default) instead of recording and fitting the four rerankers")
-    parser.add_argument("--prompts", type=int, default=14, help="held-out prompts: the first N of the bundled set")
+    parser.add_argument("--prompts", type=int, default=None,
+                        help="held-out prompts: the first N of the bundled set (default 14), or with --study-unseen "
+                             "the first N of the study's unseen prompts (default all 100)")
+    parser.add_argument("--study-unseen", action="store_true",
+                        help="--champion: hold out the prompts the default study never recorded (the last 100 of "
+                             "its seeded order of Spec-Bench, its online phase's), at the study's 64 new tokens "
+                             "unless --max-new-tokens says otherwise")
     parser.add_argument("--train-prompts", type=int, default=14, help="training prompts: the N after the held-out")
-    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default 32 (64 with --study-unseen)")
     parser.add_argument("--train-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); above 0 samples")
     parser.add_argument("--seed", type=int, default=0, help="run seed; generators are seeded per (prompt, seed)")
@@ -213,9 +219,14 @@ def main(argv=None) -> int:
                                                       "bench_online; with --champion bench_online_champion_greedy, "
                                                       "_t1, ...)")
     args = parser.parse_args(argv)
+    if args.study_unseen and not args.champion:
+        parser.error("--study-unseen holds out the study's prompts for --champion (the default mode trains on the "
+                     "bundled set)")
+    args.max_new_tokens = args.max_new_tokens or (64 if args.study_unseen else 32)
     if args.champion:
         return run_champion(args, parser)
     args.name = args.name or "bench_online"
+    args.prompts = args.prompts or 14
 
     import torch
 
@@ -285,17 +296,21 @@ def run_champion(args, parser) -> int:
                                              load_default_reranker)
     from specrank.workflow.champion import check_unseen_prompts
     from specrank.workflow.online import compare_online
+    from specrank.workflow.study import unseen_prompts
 
     if args.drafter != DEFAULT_DRAFTER:
         parser.error(f"--champion: {DEFAULT} was trained with {DEFAULT_DRAFTER}, not {args.drafter} "
                      f"(pass --drafter {DEFAULT_DRAFTER})")
     if args.gbm_size is not None:
         parser.error("--gbm-size sizes the rerankers the default mode fits; --champion fits none")
-    name = args.name or champion_name(args.temperature)
+    name = args.name or champion_name(args.temperature) + ("_study_unseen" if args.study_unseen else "")
     try:
         path = default_reranker_dir(args.temperature)
         champion = load_default_reranker(args.temperature)
-        held_out = read_prompts(default_prompts_path())[: args.prompts]
+        if args.study_unseen:
+            held_out = unseen_prompts(args.target)[: args.prompts]
+        else:
+            held_out = read_prompts(default_prompts_path())[: args.prompts or 14]
         check_unseen_prompts(champion, held_out, source=DEFAULT)
     except (DefaultRerankerError, SeenPromptError) as exc:
         parser.error(str(exc))
@@ -305,6 +320,8 @@ def run_champion(args, parser) -> int:
     drafter = load_drafter(args.drafter, target)
     result = {"target": args.target, "drafter": args.drafter, "threads": args.threads,
               "temperature": args.temperature, "seed": args.seed, "held_out_prompts": len(held_out),
+              "held_out": "the default study's unseen prompts (Spec-Bench)" if args.study_unseen else "bundled",
+              "max_new_tokens": args.max_new_tokens,
               "gpu_round_ms": GPU_ROUND_MS,
               "champion": {"path": shown_path(path), "law": Law(args.temperature).name,
                            "reranker": card.get("reranker"), "rounds": card.get("rounds"),

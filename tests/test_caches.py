@@ -1,7 +1,7 @@
 import numpy as np
 import torch
 
-from specrank.decode.engine.caches import RowCaches, TokenRows, latest_unique, tv_and_agree
+from specrank.decode.engine.caches import RowCaches, TokenRows, latest_unique, prompt_positions, tv_and_agree
 
 V = 10
 
@@ -86,3 +86,29 @@ def test_rows_read_from_the_prepared_block_equal_the_whole_pass_log_softmax_to_r
     c.token_rows.put(np.array([2]), logits, 1, np.array([0]))  # a store after the block was built
     c.prepared = None  # (update and seed drop the block; a bare put is this test's)
     np.testing.assert_allclose(c.read(1, 2, first)["cache_logp"], whole[0][first].numpy(), rtol=0, atol=4e-6)
+
+
+def test_seeding_the_latest_occurrences_keeps_the_prefill_rows_without_a_copy():
+    """A prefill computes the rows of each token's latest occurrence only (``prompt_positions``); the store keeps
+    that tensor as its first block, and later stores overwrite its rows or grow past it as for any block."""
+    prompt = np.array([4, 1, 2, 1, 3, 4])
+    full = _rows(6, 5)
+    kept = prompt_positions(prompt)
+    assert kept.tolist() == [2, 3, 4, 5]  # 2, 1, 3, 4 at their latest occurrences
+    rows = full[kept].clone()
+    adopted, copied = RowCaches(V), RowCaches(V)
+    adopted.seed(prompt, rows, kept)
+    copied.seed(prompt, full)  # every position: the latest occurrences are copied out
+    assert adopted.token_rows.blocks[0].data_ptr() == rows.data_ptr()
+    for token in (1, 2, 3, 4, 0):
+        a, b = adopted.token_rows.get(token), copied.token_rows.get(token)
+        assert a[1] == b[1]
+        assert (a[0] is None) == (b[0] is None) and (a[0] is None or torch.equal(a[0], b[0]))
+    store = adopted.token_rows
+    store.block = 2
+    later = _rows(4, 6)
+    store.put(np.array([1, 7, 8, 9]), later, 3)  # 1 leaves its prompt row; 1, 7, 8, 9 fill two new blocks
+    assert torch.equal(store.get(1)[0], later[0]) and store.get(1)[1] == 3
+    for token, row in ((7, 1), (8, 2), (9, 3)):
+        assert torch.equal(store.get(token)[0], later[row])
+    assert torch.equal(store.get(2)[0], full[2]) and len(store.blocks) == 3

@@ -80,7 +80,7 @@ def test_recorded_rounds_with_fixed_shape_passes_equal_the_eager_ones():
     assert out_fixed == out_eager and len(fixed) == len(eager)
     for a, b in zip(eager, fixed):
         np.testing.assert_array_equal(a["token"], b["token"])
-        np.testing.assert_allclose(b["p_edge"], a["p_edge"], atol=1e-6, equal_nan=True)
+        np.testing.assert_allclose(b["p_edge"], a["p_edge"], rtol=1e-4, atol=1e-6, equal_nan=True)  # sums over padded keys
 
 
 @pytest.mark.parametrize("on", [False, True])

@@ -301,12 +301,26 @@ def fitting_prompts(target: str, prompts, max_new_tokens: int, depth: int = 8) -
     return kept, len(prompts) - len(kept)
 
 
+def study_order(prompts, seed: int) -> list:
+    """``prompts`` in a study's seeded order (any prefix mixes the tasks)."""
+    return [prompts[i] for i in np.random.default_rng(seed).permutation(len(prompts))]
+
+
+def unseen_prompts(target: str = DEFAULT_TARGET, prompts=None, *, online_prompts: int = DEFAULT_ONLINE_PROMPTS,
+                   max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0) -> list:
+    """The prompts a study with these settings never records and decodes in its online phase: the last
+    ``online_reserve`` of its order of the prompts that fit ``target`` (``prompts``: a JSONL file, default
+    Spec-Bench). Only the tokenizer loads."""
+    kept, _ = fitting_prompts(target, read_prompts(prompts or spec_bench_path()), max_new_tokens)
+    reserved = online_reserve(len(kept), online_prompts)
+    return study_order(kept, seed)[len(kept) - reserved:]
+
+
 def write_study_prompts(out: Path, prompts, seed: int) -> Path:
-    """``OUT/prompts.jsonl``: ``prompts`` in a seeded order (any prefix mixes the tasks), in Spec-Bench form; an
+    """``OUT/prompts.jsonl``: ``prompts`` in the study's order (``study_order``), in Spec-Bench form; an
     existing file must hold exactly these lines (the same study), else the study is refused."""
-    order = np.random.default_rng(seed).permutation(len(prompts))
-    lines = [json.dumps({"question_id": prompts[i].prompt_id, "category": prompts[i].task,
-                         "turns": [prompts[i].text]}, ensure_ascii=False) for i in order]
+    lines = [json.dumps({"question_id": p.prompt_id, "category": p.task, "turns": [p.text]}, ensure_ascii=False)
+             for p in study_order(prompts, seed)]
     text = "\n".join(lines) + "\n"
     path = out / "prompts.jsonl"
     if path.is_file():

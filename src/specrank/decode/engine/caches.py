@@ -26,31 +26,51 @@ class TokenRows:
     """Token-keyed row store: one row per token, overwritten by later stores.
 
     Rows live in fixed-size blocks on the rows' device, so growing never copies what is stored
-    (peak memory stays at what the distinct tokens need).
+    (peak memory stays at what the distinct tokens need). The prompt's rows, stored first, are kept as
+    the prefill returned them, one read-only block of their own (an inference tensor: it cannot be written
+    outside inference mode), so seeding copies nothing; a token stored again moves to a slot of its own.
     """
 
     def __init__(self, vocab_size: int, block: int = 256):
         self.vocab_size, self.block = vocab_size, block
         self.slot_of = np.full(vocab_size, -1, dtype=np.int64)  # token -> slot
         self.round_of = np.zeros(0, dtype=np.int64)  # slot -> round stored
-        self.blocks: list[torch.Tensor] = []  # each (block, V)
+        self.blocks: list[torch.Tensor] = []  # the adopted block (first, when there is one), then each (block, V)
+        self.adopted = 0  # rows in the adopted block
         self.count = 0
+
+    def adopt(self, tokens: np.ndarray, rows: torch.Tensor, round_: int) -> None:
+        """Into an empty store: ``rows`` (n, V) under distinct ``tokens`` (n,), kept as they are (not copied)."""
+        if self.count:
+            raise RuntimeError("TokenRows.adopt: the store already holds rows")
+        self.slot_of[tokens] = np.arange(len(tokens))
+        self.round_of = np.full(len(tokens), round_, dtype=np.int64)
+        self.blocks, self.adopted, self.count = [rows], len(tokens), len(tokens)
+
+    def locate(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(block, offset) of each slot."""
+        after = slots - self.adopted
+        first = int(self.adopted > 0)
+        block = np.where(after < 0, 0, first + after // self.block)
+        return block, np.where(after < 0, slots, after % self.block)
 
     def put(self, tokens: np.ndarray, rows: torch.Tensor, round_: int, index: np.ndarray | None = None) -> None:
         """Store ``rows[index]`` (n, V) (every row without ``index``) under distinct ``tokens`` (n,)."""
         index = np.arange(len(tokens)) if index is None else np.asarray(index, dtype=np.int64)
-        new = tokens[self.slot_of[tokens] < 0]
+        new = tokens[self.slot_of[tokens] < self.adopted]  # never stored, or only in the read-only prompt block
         self.slot_of[new] = self.count + np.arange(len(new))
         self.count += len(new)
-        while len(self.blocks) * self.block < self.count:
+        while self.adopted + (len(self.blocks) - int(self.adopted > 0)) * self.block < self.count:
             self.blocks.append(torch.empty(self.block, self.vocab_size, dtype=rows.dtype, device=rows.device))
-        self.round_of = np.concatenate([self.round_of, np.zeros(self.count - len(self.round_of), np.int64)])
+        if len(self.round_of) < self.count:
+            self.round_of = np.concatenate([self.round_of, np.zeros(self.count - len(self.round_of), np.int64)])
         slots = self.slot_of[tokens]
         self.round_of[slots] = round_
-        for b in np.unique(slots // self.block):  # one or two blocks per store
-            on = slots // self.block == b
+        block, offset = self.locate(slots)
+        for b in np.unique(block):  # one or two blocks per store
+            on = block == b
             src = to_device(torch.from_numpy(index[on]), rows.device)
-            self.blocks[b].index_copy_(0, to_device(torch.from_numpy(slots[on] % self.block), rows.device),
+            self.blocks[b].index_copy_(0, to_device(torch.from_numpy(offset[on]), rows.device),
                                        rows.index_select(0, src))
 
     def get(self, token: int):
@@ -58,13 +78,14 @@ class TokenRows:
         slot = self.slot_of[token]
         if slot < 0:
             return None, -1
-        return self.blocks[slot // self.block][slot % self.block], int(self.round_of[slot])
+        block, offset = self.locate(np.array([slot]))
+        return self.blocks[int(block[0])][int(offset[0])], int(self.round_of[slot])
 
 
 def log_probabilities(rows: torch.Tensor, temperature: float) -> torch.Tensor:
     """(n, V) float32 ``rows / T - logsumexp(rows / T)`` (a NaN row stays NaN)."""
     scaled = rows.float() / temperature
-    return scaled - torch.logsumexp(scaled, -1, keepdim=True)
+    return scaled.sub_(torch.logsumexp(scaled, -1, keepdim=True))  # in place: a block is built every round
 
 
 @dataclass
@@ -107,6 +128,12 @@ def latest_unique(tokens: np.ndarray) -> np.ndarray:
     return len(tokens) - 1 - first_in_reversed
 
 
+def prompt_positions(prompt_tokens: np.ndarray) -> np.ndarray:
+    """(k,) increasing positions of the prompt whose rows the caches keep: each distinct token's latest
+    occurrence (a prefill computes logits at these rows only)."""
+    return np.sort(latest_unique(prompt_tokens))
+
+
 def first_unique(tokens: np.ndarray) -> np.ndarray:
     """Indices of the first occurrence of each distinct token."""
     return np.unique(tokens, return_index=True)[1]
@@ -136,10 +163,17 @@ class RowCaches:
         self.prev_tree_count = -1
         self.prepared: ReadBlock | None = None
 
-    def seed(self, prompt_tokens: np.ndarray, rows: torch.Tensor) -> None:
-        """Before round 0: ``rows[i]`` (L, V) is the row after ``prompt_tokens[:i+1]``; keep latest occurrences."""
-        idx = latest_unique(prompt_tokens)
-        self.token_rows.put(prompt_tokens[idx], rows, -1, idx)
+    def seed(self, prompt_tokens: np.ndarray, rows: torch.Tensor, positions: np.ndarray | None = None) -> None:
+        """Before round 0: ``rows[i]`` (k, V) is the row after ``prompt_tokens[:positions[i]+1]`` (``positions``:
+        every position by default); keep each token's latest occurrence. Given exactly the latest occurrences
+        (``prompt_positions``), as a prefill computes them, the rows are kept as they are, not copied."""
+        positions = np.arange(len(prompt_tokens)) if positions is None else np.asarray(positions, dtype=np.int64)
+        tokens = prompt_tokens[positions]
+        latest = latest_unique(tokens)
+        if len(latest) == len(positions) and not self.token_rows.count:
+            self.token_rows.adopt(tokens, rows, -1)
+        else:
+            self.token_rows.put(tokens[latest], rows, -1, latest)
         self.prepared = None
 
     def prepare(self, root_token: int) -> ReadBlock:
@@ -210,7 +244,7 @@ class RowCaches:
             self.same_token = rows[int(tree[hits[0]])].clone() if len(hits) else None
         self.prev_tree_count = len(hits) + int(root_token == continuation)
         self.preceding, self.continuation = rows[last_accepted].clone(), continuation
-        idx = first_unique(tree_tokens)  # highest-ranked prefix wins per token
-        self.token_rows.put(tree_tokens[idx], rows, round_, tree[idx])
-        self.token_rows.put(np.array([root_token]), rows, round_, np.array([root]))
+        idx = first_unique(tree_tokens)  # highest-ranked prefix wins per token, the root's row over them all
+        idx = idx[tree_tokens[idx] != root_token]
+        self.token_rows.put(np.append(tree_tokens[idx], root_token), rows, round_, np.append(tree[idx], root))
         self.prepare(continuation)  # the next round's root

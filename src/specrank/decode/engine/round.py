@@ -25,7 +25,7 @@ import torch
 
 from specrank.decode.config import DecodeConfig, prompt_seed
 from specrank.decode.core import DraftPool, causal_mask, to_device
-from specrank.decode.engine.caches import RowCaches
+from specrank.decode.engine.caches import RowCaches, prompt_positions
 from specrank.decode.engine.timer import Timer
 from specrank.decode.engine.tree import ScoredSet, TreeError, attention_mask, scored_set
 from specrank.decode.strategies.base import (
@@ -95,14 +95,15 @@ def start_prompt(target, drafter, prompt_ids, config: DecodeConfig, prompt_id: s
     committed = ids[:-1]
     n = len(committed)
     cache = target.new_cache()
+    kept = prompt_positions(committed.numpy()) if with_rows else ()  # the rows the caches keep, computed alone
     with timer.span("prefill"):
         logits, hidden = target.forward(committed, torch.arange(n), causal_mask(n, 0), cache, drafter.hidden_layers,
-                                        all_logits=with_rows)
+                                        logit_rows=kept)
     caches = None
     if with_rows:  # the prompt's rows are prompt work, like its pass: not a round's bookkeeping
         with timer.span("prefill"):
             caches = RowCaches(target.vocab_size, config.row_temperature)
-            caches.seed(committed.numpy(), logits)
+            caches.seed(committed.numpy(), logits, kept)
             caches.prepare(int(ids[-1]))  # the first round's read block, as each round prepares the next's
     with timer.span("draft"):
         drafter.start(committed, hidden)

@@ -294,7 +294,7 @@ class Target:
         return StaticKVCache(self.store)
 
     @torch.inference_mode()
-    def forward(self, input_ids, position_ids, mask, cache, hidden_layers=None, all_logits: bool = True,
+    def forward(self, input_ids, position_ids, mask, cache, hidden_layers=None, logit_rows=None,
                 final_normed: bool = False):
         """Score ``n`` new tokens after the cached ones; write their KV into ``cache`` (a ``new_cache()``).
 
@@ -305,8 +305,9 @@ class Target:
         for ``i < num_layers``), and ``i = num_layers`` the last layer's output *before* the final norm,
         which is what vLLM (``models/llama.py``, PR #36063) and SGLang capture for the id at the end of the
         stack (HF's ``hidden_states[num_layers]`` is after the norm). ``final_normed`` appends the
-        final normed state (n, H) after them. With ``all_logits=False`` (a prefill whose rows nobody
-        reads) the lm head runs on the last position only and the logits returned are None.
+        final normed state (n, H) after them. ``logit_rows`` (k,) (increasing row indices) runs the lm head on those
+        rows only and returns their logits (k, V): a prefill computes the rows the row caches keep, or none
+        (``()``, logits None).
         With ``graphs`` on, a pass of at most ``graphs.MAX_CAPTURED_ROWS`` rows runs as a CUDA graph captured
         for its shape (``decode.graphs``).
         """
@@ -322,7 +323,8 @@ class Target:
         dev = self.device
         ids = to_device(torch.as_tensor(input_ids, dtype=torch.long), dev)
         positions = to_device(torch.as_tensor(position_ids, dtype=torch.long), dev)
-        options = (layers, all_logits, final_normed)
+        rows = None if logit_rows is None else tuple(int(i) for i in logit_rows)  # hashable: part of a graph's key
+        options = (layers, rows, final_normed)
         fn = functools.partial(self._pass, options=options)
         return cached_pass(cache, n, dev, fn, (ids, positions), mask, self.dtype,
                            self.passes if self.graphs else None, options)
@@ -330,7 +332,7 @@ class Target:
     def _pass(self, cache, ids, positions, mask, write, options):
         """The model over (n,) new tokens at ``write`` under the additive ``mask`` (n, keys) -> (logits, hidden);
         nothing here waits for the device, so it can be captured."""
-        layers, all_logits, final_normed = options
+        layers, rows, final_normed = options
         cache.write = write
         pre_norm = []
 
@@ -348,12 +350,12 @@ class Target:
                 **{cache_keyword(): cache},
                 use_cache=True,
                 output_hidden_states=bool(layers) or final_normed,
-                logits_to_keep=0 if all_logits else 1,
+                logits_to_keep=keep_rows(rows, ids.device),
             )
         finally:
             if hook is not None:
                 hook.remove()
-        logits = out.logits[0].float() if all_logits else None  # (n, V)
+        logits = None if rows == () else out.logits[0].float()  # (n, V), or (k, V) of ``logit_rows``
         states = [pre_norm[0] if i == self.num_layers else out.hidden_states[i] for i in layers]
         states += [out.hidden_states[-1]] if final_normed else []
         hidden = torch.cat([s[0] for s in states], -1).float() if states else None
@@ -372,6 +374,13 @@ class Target:
     def commit(cache, past_len: int, keep) -> None:
         """Keep the first ``past_len`` cached positions plus ``keep`` (indices into the last forward's new ones)."""
         cache.gather(past_len, keep)
+
+
+def keep_rows(rows: tuple | None, device):
+    """Hugging Face's ``logits_to_keep`` for ``rows``: 0 (every row), 1 (the last only, for none) or the rows."""
+    if rows is None:
+        return 0
+    return torch.tensor(rows, dtype=torch.long, device=device) if rows else 1
 
 
 @functools.cache
