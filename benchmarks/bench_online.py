@@ -18,12 +18,16 @@ CPU target whose forwards evict them.
     python benchmarks/bench_online.py                       # SmolLM2-135M, early-exit:8, 14 held-out prompts
     python benchmarks/bench_online.py --prompts 3 --train-prompts 4 --max-new-tokens 16   # quick look
     python benchmarks/bench_online.py --champion --drafter eagle3:default --temperature 1  # the shipped champion
+    python benchmarks/bench_online.py --champion --drafter eagle3:default --temperature 1 --budgets 8 \
+        --study-unseen --first-factor-alone   # the online goal: the study's 100 unseen prompts, Rows beside it
 
 ``--champion`` records and fits nothing: it decodes the held-out prompts with draft selection and with
 ``reranker:default`` at ``--temperature`` (the champion of that law, trained with ``eagle3:default``, the only
-drafter it accepts; refused on any prompt its model card says it learned from), through the package's online
-comparison, and writes the same per-budget figures (less the back-to-back and inference-only timings) with the
-champion's file, reranker and training rounds, as ``bench_online_champion_greedy`` or ``_t1`` (``_tT``).
+drafter it accepts; refused on any prompt its model card says it learned from) through the speed protocol, and
+writes the same per-budget figures (less the back-to-back and inference-only timings) with the champion's file,
+reranker and training rounds, as ``bench_online_champion_greedy`` or ``_t1`` (``_tT``; ``_study_unseen`` after it
+with ``--study-unseen``, the prompts the default study kept unseen for its online phase). ``--first-factor-alone``
+adds a stacked champion's first factor alone (Rows, fitted on the same rounds) as ``reranked-first-factor``.
 ``--temperature`` above 0 samples, each prompt's generator seeded by (``--seed``, prompt id) as ``specrank
 online`` seeds it; without ``--champion`` the rerankers are then fitted on rounds sampled at that temperature.
 
@@ -49,6 +53,7 @@ from pathlib import Path
 
 GPU_ROUND_MS = 14.5  # EAGLE-3, Llama-3.1-8B, SGLang, one H100: 373 tokens/s at ~5.4 tokens a round
 RERANKERS = ("rows", "base", "isotonic", "per-depth")
+FIRST_FACTOR = "reranked-first-factor"  # --champion --first-factor-alone: a stacked champion without its deeper maps
 SPANS = ("seconds", "prefill_s", "draft_s", "root_pass_s", "tree_pass_s", "rerank_s", "bookkeeping_s")
 
 
@@ -204,6 +209,9 @@ def main(argv=None) -> int:
                              "its seeded order of Spec-Bench, its online phase's), at the study's 64 new tokens "
                              "unless --max-new-tokens says otherwise")
     parser.add_argument("--train-prompts", type=int, default=14, help="training prompts: the N after the held-out")
+    parser.add_argument("--first-factor-alone", action="store_true",
+                        help="--champion: also decode with a stacked champion's first factor alone (e.g. Rows, "
+                             "fitted on the same rounds), as strategy reranked-first-factor")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default 32 (64 with --study-unseen)")
     parser.add_argument("--train-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); above 0 samples")
@@ -282,8 +290,8 @@ def main(argv=None) -> int:
 
 
 def run_champion(args, parser) -> int:
-    """Draft selection against ``reranker:default`` on the held-out prompts at each budget, through the package's
-    online comparison; every refusal (another drafter, no champion, a prompt it learned from) in one line before
+    """Draft selection against ``reranker:default`` on the held-out prompts at each budget, through the speed
+    protocol; every refusal (another drafter, no champion, a prompt it learned from) in one line before
     a model loads."""
     import torch
 
@@ -295,7 +303,11 @@ def run_champion(args, parser) -> int:
     from specrank.rerankers.defaults import (DEFAULT, DEFAULT_DRAFTER, DefaultRerankerError, default_reranker_dir,
                                              load_default_reranker)
     from specrank.workflow.champion import check_unseen_prompts
-    from specrank.workflow.online import compare_online
+    from specrank.decode import DecodeConfig, make_strategy
+    from specrank.decode.prompts import encode_prompt
+    from specrank.decode.runs import run_protocol
+    from specrank.evaluation.online import online_tables
+    from specrank.workflow.online import OnlineComparison
     from specrank.workflow.study import unseen_prompts
 
     if args.drafter != DEFAULT_DRAFTER:
@@ -327,17 +339,26 @@ def run_champion(args, parser) -> int:
                            "reranker": card.get("reranker"), "rounds": card.get("rounds"),
                            "inference": compiled(champion).inference},
               "budgets": {}}
+    encoded = [(p.prompt_id, p.task, encode_prompt(target.tokenizer, p.text)) for p in held_out]
+    first = getattr(champion, "first_factor_", None) if args.first_factor_alone else None
+    if args.first_factor_alone and first is None:
+        parser.error(f"--first-factor-alone: {DEFAULT} ({card.get('reranker')}) is not a stacked reranker")
     for budget in [int(b) for b in args.budgets.split(",")]:
-        comparison = compare_online(target, drafter, held_out, strategies=("draft", "reranked"), reranker=champion,
-                                    reranker_source=DEFAULT, temperature=args.temperature, budget=budget,
-                                    max_new_tokens=args.max_new_tokens, seed=args.seed, warmup=1,
-                                    bootstrap=args.bootstrap, progress=False)
+        config = DecodeConfig(budget=budget, extra=0, temperature=args.temperature,
+                              max_new_tokens=args.max_new_tokens, seed=args.seed)
+        strategies = {"draft": make_strategy("draft"), "reranked": make_strategy("reranked", champion, DEFAULT)}
+        if first is not None:  # the champion's own first factor, fitted on the same rounds, without the deeper maps
+            strategies[FIRST_FACTOR] = make_strategy("reranked", first, f"{DEFAULT} first factor")
+            strategies[FIRST_FACTOR].name = FIRST_FACTOR  # the rounds table tells the two apart by name
+        rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, warmup=1)
+        comparison = OnlineComparison(online_tables(rounds, decodes, "draft", args.bootstrap))
         strategies = {}
         for d in comparison.tables["online_strategies"]["strategy"]:
             strategies[d] = strategy_figures(comparison, d)
             if d != "draft":
                 strategies[d] |= gain_figures(comparison, d, strategies[d]["ms_per_round"], args.bootstrap)
-                say_rerank(budget, f"{d} ({card.get('reranker', DEFAULT)})", strategies[d]["ms_per_round"],
+                rule = card.get("reranker", DEFAULT) if d == "reranked" else "its first factor alone"
+                say_rerank(budget, f"{d} ({rule})", strategies[d]["ms_per_round"],
                            f" ({result['champion']['inference']})")
         result["budgets"][budget] = {"strategies": strategies}
         write_results(name, result | {"complete": False})  # a budget's figures survive a stopped run
