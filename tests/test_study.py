@@ -321,17 +321,16 @@ def test_the_shipped_champion_is_reranker_default_on_an_empty_cache(tmp_path, mo
 
 @pytest.mark.parametrize("law", ["sampling", "greedy"])
 def test_the_shipped_champion_never_learned_from_an_evaluation_prompt(law):
-    import numpy as np
-
     from specrank.rerankers import load_reranker
     from specrank.rerankers.defaults import shipped_reranker_dir
     from specrank.workflow.champion import check_unseen_prompts, training_prompts
+    from specrank.workflow.study import study_order, unseen_prompts
 
     champion = load_reranker(shipped_reranker_dir(law))
     learned = training_prompts(champion)
-    spec_bench = read_prompts(spec_bench_path())
-    order = [spec_bench[i] for i in np.random.default_rng(0).permutation(len(spec_bench))]  # the default study's
-    online = order[-100:]  # the prompts the default study kept unseen for its online phase
+    order = study_order(read_prompts(spec_bench_path()), 0)  # the default study's (every prompt fits SmolLM2)
+    online = unseen_prompts()  # the prompts the default study kept unseen for its online phase
+    assert [p.prompt_id for p in online] == [p.prompt_id for p in order[-100:]]
     assert check_unseen_prompts(champion, read_prompts(default_prompts_path())) == 0  # the demo's and benchmarks'
     assert check_unseen_prompts(champion, online) == 0
     assert learned == {prompt_digest(p.text) for p in order[: len(learned)]}  # the control: it sees its own
