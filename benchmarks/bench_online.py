@@ -295,18 +295,16 @@ def run_champion(args, parser) -> int:
     a model loads."""
     import torch
 
-    from specrank.decode import load_drafter, load_target
+    from specrank.decode import DecodeConfig, load_drafter, load_target, make_strategy
     from specrank.decode.loading.drafters import SeenPromptError
-    from specrank.decode.prompts import default_prompts_path, read_prompts
+    from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
+    from specrank.decode.runs import run_protocol
+    from specrank.evaluation.online import online_tables
     from specrank.law import Law
     from specrank.rerankers import compiled
     from specrank.rerankers.defaults import (DEFAULT, DEFAULT_DRAFTER, DefaultRerankerError, default_reranker_dir,
                                              load_default_reranker)
     from specrank.workflow.champion import check_unseen_prompts
-    from specrank.decode import DecodeConfig, make_strategy
-    from specrank.decode.prompts import encode_prompt
-    from specrank.decode.runs import run_protocol
-    from specrank.evaluation.online import online_tables
     from specrank.workflow.online import OnlineComparison
     from specrank.workflow.study import unseen_prompts
 
@@ -327,6 +325,9 @@ def run_champion(args, parser) -> int:
     except (DefaultRerankerError, SeenPromptError) as exc:
         parser.error(str(exc))
     card = getattr(champion, "card_", None) or {}
+    first = getattr(champion, "first_factor_", None) if args.first_factor_alone else None
+    if args.first_factor_alone and first is None:
+        parser.error(f"--first-factor-alone: {DEFAULT} ({card.get('reranker')}) is not a stacked reranker")
     torch.set_num_threads(args.threads)
     target = load_target(args.target, "cpu", "float32")
     drafter = load_drafter(args.drafter, target)
@@ -340,9 +341,6 @@ def run_champion(args, parser) -> int:
                            "inference": compiled(champion).inference},
               "budgets": {}}
     encoded = [(p.prompt_id, p.task, encode_prompt(target.tokenizer, p.text)) for p in held_out]
-    first = getattr(champion, "first_factor_", None) if args.first_factor_alone else None
-    if args.first_factor_alone and first is None:
-        parser.error(f"--first-factor-alone: {DEFAULT} ({card.get('reranker')}) is not a stacked reranker")
     for budget in [int(b) for b in args.budgets.split(",")]:
         config = DecodeConfig(budget=budget, extra=0, temperature=args.temperature,
                               max_new_tokens=args.max_new_tokens, seed=args.seed)
