@@ -177,3 +177,52 @@ def test_the_host_read_count_sees_a_round_that_waits_more(monkeypatch):
     reads = HostReads(monkeypatch)
     greedy_draft_rounds(pair)
     assert reads.counts["item"] == reads.rounds
+
+
+def test_a_pass_whose_capture_fails_runs_eagerly_with_one_line_on_stderr(monkeypatch, capsys):
+    """A capture that raises leaves that shape eager from then on: the decode's output is unchanged, one line
+    a failed shape names it and the error, and the failed shape is never tried again."""
+    import specrank.decode.graphs as graphs
+
+    attempts = []
+
+    def failing_capture(fn, context, inputs, pool):
+        attempts.append(inputs[0].shape[0])
+        raise RuntimeError("operation not permitted when stream is capturing\nsecond line")
+
+    monkeypatch.setattr(graphs, "can_capture", lambda tensor: True)  # the CPU takes the GPU's capture path
+    monkeypatch.setattr(graphs, "capture_graph", failing_capture)
+    target, drafter = with_graphs(tiny_pair(scale=0.05, seed=4), True)
+    config = DecodeConfig(SHAPE, budget=8, extra=0, max_new_tokens=24)
+    for prompt in PROMPTS[:2]:
+        out, _ = decode_prompt_online(target, drafter, prompt, config, make_strategy("draft"))
+        assert out == greedy_reference(target, prompt, 24)
+    lines = capsys.readouterr().err.strip().splitlines()
+    shapes = len(target.passes.failed) + len(drafter.passes.failed)
+    assert shapes >= 2 and len(attempts) == shapes == len(lines)  # one try and one line per shape, not per pass
+    assert all(line.startswith("specrank: CUDA graph capture failed for pass rows=") and "running it eagerly" in line
+               and line.endswith("(RuntimeError: operation not permitted when stream is capturing)") for line in lines)
+
+
+def test_a_capture_that_succeeds_prints_nothing(monkeypatch, capsys):
+    """Negative control for the line above: the same decode through a capture path that works is silent."""
+    import specrank.decode.graphs as graphs
+
+    def eager_capture(fn, context, inputs, pool):
+        class Graph:
+            def pool(self):
+                return None
+
+            def replay(self):
+                entry_outputs[:] = fn(context, *inputs)
+
+        entry_outputs = list(fn(context, *inputs))
+        return entry_outputs, Graph()
+
+    monkeypatch.setattr(graphs, "can_capture", lambda tensor: True)
+    monkeypatch.setattr(graphs, "capture_graph", eager_capture)
+    target, drafter = with_graphs(tiny_pair(scale=0.05, seed=4), True)
+    out, _ = decode_prompt_online(target, drafter, PROMPT, DecodeConfig(SHAPE, budget=8, max_new_tokens=24),
+                                  make_strategy("draft"))
+    assert out == greedy_reference(target, PROMPT, 24)
+    assert capsys.readouterr().err == "" and not target.passes.failed and target.passes.captures >= 1

@@ -1,4 +1,4 @@
-"""Tiny random models for tests: Llama targets, standalone drafters and EAGLE-3 heads.
+"""Tiny random models for tests: targets of every common family, standalone drafters and EAGLE-3 heads.
 
 Everything is built in-process from a config (no hub), saved in the formats users
 load (Hugging Face directories, EAGLE-3 checkpoints), with a word-level tokenizer
@@ -53,10 +53,34 @@ def tiny_tokenizer(vocab_size: int = 128):
     )
 
 
-def tiny_llama_config(vocab_size: int = 128, hidden_size: int = 32, num_layers: int = 4, **overrides):
-    """A small ``LlamaConfig`` (4 heads, 2 KV heads, sdpa attention)."""
-    from transformers import LlamaConfig
+# The target families users pair with EAGLE-3 heads, each as a tiny random model whose sliding-window layers (where
+# the family has them) see ``WINDOW`` positions, so that a test's context crosses the window.
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3")
+WINDOW = 6
 
+
+def tiny_config(architecture: str = "llama", vocab_size: int = 128, hidden_size: int = 32, num_layers: int = 4,
+                window: int = WINDOW, **overrides):
+    """A small config of ``architecture`` (one of ``ARCHITECTURES``): 4 heads of 8, 2 KV heads, peaked rows
+    (``initializer_range`` 0.5, so argmaxes are not near-ties), sliding windows of ``window`` positions on the
+    layers the family slides (Qwen2 and Qwen3 on their upper half, Gemma 2 on alternate layers, Gemma 3 on all but
+    its third, Mistral and Phi-3 on all). Attention is sdpa, or eager where the family needs it (Gemma 2's
+    softcapping)."""
+    import transformers
+
+    sliding = {
+        "llama": ("LlamaConfig", {}),
+        "qwen2": ("Qwen2Config", dict(use_sliding_window=True, sliding_window=window, max_window_layers=num_layers // 2)),
+        "qwen3": ("Qwen3Config", dict(use_sliding_window=True, sliding_window=window, max_window_layers=num_layers // 2)),
+        "mistral": ("MistralConfig", dict(sliding_window=window)),
+        "gemma2": ("Gemma2Config", dict(sliding_window=window, query_pre_attn_scalar=8)),
+        "gemma3": ("Gemma3TextConfig", dict(sliding_window=window, query_pre_attn_scalar=8, layer_types=[
+            "full_attention" if i % 3 == 2 else "sliding_attention" for i in range(num_layers)])),
+        "phi3": ("Phi3Config", dict(sliding_window=window)),
+    }
+    if architecture not in sliding:
+        raise ValueError(f"architecture must be one of {', '.join(ARCHITECTURES)}, got {architecture!r}")
+    class_name, family = sliding[architecture]
     params = dict(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
@@ -64,25 +88,37 @@ def tiny_llama_config(vocab_size: int = 128, hidden_size: int = 32, num_layers: 
         num_hidden_layers=num_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
+        head_dim=hidden_size // 4,
         max_position_embeddings=512,
-        initializer_range=0.5,  # peaked rows, so argmaxes are not near-ties
+        initializer_range=0.5,
         tie_word_embeddings=False,
         bos_token_id=2,
         eos_token_id=3,
         pad_token_id=1,
+        **family,
     )
     params.update(overrides)
-    config = LlamaConfig(**params)
-    config._attn_implementation = "sdpa"
+    config = getattr(transformers, class_name)(**params)
+    config._attn_implementation = "eager" if architecture == "gemma2" else "sdpa"
     return config
+
+
+def tiny_llama_config(vocab_size: int = 128, hidden_size: int = 32, num_layers: int = 4, **overrides):
+    """A small ``LlamaConfig`` (``tiny_config("llama", ...)``)."""
+    return tiny_config("llama", vocab_size, hidden_size, num_layers, **overrides)
+
+
+def tiny_causal_lm(architecture: str = "llama", seed: int = 0, **config):
+    """A randomly initialised causal LM of ``architecture`` (``tiny_config``) in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(tiny_config(architecture, **config)).eval()
 
 
 def tiny_llama(seed: int = 0, **config):
     """A randomly initialised ``LlamaForCausalLM`` in eval mode."""
-    from transformers import LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(tiny_llama_config(**config)).eval()
+    return tiny_causal_lm("llama", seed, **config)
 
 
 def save_tiny_llama(path, seed: int = 0, vocab_size: int = 128, tokenizer_vocab: int | None = None, **config) -> Path:

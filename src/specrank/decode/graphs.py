@@ -18,16 +18,22 @@ rows across passes. Graphs of one model share one memory pool: they never run at
 
 On the CPU there is nothing to capture: with ``capture=False`` the same fixed-shape pass runs eagerly on
 the buffers (what the tests exercise: static inputs, full-capacity masks, cache positions as inputs).
+
+A capture that raises (an operation a graph cannot hold, a library that syncs inside the pass) must not end
+a user's decode: that pass runs eagerly on its buffers from then on, exactly as on the CPU, and one line on
+stderr names its shape and the error. The pass's output is the eager one either way.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from specrank.decode.core import additive_mask, to_device
+from specrank.errors import first_line
 
 MAX_CAPTURED_ROWS = 1024  # larger passes (a prompt's prefill) run eagerly: one each, and their shapes vary
 
@@ -46,6 +52,7 @@ class CapturedPasses:
         self.passes: dict = {}
         self.pool = None  # the memory pool the graphs share
         self.captures = 0  # passes captured (a test reads it: a decode captures each shape once)
+        self.failed: set = set()  # keys whose capture raised: run eagerly on their buffers, never captured again
         self.store, self.generation = None, -1  # the KV store, and its generation, whose buffers the passes hold
 
     def clear(self) -> None:
@@ -56,7 +63,7 @@ class CapturedPasses:
         """``fn(context, *tensors)`` through the pass captured under ``key`` (captured on first use)."""
         entry = self.passes.get(key)
         if entry is None:
-            entry = self.passes[key] = self._capture(fn, context, tensors)
+            entry = self.passes[key] = self._capture(fn, context, tensors, key)
         else:
             for buffer, t in zip(entry.inputs, tensors):
                 buffer.copy_(t)
@@ -66,22 +73,46 @@ class CapturedPasses:
                 entry.graph.replay()
         return tuple(None if t is None else t.clone() for t in entry.outputs)
 
-    def _capture(self, fn, context, tensors) -> CapturedPass:
+    def _capture(self, fn, context, tensors, key=None) -> CapturedPass:
         inputs = tuple(t.clone() for t in tensors)
         self.captures += 1
-        if not inputs[0].is_cuda:
+        if key in self.failed or not can_capture(inputs[0]):
             return CapturedPass(inputs, fn(context, *inputs), None)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up off the capture: libraries set up their handles and workspaces
-            fn(context, *inputs)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            outputs = fn(context, *inputs)
+        try:
+            outputs, graph = capture_graph(fn, context, inputs, self.pool)
+        except Exception as exc:  # noqa: BLE001 - whatever broke the capture, the eager pass is still right
+            self.failed.add(key)
+            print(f"specrank: CUDA graph capture failed for pass {describe(key, inputs)}; running it eagerly from "
+                  f"now on ({type(exc).__name__}: {first_line(exc)})", file=sys.stderr)
+            return CapturedPass(inputs, fn(context, *inputs), None)
         self.pool = graph.pool()
-        graph.replay()
         return CapturedPass(inputs, outputs, graph)
+
+
+def can_capture(tensor: torch.Tensor) -> bool:
+    """Whether a pass on ``tensor``'s device can be captured as a CUDA graph."""
+    return tensor.is_cuda
+
+
+def capture_graph(fn, context, inputs: tuple, pool) -> tuple:
+    """Capture ``fn(context, *inputs)`` as a CUDA graph in ``pool``; -> (outputs, graph), the graph replayed once
+    so that the outputs hold this call's result."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture: libraries set up their handles and workspaces
+        fn(context, *inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        outputs = fn(context, *inputs)
+    graph.replay()
+    return outputs, graph
+
+
+def describe(key, inputs: tuple) -> str:
+    """A pass's shape in one phrase: its rows, the keys it reads and its options (the capture key)."""
+    rows = inputs[0].shape[0] if inputs and inputs[0].dim() else "?"
+    return f"rows={rows} key={key!r}"
 
 
 def padded_mask(mask: torch.Tensor, width: int) -> torch.Tensor:

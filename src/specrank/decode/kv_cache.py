@@ -39,6 +39,8 @@ class KVStore:
         self.keys: dict[int, torch.Tensor] = {}  # layer -> (1, kv_heads, capacity, head_dim)
         self.values: dict[int, torch.Tensor] = {}
         self.generation = 0  # bumped when the buffers move (captured passes hold the old addresses)
+        # (capacity,) the position of each slot, kept only for sliding-window attention (``decode.attention``)
+        self.positions: torch.Tensor | None = None
         self.holder = 0  # the handle allowed to use the store
 
     def layer(self, index: int, like_keys: torch.Tensor, like_values: torch.Tensor):
@@ -65,6 +67,10 @@ class KVStore:
                 new = old.new_zeros(shape)
                 new[..., :length, :] = old[..., :length, :]
                 buffers[index] = new
+        if self.positions is not None:
+            positions = self.positions.new_zeros(capacity)
+            positions[:length] = self.positions[:length]
+            self.positions = positions
         self.capacity = capacity
         self.generation += 1
 
@@ -105,6 +111,15 @@ class StaticKVCache:
         values.index_copy_(2, self.write, value_states)
         return keys[:, :, : self.visible], values[:, :, : self.visible]
 
+    def place(self, positions: torch.Tensor) -> torch.Tensor:
+        """Note the positions (n,) of the running forward's new tokens at ``write``; return every slot's position
+        (capacity,). A tree's slots are not its positions (siblings share one), so a window is cut by these."""
+        store = self.store
+        if store.positions is None:
+            store.positions = torch.zeros(store.capacity, dtype=torch.long, device=positions.device)
+        store.positions.index_copy_(0, self.write, positions)
+        return store.positions
+
     def crop(self, length: int) -> None:
         """Keep the first ``length`` positions (nothing moves: later ones are overwritten or masked)."""
         self.check()
@@ -132,4 +147,8 @@ class StaticKVCache:
                     if index is None or index.device != full.device:
                         index = to_device(past_len + keep[start:], full.device)
                     full[..., past_len + start : past_len + k, :] = full.index_select(-2, index)
+            slots = self.store.positions
+            if slots is not None:
+                slots[past_len + start : past_len + k] = slots.index_select(0, to_device(past_len + keep[start:],
+                                                                                         slots.device))
         self.length = past_len + k

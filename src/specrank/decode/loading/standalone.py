@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from specrank.decode.attention import attention_layout
 from specrank.decode.core import Drafter, RootStep, causal_mask, draft_log_probs, to_device
 from specrank.decode.graphs import CapturedPasses, cached_pass
 from specrank.decode.kv_cache import KVStore, StaticKVCache
@@ -38,6 +39,7 @@ class CausalLMDrafter(Drafter):
 
     def __init__(self, model, vocab_size: int, spec: str = ""):
         self.model, self.vocab_size, self.spec = model, int(vocab_size), spec
+        self.layout = attention_layout(model)
         self.store, self.passes = KVStore(), CapturedPasses()
         self.cache, self.committed = None, 0
         self.pending = torch.zeros(0, dtype=torch.long)
@@ -69,7 +71,7 @@ class CausalLMDrafter(Drafter):
         out = self.model(
             input_ids=ids[None],
             position_ids=positions[None],
-            attention_mask=mask[None, None],
+            attention_mask=self.layout.masks(mask[None, None], cache, positions),
             **{cache_keyword(): cache},
             use_cache=True,
             logits_to_keep=1 if last_only else 0,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from specrank.decode.attention import attention_layout
 from specrank.decode.core import ModelLoadError, parse_device, to_device
 from specrank.decode.graphs import CapturedPasses, cached_pass
 from specrank.decode.kv_cache import KVStore, StaticKVCache
@@ -199,14 +200,29 @@ def target_tokenizer(spec):
         raise ModelLoadError(f"{path}: cannot load the tokenizer: {first_line(exc)}") from None
 
 
+def attention_implementation(path: Path) -> str:
+    """``sdpa`` where the model class supports it, else ``eager`` (Gemma 2: sdpa has no attention-logit
+    softcapping, so transformers refuses it). Both read the decoder's additive masks."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    try:
+        model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(path))]
+    except (KeyError, OSError, ValueError):  # an unknown architecture: from_pretrained says why in its own words
+        return "sdpa"
+    return "sdpa" if getattr(model_class, "_supports_sdpa", True) else "eager"
+
+
 def load_causal_lm(path: Path, device, dtype):
-    """A Hugging Face causal LM and its tokenizer from a local directory, in eval mode, sdpa attention."""
+    """A Hugging Face causal LM and its tokenizer from a local directory, in eval mode, sdpa attention where the
+    model supports it (``attention_implementation``)."""
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_bin_weights(path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype,
+                                                     attn_implementation=attention_implementation(path))
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError, SafetensorError) as exc:  # damaged weights, tokenizer or config files
         raise ModelLoadError(f"{path}: cannot load the model: {first_line(exc)}") from None
@@ -251,6 +267,7 @@ class Target:
         self.path, self.name = path, name or (str(path) if path else type(model).__name__)
         self.revision = revision_of(path) if path else None  # the hub commit a snapshot resolved to
         config = model.config
+        self.layout = attention_layout(model)  # the mask each layer reads; an unsupported pattern is refused here
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.num_layers = int(config.num_hidden_layers)
         self.hidden_size = int(config.hidden_size)
@@ -346,7 +363,7 @@ class Target:
             out = self.model(
                 input_ids=ids[None],
                 position_ids=positions[None],
-                attention_mask=mask[None, None],
+                attention_mask=self.layout.masks(mask[None, None], cache, positions),
                 **{cache_keyword(): cache},
                 use_cache=True,
                 output_hidden_states=bool(layers) or final_normed,
