@@ -3,6 +3,8 @@ target pass, the time split (drafting / verification pass / recording / bookkeep
 
     python benchmarks/bench_decode.py                      # SmolLM2-135M, early-exit drafter, 8 prompts
     python benchmarks/bench_decode.py --prompts 48 --max-new-tokens 256   # the memory check
+    python benchmarks/bench_decode.py --target gemma3-270m --drafter early-exit:6 --temperature 1 \
+        --name bench_decode_gemma3-270m                    # a 262k vocabulary: memory, disk and time a round
 
 ``recording`` is the round records (full-vocabulary rows of every scored prefix, every pool edge's
 probability, retained-row diagnostics); ``bookkeeping`` is the decoder's own host work besides (pool
@@ -18,6 +20,8 @@ import resource
 import sys
 import tempfile
 import time
+from pathlib import Path
+
 from record import write_results  # benchmarks/record.py, beside this script
 
 
@@ -29,7 +33,9 @@ def main(argv=None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--budget", type=int, default=59, help="B, the verified tree size")
     parser.add_argument("--max-bookkeeping-ms", type=float, default=5.0)
+    parser.add_argument("--name", default="bench_decode", help="the results file's name")
     args = parser.parse_args(argv)
 
     import torch
@@ -41,14 +47,17 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     target = load_target(args.target, "cpu", "float32")
     drafter = load_drafter(args.drafter, target)
-    config = DecodeConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    config = DecodeConfig(budget=args.budget, temperature=args.temperature, max_new_tokens=args.max_new_tokens)
     prompts = read_prompts(default_prompts_path(), limit=args.prompts)
     with tempfile.TemporaryDirectory() as out:
         manifest = build_manifest(target, drafter, config, default_prompts_path(), 1)
         wall = time.perf_counter()
         timer = record_run(target, drafter, prompts, out, config, manifest, shard_size=1)
         wall = time.perf_counter() - wall
+        disk = sum(f.stat().st_size for f in Path(out).rglob("*.parquet"))
     result = {
+        "target": args.target, "drafter": args.drafter, "vocab_size": target.vocab_size, "budget": args.budget,
+        "extra": config.extra, "temperature": args.temperature,
         "prompts": len(prompts),
         "rounds": timer.rounds,
         "tokens": timer.tokens,
@@ -64,9 +73,11 @@ def main(argv=None) -> int:
         "bookkeeping_fraction": timer.bookkeeping / timer.total,
         "goal_bookkeeping_ms_per_round": args.max_bookkeeping_ms,
         "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "disk_bytes_per_round": disk / timer.rounds,
+        "ms_per_round_total": 1000 * timer.total / timer.rounds,
     }
     print(json.dumps(result, indent=2))
-    write_results("bench_decode", result)
+    write_results(args.name, result)
     return int(result["ms_per_round"]["bookkeeping"] > args.max_bookkeeping_ms)
 
 

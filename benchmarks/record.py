@@ -40,9 +40,20 @@ def commit() -> str:
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
+def cpu_model() -> str:
+    """The CPU's model as ``lscpu`` names it (this machine's kind varies: an AVX2 EPYC or an AVX-512/AMX Xeon, and
+    timings differ between them), ``unknown`` where lscpu is missing."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name:")),
+                "unknown")
+
+
 def machine() -> dict:
-    info = {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count(),
-            "python": platform.python_version()}
+    info = {"platform": platform.platform(), "processor": platform.machine(), "cpu_model": cpu_model(),
+            "cpus": os.cpu_count(), "python": platform.python_version()}
     try:
         import torch
 

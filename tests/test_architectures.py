@@ -151,3 +151,26 @@ def test_unknown_layer_types_are_refused_by_name():
     model.config.layer_types = ["full_attention", "linear_attention", "full_attention", "linear_attention"]
     with pytest.raises(UnsupportedAttentionError, match="layer types linear_attention are not supported"):
         Target(model, tiny_tokenizer(128))
+
+
+def test_an_eagle3_head_looks_the_embedding_up_unscaled_in_the_shared_table(case, tmp_path):
+    """Gemma scales its embeddings by sqrt(hidden size); SpecForge's and SGLang's EAGLE-3 heads look the target's
+    table up plainly. The head shares the table (no copy) and reads it unscaled, for every family."""
+    arch, target, *_ = case
+    drafter = load_drafter(f"eagle3:{save_tiny_eagle3(tmp_path / 'head', target.model.config, seed=0)}", target)
+    table = target.model.get_input_embeddings().weight
+    ids = torch.tensor(PROMPT[:5])
+    assert drafter.head.embed_tokens.weight.data_ptr() == table.data_ptr()
+    assert torch.equal(drafter.head.embed_tokens(ids), table[ids])
+    if arch.startswith("gemma"):  # negative control: the target's own lookup is scaled
+        assert not torch.allclose(target.model.get_input_embeddings()(ids), table[ids])
+
+
+def test_a_trained_head_starts_from_the_final_norm_scale_of_each_family(case):
+    """Llama's RMS norm scales by its weight, Gemma's by 1 + weight: the head's (Llama) norm gets the scale."""
+    from specrank.drafter_training.head import norm_scale
+
+    arch, target, *_ = case
+    norm = target.final_norm
+    expected = norm.weight + 1 if arch.startswith("gemma") else norm.weight
+    torch.testing.assert_close(norm_scale(norm), expected.float(), rtol=1e-5, atol=1e-5)

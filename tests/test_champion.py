@@ -35,6 +35,15 @@ def test_reference_scores_are_never_champions():
         choose_champion(figures({"root": (50, 50)}))
 
 
+def test_a_budget_without_a_defined_gain_does_not_vote():
+    nan = float("nan")
+    choice = choose_champion(figures({"base": (nan, 1), "rows": (nan, 3)}))
+    assert choice["reranker"] == "rows" and choice["mean_gain_pct"] == pytest.approx(3)
+    assert choice["by_budget"] == {"8": "base", "59": "rows"}  # no gain at B = 8: the simplest stands
+    nowhere = choose_champion(figures({"base": (nan, nan), "rows": (nan, nan)}))
+    assert nowhere["reranker"] == "base"
+
+
 class Card:
     pass
 

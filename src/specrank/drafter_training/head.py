@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from specrank.decode.loading.eagle3 import Eagle3Head, eagle3_config
+from specrank.decode.loading.eagle3 import Eagle3Head, eagle3_config, plain_embedding
 from specrank.decode.loading.eagle3_export import WEIGHTS, export_files, write_head
 from specrank.decode.loading.eagle3_formats import HeadCheckpoint
 
@@ -38,19 +38,27 @@ def rope_theta(cfg) -> float:
     return float(params.get("rope_theta") or getattr(cfg, "rope_theta", None) or 10000.0)
 
 
+def norm_scale(norm) -> torch.Tensor:
+    """(H,) the elementwise scale an RMS norm applies, read off the norm itself: a vector of RMS 1 comes out as the
+    scale (Llama's norm multiplies by its weight, Gemma's by 1 + weight; the head's Llama norm takes the scale)."""
+    weight = norm.weight
+    with torch.no_grad():
+        return norm(torch.ones(1, weight.shape[0], dtype=weight.dtype, device=weight.device))[0].float()
+
+
 def new_head(target, vocab, seed: int = 0, train_lm_head: bool = False):
     """A float32 head: random fc and decoder layer (seeded), the target's frozen embedding, its
     final norm and its lm-head rows of the draft vocabulary (trainable iff ``train_lm_head``)."""
     config = head_config(target, len(vocab.ids))
     torch.manual_seed(seed)
     head = Eagle3Head(eagle3_config(config))
-    embedding = target.model.get_input_embeddings()
+    embedding = plain_embedding(target.model)
     with torch.no_grad():
         head.lm_head.weight.copy_(target.model.get_output_embeddings().weight[vocab.ids].float())
         final_norm = getattr(getattr(target.model, "model", None), "norm", None)
         if final_norm is not None and final_norm.weight.shape == head.norm.weight.shape:
-            head.norm.weight.copy_(final_norm.weight.float())
-    head.embed_tokens = embedding  # shared with the target, as load_eagle3 does
+            head.norm.weight.copy_(norm_scale(final_norm))
+    head.embed_tokens = embedding  # shared with the target, unscaled, as load_eagle3 does
     head.requires_grad_(True)
     embedding.requires_grad_(False)
     head.lm_head.requires_grad_(train_lm_head)

@@ -4,7 +4,9 @@ every round of one temperature and saved as one reranker with its model card.
 Choice. Each deployable reranker is judged by its gain over draft selection in % of draft's value (the cross-fitted
 offline figure), averaged over the study's budgets, so that each budget weighs the same on a relative scale; when
 the budgets' own winners disagree, that mean decides (both winners are recorded). A tie (equal means to 1e-9) goes
-to the simpler reranker, in the order of ``DEPLOYABLE``: fewer fitted parts, fewer features.
+to the simpler reranker, in the order of ``DEPLOYABLE``: fewer fitted parts, fewer features. A budget where the
+gain is undefined (draft selection's value is zero there, as on a drafter that is never accepted) does not vote; with
+none defined, the simplest reranker is the champion.
 
 Refusal. The card lists the sha256 of every prompt the champion learned from; ``check_unseen_prompts`` refuses to
 measure it on any of them (its acceptance there is inflated), as a drafter's head is refused on its training
@@ -39,14 +41,20 @@ def choose_champion(figures: dict, rerankers=DEPLOYABLE) -> dict:
     def gain(name, b):
         return float(figures["budgets"][b]["rules"][name]["gain_pct"][0])
 
-    means = {r: float(np.mean([gain(r, b) for b in budgets])) for r in present}
-    best = max(means.values())
-    name = next(r for r in present if means[r] >= best - TIE)  # the simplest of the tied
-    by_budget = {}
-    for b in budgets:
-        top = max(gain(r, b) for r in present)
-        by_budget[b] = next(r for r in present if gain(r, b) >= top - TIE)
+    means = {r: float(np.nanmean(g)) if np.isfinite(g := [gain(r, b) for b in budgets]).any() else float("nan")
+             for r in present}
+    name = simplest_best(present, means)
+    by_budget = {b: simplest_best(present, {r: gain(r, b) for r in present}) for b in budgets}
     return {"reranker": name, "mean_gain_pct": means[name], "by_budget": by_budget}
+
+
+def simplest_best(names: list[str], values: dict[str, float]) -> str:
+    """The first of ``names`` whose value is the highest finite one to ``TIE``; the first name if none is finite."""
+    finite = [values[n] for n in names if np.isfinite(values[n])]
+    if not finite:
+        return names[0]
+    best = max(finite)
+    return next(n for n in names if values[n] >= best - TIE)
 
 
 def fit_champion(name: str, run_dir: Path, features, *, tune_trials: int, seed: int, n_jobs: int | None,

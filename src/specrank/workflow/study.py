@@ -31,7 +31,7 @@ from specrank.atomic import atomic_write, write_json_atomic
 from specrank.decode import load_drafter, load_target
 from specrank.decode.core import parse_device
 from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
-from specrank.decode.loading.targets import DEFAULT_TARGET, check_target_spec, load_target_tokenizer
+from specrank.decode.loading.targets import DEFAULT_TARGET, check_target_spec, load_target_tokenizer, named_target
 from specrank.decode.prompts import encode_prompt, read_prompts, spec_bench_path
 from specrank.decode.runs.shards import SHARD, done_prompts
 from specrank.errors import require
@@ -128,7 +128,7 @@ def study(target, drafter="eagle3:default", prompts=None, *, out, temperatures=(
     out = check_output_dir(out).resolve()
     parse_device(device)
     check_target_spec(target)
-    if target == DEFAULT_TARGET or str(target).endswith(".gguf"):  # converted when its tokenizer first loads
+    if named_target(target) is not None or str(target).endswith(".gguf"):  # converted when its tokenizer first loads
         require("gguf", f"--target {target} (a GGUF model)")
     parse_drafter_spec(drafter, eagle3_layers)
     prompts_path = prompts or spec_bench_path()

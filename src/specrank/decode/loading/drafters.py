@@ -4,21 +4,23 @@ Specs: ``standalone:PATH`` (a causal LM directory sharing the target's tokenizer
 ``early-exit:K`` or ``early-exit:K:HEAD`` (the target's first K layers, optionally with a
 fitted linear exit head), ``eagle3:DIR`` or ``eagle3:ORG/NAME[@REVISION]`` (an EAGLE-3 head in its
 published format, local or a hub id;
-``eagle3:default`` is the head ``make drafter`` trains for the embedded default target).
+``eagle3:default`` is the head ``make drafter`` trains for the embedded default target, ``eagle3:gemma3-270m`` the
+one ``make drafter-gemma3`` trains for Gemma 3 270M).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from specrank.decode.loading.eagle3 import default_head_dir, has_default_head, head_dir, load_eagle3
+from specrank.decode.loading.eagle3 import TRAINED_HEADS, default_head_dir, has_default_head, head_dir, load_eagle3
 from specrank.decode.loading.early_exit import check_exit_head_file, load_early_exit
 from specrank.decode.loading.standalone import load_standalone
 from specrank.decode.loading.targets import ModelLoadError, check_model_dir
 from specrank.decode.prompts import prompt_digest
 from specrank.files import read_json
 
-SPEC_FORMS = "standalone:PATH, early-exit:K, early-exit:K:HEAD_PATH, eagle3:DIR, eagle3:ORG/NAME[@REV] or eagle3:default"
+SPEC_FORMS = ("standalone:PATH, early-exit:K, early-exit:K:HEAD_PATH, eagle3:DIR, eagle3:ORG/NAME[@REV], eagle3:default "
+              "or eagle3:gemma3-270m")
 
 
 def parse_drafter_spec(spec, eagle3_layers=None, norm_output_convention=None) -> tuple[str, str]:
@@ -43,6 +45,9 @@ def parse_drafter_spec(spec, eagle3_layers=None, norm_output_convention=None) ->
     elif kind == "eagle3" and rest:
         if rest == "default" and not has_default_head():
             raise FileNotFoundError(f"no default EAGLE-3 head in {default_head_dir()}: run `make drafter`")
+        if rest in TRAINED_HEADS and not Path(head_dir(rest), "config.json").is_file():
+            raise FileNotFoundError(f"no EAGLE-3 head {rest} in {head_dir(rest)}: run `{TRAINED_HEADS[rest][1]}` "
+                                    "(trains it into the cache)")
         if rest != "default":
             directory = head_dir(rest)
             if not Path(directory, "config.json").is_file():

@@ -69,10 +69,23 @@ def default_head_dir() -> Path:
     return cached if (cached / "config.json").is_file() else shipped_head_dir()
 
 
+# Heads trained into the cache by a make target and named by their target (``eagle3:NAME``): over the 16 MB a
+# packaged head may weigh (the Gemma 3 270M head is 17.1 MiB in bf16).
+TRAINED_HEADS = {"gemma3-270m": ("gemma3-270m-eagle3", "make drafter-gemma3")}
+
+
+def trained_head_dir(name: str) -> Path:
+    """Where ``eagle3:NAME`` (``TRAINED_HEADS``) is trained: ``$SPECRANK_CACHE/drafters/<directory>``."""
+    return cache_root() / "drafters" / TRAINED_HEADS[name][0]
+
+
 def head_dir(spec) -> Path:
-    """The local directory of an ``eagle3:`` spec's rest: ``default``, a path, or a hub id (its snapshot)."""
+    """The local directory of an ``eagle3:`` spec's rest: ``default``, a ``TRAINED_HEADS`` name, a path, or a hub id
+    (its snapshot)."""
     if str(spec) == "default":
         return default_head_dir()
+    if str(spec) in TRAINED_HEADS:
+        return trained_head_dir(str(spec))
     if parse_hub_id(spec) is not None:
         return snapshot(spec, "EAGLE-3 head")
     return Path(spec)
@@ -338,6 +351,20 @@ def aligned(t: torch.Tensor) -> torch.Tensor:
     return t if t.data_ptr() % 64 == 0 else t.clone()
 
 
+def plain_embedding(model) -> nn.Embedding:
+    """The target's input embedding as an EAGLE-3 head reads it: the same weight table (shared, never copied),
+    looked up without the scale some targets apply (Gemma multiplies its embeddings by sqrt(hidden size)).
+    SpecForge's draft model loads the target's ``embed_tokens.weight`` into a plain ``nn.Embedding``
+    (``specforge/modeling/draft/base.py``, ``load_embedding``), and SGLang's ``llama_eagle3`` looks it up plainly
+    too, so a published head for such a target was trained on unscaled embeddings."""
+    embedding = model.get_input_embeddings()
+    if type(embedding) is nn.Embedding:
+        return embedding
+    plain = nn.Embedding(*embedding.weight.shape, padding_idx=embedding.padding_idx, device="meta")
+    plain.weight = embedding.weight
+    return plain
+
+
 def build_head(ckpt, embedding) -> tuple[Eagle3Head, bool]:
     """An ``Eagle3Head`` holding ``ckpt``'s tensors (copied only where unaligned) and whether it uses ``embedding`` (the
     target's) rather than its own."""
@@ -379,7 +406,7 @@ def load_eagle3(directory, target, spec: str = "", eagle3_layers=None, norm_outp
         )
     layers, how = choose_layers(ckpt, target.num_layers, eagle3_layers)
     d2t = draft_vocab_map(ckpt.state, config)
-    embedding = target.model.get_input_embeddings()
+    embedding = plain_embedding(target.model)
     head, shared = build_head(ckpt, embedding)
     head = head.to(target.device, target.dtype).eval().requires_grad_(False)
     if shared:

