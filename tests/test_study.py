@@ -250,12 +250,18 @@ def test_unseen_prompts_decode_with_no_record_in_the_manifest(models, seen_head,
 
 
 def test_the_results_page_is_the_rendering_of_the_committed_json():
-    from specrank.evaluation.study import render_results
+    from specrank.evaluation.study import TITLE, render_results
 
     docs = Path(__file__).parents[1] / "docs"
     results = json.loads((docs / "results" / "study.json").read_text())
     assert (docs / "results.md").read_text(encoding="utf-8") == render_results(results, "results/learning-curve.png")
     assert (docs / "results" / "learning-curve.png").is_file()
+    for study in sorted(docs.glob("results/*/study.json")):  # a second pair's, published with --pair
+        pair, folder = study.parent.name, f"results/{study.parent.name}"
+        page = render_results(json.loads(study.read_text()), f"{folder}/learning-curve.png",
+                              f"{TITLE} on a second pair, {pair}")
+        assert (docs / f"results-{pair}.md").read_text(encoding="utf-8") == page
+        assert (study.parent / "learning-curve.png").is_file()
 
 
 # ----------------------------------------------------------------------------------------------------------
