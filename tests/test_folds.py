@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 from source_grep import source_lines_matching
 
-from specrank.rerankers import IsotonicFirstFactor, cross_fit, fold_splits
+from specrank.folds import fold_splits
+from specrank.rerankers import IsotonicFirstFactor, cross_fit
 
 # A fold split written again: rows compared with one fold value, or a loop over hard-coded folds.
 SPLITS = re.compile(r"(\b\w*fold\w*\s*[!=]=\s*(f|held_out|fold)\b|for\s+\w+\s+in\s+\(0,\s*1\)|inner\s*[!=]=\s*f\b)")

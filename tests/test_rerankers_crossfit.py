@@ -7,7 +7,8 @@ from sklearn.base import BaseEstimator
 from specrank.featurize import featurize_rounds
 from specrank.featurize.arrays import round_arrays
 from specrank.featurize.synthetic import synthetic_rounds
-from specrank.rerankers import FoldError, GBMReranker, cross_fit, tune
+from specrank.folds import FoldError
+from specrank.rerankers import GBMReranker, cross_fit, tune
 from specrank.rerankers.tune import inner_folds
 from specrank.selection import PoolBatch, fixed_values, score_of
 

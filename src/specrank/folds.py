@@ -15,11 +15,6 @@ class FoldError(ValueError):
     """A fold assignment that would let a model score a prompt it saw."""
 
 
-def even_odd(prompt_index: np.ndarray) -> np.ndarray:
-    """The paper's fold assignment: fold = prompt number % 2 (even prompts vs odd prompts)."""
-    return np.asarray(prompt_index) % 2
-
-
 def fold_labels(X, folds=None) -> np.ndarray:
     """Fold of every row: ``X["fold"]`` (None), a column name, a function of ``prompt_index``, or an array.
 

@@ -47,9 +47,3 @@ def log_run(uri: str, experiment: str, run_name: str, *, params: dict, metrics: 
         for name, content in (dicts or {}).items():
             mlflow.log_dict(content, name)
 
-
-def log_online(uri: str, experiment: str, run_name: str, params: dict, tables: dict, started: float) -> None:
-    """The run of ``specrank online`` (``tracking.online.log_online``)."""
-    from specrank.tracking.online import log_online  # mlflow: as in _tracking
-
-    log_online(uri, experiment, run_name, params, tables, started)

@@ -26,7 +26,8 @@ from specrank.evaluation.values import per_depth_edges, score_inputs, score_valu
 from specrank.featurize.context import previous_acceptance, prompt_index
 from specrank.featurize.rows import ROW_SOURCES
 from specrank.law import GREEDY, Law
-from specrank.rerankers import cross_fit, fold_splits
+from specrank.folds import fold_splits
+from specrank.rerankers import cross_fit
 from specrank.selection import stacked_factors
 from specrank.selection.stats import PromptBootstrap
 

@@ -17,7 +17,8 @@ from specrank.featurize.features import META_KEY
 from specrank.featurize.context import prompt_index
 from specrank.featurize.rows import ROW_SOURCES
 from specrank.law import Law
-from specrank.rerankers import PerDepthCalibration, cross_fit, fold_splits
+from specrank.folds import fold_splits
+from specrank.rerankers import PerDepthCalibration, cross_fit
 from specrank.selection.scores import MIXTURE_WEIGHTS, fixed_values, score_of
 
 BUDGET_SWEEP = (2, 4, 8, 12, 16, 24, 32, 48, 59, 80, 100, 150, 200)

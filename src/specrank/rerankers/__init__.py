@@ -1,7 +1,6 @@
 """Cross-fitted first-factor rerankers (App. D.8) with the scikit-learn estimator API (torch-free), the stacked
 score as one reranker, and their compiled per-round inference."""
 
-from specrank.folds import FoldError, even_odd, fold_labels, fold_splits
 from specrank.rerankers.compiled import CompiledReranker, compiled
 from specrank.rerankers.crossfit import CrossFit, cross_fit
 from specrank.rerankers.gbm import GBMReranker
@@ -15,7 +14,6 @@ from specrank.rerankers.tune import tune
 __all__ = [
     "CompiledReranker",
     "CrossFit",
-    "FoldError",
     "GBMReranker",
     "IsotonicFirstFactor",
     "PerDepthCalibration",
@@ -26,9 +24,6 @@ __all__ = [
     "StackedReranker",
     "compiled",
     "cross_fit",
-    "even_odd",
-    "fold_labels",
-    "fold_splits",
     "load_reranker",
     "save_reranker",
     "tune",

@@ -109,8 +109,6 @@ FLAGS = {
 }
 
 
-LAYER_TYPES = ("llama", "qwen3")  # draft decoder layers: Llama, or Qwen3 (q_norm / k_norm on each head)
-
 
 def layer_classes(layer_type: str):
     """(config class, attention class, decoder layer class) of a draft layer type."""
