@@ -241,8 +241,8 @@ def main(argv=None) -> int:
     from specrank.decode import DecodeConfig, load_drafter, load_target, make_strategy
     from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
     from specrank.decode.runs import build_manifest, record_run, run_protocol
-    from specrank.evaluation.online import online_tables
-    from specrank.workflow.online import OnlineComparison
+    from specrank.experiments.online.tables import online_tables
+    from specrank.experiments.online.run import OnlineComparison
 
     torch.set_num_threads(args.threads)
     target = load_target(args.target, "cpu", "float32")
@@ -299,14 +299,14 @@ def run_champion(args, parser) -> int:
     from specrank.decode.loading.drafters import SeenPromptError
     from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
     from specrank.decode.runs import run_protocol
-    from specrank.evaluation.online import online_tables
+    from specrank.experiments.online.tables import online_tables
     from specrank.law import Law
     from specrank.rerankers import compiled
     from specrank.rerankers.defaults import (DEFAULT, DEFAULT_DRAFTER, DefaultRerankerError, default_reranker_dir,
                                              load_default_reranker)
     from specrank.workflow.champion import check_unseen_prompts
-    from specrank.workflow.online import OnlineComparison
-    from specrank.workflow.study import unseen_prompts
+    from specrank.experiments.online.run import OnlineComparison
+    from specrank.experiments.study.run import unseen_prompts
 
     if args.drafter != DEFAULT_DRAFTER:
         parser.error(f"--champion: {DEFAULT} was trained with {DEFAULT_DRAFTER}, not {args.drafter} "

@@ -100,7 +100,7 @@ def summarize(args, decodes) -> dict:
     """{table name: DataFrame}: per-budget strategy table, speed ratios over both bases, root-pass overlap."""
     import pandas as pd
 
-    from specrank.evaluation.online import strategy_table, root_overlap, speed_ratios
+    from specrank.experiments.online.tables import strategy_table, root_overlap, speed_ratios
 
     bases = ["draft"] + [f"pearl{PIPE}"] * (f"pearl{PIPE}" in set(decodes["strategy"]))
     tables = {"strategies": [], "speed": [], "overlap": []}

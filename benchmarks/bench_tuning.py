@@ -61,7 +61,7 @@ def main() -> None:
     import optuna
 
     from specrank.rerankers import GBMReranker
-    from specrank.rerankers.online import labels_of
+    from specrank.rerankers.base import labels_of
     from specrank.rerankers.tune import study_name, study_seed, tune
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -167,7 +167,7 @@ def test_online_command_pipeline(tmp_path, capsys):
 
 def test_root_overlap_and_speed_gain_figure_from_a_decodes_table():
     from specrank.evaluation.figures import speed_gain_figure
-    from specrank.evaluation.online import root_overlap, speed_ratios
+    from specrank.experiments.online.tables import root_overlap, speed_ratios
 
     piped = "root_draw-pipelined"
     decodes = pd.DataFrame({

@@ -16,7 +16,7 @@ from specrank.featurize.columns import COLUMN  # noqa: E402
 from specrank.featurize.features import META_KEY, feature_meta  # noqa: E402
 from specrank.rerankers import GBMReranker, IsotonicFirstFactor, compiled  # noqa: E402
 from specrank.rerankers.isotonic import binned_isotonic, isotonic_lookup  # noqa: E402
-from specrank.rerankers.online import unit_interval  # noqa: E402
+from specrank.rerankers.base import unit_interval  # noqa: E402
 from specrank.rerankers.quickscorer import QuickScorer, Unsupported, arrays_of, quickscorer_of  # noqa: E402
 
 F = 6

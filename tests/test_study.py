@@ -250,7 +250,7 @@ def test_unseen_prompts_decode_with_no_record_in_the_manifest(models, seen_head,
 
 
 def test_the_results_page_is_the_rendering_of_the_committed_json():
-    from specrank.evaluation.study import TITLE, render_results
+    from specrank.experiments.study.tables import TITLE, render_results
 
     docs = Path(__file__).parents[1] / "docs"
     results = json.loads((docs / "results" / "study.json").read_text())
@@ -298,7 +298,7 @@ def test_the_shipped_head_never_trained_on_an_evaluation_prompt():
 
 
 def test_decoding_calls_are_sized_by_the_rounds_recorded_so_far():
-    from specrank.workflow.study import next_limit
+    from specrank.experiments.study.run import next_limit
 
     assert next_limit(0, 0, 10_000, 480, 120) == 24
     assert next_limit(24, 1_000, 10_000, 480, 120) == 144  # 216 more wanted, 120 at most a call
@@ -330,7 +330,7 @@ def test_the_shipped_champion_never_learned_from_an_evaluation_prompt(law):
     from specrank.rerankers import load_reranker
     from specrank.rerankers.defaults import shipped_reranker_dir
     from specrank.workflow.champion import check_unseen_prompts, training_prompts
-    from specrank.workflow.study import study_order, unseen_prompts
+    from specrank.experiments.study.run import study_order, unseen_prompts
 
     champion = load_reranker(shipped_reranker_dir(law))
     learned = training_prompts(champion)

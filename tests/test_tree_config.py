@@ -12,7 +12,7 @@ from scipy.stats import chisquare
 from specrank.decode import Decoder, PoolShape
 from specrank.decode.config import DecodeConfig
 from specrank.decode.runs import record_prompt, rounds_table
-from specrank.evaluation.tree_config import (
+from specrank.experiments.tree_config.tables import (
     TreeConfigError, TreeSetting, beam_subpool, eagle_setting, position_table, recording_plan, score_setting,
     setting_table, sglang_setting, tree_grid, vllm_chain,
 )
@@ -218,7 +218,7 @@ def test_a_run_stopped_after_its_recordings_resumes_them(tmp_path, monkeypatch):
     else; the same command then reuses every recorded shard and writes the outputs."""
     import pandas as pd
 
-    import specrank.decode.tree_config as measured
+    import specrank.experiments.tree_config.run as measured
     from specrank.cli import main
 
     out = tmp_path / "out"
@@ -240,7 +240,7 @@ def test_a_run_stopped_after_its_recordings_resumes_them(tmp_path, monkeypatch):
 
 
 def test_recordings_of_another_run_in_out_are_refused_before_any_model_loads(tmp_path, monkeypatch, capsys):
-    import specrank.commands.tree_config as command
+    import specrank.experiments.tree_config.command as command
     from specrank.cli import main
 
     out = tmp_path / "out"
@@ -259,7 +259,7 @@ def test_recordings_of_another_run_in_out_are_refused_before_any_model_loads(tmp
 
 
 def test_vllm_static_trees_are_read_as_vllm_drafts_them():
-    from specrank.evaluation.tree_config import StaticTreeSetting, vllm_tree
+    from specrank.experiments.tree_config.tables import StaticTreeSetting, vllm_tree
     from specrank.selection import StaticTree, StaticTreeError
 
     tree = StaticTree.from_choices("[(0,), (1,), (0, 0), (1, 0)]")
@@ -288,7 +288,7 @@ def test_vllm_static_trees_are_read_as_vllm_drafts_them():
 
 
 def test_a_hand_worked_static_tree_and_one_outside_the_recorded_pool():
-    from specrank.evaluation.tree_config import StaticTreeSetting
+    from specrank.experiments.tree_config.tables import StaticTreeSetting
     from specrank.selection import StaticTree
 
     pool = hand_pool()  # both depth-1 candidates expanded, only candidate 4 at depth 2
@@ -323,7 +323,7 @@ def static_recorded(pair, tree, temperature, seed=0, tokens=24):
 
 def test_a_static_tree_greedy_prediction_equals_the_decoder_round_by_round(pair):
     from specrank.decode import StaticTreeSelection, StrategyError
-    from specrank.evaluation.tree_config import StaticTreeSetting
+    from specrank.experiments.tree_config.tables import StaticTreeSetting
     from specrank.selection import StaticTree
 
     target, drafter = pair
@@ -345,7 +345,7 @@ def test_a_static_tree_greedy_prediction_equals_the_decoder_round_by_round(pair)
 def test_a_static_tree_sampled_law_matches_the_decoder_and_a_narrower_tree_fails(pair):
     """The law of accepted tokens predicted for the static tree fits the realized counts; the law of a tree
     verifying two first tokens fewer (what a misread ``speculative_token_tree`` would score) must not."""
-    from specrank.evaluation.tree_config import StaticTreeSetting
+    from specrank.experiments.tree_config.tables import StaticTreeSetting
     from specrank.selection import StaticTree
 
     tree, narrower = StaticTree((4, 1)), StaticTreeSetting(StaticTree((2, 1)))

@@ -6,7 +6,7 @@ from specrank.rerankers.crossfit import CrossFit, cross_fit
 from specrank.rerankers.gbm import GBMReranker
 from specrank.rerankers.isotonic import IsotonicFirstFactor, PerDepthCalibration
 from specrank.rerankers.loader import load_reranker
-from specrank.rerankers.online import Reranker, RerankerError, RerankerParamError
+from specrank.rerankers.base import Reranker, RerankerError, RerankerParamError
 from specrank.rerankers.persist import RerankerFileError, save_reranker
 from specrank.rerankers.stacked import StackedReranker
 from specrank.rerankers.tune import tune

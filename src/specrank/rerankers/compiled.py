@@ -12,7 +12,7 @@ import numpy as np
 from specrank.featurize.features import FeatureArrays
 from specrank.rerankers.gbm import GBMReranker, round_plan
 from specrank.rerankers.isotonic import IsotonicFirstFactor, PerDepthCalibration, isotonic_lookup
-from specrank.rerankers.online import unit_interval
+from specrank.rerankers.base import unit_interval
 from specrank.rerankers.quickscorer import quickscorer_of
 from specrank.rerankers.stacked import StackedReranker
 

@@ -16,7 +16,7 @@ from specrank.featurize.columns import COLUMN
 from specrank.featurize.features import FeatureArrays
 from specrank.featurize.prior import TokenPrior
 from specrank.featurize.sets import CATEGORICAL_FEATURES, PRIOR_FEATURE, input_columns, resolve_features
-from specrank.rerankers.online import Reranker
+from specrank.rerankers.base import Reranker
 
 BACKENDS = ("lightgbm", "sklearn")
 MONOTONE_FEATURES = ("q", "log_q")  # the draft probability of the candidate

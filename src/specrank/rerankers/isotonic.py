@@ -10,7 +10,7 @@ from sklearn.utils._param_validation import Interval
 
 from specrank import schema
 from specrank.featurize.features import FeatureArrays
-from specrank.rerankers.online import Reranker, unit_interval
+from specrank.rerankers.base import Reranker, unit_interval
 
 
 def binned_isotonic(q, y, n_bins: int) -> IsotonicRegression:

@@ -12,7 +12,7 @@ import specrank
 from specrank.featurize.storage import check_same_rounds, rounds_of
 from specrank.rerankers.gbm import GBMReranker
 from specrank.rerankers.isotonic import PerDepthCalibration
-from specrank.rerankers.online import Reranker, RerankerError
+from specrank.rerankers.base import Reranker, RerankerError
 
 
 class StackedReranker(Reranker):

@@ -10,7 +10,7 @@ from sklearn.base import clone
 from specrank import schema
 from specrank.featurize.features import features_meta
 from specrank.folds import fold_splits
-from specrank.rerankers.online import labels_of
+from specrank.rerankers.base import labels_of
 
 
 def gbm_space(trial) -> dict:

@@ -4,7 +4,7 @@ resumable shard writer into a run directory."""
 from specrank.decode.runs.lossy import lossy_decode_run, read_diagnostics
 from specrank.decode.runs.manifest import build_manifest
 from specrank.decode.runs.measure import Measure, parse_strategies
-from specrank.decode.runs.online import run_protocol
+from specrank.decode.runs.protocol import run_protocol
 from specrank.decode.runs.recorder import record_prompt, record_run
 from specrank.decode.runs.shards import RunDirError
 from specrank.decode.runs.tables import read_rounds, rounds_table

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from specrank.tracking.lineage import log_dataset, rounds_dataset
-from specrank.tracking.pipeline import demo_description, describe_experiment, log_pipeline
+from specrank.experiments.study.tracking import demo_description, describe_experiment, log_pipeline
 from specrank.tracking.runs import experiment_run, log_params, run_page, runs_page
 from specrank.tracking.uri import tracking_store
 

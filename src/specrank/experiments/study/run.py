@@ -2,7 +2,7 @@
 
 For each temperature: record prompts until a round target is met, featurize, cross-fit the isotonic, Base and
 Rows rerankers, evaluate every score offline, then gather the figures at B = 8 and 59
-(``specrank.evaluation.study``) into ``OUT/results.json``, ``OUT/results.md`` and ``OUT/learning-curve.png``.
+(``specrank.experiments.study.tables``) into ``OUT/results.json``, ``OUT/results.md`` and ``OUT/learning-curve.png``.
 
 The prompts are decoded in a fixed, seeded order; the first call decodes 24 of them, and each later call as
 many more as the rounds per prompt so far say the round target needs (whole shards, at most ``chunk``), until
@@ -36,7 +36,7 @@ from specrank.decode.prompts import encode_prompt, read_prompts, spec_bench_path
 from specrank.decode.runs.shards import SHARD, done_prompts
 from specrank.errors import require
 from specrank.evaluation import load_rounds, read_predictions
-from specrank.evaluation.study import RERANKERS, learning_curve_figure, render_results, temperature_results
+from specrank.experiments.study.tables import RERANKERS, learning_curve_figure, render_results, temperature_results
 from specrank.featurize import read_features
 from specrank.featurize.storage import read_rounds_table
 from specrank.files import directory_hash, file_hash
@@ -47,7 +47,7 @@ from specrank.rerankers.defaults import DEFAULT, DEFAULT_DRAFTER, cached_reranke
 from specrank.workflow.champion import choose_champion, fit_champion, model_card
 from specrank.workflow.evaluation import evaluate
 from specrank.workflow.features import Features, featurize
-from specrank.workflow.online import OnlineComparison, compare_online
+from specrank.experiments.online.run import OnlineComparison, compare_online
 from specrank.workflow.recording import record
 from specrank.workflow.rerankers import Rerankers, cross_fit
 from specrank.workflow.stages import Stages, timed
@@ -448,7 +448,7 @@ def _pipeline_run(tracking: Tracking | None, name: str, temp: float, drafter: st
 
 def _log_pipeline(figures: dict) -> None:
     from specrank.tracking import log_metrics, log_params  # MLflow is optional: it loads only for a tracked study
-    from specrank.tracking.pipeline import log_headline  # MLflow, as above
+    from specrank.experiments.study.tracking import log_headline  # MLflow, as above
 
     log_headline(figures)
     champion, online = figures.get("champion"), figures.get("online")

@@ -30,7 +30,7 @@ from specrank.decode.runs.cost import cost_parts, measure_cost
 from specrank.decode.runs.manifest import config_manifest
 from specrank.decode.runs.shards import check_same_run
 from specrank.evaluation.data import align_predictions, load_rounds
-from specrank.evaluation.tree_config import (
+from specrank.experiments.tree_config.tables import (
     TreeSetting,
     pooled_reliability,
     position_table,

@@ -12,7 +12,7 @@ import pandas as pd
 from specrank.evaluation.figures import root_share_figure
 from specrank.evaluation.report import headline_table
 from specrank.evaluation.names import label, ordered
-from specrank.evaluation.study import summary_budget_figures
+from specrank.experiments.study.tables import summary_budget_figures
 from specrank.tracking.runs import (NOTE_TAG, log_figure, log_metrics, log_report, log_tables, metric_key,
                                    set_description)
 
@@ -83,7 +83,7 @@ def log_pipeline(evaluation, report_html: Path, train: dict, decode: dict, versi
 
 def headline_metrics(figures: dict) -> dict[str, float]:
     """``root_share.<score>.b<B>`` with ``.low`` and ``.high`` for every score with a share of root's gain at every
-    budget of ``figures`` (``specrank.evaluation.study.temperature_results``' form), the same names in every
+    budget of ``figures`` (``specrank.experiments.study.tables.temperature_results``' form), the same names in every
     pipeline run; with the study's figures also ``rows_minus_base.b<B>`` (% of draft's value, and its interval),
     ``n_rounds`` and ``n_prompts``."""
     out = {k: figures[f] for k, f in (("n_rounds", "rounds"), ("n_prompts", "prompts")) if f in figures}

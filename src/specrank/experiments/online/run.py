@@ -21,7 +21,7 @@ from specrank.decode.loading.targets import check_target_spec
 from specrank.decode.pipeline import PipelinedDrafter
 from specrank.decode.prompts import default_prompts_path, encode_prompts, read_prompts
 from specrank.decode.runs import parse_strategies, run_protocol
-from specrank.evaluation.online import online_tables, realized_gain, write_online_tables
+from specrank.experiments.online.tables import online_tables, realized_gain, write_online_tables
 from specrank.outputs import check_output_dir, staged
 from specrank.workflow.champion import check_unseen_prompts
 from specrank.workflow.tracking import Tracking
@@ -187,7 +187,7 @@ def _pipelined(drafter, pipeline: bool, device, threads):
 
 
 def _track(tracking: Tracking, tables, acting, compare, target, drafter, config, prompts, params, started) -> None:
-    from specrank.tracking.online import log_online  # MLflow is optional: it loads only for a tracked comparison
+    from specrank.experiments.online.tracking import log_online  # MLflow is optional: it loads only for a tracked comparison
 
     reranked = acting.get("reranked")
     digest = getattr(getattr(reranked, "reranker", None), "meta_", {}).get("format_digest", "")

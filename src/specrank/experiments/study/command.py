@@ -1,4 +1,4 @@
-"""``specrank study``: ``specrank.workflow.study`` behind a command line (the pipeline at the scale that can
+"""``specrank study``: ``specrank.experiments.study.run`` behind a command line (the pipeline at the scale that can
 answer whether the rerankers help; default prompts: Spec-Bench's 480 questions, none of which the shipped head
 trained on)."""
 
@@ -16,7 +16,7 @@ from specrank.outputs import check_output_dir
 from specrank.rerankers import GBMReranker
 from specrank.scale import add_worker_arguments, preflight, workers_from_args
 from specrank.workflow import Tracking
-from specrank.workflow.study import (CHUNK, DEFAULT_GREEDY_ROUNDS, DEFAULT_MAX_NEW_TOKENS, DEFAULT_ONLINE_OTHER_PROMPTS,
+from specrank.experiments.study.run import (CHUNK, DEFAULT_GREEDY_ROUNDS, DEFAULT_MAX_NEW_TOKENS, DEFAULT_ONLINE_OTHER_PROMPTS,
                                      DEFAULT_ONLINE_PROMPTS, DEFAULT_ROUNDS, EXPERIMENT, FIRST_CHUNK, ONLINE_BUDGETS,
                                      study)
 

@@ -31,7 +31,7 @@ from specrank.law import GREEDY, Law
 from specrank.outputs import check_output_dir
 from specrank.rerankers.defaults import DEFAULT, DEFAULT_DRAFTER, DefaultRerankerError, load_default_reranker
 from specrank.workflow import Tracking, cross_fit, evaluate, featurize, record
-from specrank.workflow.online import compare_online
+from specrank.experiments.online.run import compare_online
 from specrank.workflow.recording import decode_metrics
 from specrank.workflow.stages import timed
 
@@ -86,7 +86,7 @@ def default_drafter() -> str:
 
 
 def run(args) -> int:
-    from specrank.tracking import demo as demo_tracking  # MLflow: loaded once the CLI has set its log level
+    from specrank.experiments.study import demo_tracking  # MLflow: loaded once the CLI has set its log level
 
     temperatures = parse_temperatures(args.temperatures)
     check_output_dir(args.out or default_out())

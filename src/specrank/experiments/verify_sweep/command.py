@@ -16,9 +16,9 @@ from specrank.decode.core import PoolShape, parse_device
 from specrank.decode.loading.drafters import parse_drafter_spec
 from specrank.decode.loading.targets import check_target_spec
 from specrank.decode.prompts import default_prompts_path, read_prompts
-from specrank.decode.runs.sweep import SweepDecoding, decode_cells, grid_cells, save_outputs, sweep_outputs
+from specrank.experiments.verify_sweep.run import SweepDecoding, decode_cells, grid_cells, save_outputs, sweep_outputs
 from specrank.decode.runs.workers import Models
-from specrank.evaluation.sweep import DEFAULT_GRID, METRICS, findings
+from specrank.experiments.verify_sweep.tables import DEFAULT_GRID, METRICS, findings
 from specrank.outputs import check_output_dir, removing_new_dirs, staged
 from specrank.scale import add_worker_arguments, workers_from_args
 

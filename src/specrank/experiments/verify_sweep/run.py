@@ -18,7 +18,7 @@ from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers
 from specrank.decode.verify.lossy.parse import parse_verification_rule
 from specrank.decode.verify.lossy.rules import RuleError
 from specrank.decode.verify.lossy.tree import tree_form
-from specrank.evaluation.sweep import expand_grid, sweep_report, sweep_table, tradeoff_figure
+from specrank.experiments.verify_sweep.tables import expand_grid, sweep_report, sweep_table, tradeoff_figure
 
 
 def grid_cells(grid, speculations) -> tuple[list[dict], list[str]]:

@@ -18,8 +18,8 @@ from specrank.decode.config import check_temperature
 from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
 from specrank.decode.loading.targets import check_target_spec, parse_device
 from specrank.decode.prompts import default_prompts_path, read_prompts
-from specrank.decode.tree_config import CROSS_FIT, TreeConfigRun, check_recordings, summary, tree_config, write_outputs
-from specrank.evaluation.tree_config import (
+from specrank.experiments.tree_config.run import CROSS_FIT, TreeConfigRun, check_recordings, summary, tree_config, write_outputs
+from specrank.experiments.tree_config.tables import (
     TreeConfigError,
     eagle_setting,
     reliability_figure,

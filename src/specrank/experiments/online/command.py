@@ -12,7 +12,7 @@ from specrank.errors import CommandError
 from specrank.rerankers.defaults import is_default, load_default_reranker
 from specrank.outputs import check_output_dir
 from specrank.workflow import Tracking
-from specrank.workflow.online import compare_online
+from specrank.experiments.online.run import compare_online
 
 def add_arguments(parser) -> None:
     add_model_arguments(parser)

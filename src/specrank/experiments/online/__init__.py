@@ -1,0 +1,7 @@
+"""The online comparison: selection strategies in the decoding loop at the same prompts, realized against expected
+acceptance, and their speed (``run``, ``tables``, ``tracking``; ``specrank online`` in ``command``).
+"""
+
+from specrank.experiments.online.run import OnlineComparison, compare_online
+
+__all__ = ["OnlineComparison", "compare_online"]
