@@ -113,7 +113,7 @@ def evaluate_sizes(run: Path, sizes: dict, reference: str, budgets: list[int], n
     from specrank.evaluation.offline import evaluate
     from specrank.featurize import featurize_run
     from specrank.rerankers import GBMReranker, compiled
-    from specrank.rerankers.crossfit import cross_fit
+    from specrank.rerankers.crossfit import cross_fit_table
 
     features = featurize_run(run)
     topk = int(features.attrs["specrank"]["topk"])
@@ -122,7 +122,7 @@ def evaluate_sizes(run: Path, sizes: dict, reference: str, budgets: list[int], n
     for name in ("rows", "base"):
         for label, params in sizes.items():
             model = GBMReranker(features=name, n_jobs=1, **params)
-            fit = cross_fit(model, features)
+            fit = cross_fit_table(model, features)
             predictions[f"{name} {label}"] = fit.predictions
             fitted = fit.models[min(fit.models)]
             inference = compiled(fitted, "quickscorer")

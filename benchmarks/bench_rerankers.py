@@ -58,11 +58,11 @@ def featurize_stage(run_dir: Path, out: Path) -> None:
 
 def train_stage(features: Path, n_jobs) -> dict:
     from specrank.featurize import read_features
-    from specrank.rerankers import GBMReranker, cross_fit
+    from specrank.rerankers import GBMReranker, cross_fit_table
 
     df = read_features(features)
     start, cpu = time.perf_counter(), time.process_time()
-    out = cross_fit(GBMReranker("rows", n_jobs=n_jobs), df)
+    out = cross_fit_table(GBMReranker("rows", n_jobs=n_jobs), df)
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     y = df.label.to_numpy()
     return {"crossfit_s": elapsed, "cpu_s": cpu, "mse_rows": float(np.mean((out.predictions - y) ** 2)),

@@ -96,11 +96,12 @@ def one_process(args, config, prompts, out: Path) -> dict:
 
 def on_workers(args, config, prompts, prompts_path, out: Path) -> dict:
     """Record every prompt (one per shard) on ``args.workers`` local Ray workers, each with the threads split."""
-    from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers
+    from specrank.decode.loading.model_spec import ModelSpec
+    from specrank.decode.runs.workers import RunSpec, decode_on_workers
     from specrank.scale import Workers
 
     threads = max(1, args.threads // args.workers)
-    outcome = decode_on_workers(Workers(args.workers, threads=threads), Models(args.target, args.drafter),
+    outcome = decode_on_workers(Workers(args.workers, threads=threads), ModelSpec(args.target, args.drafter),
                                 prompts, prompts_path, [RunSpec(str(out), config)], shard_size=1)
     by_prompt = sorted(outcome.done, key=lambda d: d["shard"].payload[1][0])
     totals = outcome.totals()

@@ -10,6 +10,16 @@ import sys
 
 import pytest
 
+# Under pytest-xdist (`make test` runs two workers on two cores) each worker computes on one thread: two torch
+# thread pools of two threads each would fight over the cores. Set before torch is first imported; the CLI's own
+# --threads still sets what a test asks for.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(key, "1")
+    # Ray starts its workers at niceness 15: beside the other xdist worker (niceness 0) a Ray test would wait for
+    # it to finish. Its local test clusters run at the tests' own priority.
+    os.environ.setdefault("RAY_worker_niceness", "0")
+
 MLFLOW_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
 
 

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import weakref
 
 import numpy as np
 import torch
@@ -61,9 +62,19 @@ def tiny_pair(vocab=128, scale=0.05, seed=0, **cfg):
     return target, noisy_drafter(target.model, scale, seed)
 
 
+_REFERENCES = weakref.WeakKeyDictionary()  # model -> {(prompt, n): tokens}: a model's greedy text is computed once
+
+
 def greedy_reference(target, prompt, n):
-    with torch.no_grad():
-        return target.model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False)[0, len(prompt):].tolist()
+    """The target's own greedy continuation of ``prompt`` (``n`` tokens, HF ``generate``), kept per model: several
+    strategies are checked against the same text, which one ``generate`` gives."""
+    known = _REFERENCES.setdefault(target.model, {})
+    key = (tuple(prompt), n)
+    if key not in known:
+        with torch.no_grad():
+            known[key] = target.model.generate(torch.tensor([prompt]), max_new_tokens=n,
+                                               do_sample=False)[0, len(prompt):].tolist()
+    return list(known[key])
 
 
 def first_two_law(target, prompt, temperature):

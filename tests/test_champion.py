@@ -13,7 +13,7 @@ def figures(gains: dict[str, tuple[float, float]]) -> dict:
     def scores(j):
         return {r: {"mean": [1.0, 0.9, 1.1], "gain": [g[j] / 100, 0, 0], "gain_pct": [g[j], g[j] - 1, g[j] + 1],
                     "root_share": [10.0, 5.0, 15.0]} for r, g in gains.items()}
-    return {"rounds": 100, "budgets": {"8": {"rules": scores(0)}, "59": {"rules": scores(1)}}}
+    return {"rounds": 100, "budgets": {"8": {"scores": scores(0)}, "59": {"scores": scores(1)}}}
 
 
 def test_the_best_mean_gain_over_the_budgets_wins():

@@ -2,6 +2,7 @@
 round records, and one-line errors at construction before any model pass."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -174,7 +175,8 @@ def readme_example() -> str:
 def smollm2():
     from specrank.decode import load_drafter, load_target
 
-    torch.set_num_threads(2)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # a worker beside another keeps its one thread
+        torch.set_num_threads(2)
     target = load_target("smollm2")
     return target, load_drafter("early-exit:8", target)
 
@@ -229,6 +231,7 @@ def smollm2_rows(smollm2):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("smollm2-rows")  # both share the fitted reranker: one worker fits it
 @pytest.mark.parametrize("trees", ["quickscorer", "lightgbm"])
 def test_smollm2_reranked_equals_target_greedy_with_early_exit_and_the_eagle3_head(smollm2, smollm2_rows, trees,
                                                                                     monkeypatch):

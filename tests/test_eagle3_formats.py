@@ -167,16 +167,16 @@ def test_eagle3_layers_override_and_where_it_applies(target, tmp, capsys):
     assert len(err) == 1 and "--eagle3-layers" in err[0] and not (tmp / "x").exists()
 
 
-def test_heads_specrank_saved_before_keep_their_layers(target, tmp):
-    directory = tmp / "legacy"
+def test_a_config_must_read_as_the_layers_its_training_names(target, tmp):
+    directory = tmp / "layers-and-training"
     write_specforge_head(directory, target.model.config, ids=[1, 3, 6])
-    for trained, dialect, layers in (([1, 3, 6], "specrank-legacy", (1, 3, 6)), ([2, 4, 7], "sglang", (2, 4, 7))):
+    (directory / "training.json").write_text(json.dumps({"params": {"gen_layers": [2, 4, 7]}}))
+    head = read_head(directory)
+    assert (head.dialect, head.layers) == ("sglang", (2, 4, 7))
+    for trained in ([1, 3, 6], [5, 5, 5]):  # ids written as the layers themselves (an older layout), or others
         (directory / "training.json").write_text(json.dumps({"params": {"gen_layers": trained}}))
-        head = read_head(directory)
-        assert (head.dialect, head.layers) == (dialect, layers)
-    (directory / "training.json").write_text(json.dumps({"params": {"gen_layers": [5, 5, 5]}}))
-    with pytest.raises(ModelLoadError, match="disagree"):
-        read_head(directory)
+        with pytest.raises(ModelLoadError, match="disagree .* re-export"):
+            read_head(directory)
 
 
 def _edit(field, value):
@@ -573,7 +573,7 @@ def test_specforge_norm_output_before_and_after_pr879(target, tmp, capsys, value
         cfg = json.loads((directory / "config.json").read_text())
         (directory / "config.json").write_text(json.dumps({**cfg, **({} if value is None else {"norm_output": value})}))
     capsys.readouterr()
-    drafter = load_drafter(f"eagle3:{directory}", target, norm_output_convention=convention)
+    drafter = load_drafter(f"eagle3:{directory}", target, specforge_norm_output=convention)
     assert ("after PR #879" in capsys.readouterr().err) == (value is not None and convention is None)
     root, child, token = specrank_root(drafter, target)
     weights = raw(directory)

@@ -15,7 +15,7 @@ from specrank.cli import main
 from specrank.featurize import featurize_run
 from specrank.tracking.server import free_port
 from specrank.featurize.synthetic import write_synthetic_run
-from specrank.rerankers import GBMReranker, IsotonicFirstFactor, cross_fit, load_reranker
+from specrank.rerankers import GBMReranker, IsotonicFirstFactor, cross_fit_table, load_reranker
 from specrank.tracking.models import resolve_reranker
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -29,9 +29,9 @@ def run_and_predictions(tmp_path_factory):
     write_synthetic_run(run_dir, n_prompts=12, rounds_per_prompt=10, topk=6, depth=3, expand=6, seed=5)
     feats = featurize_run(run_dir)
     pred = feats[["prompt_id", "task", "round", "cand"]].copy()
-    pred["isotonic"] = cross_fit(IsotonicFirstFactor(), feats).predictions
+    pred["isotonic"] = cross_fit_table(IsotonicFirstFactor(), feats).predictions
     for name in ("base", "rows"):
-        fit = cross_fit(GBMReranker(name, n_estimators=20, num_leaves=7, n_jobs=1), feats)
+        fit = cross_fit_table(GBMReranker(name, n_estimators=20, num_leaves=7, n_jobs=1), feats)
         pred[name] = fit.predictions
     for fold, model in fit.models.items():  # `specrank train`'s models/NAME-foldF layout
         model.save(root / "models" / f"rows-fold{fold}")

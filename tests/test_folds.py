@@ -1,4 +1,4 @@
-"""Cross-fitting is written once: ``specrank.folds.fold_splits`` walks the folds, ``rerankers.cross_fit`` fits
+"""Cross-fitting is written once: ``specrank.folds.fold_splits`` walks the folds, ``rerankers.cross_fit_table`` fits
 and predicts; per-depth calibration, the mixtures' weights, the learning curve and the tuner's inner search use
 them instead of splitting folds again."""
 
@@ -9,7 +9,7 @@ import pandas as pd
 from source_grep import source_lines_matching
 
 from specrank.folds import fold_splits
-from specrank.rerankers import IsotonicFirstFactor, cross_fit
+from specrank.rerankers import IsotonicFirstFactor, cross_fit_table
 
 # A fold split written again: rows compared with one fold value, or a loop over hard-coded folds.
 SPLITS = re.compile(r"(\b\w*fold\w*\s*[!=]=\s*(f|held_out|fold)\b|for\s+\w+\s+in\s+\(0,\s*1\)|inner\s*[!=]=\s*f\b)")
@@ -38,7 +38,7 @@ def test_a_fold_model_fits_only_the_rows_it_is_given_and_predicts_its_whole_fold
 
     monkeypatch.setattr(IsotonicFirstFactor, "fit", fit)
     labelled = np.arange(n) % 4 != 0
-    out = cross_fit(IsotonicFirstFactor(), X, y, folds=fold, fit_rows=labelled)
+    out = cross_fit_table(IsotonicFirstFactor(), X, y, folds=fold, fit_rows=labelled)
     assert fitted_sizes == [int((labelled & (fold == 1)).sum()), int((labelled & (fold == 0)).sum())]
     assert np.isfinite(out.predictions).all()
 

@@ -16,6 +16,9 @@ from specrank.featurize.synthetic import write_synthetic_run
 from specrank.testing import save_tiny_llama
 from mlflow_store import migrated_db, mlflow_server  # noqa: F401  (fixture)
 
+# These tests share costly module fixtures: pytest-xdist keeps them on one worker.
+pytestmark = pytest.mark.xdist_group("mlflow-handoff")
+
 REPO = Path(__file__).parents[1]
 
 

@@ -21,13 +21,15 @@ def section_code(title: str) -> str:
 
 def test_the_research_workflow_block_runs_to_a_table_and_a_saved_reranker(tmp_path, monkeypatch, capsys):
     import specrank.decode.loading as loading
+    import specrank.decode.loading.model_spec as model_spec
     import specrank.workflow.recording as recording_module
     from specrank.decode import Decoder
 
     tgt, drf, prompts = saved_tiny_inputs(tmp_path, TEXTS)
     load_target, load_drafter = loading.load_target, loading.load_drafter
-    monkeypatch.setattr(loading, "load_target", lambda spec, *a, **k: load_target(str(tgt)))
-    monkeypatch.setattr(loading, "load_drafter", lambda spec, target, *a, **k: load_drafter(f"standalone:{drf}", target))
+    monkeypatch.setattr(model_spec, "load_target", lambda spec, *a, **k: load_target(str(tgt)))
+    monkeypatch.setattr(model_spec, "load_drafter", lambda spec, target, *a, **k: load_drafter(f"standalone:{drf}",
+                                                                                                target))
     monkeypatch.setattr(recording_module, "default_prompts_path", lambda: prompts)
     monkeypatch.chdir(tmp_path)
     namespace = {}
@@ -36,6 +38,7 @@ def test_the_research_workflow_block_runs_to_a_table_and_a_saved_reranker(tmp_pa
     assert "| Score |" in table and "rows" in table
     assert namespace["recording"].path == Path("runs/t1") and (tmp_path / "runs/t1/evaluation/report.md").is_file()
     assert set(namespace["rerankers"].models("rows")) == {0, 1}
-    dec = Decoder(namespace["target"], namespace["drafter"], "reranked", reranker="runs/t1/rows", budget=8)
+    target, drafter = namespace["models"].load()
+    dec = Decoder(target, drafter, "reranked", reranker="runs/t1/rows", budget=8)
     assert dec.generate("the cat is big", max_new_tokens=4, temperature=1).stats.rounds >= 1
 

@@ -29,6 +29,9 @@ from specrank.tracking.models import resolve_reranker
 from specrank.rerankers.persist import META, describe, saved_params
 from mlflow_store import mlflow_server  # noqa: F401  (fixture)
 
+# These tests share costly module fixtures: pytest-xdist keeps them on one worker.
+pytestmark = pytest.mark.xdist_group("mlflow-format")
+
 SMALL = {"n_estimators": 25, "num_leaves": 7, "n_jobs": 1}
 
 

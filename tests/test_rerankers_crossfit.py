@@ -8,7 +8,7 @@ from specrank.featurize import featurize_rounds
 from specrank.featurize.arrays import round_arrays
 from specrank.featurize.synthetic import synthetic_rounds
 from specrank.folds import FoldError
-from specrank.rerankers import GBMReranker, cross_fit, tune
+from specrank.rerankers import GBMReranker, cross_fit_table, tune
 from specrank.rerankers.tune import inner_folds
 from specrank.selection import PoolBatch, fixed_values, score_of
 
@@ -47,12 +47,12 @@ def feats():
 
 
 def test_no_prompt_is_scored_by_a_model_that_saw_it(feats):
-    out = cross_fit(PromptSpy(), feats)
+    out = cross_fit_table(PromptSpy(), feats)
     assert np.all(out.predictions == 0.0)
     assert set(out.models) == {0, 1}
     for f, model in out.models.items():  # each fold's model saw exactly the other fold's prompts
         assert model.seen_ == set(feats.prompt_id[feats.fold != f])
-    three = cross_fit(PromptSpy(), feats, folds=lambda idx: idx % 3)  # the fold rule is a parameter
+    three = cross_fit_table(PromptSpy(), feats, folds=lambda idx: idx % 3)  # the fold rule is a parameter
     assert np.all(three.predictions == 0.0) and len(three.models) == 3
 
 
@@ -63,7 +63,7 @@ def test_leakage_would_be_visible(feats):
     est = GBMReranker(["token_prior"], **SMALL)
     in_sample = est.fit(leaky).predict(leaky)
     assert np.corrcoef(in_sample, leaky.label)[0, 1] > 0.95  # seen prompts: label recovered
-    out = cross_fit(est, leaky)
+    out = cross_fit_table(est, leaky)
     for f in (0, 1):  # unseen prompts: one constant (the training half's mean), no information
         assert np.ptp(out.predictions[out.folds == f]) < 1e-9
 
@@ -71,9 +71,9 @@ def test_leakage_would_be_visible(feats):
 def test_bad_fold_assignments_raise(feats):
     split = np.where(feats["round"] < 3, 0, 1)  # by round: every prompt in both folds
     with pytest.raises(FoldError, match="spans several folds"):
-        cross_fit(PromptSpy(), feats, folds=split)
+        cross_fit_table(PromptSpy(), feats, folds=split)
     with pytest.raises(FoldError, match="at least two folds"):
-        cross_fit(PromptSpy(), feats, folds=np.zeros(len(feats), dtype=int))
+        cross_fit_table(PromptSpy(), feats, folds=np.zeros(len(feats), dtype=int))
 
 
 def test_tune_searches_inside_the_training_part_only(feats):
@@ -86,7 +86,7 @@ def test_tune_searches_inside_the_training_part_only(feats):
     assert log and all(seen <= set(train.prompt_id) for seen in log)  # never the other half
     assert all(seen.isdisjoint(held[0]) or seen.isdisjoint(held[1]) for seen in log)
     log.clear()
-    out = cross_fit(PromptSpy(log), feats, tune_trials=1)
+    out = cross_fit_table(PromptSpy(log), feats, tune_trials=1)
     assert set(out.params) == {0, 1} and np.all(out.predictions == 0.0)
 
 
@@ -111,7 +111,7 @@ def test_rows_reranker_recovers_the_planted_share_of_the_root_gain(signal):
     """Exact cache rows in ~70% of rounds: Rows recovers those rounds' share of the root gain at B=8, 59."""
     table, manifest = synthetic_rounds(40, 40, topk=10, depth=4, signal=signal, row_noise=0.0, seed=1)
     feats = featurize_rounds(table, manifest)
-    preds = {name: cross_fit(GBMReranker(name, **SMALL), feats).predictions for name in ("base", "rows")}
+    preds = {name: cross_fit_table(GBMReranker(name, **SMALL), feats).predictions for name in ("base", "rows")}
     y = feats.label.to_numpy()
     mse = {k: np.mean((p - y) ** 2) for k, p in {**preds, "draft": feats.q.to_numpy()}.items()}
     v = _values(table, preds, 10)

@@ -26,6 +26,9 @@ from specrank.scale import ScaleError, Workers, ray_session
 from specrank.testing import save_tiny_llama
 from decode_helpers import saved_tiny_inputs
 
+# These tests share costly module fixtures: pytest-xdist keeps them on one worker.
+pytestmark = pytest.mark.xdist_group("ray")
+
 if importlib.util.find_spec("ray") is None:  # importing it here would settle its address before `cluster` does
     pytest.skip("Ray is not installed (pip install 'specrank[ray]')", allow_module_level=True)
 
@@ -74,13 +77,14 @@ def temps(run: Path) -> list:
 
 
 def test_workers_record_the_rounds_and_manifest_of_one_process(cluster, models, reference, tmp_path):
-    from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers
+    from specrank.decode.loading.model_spec import ModelSpec
+    from specrank.decode.runs.workers import RunSpec, decode_on_workers
 
     d, args = models
     cfg = dict(shape=PoolShape(3, 3, 3), budget=6, extra=6, max_new_tokens=16)
     runs = [RunSpec(str(tmp_path / f"t{t}"), DecodeConfig(temperature=float(t), **cfg)) for t in (0, 1)]
     argv = dict(zip(args[1::2], args[2::2]))
-    outcome = decode_on_workers(Workers(2, threads=1), Models(argv["--target"], argv["--drafter"]),
+    outcome = decode_on_workers(Workers(2, threads=1), ModelSpec(argv["--target"], argv["--drafter"]),
                                 read_prompts(argv["--prompts"]), argv["--prompts"], runs, shard_size=1, progress=False)
     assert sum(t.shards for t in outcome.timings) == 2 * len(TEXTS)
     assert all(t.shards > 0 for t in outcome.timings)  # both workers took part

@@ -15,6 +15,9 @@ from specrank.cli import main
 from specrank.decode.prompts import default_prompts_path, prompt_digest, read_prompts, spec_bench_path
 from specrank.testing import save_tiny_llama
 
+# These tests share costly module fixtures: pytest-xdist keeps them on one worker.
+pytestmark = pytest.mark.xdist_group("study")
+
 WORDS = ["the cat is big", "write code for a dog", "what is the sun", "one two three four", "red car on the road",
          "how do we read", "a bird in the tree", "nine plus ten is", "the dog can run fast", "is the moon cold",
          "give me five red stars", "where is the river", "we eat fish and drink water", "a new house in the city",
@@ -78,9 +81,9 @@ def test_study_writes_every_figure(reference):
         assert r["prompts_decoded"] % 4 == 0  # whole shards
         for b in ("8", "59"):
             f = r["budgets"][b]
-            assert set(f["rules"]) >= {"draft", "isotonic", "per_depth", "base", "rows", "rows+per_depth", "root",
+            assert set(f["scores"]) >= {"draft", "isotonic", "per_depth", "base", "rows", "rows+per_depth", "root",
                                        "oracle"}
-            for score, entry in f["rules"].items():
+            for score, entry in f["scores"].items():
                 if score not in ("draft", "root"):
                     low, high = entry["root_share"][1:]
                     assert low <= entry["root_share"][0] <= high or low != low  # NaN when root gains nothing
@@ -122,7 +125,7 @@ def test_the_study_saves_a_champion_and_decodes_unseen_prompts_online(reference)
             assert set(f["strategies"]) == {"draft", "reranked", "root", "root_draw"}
             assert f["strategies"]["draft"]["speed"][0] == 1.0
             assert len(f["strategies"]["reranked"]["realized_gain"]) == 3
-            assert f["offline"]["reranked"] == r["budgets"][b]["rules"][online["reranker"]]  # the same score offline
+            assert f["offline"]["reranked"] == r["budgets"][b]["scores"][online["reranker"]]  # the same score offline
             assert f["break_even"]["round_ms"] == 14.5 and f["break_even"]["gain"] >= 0
     page = (reference / "results.md").read_text()
     assert "## Offline vs online" in page and "Champion" in page and "Regime: draft selection accepts" in page

@@ -24,6 +24,9 @@ from mlflow_store import migrated_db, serve
 from specrank.cli import main
 from specrank.testing import save_tiny_llama
 
+# These tests share costly module fixtures: pytest-xdist keeps them on one worker.
+pytestmark = pytest.mark.xdist_group("mlflow-browse")
+
 EXPERIMENT = "browse"
 SMALL = ["--tune-trials", "2", "--bootstrap", "100"]
 
@@ -331,7 +334,7 @@ def test_the_runs_tables_first_page_shows_every_stage(demo):
 def test_cross_fit_studies_are_named_per_fold_seeded_by_name_and_repeat(tmp_path):
     from specrank.featurize import featurize_run
     from specrank.featurize.synthetic import write_synthetic_run
-    from specrank.rerankers import GBMReranker, cross_fit
+    from specrank.rerankers import GBMReranker, cross_fit_table
 
     write_synthetic_run(tmp_path / "run", n_prompts=6, rounds_per_prompt=5, topk=4, depth=3, seed=7)
     feats = featurize_run(tmp_path / "run")
@@ -339,7 +342,7 @@ def test_cross_fit_studies_are_named_per_fold_seeded_by_name_and_repeat(tmp_path
     def studies(prefix):
         seen = {}
         hook = lambda fold: [lambda study, trial: seen.setdefault(study.study_name, []).append(trial.params)]  # noqa: E731
-        cross_fit(GBMReranker("base", n_jobs=1), feats, tune_trials=2, tune_callbacks=hook, tune_study=prefix)
+        cross_fit_table(GBMReranker("base", n_jobs=1), feats, tune_trials=2, tune_callbacks=hook, tune_study=prefix)
         return seen
 
     first = studies("demo-t1-base")

@@ -35,7 +35,7 @@ def study_figures() -> dict:
 def shares(figures: dict) -> dict:
     """{(score, budget): [point, low, high]} of every score with a share of root's gain."""
     return {(score, b): entry["root_share"] for b, at in figures["budgets"].items()
-            for score, entry in at["rules"].items() if "root_share" in entry}
+            for score, entry in at["scores"].items() if "root_share" in entry}
 
 
 def test_each_pipeline_run_carries_the_headline_figure_and_its_metrics(mlflow_db):
@@ -75,8 +75,8 @@ def test_an_evaluation_summary_gives_the_study_form_and_the_same_metric_names():
                          "root_share_high": share + 1})
     budgets = summary_budget_figures(pd.DataFrame(rows), [8, 59])
     assert list(budgets) == ["8", "59"]
-    assert budgets["59"]["rules"]["rows"]["root_share"] == pytest.approx([20.59, 19.59, 21.59])
-    assert "root_share" not in budgets["8"]["rules"]["draft"] and "mix_cache" not in budgets["8"]["rules"]
+    assert budgets["59"]["scores"]["rows"]["root_share"] == pytest.approx([20.59, 19.59, 21.59])
+    assert "root_share" not in budgets["8"]["scores"]["draft"] and "mix_cache" not in budgets["8"]["scores"]
     metrics = headline_metrics({"budgets": budgets})
     study = headline_metrics(study_figures()["1"])
     assert set(metrics) <= set(study)  # the demo's names are the study's
@@ -144,8 +144,8 @@ def test_printed_links_open_the_runs_view():
 def test_a_headline_figure_with_a_share_missing_at_one_budget_still_draws(tmp_path):
     from specrank.evaluation.figures import root_share_figure
 
-    budgets = {"8": {"rules": {"rows": {"root_share": [40.0, 30.0, 50.0]}, "base": {"root_share": [10, -5, 25]}}},
-               "59": {"rules": {"rows": {"root_share": [np.nan, np.nan, np.nan]}, "draft": {}}}}
+    budgets = {"8": {"scores": {"rows": {"root_share": [40.0, 30.0, 50.0]}, "base": {"root_share": [10, -5, 25]}}},
+               "59": {"scores": {"rows": {"root_share": [np.nan, np.nan, np.nan]}, "draft": {}}}}
     figure = root_share_figure(budgets, {"law": "T=1", "rounds": 10, "prompts": 2})
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mlflow_store import mlflow_server  # noqa: F401  (fixture)
 from test_tracking import check_logged, log_experiment, small_reranker
+
+# These tests share costly module fixtures: pytest-xdist keeps them on one worker.
+pytestmark = pytest.mark.xdist_group("mlflow-server")
 
 
 def test_server_receives_nested_runs_metrics_figure_and_model(mlflow_server):  # noqa: F811

@@ -11,7 +11,7 @@ from specrank import tracking
 from specrank.cli import main
 from specrank.featurize import read_features
 from specrank.featurize.synthetic import write_synthetic_run
-from specrank.rerankers import GBMReranker, cross_fit, load_reranker
+from specrank.rerankers import GBMReranker, cross_fit_table, load_reranker
 from specrank.tracking.models import resolve_reranker
 from specrank.tracking.training import fold_metrics, top1_hits
 from specrank.tracking.uri import optional_uri
@@ -52,7 +52,7 @@ def test_cross_fit_passes_each_fold_its_own_callbacks(features):
     def hook(fold):
         return [lambda study, trial: seen.append((int(fold), trial.number))]
 
-    out = cross_fit(GBMReranker("base", n_estimators=10, num_leaves=7, n_jobs=1), feats, tune_trials=2,
+    out = cross_fit_table(GBMReranker("base", n_estimators=10, num_leaves=7, n_jobs=1), feats, tune_trials=2,
                     tune_callbacks=hook)
     assert seen == [(0, 0), (0, 1), (1, 0), (1, 1)] and set(out.params) == {0, 1}
 

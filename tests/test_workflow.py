@@ -9,6 +9,7 @@ import pytest
 from decode_helpers import saved_tiny_inputs
 
 from specrank.cli import main
+from specrank.decode import DecodeConfig, ModelSpec
 from specrank.workflow import Features, Recording, Rerankers, cross_fit, evaluate, featurize, record
 
 TEXTS = ["the cat is big", "write code for a dog", "what is the sun", "one two three four", "red car on the road",
@@ -26,8 +27,8 @@ def inputs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def recording(inputs):
     d, tgt, drf, prompts = inputs
-    return record(str(tgt), f"standalone:{drf}", prompts, out=d / "run", temperature=1.0, max_new_tokens=8,
-                  progress=False, **POOL)
+    return record(ModelSpec(str(tgt), f"standalone:{drf}"), prompts, out=d / "run",
+                  config=DecodeConfig(temperature=1.0, max_new_tokens=8, **POOL), progress=False)
 
 
 def test_each_stage_returns_an_object_that_opens_back_from_where_it_says(recording, tmp_path):

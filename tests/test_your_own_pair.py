@@ -16,7 +16,7 @@ TEXTS = ["the cat is big", "write code for a dog", "what is the sun", "one two t
          "how do we read", "a bird in the tree", "nine plus ten is", "give me five red stars", "where is the river",
          "we eat fish and drink water", "a new house in the city"]
 TINY = dict(rounds=40, greedy_rounds=30, max_new_tokens=10, chunk=4, bootstrap=20, tune_trials=0, n_estimators=20,
-            threads=1, progress=False, online_prompts=3, online_other_prompts=2, online_budgets=(8,))
+            online_prompts=3, online_other_prompts=2, online_budgets=(8,))
 
 
 def python_block() -> str:
@@ -27,7 +27,9 @@ def python_block() -> str:
 
 @pytest.mark.parametrize("arch", ["qwen3", "gemma3"])
 def test_the_python_block_studies_a_pair_of_its_own(arch, tmp_path, monkeypatch, capsys):
-    import specrank.workflow as workflow
+    from dataclasses import replace
+
+    import specrank.experiments.study as experiment
 
     target = tmp_path / "target"
     model = tiny_causal_lm(arch, seed=0)
@@ -38,14 +40,16 @@ def test_the_python_block_studies_a_pair_of_its_own(arch, tmp_path, monkeypatch,
     prompts.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [t]}) + "\n"
                                for i, t in enumerate(TEXTS)))
     block = python_block()
-    target_spec, drafter_spec = re.search(r'study\("([^"]+)",\s*#[^\n]*\n\s*"([^"]+)"', block).groups()
+    target_spec, drafter_spec = re.search(r'ModelSpec\("([^"]+)",\s*#[^\n]*\n\s*"([^"]+)"', block).groups()
     paths = {target_spec: str(target), drafter_spec: f"eagle3:{head}"}
-    study = workflow.study
+    study = experiment.study
 
-    def tiny_study(target_arg, drafter_arg, **kwargs):
-        return study(paths[target_arg], paths[drafter_arg], prompts, **{**kwargs, **TINY, "tracking": None})
+    def tiny_study(models, **kwargs):
+        models = replace(models, target=paths[models.target], drafter=paths[models.drafter], threads=1)
+        settings = replace(kwargs.pop("settings"), **TINY)
+        return study(models, prompts, **{**kwargs, "settings": settings, "progress": False, "tracking": None})
 
-    monkeypatch.setattr(workflow, "study", tiny_study)
+    monkeypatch.setattr(experiment, "study", tiny_study)
     monkeypatch.chdir(tmp_path)
     namespace = {}
     exec(compile(block, str(PAGE), "exec"), namespace)  # noqa: S102 - the page's own code

@@ -102,6 +102,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+class _Stdout(logging.Handler):
+    """What the library says (logger ``specrank``, INFO and up), printed on the stdout of the moment: a command's
+    output is its stages' lines and its own."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(self.format(record), flush=True)
+
+
+def _say_on_stdout() -> None:
+    logger = logging.getLogger("specrank")
+    if not any(isinstance(h, _Stdout) for h in logger.handlers):
+        logger.addHandler(_Stdout())
+    logger.setLevel(logging.INFO)
+    logger.propagate = False  # printed once, here, not again by a root handler an embedding program set up
+
+
 def _error(prog: str, message: str) -> int:
     print(f"{prog}: error: {message}", file=sys.stderr)
     return 2
@@ -140,6 +156,7 @@ def main(argv=None) -> int:
         return int(exc.code or 0)
     args.argv = argv[argv.index(args.command) + 1:]  # after the command name: for records of the run
     debug = args.debug or os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
+    _say_on_stdout()
     try:
         with _mlflow_notices(debug):
             return int(args._run(args) or 0)

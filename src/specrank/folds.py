@@ -15,6 +15,11 @@ class FoldError(ValueError):
     """A fold assignment that would let a model score a prompt it saw."""
 
 
+def fold_of(prompt_index) -> np.ndarray:
+    """The cross-fitting half of each prompt index: even prompts in fold 0, odd in fold 1 (App. D.8)."""
+    return np.asarray(prompt_index) % 2
+
+
 def fold_labels(X, folds=None) -> np.ndarray:
     """Fold of every row: ``X["fold"]`` (None), a column name, a function of ``prompt_index``, or an array.
 

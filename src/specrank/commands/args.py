@@ -6,6 +6,7 @@ import argparse
 import math
 
 from specrank.decode.config import ConfigError, check_temperature
+from specrank.decode.loading.model_spec import ModelSpec
 
 # The names ``--dtype`` takes (``targets.DTYPES``' keys; spelled here so that parsing imports no torch).
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -105,6 +106,13 @@ def add_model_arguments(parser, *, drafter: str | None = None, threads: str = "t
     add_drafter_arguments(parser, drafter)
     kwargs = {} if device is None else {"device": device}
     add_device_arguments(parser, threads=threads, **kwargs)
+
+
+def model_spec(args, drafter: str | None = None) -> ModelSpec:
+    """The ``ModelSpec`` of ``add_model_arguments``' options (``drafter`` when ``--drafter`` was not given)."""
+    return ModelSpec(args.target, args.drafter or drafter, args.device, getattr(args, "dtype", "float32"),
+                     getattr(args, "graphs", None), args.eagle3_layers, args.specforge_norm_output,
+                     getattr(args, "threads", None))
 
 
 def add_pool_arguments(parser, *, budget: str = "verified tree size B, root excluded",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from specrank.commands.args import (add_model_arguments, add_pool_arguments,
-                                    add_tracking_arguments, at_least, tracking_asked)
+from specrank.commands.args import (add_model_arguments, add_pool_arguments, add_tracking_arguments, at_least,
+                                    model_spec, tracking_asked)
+from specrank.decode.config import DecodeConfig
 from specrank.decode.core import PoolShape
+from specrank.decode.runs.chain import chain_config
 from specrank.errors import optional
 from specrank.scale import add_worker_arguments, workers_from_args
 from specrank.workflow import Tracking, record
+from specrank.workflow.recording import Lossy
 
 EXPERIMENT = "specrank"
 
@@ -50,14 +53,16 @@ def run(args) -> int:
                                          "specrank decode: MLflow is not installed, so the run logs nothing to it "
                                          "(as with --no-tracking)"):
         tracking = Tracking(args.tracking_uri, args.experiment, args.run_name)
-    recording = record(args.target, args.drafter, args.prompts, out=args.out, temperature=args.temperature,
-                       max_new_tokens=args.max_new_tokens, seed=args.seed,
-                       pool=PoolShape(args.topk, args.depth, args.expand), budget=args.budget, extra=args.extra,
-                       limit=args.limit, shard_size=args.shard_size, device=args.device, dtype=args.dtype,
-                       graphs=args.graphs,
-                       eagle3_layers=args.eagle3_layers, specforge_norm_output=args.specforge_norm_output,
-                       threads=args.threads, workers=workers_from_args(args), verification_rule=args.verification_rule,
-                       speculation=args.speculation, chain_length=args.chain_length,
+    temperature, tokens, seed = args.temperature, args.max_new_tokens, args.seed
+    if args.speculation == "chain":
+        config = chain_config(args.chain_length, temperature, tokens, seed)
+    else:
+        config = DecodeConfig(PoolShape(args.topk, args.depth, args.expand), args.budget, args.extra, temperature,
+                              tokens, seed)
+    lossy = (Lossy(args.verification_rule or "lossless", args.speculation)
+             if args.verification_rule is not None or args.speculation == "chain" else None)
+    recording = record(model_spec(args), args.prompts, out=args.out, config=config, limit=args.limit,
+                       shard_size=args.shard_size, workers=workers_from_args(args), lossy=lossy,
                        allow_training_prompts=args.allow_training_prompts, progress=not args.no_progress,
                        tracking=tracking)
     print(recording.summary)

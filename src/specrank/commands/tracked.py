@@ -23,7 +23,7 @@ def tracking_uri(args) -> str | None:
     return None if args.no_tracking else checked_uri(args.tracking_uri)
 
 
-def load_reranker(source: str, tracking_uri: str | None):
+def resolve_reranker(source: str, tracking_uri: str | None):
     """A saved reranker or an MLflow model URI, loaded (``tracking.resolve_reranker``)."""
     return _tracking().resolve_reranker(source, tracking_uri=tracking_uri)
 

@@ -18,7 +18,7 @@ _EXPORTS = {
     "Decoder": "decoder", "GenerationOutput": "decoder", "GenerationStats": "decoder",
     "PoolShape": "core",
     "ModelLoadError": "loading", "Target": "loading", "TokenizerMismatchError": "loading", "load_drafter": "loading",
-    "load_target": "loading",
+    "load_target": "loading", "ModelSpec": "loading.model_spec", "Models": "loading.model_spec",
     "STRATEGY_NAMES": "strategies", "SelectionStrategy": "strategies", "StaticTreeSelection": "strategies",
     "StrategyError": "strategies", "make_strategy": "strategies",
 }

@@ -72,6 +72,32 @@ def training_only(extra, prompts, held: set[str]) -> list:
     return [p for p in extra if p.text not in held_text]
 
 
+def split_positions(corpus, held):
+    """(training sequences, held-out sequences, training positions, held-out positions that predict a generated
+    token) of ``corpus``, split by the held-out prompt ids ``held``."""
+    train_slices = corpus.sequences(lambda pid: pid not in held)
+    held_slices = corpus.sequences(lambda pid: pid in held)
+    train_pos = torch.cat([torch.arange(s.start, s.stop) for s in train_slices])
+    held_pos = torch.cat([torch.arange(s.start, s.stop) for s in held_slices]) if held_slices else train_pos[:0]
+    return train_slices, held_slices, train_pos, held_pos[corpus.response[held_pos]]
+
+
+def run_params(target, dirs, extra, extra_spec: GenerationSpec, train_tokens: int, held, vocab, spec: GenerationSpec,
+               cfg: TrainConfig) -> dict:
+    """The training run's MLflow parameters (also kept in its summary): data, split, vocabulary, recipe."""
+    return {
+        "target": target.name,
+        "data_dir": ",".join(str(d) for d in dirs),
+        "training_only_prompts": len(extra),
+        **({f"extra_gen_{k}": v for k, v in asdict(extra_spec).items()} if extra else {}),
+        "train_tokens": train_tokens,
+        "heldout_prompts": ",".join(sorted(held)),
+        "draft_vocab_size": len(vocab.ids),
+        **{f"gen_{k}": v for k, v in asdict(spec).items()},
+        **cfg.identity(),
+    }
+
+
 def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig, draft_vocab: int = 16384,
                 heldout_per_task: int = 1, decode_prompts: int = 2, decode_tokens: int = 64,
                 tracking_uri: str | None = None, data_root=None, progress: bool = False,
@@ -93,26 +119,12 @@ def fit_drafter(target, prompts, out_dir, spec: GenerationSpec, cfg: TrainConfig
         dirs.append(generate_corpus(target, extra, extra_spec, data_root, progress, workers))
     corpus = load_corpus(*dirs)
     gen_minutes = (time.monotonic() - t0) / 60
-    train_slices = corpus.sequences(lambda pid: pid not in held)
-    held_slices = corpus.sequences(lambda pid: pid in held)
-    train_pos = torch.cat([torch.arange(s.start, s.stop) for s in train_slices])
+    train_slices, held_slices, train_pos, held_pos = split_positions(corpus, held)
     vocab = most_frequent(corpus.argmax[train_pos], target.vocab_size, draft_vocab)
-    held_pos = torch.cat([torch.arange(s.start, s.stop) for s in held_slices]) if held_slices else train_pos[:0]
-    held_pos = held_pos[corpus.response[held_pos]]  # rows that predict generated tokens
     head = new_head(target, vocab, cfg.seed)
     lm_head = target.model.get_output_embeddings()
     teacher = functools.partial(target_logits, lm_head=lm_head, ids=vocab.ids.to(target.device))
-    params = {
-        "target": target.name,
-        "data_dir": ",".join(str(d) for d in dirs),
-        "training_only_prompts": len(extra),
-        **({f"extra_gen_{k}": v for k, v in asdict(extra_spec).items()} if extra else {}),
-        "train_tokens": len(train_pos),
-        "heldout_prompts": ",".join(sorted(held)),
-        "draft_vocab_size": len(vocab.ids),
-        **{f"gen_{k}": v for k, v in asdict(spec).items()},
-        **cfg.identity(),
-    }
+    params = run_params(target, dirs, extra, extra_spec, len(train_pos), held, vocab, spec, cfg)
     logger = RunLogger.open(uri, params, out_dir)
     try:
         ids = vocab.ids.to(target.device)

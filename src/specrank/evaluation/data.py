@@ -16,6 +16,7 @@ from specrank.featurize.storage import read_manifest, read_rounds_table, table_m
 from specrank.files import read_csv, read_table
 from specrank.law import Law
 from specrank.selection import PoolBatch
+from specrank.folds import fold_of
 
 COLUMNS = (
     ["prompt_id", "task", "round", "root_entropy"]
@@ -51,7 +52,7 @@ class Rounds:
 
     @property
     def fold(self) -> np.ndarray:
-        return prompt_index(self.prompt_id) % 2
+        return fold_of(prompt_index(self.prompt_id))
 
     @property
     def first_label(self) -> np.ndarray:

@@ -206,9 +206,9 @@ def speed_gain_figure(speed: pd.DataFrame, title: str = "Decoding-speed gain", o
 
 def root_share_figure(budgets: dict, meta: dict | None = None):
     """Each score's share of root selection's gain with its 95% interval, one horizontal bar per score and one panel
-    per budget; ``budgets`` as a study's figures hold them (``{"8": {"rules": {score: {"root_share": [point, low,
+    per budget; ``budgets`` as a study's figures hold them (``{"8": {"scores": {score: {"root_share": [point, low,
     high]}}}}``), scores without a share (draft, root) left out."""
-    every = [s for f in budgets.values() for s, entry in f["rules"].items() if "root_share" in entry]
+    every = [s for f in budgets.values() for s, entry in f["scores"].items() if "root_share" in entry]
     scores, colors = ordered(every), _colors(every)
     y = np.arange(len(scores))
     fig, axes = new_figure(len(budgets), (4.6 * len(budgets), 1.2 + 0.4 * len(scores)), sharex=True,
@@ -216,7 +216,7 @@ def root_share_figure(budgets: dict, meta: dict | None = None):
     ends = []  # every whisker's ends, for the shared x range
     for ax, (b, figures) in zip(axes[0], budgets.items()):
         nan = {"root_share": [np.nan] * 3}
-        share, low, high = np.array([figures["rules"].get(s, nan).get("root_share", nan["root_share"])
+        share, low, high = np.array([figures["scores"].get(s, nan).get("root_share", nan["root_share"])
                                      for s in scores], dtype=float).reshape(-1, 3).T
         err = np.abs(np.vstack([share - low, high - share]))
         bar, whisker = np.isfinite(share), np.isfinite(err).all(0)

@@ -30,6 +30,7 @@ from specrank.evaluation.values import (
 from specrank.featurize.rows import ROW_SOURCES
 from specrank.featurize.storage import check_same_rounds, rounds_digest, rounds_of
 from specrank.files import DataFileError, read_json, read_table
+from specrank.law import Law
 from specrank.selection.scores import first_token_agreement
 from specrank.selection.stats import PromptBootstrap, quintile_labels, score_table
 
@@ -141,7 +142,7 @@ def first_factor_table(boot, rounds: Rounds, calibrated: dict[str, np.ndarray]) 
     """
     label = rounds.first_label  # (N, k)
     target = rounds.pool.p_argmax_child[:, : rounds.topk] == 1  # (N, k)
-    eligible = target.any(axis=1) if rounds.law == "greedy" else np.ones(rounds.n_rounds, dtype=bool)
+    eligible = target.any(axis=1) if Law.of(rounds.law).greedy else np.ones(rounds.n_rounds, dtype=bool)
     estimates = first_factor_estimates(rounds, calibrated)
     cols = {"cands": np.full(rounds.n_rounds, float(rounds.topk)), "eligible": eligible.astype(np.float64)}
     for name, est in estimates.items():

@@ -18,7 +18,7 @@ from specrank.featurize.context import prompt_index
 from specrank.featurize.rows import ROW_SOURCES
 from specrank.law import Law
 from specrank.folds import fold_splits
-from specrank.rerankers import PerDepthCalibration, cross_fit
+from specrank.rerankers import PerDepthCalibration, cross_fit_table
 from specrank.selection.scores import MIXTURE_WEIGHTS, fixed_values, score_of
 
 BUDGET_SWEEP = (2, 4, 8, 12, 16, 24, 32, 48, 59, 80, 100, 150, 200)
@@ -44,7 +44,7 @@ def per_depth_edges(rounds: Rounds) -> np.ndarray:
     label = pool.edge_prob(rounds.law).reshape(-1)  # (N * M,), NaN where unscored
     every = np.ones(pool.shape, dtype=bool)
     edges = _edges(rounds, every).assign(prompt_id=np.repeat(prompt_index(rounds.prompt_id), pool.shape[1]))
-    fit = cross_fit(PerDepthCalibration(), edges, label, folds=np.repeat(rounds.fold, pool.shape[1]),
+    fit = cross_fit_table(PerDepthCalibration(), edges, label, folds=np.repeat(rounds.fold, pool.shape[1]),
                     fit_rows=~np.isnan(label))
     return fit.predictions.reshape(pool.shape)
 

@@ -18,9 +18,9 @@ from specrank.featurize.draft import DRAFT_FEATURES
 from specrank.featurize.rows import ROW_FEATURES, ROW_SOURCES
 from specrank.featurize.subtree import SUBTREE_FEATURES
 from specrank.law import Law
+from specrank.folds import fold_of
 
 META_KEY = "specrank"
-LABEL_SOURCE = {"probability": "p_edge", "argmax": "p_argmax_child"}
 REQUIRED = (
     schema.ROUND_KEYS
     + ["token", "parent", "depth", "q_edge", "draft_logp"]
@@ -32,7 +32,7 @@ REQUIRED = (
 def required_columns(rounds_columns, kind: str, labels: bool) -> list[str]:
     """Rounds columns the featurizer reads (``prev_accepted`` may stand in for ``accepted`` online)."""
     history = ["prev_accepted"] if "prev_accepted" in rounds_columns else ["accepted"]
-    return REQUIRED + history + ([LABEL_SOURCE[kind]] if labels else [])
+    return REQUIRED + history + ([Law.of_label_kind(kind).label_column] if labels else [])
 
 
 def _columns_of(rounds) -> list[str]:
@@ -73,7 +73,7 @@ def candidate_features(a: dict, topk: int, kind: str, labels: bool,
     feats = {"token": a["token"][:, :topk].astype(np.int64)}
     feats.update({f: block[:, :, COLUMN[f]] for g in groups for f in GROUP_COLUMNS[g]})
     if labels:
-        feats[schema.LABEL_COLUMN] = a[LABEL_SOURCE[kind]][:, :topk].astype(np.float64)
+        feats[schema.LABEL_COLUMN] = a[Law.of_label_kind(kind).label_column][:, :topk].astype(np.float64)
     return feats
 
 
@@ -123,7 +123,7 @@ def featurize_rounds(rounds, manifest: dict, *, labels: bool = True, prompt_ids=
         "round": rep(head["round"]).astype(np.int64),
         "cand": np.tile(np.arange(topk, dtype=np.int64), n),
         "prompt_index": rep(pidx).astype(np.int64),
-        "fold": rep(pidx % 2).astype(np.int64),
+        "fold": rep(fold_of(pidx)).astype(np.int64),
     }
     cols.update({k: v.reshape(-1) for k, v in out.items()})
     df = pd.DataFrame(cols, copy=False)

@@ -13,9 +13,10 @@ from specrank import schema
 from specrank.atomic import write_parquet_atomic
 from specrank.featurize.arrays import label_kind
 from specrank.featurize.edges import edge_frame
-from specrank.featurize.features import LABEL_SOURCE, META_KEY, features_meta, featurize_rounds, required_columns
+from specrank.featurize.features import META_KEY, features_meta, featurize_rounds, required_columns
 from specrank.featurize.sets import CATEGORICAL_FEATURES, DESCRIPTIONS, PRIOR_FEATURE
 from specrank.files import file_hash, read_json, read_schema, read_table
+from specrank.law import Law
 
 
 def read_manifest(run_dir) -> dict:
@@ -92,7 +93,7 @@ def featurize_run(run_dir, *, labels: bool = True) -> pd.DataFrame:
 def edges_run(run_dir, *, labels: bool = True) -> pd.DataFrame:
     """``edge_frame`` over every shard of a run directory (its rounds digest recorded too)."""
     manifest = read_manifest(run_dir)
-    columns = ["prompt_id", "round", "parent", "depth", "q_edge"] + ([LABEL_SOURCE[label_kind(manifest)]] if labels else [])
+    columns = ["prompt_id", "round", "parent", "depth", "q_edge"] + ([Law.of_label_kind(label_kind(manifest)).label_column] if labels else [])
     return _from_run(edge_frame(read_rounds_table(run_dir, columns), manifest, labels=labels), run_dir)
 
 

@@ -65,6 +65,18 @@ def _argmax_path(cols, depth):
     return path
 
 
+def _retained_rows(rng, p1: np.ndarray, q1: np.ndarray, signal: str, row_noise: float) -> dict:
+    """Each retained row's log-probabilities of the first-level candidates (N, k): noisy around the target's (the
+    cache's, with the ``rows`` signal) or the drafter's, absent (NaN) in a share of the rounds."""
+    rows = {}
+    for source, noise in _ROW_NOISE.items():
+        centre = np.log(p1) if signal == "rows" and source == "cache" else np.log(q1)
+        lp = np.minimum(centre + row_noise * noise * rng.normal(size=p1.shape), 0.0)  # log-probabilities
+        lp[rng.random(len(p1)) >= _ROW_AVAILABLE[source]] = np.nan
+        rows[f"{source}_logp"] = lp.astype(np.float32)
+    return rows
+
+
 def synthetic_rounds(n_prompts=20, rounds_per_prompt=20, *, topk=4, depth=3, expand=None, signal="rows",
                      temperature=1.0, target_noise=1.0, row_noise=1.0, vocab=1009, tasks=("qa", "code"), seed=0):
     """(Arrow table with ``schema.ROUNDS_COLUMNS``, manifest dict) of synthetic rounds."""
@@ -80,13 +92,7 @@ def synthetic_rounds(n_prompts=20, rounds_per_prompt=20, *, topk=4, depth=3, exp
     rnd = np.tile(np.arange(rounds_per_prompt), n_prompts)
     root = np.where(rng.random(n) < 0.2, cols["token"][np.arange(n), rng.integers(topk, size=n)], rng.integers(vocab, size=n))
     p1, q1 = cols["p_edge"][:, :topk].astype(np.float64), cols["q_edge"][:, :topk].astype(np.float64)
-    rows = {}
-    for source, noise in _ROW_NOISE.items():
-        centre = np.log(p1) if signal == "rows" and source == "cache" else np.log(q1)
-        lp = np.minimum(centre + row_noise * noise * rng.normal(size=p1.shape), 0.0)  # log-probabilities
-        absent = rng.random(n) >= _ROW_AVAILABLE[source]
-        lp[absent] = np.nan
-        rows[f"{source}_logp"] = lp.astype(np.float32)
+    rows = _retained_rows(rng, p1, q1, signal, row_noise)
     rows["preceding_logp"][cols["token"][:, :topk] == root[:, None]] = np.nan  # the continuation entry
     prompt_len = rng.integers(20, 400, size=n_prompts)
     emitted = (accepted + 1).reshape(n_prompts, rounds_per_prompt)  # tokens per round

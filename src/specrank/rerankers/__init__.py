@@ -2,7 +2,7 @@
 score as one reranker, and their compiled per-round inference."""
 
 from specrank.rerankers.compiled import CompiledReranker, compiled
-from specrank.rerankers.crossfit import CrossFit, cross_fit
+from specrank.rerankers.crossfit import CrossFit, cross_fit_table
 from specrank.rerankers.gbm import GBMReranker
 from specrank.rerankers.isotonic import IsotonicFirstFactor, PerDepthCalibration
 from specrank.rerankers.loader import load_reranker
@@ -23,7 +23,7 @@ __all__ = [
     "RerankerFileError",
     "StackedReranker",
     "compiled",
-    "cross_fit",
+    "cross_fit_table",
     "load_reranker",
     "save_reranker",
     "tune",

@@ -33,9 +33,10 @@ def labels_of(X, y, kind: str) -> np.ndarray:
         raise RerankerError(f"labels: {len(y)} values for {len(X)} feature rows")
     if np.isnan(y).any():
         raise RerankerError("labels: contain NaN (unscored first-level candidates?)")
-    if kind == "argmax" and not np.isin(y, (0.0, 1.0)).all():
+    binary = Law.of_label_kind(kind).binary_labels
+    if binary and not np.isin(y, (0.0, 1.0)).all():
         raise RerankerError("labels: argmax labels must be 0 or 1")
-    if kind == "probability" and ((y < 0) | (y > 1)).any():
+    if not binary and ((y < 0) | (y > 1)).any():
         raise RerankerError("labels: probability labels must lie in [0, 1]")
     return y
 

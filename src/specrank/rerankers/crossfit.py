@@ -25,7 +25,7 @@ class CrossFit:
     spans: dict = field(default_factory=dict)  # fold value -> (start, end) epoch seconds of its tuning and fit
 
 
-def cross_fit(estimator, X: pd.DataFrame, y=None, *, folds=None, fit_rows=None, tune_trials: int = 0,
+def cross_fit_table(estimator, X: pd.DataFrame, y=None, *, folds=None, fit_rows=None, tune_trials: int = 0,
               tune_seed: int = 0, tune_callbacks=None, tune_study: str | None = None) -> CrossFit:
     """Fit a clone of ``estimator`` on all folds but one and predict that fold, for every fold.
 

@@ -16,6 +16,7 @@ from specrank.featurize.columns import COLUMN
 from specrank.featurize.features import FeatureArrays
 from specrank.featurize.prior import TokenPrior
 from specrank.featurize.sets import CATEGORICAL_FEATURES, PRIOR_FEATURE, input_columns, resolve_features
+from specrank.law import Law
 from specrank.rerankers.base import Reranker
 
 BACKENDS = ("lightgbm", "sklearn")
@@ -191,7 +192,7 @@ class GBMReranker(Reranker):
             raw = (self.margin if margin is None else margin)(m) + (draft_margin(X) if self.boost_from_draft else 0.0)
             return 1.0 / (1.0 + np.exp(-raw))
         with threadpool_limits(self.n_jobs, user_api="openmp"):
-            if self.label_kind_ == "argmax":
+            if Law.of_label_kind(self.label_kind_).binary_labels:
                 return self.model_.predict_proba(m)[:, list(self.model_.classes_).index(1.0)]
             return self.model_.predict(m)
 
@@ -200,7 +201,7 @@ class GBMReranker(Reranker):
         monotone = [int(self.monotone_draft and f in MONOTONE_FEATURES) for f in self.features_]
         if self.backend == "lightgbm":
             params = {
-                "objective": "binary" if self.label_kind_ == "argmax" else "cross_entropy",
+                "objective": "binary" if Law.of_label_kind(self.label_kind_).binary_labels else "cross_entropy",
                 "learning_rate": self.learning_rate,
                 "num_leaves": self.num_leaves,
                 "min_data_in_leaf": self.min_child_samples,
@@ -219,13 +220,14 @@ class GBMReranker(Reranker):
         if empty:  # sklearn's binning has nothing to cut and fails without naming the column
             raise ValueError(f"features: column {input_columns([empty[0]])[0]!r} is all NaN in the training rows; "
                              "the sklearn backend cannot use it (drop it from the features, or use lightgbm)")
-        cls = HistGradientBoostingClassifier if self.label_kind_ == "argmax" else HistGradientBoostingRegressor
+        binary = Law.of_label_kind(self.label_kind_).binary_labels
+        cls = HistGradientBoostingClassifier if binary else HistGradientBoostingRegressor
         mask = np.isin(np.arange(m.shape[1]), categorical)
         model = cls(max_iter=self.n_estimators, learning_rate=self.learning_rate, max_leaf_nodes=self.num_leaves,
                     min_samples_leaf=self.min_child_samples, l2_regularization=self.reg_lambda, categorical_features=mask if mask.any() else None,
                     monotonic_cst=monotone if any(monotone) else None, early_stopping=False,
                     random_state=self.random_state)
-        if self.label_kind_ == "argmax" and len(np.unique(y)) < 2:
+        if binary and len(np.unique(y)) < 2:
             raise ValueError("labels: argmax labels of the training half are all equal")
         with threadpool_limits(self.n_jobs, user_api="openmp"):  # None = library default
             return model.fit(m, y)

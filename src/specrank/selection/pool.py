@@ -6,21 +6,21 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from specrank.law import LAW_NAMES, Law, LawError
 from specrank.schema import POOL_COLUMNS, require_columns
 from specrank.selection.select import SelectionError, ancestors, cumulate
-
-LAWS = ("sampling", "greedy")
 
 
 class PoolError(SelectionError):
     """A pool array is malformed; the message names the field."""
 
 
-def check_law(law: str) -> str:
-    """Return ``law`` or raise a one-line error naming the known laws."""
-    if law not in LAWS:
-        raise PoolError(f"law: expected one of {', '.join(LAWS)}, got {law!r}")
-    return law
+def check_law(law: Law | str) -> str:
+    """The name of ``law`` (a ``Law`` or its name), or a one-line error naming the known laws."""
+    try:
+        return Law.of(law).name
+    except LawError:
+        raise PoolError(f"law: expected one of {', '.join(LAW_NAMES)}, got {law!r}") from None
 
 
 def _first_bad(mask: np.ndarray) -> str:
@@ -158,9 +158,7 @@ class PoolBatch:
 
     def edge_prob(self, law: str) -> np.ndarray:
         """(N, M) float64 target probability of each edge under ``law`` (greedy: point mass)."""
-        if check_law(law) == "greedy":
-            return self.p_argmax_child.astype(np.float64)
-        return self.p_edge.astype(np.float64)
+        return getattr(self, Law.named(check_law(law)).label_column).astype(np.float64)
 
     def path_prob(self, law: str) -> np.ndarray:
         """(N, M) float64 target probability p(u|c) of each candidate's path under ``law`` (cached)."""

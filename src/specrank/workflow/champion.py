@@ -21,25 +21,26 @@ import numpy as np
 
 from specrank.decode.prompts import prompt_digest
 from specrank.decode.loading.drafters import SeenPromptError
+from specrank.evaluation.names import of_kind
 from specrank.featurize.storage import edges_run
 from specrank.rerankers import StackedReranker
 from specrank.workflow.rerankers import refit
 
-DEPLOYABLE = ("isotonic", "per_depth", "base", "rows", "rows+per_depth")  # simplest first: a tie goes left
+DEPLOYABLE = of_kind("control", "reranker", "stacked")  # simplest first, as registered: a tie goes left
 TIE = 1e-9
 
 
 def choose_champion(figures: dict, rerankers=DEPLOYABLE) -> dict:
     """``{"reranker", "mean_gain_pct", "by_budget"}``: the reranker of ``rerankers`` with the highest mean over the budgets of
-    ``figures["budgets"][b]["rules"][name]["gain_pct"]`` (a temperature's study figures), its mean, and each
+    ``figures["budgets"][b]["scores"][name]["gain_pct"]`` (a temperature's study figures), its mean, and each
     budget's own winner."""
     budgets = list(figures["budgets"])
-    present = [r for r in rerankers if all(r in figures["budgets"][b]["rules"] for b in budgets)]
+    present = [r for r in rerankers if all(r in figures["budgets"][b]["scores"] for b in budgets)]
     if not present:
         raise ValueError(f"no deployable reranker among the study's figures (looked for {', '.join(rerankers)})")
 
     def gain(name, b):
-        return float(figures["budgets"][b]["rules"][name]["gain_pct"][0])
+        return float(figures["budgets"][b]["scores"][name]["gain_pct"][0])
 
     means = {r: float(np.nanmean(g)) if np.isfinite(g := [gain(r, b) for b in budgets]).any() else float("nan")
              for r in present}
@@ -86,7 +87,7 @@ def model_card(name: str, choice: dict, figures: dict, prompts, *, data: str, co
         "chosen_by": "mean over budgets of the cross-fitted gain over draft, % of draft's value; ties to the simpler reranker",
         "mean_gain_pct": choice["mean_gain_pct"],
         "by_budget": choice["by_budget"],
-        "figures": {b: {k: f["rules"][name][k] for k in ("mean", "gain", "gain_pct", "root_share")}
+        "figures": {b: {k: f["scores"][name][k] for k in ("mean", "gain", "gain_pct", "root_share")}
                     for b, f in figures["budgets"].items()},
         "training_prompts": sorted({prompt_digest(p.text) for p in prompts}),
     }

@@ -6,19 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from transformers.utils import logging as hf_logging
 
 from specrank.decode.config import DecodeConfig
-from specrank.decode.core import PoolShape, parse_device
-from specrank.decode.loading import load_drafter, load_target
-from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
-from specrank.decode.loading.targets import check_target_spec
+from specrank.decode.loading.drafters import check_unseen
+from specrank.decode.loading.model_spec import ModelSpec, Models, loaded
 from specrank.decode.prompts import default_prompts_path, read_prompts
 from specrank.decode.runs import build_manifest, lossy_decode_run, record_run
-from specrank.decode.runs.chain import chain_config
+from specrank.decode.runs.chain import chain_length
+from specrank.decode.runs.lossy import SPECULATIONS, LossyRunError
 from specrank.decode.runs.manifest import with_trained_prompts
-from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers, summary
+from specrank.decode.runs.workers import RunSpec, decode_on_workers, summary
 from specrank.decode.verify.lossy.adapters import TreeRuleVerifier
 from specrank.decode.verify.lossy.parse import parse_verification_rule
 from specrank.featurize.storage import read_manifest
@@ -52,65 +50,59 @@ class Recording:
         return read_manifest(self.path)
 
 
-def record(target, drafter, prompts=None, *, out, temperature: float = 0.0, max_new_tokens: int = 256,
-           seed: int = 0, pool: PoolShape = PoolShape(), budget: int = 59, extra: int = 160, limit: int | None = None,
-           shard_size: int = 4, device: str = "cpu", dtype: str = "float32", graphs: bool | None = None,
-           eagle3_layers=None,
-           specforge_norm_output: str | None = None, threads: int | None = None, workers=None,
-           verification_rule: str | None = None, speculation: str = "tree", chain_length: int = 4,
-           allow_training_prompts: bool = False, progress: bool = True,
+@dataclass(frozen=True)
+class Lossy:
+    """A lossy run: ``rule`` (``NAME[:KEY=VALUE,...]``) verifies a ``tree`` or a ``chain`` (whose decode
+    configuration is ``chain_config``'s); its ``diagnostics/`` are written beside ``rounds/``."""
+
+    rule: str = "lossless"
+    speculation: str = "tree"
+
+    def __post_init__(self):
+        if self.speculation not in SPECULATIONS:
+            raise LossyRunError(f"unknown speculation {self.speculation!r} (one of {', '.join(SPECULATIONS)})")
+
+
+def record(models: ModelSpec | Models, prompts=None, *, out, config: DecodeConfig = DecodeConfig(),
+           limit: int | None = None, shard_size: int = 4, workers=None, lossy: Lossy | None = None, allow_training_prompts: bool = False, progress: bool = True,
            tracking: Tracking | None = None) -> Recording:
-    """Decode ``prompts`` (a JSONL file; default: the bundled set) with ``target`` and ``drafter`` (loaded, or
-    specs as the command line spells them) into run directory ``out``; rerun, it decodes only the prompts not yet
+    """Decode ``prompts`` (a JSONL file; default: the bundled set) with ``models`` (a ``ModelSpec``, or ``Models``
+    already loaded) under ``config`` into run directory ``out``; rerun, it decodes only the prompts not yet
     recorded.
 
-    ``graphs``: capture the passes as CUDA graphs (default: on a CUDA device; ``load_target``).
-    ``workers`` (``scale.Workers``) decodes on Ray workers, which load the models from their specs;
-    ``verification_rule`` or ``speculation="chain"`` records a lossy run. Every input is checked before a model
-    loads.
+    ``workers`` (``scale.Workers``) decodes on Ray workers, which load the models from their spec (with the
+    workers' threads, not the spec's); ``lossy``
+    records a lossy run. Every input is checked before a model loads.
     """
     check_output_dir(out)
-    if threads and workers is None:
-        torch.set_num_threads(threads)
     hf_logging.disable_progress_bar()  # weight-loading bars would bury errors and the decode bar
     prompts_path = prompts or default_prompts_path()
     prompt_list = read_prompts(prompts_path, limit=limit)
-    config = DecodeConfig(pool, budget, extra, temperature, max_new_tokens, seed)
-    lossy = verification_rule is not None or speculation == "chain"
-    if lossy:
-        rule = parse_verification_rule(verification_rule or "lossless")
-        if speculation == "chain":
-            config = chain_config(chain_length, temperature, max_new_tokens, seed)
+    if lossy is not None:
+        rule = parse_verification_rule(lossy.rule)  # a malformed rule is refused before any model loads
+        if lossy.speculation == "chain":
+            chain_length(config)
         else:
-            TreeRuleVerifier(rule, temperature)  # refuses rules without a tree form before any model loads
-    parse_device(device)
-    specs = isinstance(target, str) and isinstance(drafter, str)
-    if workers is not None and not specs:
-        raise ValueError("workers load the models themselves: give the target and the drafter as specs")
-    if isinstance(drafter, str):
-        parse_drafter_spec(drafter, eagle3_layers, specforge_norm_output)  # every argument checked before a model loads
-    spec = drafter if isinstance(drafter, str) else getattr(drafter, "spec", None)
-    seen = check_unseen(spec, prompt_list, allow_training_prompts) if spec else 0
+            TreeRuleVerifier(rule, config.temperature)  # refuses rules without a tree form before any model loads
+    spec = models if isinstance(models, ModelSpec) else None
+    if workers is not None and spec is None:
+        raise ValueError("workers load the models themselves: give a ModelSpec, not loaded models")
+    if spec is not None:
+        spec.check(here=workers is None)  # every argument checked before a model loads
+    drafter_spec = spec.drafter if spec is not None else getattr(models.drafter, "spec", None)
+    seen = check_unseen(drafter_spec, prompt_list, allow_training_prompts) if drafter_spec else 0
     tracking = tracking.checked() if tracking is not None else None  # before any model loads
     if workers is not None:  # the workers load the models; the driver loads none
-        run = RunSpec(out, config, speculation if lossy else "record", verification_rule, seen)
-        models = Models(target, drafter, device, dtype, eagle3_layers, specforge_norm_output, graphs)
-        outcome = decode_on_workers(workers, models, prompt_list, prompts_path, [run], shard_size, progress=progress)
+        run = (RunSpec(out, config, lossy.speculation, lossy.rule, seen) if lossy is not None
+               else RunSpec(out, config, trained_prompts=seen))
+        outcome = decode_on_workers(workers, spec, prompt_list, prompts_path, [run], shard_size,
+                                    progress=progress)
         recording = Recording(Path(out), outcome, summary(outcome, out))
         if tracking is not None:
             _log(tracking, recording, read_json(Path(out, "manifest.json"), "run manifest"), prompts_path)
         return recording
-    if isinstance(target, str):
-        check_target_spec(target)
-    loaded = load_target(target, device, dtype, graphs) if isinstance(target, str) else target
-    draft = load_drafter(drafter, loaded, eagle3_layers, specforge_norm_output) if isinstance(drafter, str) else drafter
-    manifest = with_trained_prompts(build_manifest(loaded, draft, config, prompts_path, shard_size), seen)
-    with removing_new_dirs(out):
-        if lossy:
-            timer = lossy_decode_run(loaded, draft, prompt_list, out, config, manifest, rule, speculation,
-                                     shard_size, progress=progress)
-        else:
-            timer = record_run(loaded, draft, prompt_list, out, config, manifest, shard_size, progress=progress)
+    timer, manifest = _decode_here(loaded(models), prompt_list, prompts_path, out, config, lossy, shard_size, seen,
+                                   progress)
     if timer.rounds:
         line = (f"{timer.rounds} rounds, {timer.tokens / timer.rounds - 1:.2f} accepted/round, "
                 f"{timer.tokens / timer.total:.1f} tokens/s -> {out}")
@@ -120,6 +112,21 @@ def record(target, drafter, prompts=None, *, out, temperature: float = 0.0, max_
     if tracking is not None:
         _log(tracking, recording, manifest, prompts_path)
     return recording
+
+
+def _decode_here(models: Models, prompt_list, prompts_path, out, config: DecodeConfig, lossy: Lossy | None,
+                 shard_size: int, seen: int, progress: bool):
+    """Decode in this process: (the timer, the run's manifest)."""
+    target, drafter = models
+    manifest = with_trained_prompts(build_manifest(target, drafter, config, prompts_path, shard_size), seen)
+    with removing_new_dirs(out):
+        if lossy is not None:
+            timer = lossy_decode_run(target, drafter, prompt_list, out, config, manifest,
+                                     parse_verification_rule(lossy.rule), lossy.speculation, shard_size,
+                                     progress=progress)
+        else:
+            timer = record_run(target, drafter, prompt_list, out, config, manifest, shard_size, progress=progress)
+    return timer, manifest
 
 
 def decode_metrics(recording: Recording) -> dict[str, float]:

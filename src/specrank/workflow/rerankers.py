@@ -3,6 +3,8 @@ that fold (``rerankers.cross_fit``); the held-out predictions and the fold model
 
 from __future__ import annotations
 
+import logging
+
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -17,11 +19,13 @@ from specrank.featurize.sets import input_columns, resolve_features
 from specrank.featurize.storage import check_same_rounds, rounds_of
 from specrank.outputs import check_distinct, check_output_dir, staged
 from specrank.rerankers import GBMReranker, IsotonicFirstFactor, PerDepthCalibration, load_reranker
-from specrank.rerankers import cross_fit as cross_fit_reranker
+from specrank.rerankers import cross_fit_table
 from specrank.rerankers import tune
 from specrank.schema import FEATURE_KEYS, require_columns
 from specrank.workflow.features import Features
 from specrank.workflow.tracking import Tracking
+
+log = logging.getLogger(__name__)
 
 RERANKER_NAMES = ("isotonic", "base", "rows", "per_depth")
 TUNED = ("base", "rows")  # the rerankers with hyper-parameters worth a search
@@ -119,10 +123,7 @@ def cross_fit(features: Features | str | Path, *, rerankers=("isotonic", "base",
     prefix = model_prefix or (tracking.run_name if tracking else None) or features.path.resolve().parent.name
     tracker = None
     if tracking is not None:  # an unreachable store fails here, before any output
-        from specrank.tracking.training import TrainingTracker  # MLflow loads only for a tracked stage
-
-        tracking = tracking.checked()
-        tracker = TrainingTracker(tracking.uri, tracking.experiment, tracking.run_name, prefix)
+        tracker = _tracker(tracking.checked(), prefix)
     feats = features.table()
     edges = features.edges() if "per_depth" in names else None
     check_inputs(names, feats, edges)
@@ -136,14 +137,7 @@ def cross_fit(features: Features | str | Path, *, rerankers=("isotonic", "base",
     with tracked, staged(out_dir, "--out-dir") as stage:
         fits, preds, edge_preds = _cross_fit_all(names, feats, edges, tracker, plan)
         fitted.fits = fits
-        for name, fit in fits.items():
-            for fold, model in fit.models.items():
-                model.save(stage / "models" / f"{name}-fold{fold}")
-        preds.attrs = {META_KEY: features_meta(feats)}  # its rounds digest: evaluate checks it against the run
-        write_features(preds, stage / "predictions.parquet")
-        if edge_preds is not None:
-            edge_preds.attrs = {META_KEY: features_meta(edges)}
-            write_features(edge_preds, stage / "edge_predictions.parquet")
+        _write_fits(stage, fits, preds, edge_preds, feats, edges)
         if tracker:
             fitted.logged = tracker.log_training(fits, preds, feats, stage / "predictions.parquet")
             fitted.heldout = _heldout(tracker)
@@ -154,6 +148,25 @@ def cross_fit(features: Features | str | Path, *, rerankers=("isotonic", "base",
                 fitted.registered = tracker.register(register, refit, alias, register_reranker)
     fitted.rows = len(preds)
     return fitted
+
+
+def _tracker(tracking: Tracking, prefix: str):
+    from specrank.tracking.training import TrainingTracker  # MLflow loads only for a tracked stage
+
+    return TrainingTracker(tracking.uri, tracking.experiment, tracking.run_name, prefix)
+
+
+def _write_fits(stage: Path, fits: dict, preds, edge_preds, feats, edges) -> None:
+    """Each fold's model under ``models/``, the held-out predictions (and the edges'), each carrying the digest of
+    the rounds it came from: evaluate checks it against the run."""
+    for name, fit in fits.items():
+        for fold, model in fit.models.items():
+            model.save(stage / "models" / f"{name}-fold{fold}")
+    preds.attrs = {META_KEY: features_meta(feats)}
+    write_features(preds, stage / "predictions.parquet")
+    if edge_preds is not None:
+        edge_preds.attrs = {META_KEY: features_meta(edges)}
+        write_features(edge_preds, stage / "edge_predictions.parquet")
 
 
 @dataclass(frozen=True)
@@ -197,7 +210,7 @@ def _fit(name, table, tracker, plan: _Plan):
     """Cross-fit the reranker ``name`` on ``table`` (its trials tracked when tuned)."""
     trials = plan.tune_trials if name in TUNED else 0
     hook = tracker.tune_callbacks(name) if tracker and trials else None
-    return cross_fit_reranker(plan.make(name), table, tune_trials=trials, tune_seed=plan.seed, tune_callbacks=hook,
+    return cross_fit_table(plan.make(name), table, tune_trials=trials, tune_seed=plan.seed, tune_callbacks=hook,
                               tune_study=f"{plan.prefix}-{name}")
 
 
@@ -230,7 +243,7 @@ def _cross_fit_all(names, feats, edges, tracker, plan: _Plan):
     for name in (n for n in names if n != "per_depth"):
         fits[name] = _fit(name, feats, tracker, plan)
         preds[name] = fits[name].predictions
-        print(f"{name}: cross-fitted on {len(feats)} rows")
+        log.info(f"{name}: cross-fitted on {len(feats)} rows")
     if edges is not None:
         fits["per_depth"] = _fit("per_depth", edges, tracker, plan)
         edge_preds = edges[["prompt_id", "round", "node", "depth", "fold"]].copy()

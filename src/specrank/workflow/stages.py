@@ -1,9 +1,13 @@
 """What a long workflow says about each of its stages (the stage before it runs, its seconds after), and which
-stages a rerun may skip."""
+stages a rerun may skip.
+
+The workflow says it through ``logging`` (logger ``specrank``, level INFO), as every library module does: the
+command line prints those lines on stdout; in Python, ``logging.basicConfig(level=logging.INFO)`` shows them."""
 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from contextlib import contextmanager
@@ -11,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specrank.atomic import write_json_atomic
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -22,17 +28,17 @@ class Clock:
 
 @contextmanager
 def timed(what: str | None):
-    """``what`` printed before the block (None: nothing printed), the block's seconds after it; yields the
-    block's ``Clock``."""
+    """``what`` said before the block (None: nothing said), the block's seconds after it; yields the block's
+    ``Clock``."""
     if what is not None:
-        print(f"\n{what}", flush=True)
+        log.info(f"\n{what}")
     clock, start = Clock(), time.perf_counter()
     try:
         yield clock
     finally:
         clock.seconds = time.perf_counter() - start
     if what is not None:
-        print(f"  ({clock.seconds:.0f} s)", flush=True)
+        log.info(f"  ({clock.seconds:.0f} s)")
 
 
 class Stages:
@@ -45,7 +51,7 @@ class Stages:
 
     def run(self, stage: str, digest: str, output: Path, work, clear: Path | None = None) -> None:
         if self.done.get(stage) == digest and output.exists():
-            print(f"\n{stage}: its input is unchanged since it ran (skipped)", flush=True)
+            log.info(f"\n{stage}: its input is unchanged since it ran (skipped)")
             return
         if clear is not None and clear.exists():
             shutil.rmtree(clear)

@@ -23,14 +23,14 @@ SPEC_FORMS = ("standalone:PATH, early-exit:K, early-exit:K:HEAD_PATH, eagle3:DIR
               "or eagle3:gemma3-270m")
 
 
-def parse_drafter_spec(spec, eagle3_layers=None, norm_output_convention=None) -> tuple[str, str]:
+def parse_drafter_spec(spec, eagle3_layers=None, specforge_norm_output=None) -> tuple[str, str]:
     """(kind, rest) of a drafter spec, refusing a malformed spec, a missing or unreadable file, or
     ``eagle3_layers`` for a drafter that is not an EAGLE-3 head, before any model loads (what depends on the
     target, such as K against its layers, is checked at load)."""
     kind, _, rest = str(spec).partition(":")
     if eagle3_layers is not None and kind != "eagle3":
         raise ModelLoadError(f"--eagle3-layers applies to eagle3: drafters, not {spec!r}")
-    if norm_output_convention is not None and kind != "eagle3":
+    if specforge_norm_output is not None and kind != "eagle3":
         raise ModelLoadError(f"--specforge-norm-output applies to eagle3: drafters, not {spec!r}")
     if kind == "standalone" and rest:
         if not Path(rest).is_dir():
@@ -58,19 +58,19 @@ def parse_drafter_spec(spec, eagle3_layers=None, norm_output_convention=None) ->
     return kind, rest
 
 
-def load_drafter(spec: str, target, eagle3_layers=None, norm_output_convention=None):
+def load_drafter(spec: str, target, eagle3_layers=None, specforge_norm_output=None):
     """Build the drafter described by ``spec`` for ``target`` (same device, dtype and ``graphs``);
     ``eagle3_layers`` (three ``hidden_states`` indices) chooses an ``eagle3:`` head's target layers and
-    ``norm_output_convention`` how a SpecForge head's ``norm_output`` is read
+    ``specforge_norm_output`` how a SpecForge head's ``norm_output`` is read
     (``eagle3_formats.NORM_OUTPUT_CONVENTIONS``)."""
-    kind, rest = parse_drafter_spec(spec, eagle3_layers, norm_output_convention)
+    kind, rest = parse_drafter_spec(spec, eagle3_layers, specforge_norm_output)
     if kind == "standalone":
         drafter = load_standalone(rest, target, spec)
     elif kind == "early-exit":
         layers, _, head = rest.partition(":")
         drafter = load_early_exit(target, int(layers), head or None, spec)
     else:
-        drafter = load_eagle3(rest, target, spec, eagle3_layers, norm_output_convention)
+        drafter = load_eagle3(rest, target, spec, eagle3_layers, specforge_norm_output)
     drafter.graphs = target.graphs  # captured passes for both or for neither
     return drafter
 

@@ -383,16 +383,16 @@ def build_head(ckpt, embedding) -> tuple[Eagle3Head, bool]:
     return head, shared
 
 
-def load_eagle3(directory, target, spec: str = "", eagle3_layers=None, norm_output_convention=None) -> Eagle3Drafter:
+def load_eagle3(directory, target, spec: str = "", eagle3_layers=None, specforge_norm_output=None) -> Eagle3Drafter:
     """Load an EAGLE-3 head for ``target`` from a local checkpoint directory in any dialect of
     ``eagle3_formats``; ``eagle3_layers`` (``hidden_states`` indices) overrides the config's choice and
-    ``norm_output_convention`` says which SpecForge wrote ``norm_output``. Says once, on stderr, which dialect and
+    ``specforge_norm_output`` says which SpecForge wrote ``norm_output``. Says once, on stderr, which dialect and
     which target layers were chosen."""
     if str(directory) == "default" and not has_default_head():
         raise FileNotFoundError(f"no default EAGLE-3 head in {default_head_dir()} nor in {shipped_head_dir()}: "
                                 "run `make drafter`")
     named, directory = str(directory), head_dir(directory)
-    ckpt = read_head(directory, norm_output_convention)
+    ckpt = read_head(directory, specforge_norm_output)
     config = eagle3_config(ckpt.config)
     if config.vocab_size != target.vocab_size:
         raise TokenizerMismatchError(
@@ -418,6 +418,6 @@ def load_eagle3(directory, target, spec: str = "", eagle3_layers=None, norm_outp
         spec = f"eagle3:{directory if named == 'default' else named}"
     if eagle3_layers is not None:
         spec += f" --eagle3-layers {','.join(map(str, layers))}"  # part of a run's identity
-    if norm_output_convention is not None:
-        spec += f" --specforge-norm-output {norm_output_convention}"
+    if specforge_norm_output is not None:
+        spec += f" --specforge-norm-output {specforge_norm_output}"
     return Eagle3Drafter(head, target.vocab_size, d2t, layers, directory, spec)

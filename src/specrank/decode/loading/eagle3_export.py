@@ -223,13 +223,13 @@ def write_head(directory, config: dict, state: dict, weights: str) -> Path:
 
 
 def export_head(source, out, fmt: str, dtype: str = "fp32", verifier=None, sglang_convention: str = "current",
-                norm_output_convention=None) -> tuple[Path, list[str]]:
+                specforge_norm_output=None) -> tuple[Path, list[str]]:
     """Read the head in ``source`` (any dialect) and write it for ``fmt`` into the new directory ``out``,
     whole or not at all; returns ``out`` and notes on how the engines read it."""
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out} exists and is not empty; export writes a new directory")
-    ckpt = read_head(source, norm_output_convention)
+    ckpt = read_head(source, specforge_norm_output)
     with torch.device("meta"):  # the tensors must make a complete head before anything is written
         build_head(ckpt, torch.nn.Embedding(int(ckpt.config["vocab_size"]), int(ckpt.config["hidden_size"])))
     config, state, notes = export_files(ckpt, fmt, dtype, verifier, sglang_convention)

@@ -18,8 +18,6 @@ i = the output of layer i - 1), the convention of ``Target.forward``. Four layou
   Llama or Qwen3 draft layers, any number of them.
 
 Index L (the target's layer count) is the last layer's output before the final norm (``Target.forward``).
-- ``specrank-legacy``: heads specrank saved before it wrote the SGLang layout: an ``eagle_config``
-  whose ids equal the ``gen_layers`` of the ``training.json`` beside it (HF indices).
 
 No ids in the config means every engine's default, ``hidden_states`` (2, L//2, L-3) (``layers`` is None).
 A config field that changes the head is implemented as that project's code implements it, or refused
@@ -40,9 +38,8 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 EAGLE3_ARCH = "LlamaForCausalLMEagle3"  # SGLang models/llama_eagle3.py EntryClass; SpecForge's draft class
 SPECULATOR_ARCH = "Eagle3Speculator"  # speculators convert/eagle/eagle3_legacy_model.py
-DIALECTS = ("eagle", "sglang", "speculators", "specrank-legacy")
-DIALECT_NAMES = {"eagle": "SafeAILab EAGLE", "sglang": "SpecForge/SGLang", "speculators": "vLLM speculators",
-                 "specrank-legacy": "specrank (before the SGLang layout)"}
+DIALECTS = ("eagle", "sglang", "speculators")
+DIALECT_NAMES = {"eagle": "SafeAILab EAGLE", "sglang": "SpecForge/SGLang", "speculators": "vLLM speculators"}
 
 # The Llama shape of the head (read into ``eagle3_config``).
 SHAPE = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -288,20 +285,18 @@ def canonical_state(dialect: str, state: dict) -> dict:
     return {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in state.items()}
 
 
-def _legacy_layers(directory: Path, ids, convention: str) -> bool:
-    """Whether ``training.json`` beside the config says the ids are the trained ``hidden_states`` indices."""
+def check_trained_layers(directory: Path, ids, convention: str) -> None:
+    """Refuse a config whose layer ids do not read as the ``hidden_states`` indices that the ``training.json``
+    beside it says the head was trained on (``gen_layers``): drafting from other layers than it learned would run,
+    and draft badly."""
     path = directory / "training.json"
     if ids is None or not path.is_file():
-        return False
+        return
     trained = json.loads(path.read_text()).get("params", {}).get("gen_layers")
-    if trained is None:
-        return False
-    trained = tuple(int(i) for i in trained)
-    if trained == sglang_ids_to_layers(ids, convention):
-        return False
-    if trained == tuple(ids):
-        return True
-    raise ModelLoadError(f"EAGLE-3 config layer ids {list(ids)} disagree with training.json gen_layers {list(trained)}")
+    if trained is not None and tuple(int(i) for i in trained) != sglang_ids_to_layers(ids, convention):
+        raise ModelLoadError(f"EAGLE-3 config layer ids {list(ids)} disagree with training.json gen_layers "
+                             f"{list(trained)} (a head saved in another layout: re-export it with specrank drafter "
+                             "export)")
 
 
 def read_state(directory: Path) -> dict:
@@ -333,11 +328,11 @@ def draft_vocab_map(state: dict, config) -> torch.Tensor:
     return ids
 
 
-def read_head(directory, norm_output_convention: str | None = None) -> HeadCheckpoint:
-    """Read ``directory`` (``config.json`` + weights) into the canonical form; ``norm_output_convention`` (one of
+def read_head(directory, specforge_norm_output: str | None = None) -> HeadCheckpoint:
+    """Read ``directory`` (``config.json`` + weights) into the canonical form; ``specforge_norm_output`` (one of
     ``NORM_OUTPUT_CONVENTIONS``) says which SpecForge wrote a SpecForge/SGLang head's ``norm_output``."""
-    if norm_output_convention not in (None, *NORM_OUTPUT_CONVENTIONS):
-        raise ModelLoadError(f"unknown --specforge-norm-output {norm_output_convention!r} "
+    if specforge_norm_output not in (None, *NORM_OUTPUT_CONVENTIONS):
+        raise ModelLoadError(f"unknown --specforge-norm-output {specforge_norm_output!r} "
                              f"(use {', '.join(NORM_OUTPUT_CONVENTIONS)})")
     directory = Path(directory)
     path = directory / "config.json"
@@ -353,7 +348,7 @@ def read_head(directory, norm_output_convention: str | None = None) -> HeadCheck
     if len(state) < len(raw) and dialect == "eagle":
         notes.append(f"{len(raw) - len(state)} {EAGLE_TARGET_PREFIX}* buffers ignored, as EAGLE's loader does")
     if dialect == "sglang":
-        config, ids = _sglang(cfg, state, notes, norm_output_convention)
+        config, ids = _sglang(cfg, state, notes, specforge_norm_output)
     else:
         config, ids = {"eagle": _eagle, "speculators": _speculators}[dialect](cfg, state, notes)
     if ids is not None and (len(ids) != 3 or not all(isinstance(i, int) and i >= 0 for i in ids)):
@@ -363,9 +358,8 @@ def read_head(directory, norm_output_convention: str | None = None) -> HeadCheck
         layers = ids
     elif dialect == "sglang":
         convention = (cfg.get("eagle_config") or {}).get(CONVENTION_KEY, "legacy")
-        if _legacy_layers(directory, ids, convention):
-            dialect, layers = "specrank-legacy", ids
-        elif ids is not None:
+        check_trained_layers(directory, ids, convention)
+        if ids is not None:
             layers = sglang_ids_to_layers(ids, convention)
     verifier = ((cfg.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
     return HeadCheckpoint(dialect, config, state, layers, ids, verifier, notes)

@@ -17,6 +17,7 @@ import numpy as np
 
 from specrank.decode.runs.records import round_record
 from specrank.decode.strategies.base import draft_rank, round_batch
+from specrank.law import Law
 from specrank.schema import DIAGNOSTIC_COLUMNS, ROW_COLUMNS, ROW_SCALARS
 from specrank.selection import DraftGroups, PoolBatch, cumulate, draw_values, fixed_values, score_of
 from specrank.selection.select import select_top
@@ -143,7 +144,7 @@ def expected_values(batch: PoolBatch, strategies, budget: int, law: str, reranke
 
 def own_expected(record: dict, tree: np.ndarray, acting, node: int, law: str) -> float:
     """Expected acceptance of the selected tree given the round's draw (its mean is the strategy's value)."""
-    edge = record["p_argmax_child"] if law == "greedy" else record["p_edge"]
+    edge = record[Law.of(law).label_column]
     path = cumulate(record["parent"][None], record["depth"][None], np.asarray(edge, np.float64)[None])[0]
     if not acting.draws_first:
         return float(path[tree].sum())

@@ -11,13 +11,13 @@ thread count and device, because generators are seeded per (prompt, seed) and a 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specrank.atomic import remove_temps
 from specrank.decode.config import DecodeConfig
 from specrank.decode.engine.timer import Timer
-from specrank.decode.loading import load_drafter, load_target
+from specrank.decode.loading.model_spec import ModelSpec
 from specrank.decode.runs.chain import chain_length
 from specrank.decode.runs.lossy import SPECULATIONS, lossy_manifest, lossy_work
 from specrank.decode.runs.manifest import model_identity, run_manifest, with_trained_prompts
@@ -35,23 +35,6 @@ from specrank.decode.verify.lossy.parse import parse_verification_rule
 from specrank.scale import Outcome, ScaleError, Shard, Workers, worker_pool
 
 RECORD = "record"  # the recorder's runs: rounds only, draft selection, exhaustive verification
-
-
-@dataclass(frozen=True)
-class Models:
-    """How each worker loads the target and the drafter (specs as ``load_target`` / ``load_drafter`` take them)."""
-
-    target: str
-    drafter: str
-    device: str = "cpu"
-    dtype: str = "float32"
-    eagle3_layers: tuple[int, int, int] | None = None
-    norm_output_convention: str | None = None
-    graphs: bool | None = None  # how passes run, not what they compute: no part of a run's identity
-
-    def load(self):
-        target = load_target(self.target, self.device, self.dtype, self.graphs)
-        return target, load_drafter(self.drafter, target, self.eagle3_layers, self.norm_output_convention)
 
 
 @dataclass(frozen=True)
@@ -89,7 +72,7 @@ class RunSpec:
 class DecodeWork:
     """One worker's state: the models, loaded once, and a shard decoder per run."""
 
-    def __init__(self, models: Models, prompts, runs: list[RunSpec]):
+    def __init__(self, models: ModelSpec, prompts, runs: list[RunSpec]):
         self.target, self.drafter = models.load()
         self.runs, self.timers = runs, [Timer() for _ in runs]
         self.works = [run_work(self.target, self.drafter, prompts, run, timer) for run, timer in zip(runs, self.timers)]
@@ -116,7 +99,7 @@ def run_work(target, drafter, prompts, run: RunSpec, timer: Timer):
     return lossy_work(target, drafter, prompts, run.config, run.rule(), run.speculation, timer)
 
 
-def decode_on_workers(workers: Workers, models: Models, prompts, prompts_path, runs: list[RunSpec],
+def decode_on_workers(workers: Workers, models: ModelSpec, prompts, prompts_path, runs: list[RunSpec],
                       shard_size: int = 4, progress: bool = True) -> Outcome:
     """Decode every unfinished shard of ``runs`` on ``workers`` and print per-worker timing; a ScaleError names
     the prompts lost to dead workers (a rerun finishes exactly those)."""
@@ -124,6 +107,7 @@ def decode_on_workers(workers: Workers, models: Models, prompts, prompts_path, r
         raise ScaleError(f"shard size must be >= 1, got {shard_size}")
     for run in runs:
         run.check()
+    models = replace(models, threads=None)  # each worker runs on the workers' threads, not the driver's
     with worker_pool(workers, functools.partial(DecodeWork, models, list(prompts), runs)) as pool:
         identity = pool.same_info()
         outs = [open_run_dir(run.out, run.manifest(identity, prompts_path, shard_size, workers.n)) for run in runs]

@@ -2,6 +2,6 @@
 acceptance, and their speed (``run``, ``tables``, ``tracking``; ``specrank online`` in ``command``).
 """
 
-from specrank.experiments.online.run import OnlineComparison, compare_online
+from specrank.experiments.online.run import OnlineComparison, Protocol, compare_online
 
-__all__ = ["OnlineComparison", "compare_online"]
+__all__ = ["OnlineComparison", "Protocol", "compare_online"]

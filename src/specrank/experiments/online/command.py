@@ -4,15 +4,15 @@ realized vs expected acceptance at the same contexts, and time the strategies ag
 from __future__ import annotations
 
 from specrank.commands import tracked
-from specrank.commands.args import (add_model_arguments, add_pool_arguments,
-                                    add_tracking_arguments, at_least)
-from specrank.decode import PoolShape
+from specrank.commands.args import add_model_arguments, add_pool_arguments, add_tracking_arguments, at_least, model_spec
+from specrank.decode import DecodeConfig, PoolShape
+from specrank.decode.prompts import default_prompts_path, read_prompts
 from specrank.decode.pipeline import WorkerError
 from specrank.errors import CommandError
 from specrank.rerankers.defaults import is_default, load_default_reranker
 from specrank.outputs import check_output_dir
 from specrank.workflow import Tracking
-from specrank.experiments.online.run import compare_online
+from specrank.experiments.online.run import Protocol, compare_online
 
 def add_arguments(parser) -> None:
     add_model_arguments(parser)
@@ -48,26 +48,20 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     check_output_dir(args.out)
+    config = DecodeConfig(PoolShape(args.topk, args.depth, args.expand), args.budget, 0, args.temperature,
+                          args.max_new_tokens, args.seed)
     reranker = None
     if is_default(args.reranker):
         reranker = load_default_reranker(args.temperature)
     elif args.reranker:
-        reranker = tracked.load_reranker(args.reranker, args.tracking_uri)
+        reranker = tracked.resolve_reranker(args.reranker, args.tracking_uri)
     tracking = None if args.no_tracking else Tracking(args.tracking_uri, args.experiment, args.run_name)
-    params = {"reranker": args.reranker or "", "warmup": args.warmup, "bootstrap": args.bootstrap,
-              "pipeline": args.pipeline, "drafter_device": args.drafter_device or "",
-              "drafter_threads": args.drafter_threads or ""}
+    protocol = Protocol(args.warmup, args.bootstrap, args.pipeline, args.drafter_device, args.drafter_threads)
+    prompts = read_prompts(args.prompts or default_prompts_path(), limit=args.limit) if args.limit else args.prompts
     try:
-        result = compare_online(args.target, args.drafter, args.prompts, strategies=args.strategies,
-                                reranker=reranker, reranker_source=args.reranker or "", compare=args.compare or (),
-                                temperature=args.temperature, budget=args.budget,
-                                pool=PoolShape(args.topk, args.depth, args.expand), max_new_tokens=args.max_new_tokens,
-                                seed=args.seed, limit=args.limit, warmup=args.warmup, bootstrap=args.bootstrap,
-                                pipeline=args.pipeline, drafter_device=args.drafter_device,
-                                drafter_threads=args.drafter_threads, device=args.device, dtype=args.dtype,
-                                graphs=args.graphs, eagle3_layers=args.eagle3_layers,
-                                specforge_norm_output=args.specforge_norm_output, threads=args.threads, out=args.out,
-                                progress=not args.no_progress, tracking=tracking, params=params)
+        result = compare_online(model_spec(args), prompts, strategies=args.strategies, reranker=reranker,
+                                reranker_source=args.reranker or "", compare=args.compare or (), config=config,
+                                protocol=protocol, out=args.out, tracking=tracking, progress=not args.no_progress)
     except WorkerError as exc:  # the pipelined drafter's worker failed: its failure in one line
         raise CommandError(str(exc)) from None
     for line in result.summary():

@@ -10,14 +10,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
-import torch
 from tqdm import tqdm
 from transformers.utils import logging as hf_logging
 
-from specrank.decode import STRATEGY_NAMES, DecodeConfig, PoolShape, load_drafter, load_target, make_strategy
+from specrank.decode import STRATEGY_NAMES, DecodeConfig, make_strategy
 from specrank.decode.core import parse_device
-from specrank.decode.loading.drafters import parse_drafter_spec
-from specrank.decode.loading.targets import check_target_spec
+from specrank.decode.loading.model_spec import ModelSpec, Models, loaded
 from specrank.decode.pipeline import PipelinedDrafter
 from specrank.decode.prompts import default_prompts_path, encode_prompts, read_prompts
 from specrank.decode.runs import parse_strategies, run_protocol
@@ -106,58 +104,64 @@ def strategies_for(names, config: DecodeConfig, reranker=None, source: str = "",
     return out
 
 
-def compare_online(target, drafter, prompts=None, *, strategies=("draft",), reranker=None, reranker_source: str = "",
-                   compare=(), temperature: float = 0.0, budget: int = 59, pool: PoolShape = PoolShape(),
-                   max_new_tokens: int = 256, seed: int = 0, limit: int | None = None, warmup: int = 1,
-                   bootstrap: int = 2000, pipeline=False, drafter_device: str | None = None,
-                   drafter_threads: int | None = None, device: str = "cpu", dtype: str = "float32",
-                   graphs: bool | None = None, eagle3_layers=None, specforge_norm_output: str | None = None,
-                   threads: int | None = None, out=None, progress: bool = True, tracking: Tracking | None = None,
-                   allow_training_prompts: bool = False, params: dict | None = None) -> OnlineComparison:
-    """Decode ``prompts`` (a JSONL file, or a list of ``Prompt``; default: the bundled set) with each of
-    ``strategies`` in the loop, ``reranker`` (a fitted reranker) acting for ``reranked``, and return the tables;
-    ``compare`` names strategies whose trees are also scored at every context, for measurement only.
+@dataclass(frozen=True)
+class Protocol:
+    """How a comparison decodes and measures: ``warmup`` prompts decoded untimed by every strategy first,
+    ``bootstrap`` paired prompt-bootstrap resamples, and the strategies whose drafter runs in a worker process
+    (``pipeline``: True for all, or their names) on ``drafter_device`` with ``drafter_threads``."""
 
-    ``target`` and ``drafter`` are loaded models or specs as the command line spells them; ``pipeline`` (True, or
-    the names of the strategies it applies to) drafts in a worker process while the target runs the root pass. A
-    reranker whose model card lists prompts it learned from is refused on them unless ``allow_training_prompts``.
-    ``out`` (a folder) receives the tables and the acceptance
-    figure, all at once when everything is done. Every input is checked before a model loads.
+    warmup: int = 1
+    bootstrap: int = 2000
+    pipeline: bool | tuple[str, ...] = False
+    drafter_device: str | None = None
+    drafter_threads: int | None = None
+
+    def pipelined(self, strategies) -> tuple[str, ...]:
+        """The strategies of ``strategies`` that draft in the worker, refusing worker settings without one."""
+        names = tuple(strategies) if self.pipeline is True else tuple(self.pipeline or ())
+        if (self.drafter_device or self.drafter_threads) and not names:
+            raise ValueError("--drafter-device and --drafter-threads place the worker of --pipeline")
+        if self.drafter_device:
+            parse_device(self.drafter_device)
+        return names
+
+
+def compare_online(models: ModelSpec | Models, prompts=None, *, strategies=("draft",), reranker=None,
+                   reranker_source: str = "", compare=(), config: DecodeConfig = DecodeConfig(extra=0),
+                   protocol: Protocol = Protocol(), out=None, tracking: Tracking | None = None,
+                   allow_training_prompts: bool = False, progress: bool = True) -> OnlineComparison:
+    """Decode ``prompts`` (a JSONL file, or a list of ``Prompt``; default: the bundled set) with each of
+    ``strategies`` in the loop under ``config``, ``reranker`` (a fitted reranker, named ``reranker_source``)
+    acting for ``reranked``, and return the tables; ``compare`` names strategies whose trees are also scored at
+    every context, for measurement only.
+
+    ``models`` is a ``ModelSpec`` or the ``Models`` already loaded. A reranker whose model card lists prompts it
+    learned from is refused on them unless ``allow_training_prompts``. ``out`` (a folder) receives the tables and
+    the acceptance figure, all at once when everything is done. Every input is checked before a model loads.
     """
     if out is not None:
         check_output_dir(out)
-    config = DecodeConfig(pool, budget, 0, temperature, max_new_tokens, seed)
     compare = parse_strategies(",".join(compare) if not isinstance(compare, str) else compare)
     acting = strategies_for(strategies, config, reranker, reranker_source, compare)  # a bad reranker fails first
     tracking = tracking.checked() if tracking is not None else None
-    prompt_list = prompts if isinstance(prompts, list) else read_prompts(prompts or default_prompts_path(), limit=limit)
+    prompt_list = prompts if isinstance(prompts, list) else read_prompts(prompts or default_prompts_path())
     if "reranked" in acting:
         check_unseen_prompts(reranker, prompt_list, allow_training_prompts, reranker_source)
-    pipelined = tuple(acting) if pipeline is True else tuple(pipeline or ())
-    parse_device(device)
-    if (drafter_device or drafter_threads) and not pipelined:
-        raise ValueError("--drafter-device and --drafter-threads place the worker of --pipeline")
-    if drafter_device:
-        parse_device(drafter_device)
-    if isinstance(target, str):
-        check_target_spec(target)
-    if isinstance(drafter, str):
-        parse_drafter_spec(drafter, eagle3_layers, specforge_norm_output)
-    if threads:
-        torch.set_num_threads(threads)
+    pipelined = protocol.pipelined(acting)
+    if isinstance(models, ModelSpec):
+        models.check()
     hf_logging.disable_progress_bar()  # weight-loading bars would bury errors and the decode bar
-    loaded = load_target(target, device, dtype, graphs) if isinstance(target, str) else target
-    encoded = [(p.prompt_id, p.task, ids) for p, ids in zip(prompt_list, encode_prompts(loaded, prompt_list, config))]
-    draft = load_drafter(drafter, loaded, eagle3_layers, specforge_norm_output) if isinstance(drafter, str) else drafter
+    target, drafter = loaded(models)
+    encoded = [(p.prompt_id, p.task, ids) for p, ids in zip(prompt_list, encode_prompts(target, prompt_list, config))]
     started = time.time()  # the MLflow run's start: the decoding's, not its logging's
-    with _pipelined(draft, bool(pipelined), drafter_device, drafter_threads) as worker:
+    with _pipelined(drafter, bool(pipelined), protocol.drafter_device, protocol.drafter_threads) as worker:
         # disable=None: tqdm stays quiet when stderr is not a terminal (a log file, a pipe, a test)
-        with tqdm(total=len(encoded), unit="prompt", desc=f"online B={budget} ({len(acting)} strategies each)",
+        with tqdm(total=len(encoded), unit="prompt", desc=f"online B={config.budget} ({len(acting)} strategies each)",
                   disable=None if progress else True, dynamic_ncols=True) as bar:
-            rounds, decodes = run_protocol(loaded, draft, encoded, config, acting, compare, warmup,
+            rounds, decodes = run_protocol(target, drafter, encoded, config, acting, compare, protocol.warmup,
                                            progress=lambda done, rows: _advance(bar, done, rows),
                                            drafters={name: worker for name in pipelined if name in acting})
-    tables = online_tables(rounds, decodes, next(iter(acting)), bootstrap, seed)
+    tables = online_tables(rounds, decodes, next(iter(acting)), protocol.bootstrap, config.seed)
     result = OnlineComparison(tables, Path(out) if out is not None else None)
     if out is None and tracking is None:
         return result
@@ -165,7 +169,8 @@ def compare_online(target, drafter, prompts=None, *, strategies=("draft",), rera
         if stage is not None:
             write_online_tables(tables, stage)
         if tracking is not None:
-            _track(tracking, tables, acting, compare, loaded, draft, config, prompts, params or {}, started)
+            params = {"reranker": reranker_source, **asdict(protocol)}
+            _track(tracking, tables, acting, compare, target, drafter, config, prompts, params, started)
     return result
 
 

@@ -3,6 +3,6 @@ figures (``tables``), its MLflow parent runs (``tracking``), ``specrank study`` 
 (``demo``).
 """
 
-from specrank.experiments.study.run import StudyResult, study
+from specrank.experiments.study.run import StudyResult, StudySettings, study
 
-__all__ = ["StudyResult", "study"]
+__all__ = ["StudyResult", "StudySettings", "study"]

@@ -8,19 +8,17 @@ import argparse
 import shlex
 from pathlib import Path
 
-from specrank.commands.args import (add_model_arguments, add_tracking_arguments, at_least, parse_temperatures,
-                                    tracking_asked)
+from specrank.commands.args import (add_model_arguments, add_tracking_arguments, at_least, model_spec,
+                                    parse_temperatures, tracking_asked)
 from specrank.commands.decode import add_seen_prompts_argument
 from specrank.errors import optional
 from specrank.outputs import check_output_dir
 from specrank.rerankers import GBMReranker
 from specrank.scale import add_worker_arguments, preflight, workers_from_args
 from specrank.workflow import Tracking
-from specrank.experiments.study.run import (CHUNK, DEFAULT_GREEDY_ROUNDS, DEFAULT_MAX_NEW_TOKENS, DEFAULT_ONLINE_OTHER_PROMPTS,
-                                     DEFAULT_ONLINE_PROMPTS, DEFAULT_ROUNDS, EXPERIMENT, FIRST_CHUNK, ONLINE_BUDGETS,
-                                     study)
-
-
+from specrank.experiments.study.run import (CHUNK, DEFAULT_GREEDY_ROUNDS, DEFAULT_MAX_NEW_TOKENS,
+                                            DEFAULT_ONLINE_OTHER_PROMPTS, DEFAULT_ONLINE_PROMPTS, DEFAULT_ROUNDS,
+                                            EXPERIMENT, FIRST_CHUNK, ONLINE_BUDGETS, StudySettings, study)
 
 def add_arguments(parser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="study directory (rerun the same command to resume)")
@@ -85,15 +83,13 @@ def run(args) -> int:
         tracking = Tracking(args.tracking_uri or f"sqlite:///{out / 'mlflow.db'}", args.experiment)
         if args.tracking_uri or out.is_dir():  # the study's own store is created with its directory
             tracking = tracking.checked()
-    result = study(args.target, args.drafter, args.prompts, out=out, temperatures=parse_temperatures(args.temperatures),
-                   rounds=args.rounds, greedy_rounds=args.greedy_rounds, max_new_tokens=args.max_new_tokens,
-                   chunk=args.chunk, bootstrap=args.bootstrap, tune_trials=args.tune_trials,
-                   n_estimators=args.n_estimators, seed=args.seed, device=args.device, dtype=args.dtype,
-                   graphs=args.graphs, eagle3_layers=args.eagle3_layers,
-                   specforge_norm_output=args.specforge_norm_output, threads=args.threads, workers=workers,
+    settings = StudySettings(tuple(parse_temperatures(args.temperatures)), args.rounds, args.greedy_rounds,
+                             args.max_new_tokens, args.chunk, args.bootstrap, args.tune_trials, args.n_estimators,
+                             args.seed, not args.no_online, args.online_prompts, args.online_other_prompts,
+                             args.online_budgets)
+    result = study(model_spec(args), args.prompts, out=out, settings=settings, workers=workers,
                    allow_training_prompts=args.allow_training_prompts, progress=not args.no_progress,
-                   tracking=tracking, online=not args.no_online, online_prompts=args.online_prompts,
-                   online_other_prompts=args.online_other_prompts, online_budgets=args.online_budgets, command=shlex.join(["specrank", "study", *getattr(args, "argv", [])]))
+                   tracking=tracking, command=shlex.join(["specrank", "study", *getattr(args, "argv", [])]))
     print(f"\nresults: {out / 'results.json'}, {out / 'results.md'}")
     for line in result.headline():
         print(line)

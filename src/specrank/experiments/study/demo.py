@@ -18,16 +18,18 @@ import os
 from pathlib import Path
 
 from specrank.commands.args import (DRAFTER_SPECS, add_device_arguments, add_drafter_arguments, add_target_argument,
-                                    add_tracking_arguments, at_least, parse_temperatures)
+                                    add_tracking_arguments, at_least, model_spec, parse_temperatures)
 from specrank.commands import tracked
 from specrank.commands.decode import add_seen_prompts_argument
+from specrank.decode.config import DecodeConfig
 from specrank.decode.core import parse_device
 from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
 from specrank.decode.loading.eagle3 import default_head_dir, has_default_head
 from specrank.decode.loading.targets import check_target_spec
 from specrank.decode.prompts import default_prompts_path, read_prompts
+from specrank.evaluation.names import of_kind
 from specrank.evaluation.report import headline_table
-from specrank.law import GREEDY, Law
+from specrank.law import Law
 from specrank.outputs import check_output_dir
 from specrank.rerankers.defaults import DEFAULT, DEFAULT_DRAFTER, DefaultRerankerError, load_default_reranker
 from specrank.workflow import Tracking, cross_fit, evaluate, featurize, record
@@ -35,7 +37,7 @@ from specrank.experiments.online.run import compare_online
 from specrank.workflow.recording import decode_metrics
 from specrank.workflow.stages import timed
 
-RERANKERS = ("isotonic", "per_depth", "base", "rows")
+RERANKERS = of_kind("control", "reranker")
 MIN_PROMPTS = 4  # two cross-fitting halves, each split again in two for the hyper-parameter search
 
 
@@ -106,9 +108,10 @@ def run(args) -> int:
         (args.out or default_out()).mkdir(parents=True, exist_ok=True)  # every input checked: nothing partial
     own_store = f"sqlite:///{(args.out or default_out()).resolve() / 'mlflow.db'}"
     uri = tracked.checked_uri(args.tracking_uri or own_store)
+    models = model_spec(args, drafter)
     tables, champions, experiment_id, pipelines = {}, {}, None, {}
     for temp in temperatures:
-        name = GREEDY if Law(temp).greedy else f"t{temp:g}"
+        name = Law(temp).folder
         run_dir = out / name
 
         def tracking(stage: str, name=name) -> Tracking:
@@ -117,11 +120,10 @@ def run(args) -> int:
         with demo_tracking.pipeline_run(args.experiment, uri, name, temp, drafter) as pipeline:
             experiment_id, pipelines[f"demo-{name}"] = pipeline.info.experiment_id, pipeline.info.run_id
             with timed(f"record: {limit} bundled prompts at T = {temp:g} -> {run_dir}"):
-                recording = record(args.target, drafter, out=run_dir, temperature=temp, limit=limit,
-                                   max_new_tokens=max_new_tokens, device=args.device, graphs=args.graphs,
-                                   eagle3_layers=args.eagle3_layers,
-                                   specforge_norm_output=args.specforge_norm_output,
-                                   allow_training_prompts=args.allow_training_prompts, tracking=tracking("decode"))
+                recording = record(models, out=run_dir, config=DecodeConfig(temperature=temp,
+                                                                            max_new_tokens=max_new_tokens),
+                                   limit=limit, allow_training_prompts=args.allow_training_prompts,
+                                   tracking=tracking("decode"))
                 print(recording.summary, flush=True)
             with timed(f"featurize: {run_dir}"):
                 features = featurize(recording, edges_out=run_dir / "edges.parquet", tracking=tracking("featurize"))
@@ -162,10 +164,10 @@ def online_check(args, drafter: str, out: Path, recorded: int) -> None:
     unseen = read_prompts(default_prompts_path())[recorded:recorded + ONLINE_PROMPTS]
     with timed(f"online: draft against {DEFAULT} on {len(unseen)} unseen bundled prompts, T = "
                f"{ONLINE_TEMPERATURE:g}, B = {ONLINE_BUDGET} -> {out}"):
-        comparison = compare_online(args.target, drafter, unseen, strategies=("draft", "reranked"), reranker=champion,
-                                    reranker_source=DEFAULT, temperature=ONLINE_TEMPERATURE, budget=ONLINE_BUDGET,
-                                    max_new_tokens=ONLINE_TOKENS, device=args.device, graphs=args.graphs,
-                                    out=out, progress=True)
+        config = DecodeConfig(budget=ONLINE_BUDGET, extra=0, temperature=ONLINE_TEMPERATURE,
+                              max_new_tokens=ONLINE_TOKENS)
+        comparison = compare_online(model_spec(args, drafter), unseen, strategies=("draft", "reranked"),
+                                    reranker=champion, reranker_source=DEFAULT, config=config, out=out, progress=True)
     gain = comparison.realized_gain("reranked")
     print(f"\n## Online: the shipped champion against draft selection ({len(unseen)} unseen prompts, "
           f"{ONLINE_TOKENS} tokens each)\n")

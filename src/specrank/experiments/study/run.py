@@ -14,12 +14,13 @@ gives the same results. Each stage after recording is redone only when its input
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import platform
 import subprocess
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
@@ -28,26 +29,26 @@ import pyarrow.parquet as pq
 import torch
 
 from specrank.atomic import atomic_write, write_json_atomic
-from specrank.decode import load_drafter, load_target
-from specrank.decode.core import parse_device
-from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
-from specrank.decode.loading.targets import DEFAULT_TARGET, check_target_spec, load_target_tokenizer, named_target
+from specrank.decode.config import DecodeConfig, check_temperature
+from specrank.decode.loading.drafters import check_unseen
+from specrank.decode.loading.model_spec import ModelSpec
+from specrank.decode.loading.targets import DEFAULT_TARGET, load_target_tokenizer
 from specrank.decode.prompts import encode_prompt, read_prompts, spec_bench_path
 from specrank.decode.runs.shards import SHARD, done_prompts
 from specrank.errors import require
 from specrank.evaluation import load_rounds, read_predictions
+from specrank.experiments.online.run import OnlineComparison, Protocol, compare_online
 from specrank.experiments.study.tables import RERANKERS, learning_curve_figure, render_results, temperature_results
 from specrank.featurize import read_features
 from specrank.featurize.storage import read_rounds_table
 from specrank.files import directory_hash, file_hash
-from specrank.law import GREEDY, Law
+from specrank.law import Law
 from specrank.outputs import check_output_dir
 from specrank.rerankers import GBMReranker, load_reranker, save_reranker
 from specrank.rerankers.defaults import DEFAULT, DEFAULT_DRAFTER, cached_reranker_dir
 from specrank.workflow.champion import choose_champion, fit_champion, model_card
 from specrank.workflow.evaluation import evaluate
 from specrank.workflow.features import Features, featurize
-from specrank.experiments.online.run import OnlineComparison, compare_online
 from specrank.workflow.recording import record
 from specrank.workflow.rerankers import Rerankers, cross_fit
 from specrank.workflow.stages import Stages, timed
@@ -68,6 +69,7 @@ ONLINE_BUDGETS = (8, 59)
 ONLINE_STRATEGIES = ("draft", "reranked", "root", "root_draw")
 GPU_ROUND_MS = 14.5  # an SGLang round of an 8B target on an H200: the round a reranker's cost is weighed against
 EXPERIMENT = "specrank-study"
+log = logging.getLogger(__name__)
 
 
 class StudyDirError(ValueError):
@@ -95,106 +97,167 @@ class StudyResult:
         lines = []
         for t, r in self.results["temperatures"].items():
             for b, f in r["budgets"].items():
-                rows, rb = f["rules"]["rows"]["root_share"], f["rows_minus_base"]["gain_pct_of_draft"]
+                rows, rb = f["scores"]["rows"]["root_share"], f["rows_minus_base"]["gain_pct_of_draft"]
                 lines.append(f"T={t} B={b}: {r['rounds']} rounds; Rows share of root's gain {rows[0]:.1f}% "
                              f"[{rows[1]:.1f}, {rows[2]:.1f}]; Rows - Base {rb[0]:+.2f}% of draft "
                              f"[{rb[1]:+.2f}, {rb[2]:+.2f}]")
         return lines
 
 
-def study(target, drafter="eagle3:default", prompts=None, *, out, temperatures=(1.0, 0.0),
-          rounds: int = DEFAULT_ROUNDS, greedy_rounds: int = DEFAULT_GREEDY_ROUNDS,
-          max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, chunk: int = CHUNK, bootstrap: int = 2000,
-          tune_trials: int = 4, n_estimators: int | None = None, seed: int = 0, device: str = "cpu",
-          dtype: str = "float32", graphs: bool | None = None, eagle3_layers=None,
-          specforge_norm_output: str | None = None, threads: int | None = None, workers=None,
-          allow_training_prompts: bool = False, progress: bool = True, tracking: Tracking | None = None,
-          online: bool = True, online_prompts: int = DEFAULT_ONLINE_PROMPTS,
-          online_other_prompts: int = DEFAULT_ONLINE_OTHER_PROMPTS, online_budgets=ONLINE_BUDGETS,
-          command: str = "") -> StudyResult:
-    """Run (or resume) the study of ``target`` and ``drafter`` (specs, as the command line spells them) on
-    ``prompts`` (a JSONL file; default: the bundled Spec-Bench questions) in directory ``out``.
+@dataclass(frozen=True)
+class StudySettings:
+    """What a study records and fits: ``rounds`` at each sampling temperature of ``temperatures`` and
+    ``greedy_rounds`` greedily, ``max_new_tokens`` a prompt, decoding calls of at most ``chunk`` prompts;
+    ``bootstrap`` resamples, ``tune_trials`` Optuna trials per fold of Base and Rows (0: untuned, with
+    ``n_estimators`` boosting iterations; None: the rerankers' default), ``seed`` for the prompt order, decoding
+    and bootstrap; with ``online``, ``online_prompts`` never recorded decode in the loop at ``online_budgets``
+    (``online_other_prompts`` of them outside the first sampled temperature's B = 8). Written whole into
+    ``results.json``."""
 
-    ``rounds`` are recorded at each sampling temperature, ``greedy_rounds`` greedily. ``workers``
-    (``scale.Workers``) decodes on Ray workers. With ``tracking``, each temperature is one pipeline run whose nested
-    runs are the stages. Every input is checked before a model loads.
+    temperatures: tuple[float, ...] = (1.0, 0.0)
+    rounds: int = DEFAULT_ROUNDS
+    greedy_rounds: int = DEFAULT_GREEDY_ROUNDS
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    chunk: int = CHUNK
+    bootstrap: int = 2000
+    tune_trials: int = 4
+    n_estimators: int | None = None
+    seed: int = 0
+    online: bool = True
+    online_prompts: int = DEFAULT_ONLINE_PROMPTS
+    online_other_prompts: int = DEFAULT_ONLINE_OTHER_PROMPTS
+    online_budgets: tuple[int, ...] = ONLINE_BUDGETS
+
+    def __post_init__(self):
+        for name in ("rounds", "greedy_rounds", "max_new_tokens", "chunk", "bootstrap", "online_prompts",
+                     "online_other_prompts"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"study setting {name} must be an integer >= 1, got {value!r}")
+        if not set(self.online_budgets) <= set(ONLINE_BUDGETS):
+            raise ValueError(f"online budgets must be among {ONLINE_BUDGETS}, got {self.online_budgets}")
+        for t in self.temperatures:
+            check_temperature(t)
+
+    def written(self, reserved: int) -> dict:
+        """The settings as ``results.json`` keeps them: every field, the online ones as the study ran them
+        (``reserved`` prompts kept unseen), and the round targets by law."""
+        return {**asdict(self), "temperatures": list(self.temperatures), "online_prompts": reserved,
+                "online_other_prompts": min(self.online_other_prompts, reserved),
+                "online_budgets": list(self.online_budgets) if reserved else [],
+                "n_estimators": self.n_estimators or GBMReranker().n_estimators,
+                "rounds_target": {"sampled": self.rounds, "greedy": self.greedy_rounds}}
+
+
+def study(models: ModelSpec, prompts=None, *, out, settings: StudySettings = StudySettings(), workers=None,
+          allow_training_prompts: bool = False, progress: bool = True, tracking: Tracking | None = None,
+          command: str = "") -> StudyResult:
+    """Run (or resume) the study of ``models`` (a ``ModelSpec``: the workers and the online phase load the models
+    from it) on ``prompts`` (a JSONL file; default: the bundled Spec-Bench questions) in directory ``out``, with
+    ``settings``.
+
+    ``workers`` (``scale.Workers``) decodes on Ray workers. With ``tracking``, each temperature is one pipeline run
+    whose nested runs are the stages. Every input is checked before a model loads.
 
     Each temperature's champion (``workflow.champion``) is refitted on all its rounds and saved in
-    ``OUT/<temperature>/champion``. With ``online``, the last ``online_prompts`` prompts of the study's order are
-    never recorded: draft selection, the champion, root and root-draw selection decode them in the loop at each
-    budget (``online_prompts`` of them at the first sampled temperature and B = 8, the cell the study's online
-    goal reads; ``online_other_prompts`` elsewhere), beside the offline prediction for the same score.
+    ``OUT/<temperature>/champion``. With ``settings.online``, the last ``online_prompts`` prompts of the study's
+    order are never recorded: draft selection, the champion, root and root-draw selection decode them in the loop
+    at each budget (``online_prompts`` of them at the first sampled temperature and B = 8, the cell the study's
+    online goal reads; ``online_other_prompts`` elsewhere), beside the offline prediction for the same score.
     """
     out = check_output_dir(out).resolve()
-    parse_device(device)
-    check_target_spec(target)
-    if named_target(target) is not None or str(target).endswith(".gguf"):  # converted when its tokenizer first loads
-        require("gguf", f"--target {target} (a GGUF model)")
-    parse_drafter_spec(drafter, eagle3_layers)
-    prompts_path = prompts or spec_bench_path()
-    prompt_list = read_prompts(prompts_path)
-    seen = check_unseen(drafter, prompt_list, allow_training_prompts)
-    if tune_trials:
-        require("optuna", f"--tune-trials {tune_trials} (tuning Base and Rows; 0 fits them untuned)")
-    n_estimators = n_estimators or GBMReranker().n_estimators
-    kept, skipped = fitting_prompts(target, prompt_list, max_new_tokens)
-    study_prompts = write_study_prompts(out, kept, seed)
-    reserved = online_reserve(len(kept), online_prompts) if online else 0
-    goal_temperature = next((t for t in temperatures if not Law(t).greedy), None)  # greedy alone: no goal cell
+    plan = plan_study(models, prompts, out, settings, allow_training_prompts)
     tracking = tracking.checked() if tracking is not None else None  # its own store may live in ``out``
-    print(f"{len(kept)} of {len(prompt_list)} prompts fit the target's context ({skipped} too long, skipped)"
-          + (f"; the drafter trained on {seen} of them (--allow-training-prompts)" if seen else ""), flush=True)
     results = {
         "command": command,
         "commit": source_commit(),
-        "machine": machine(device, workers),
-        "target": target,
-        "drafter": drafter,
-        "prompts": {"file": Path(prompts_path).name, "available": len(prompt_list), "skipped_too_long": skipped,
-                    "drafter_trained_on": seen},
-        "settings": {"max_new_tokens": max_new_tokens, "bootstrap": bootstrap, "tune_trials": tune_trials,
-                     "n_estimators": n_estimators, "chunk": chunk, "seed": seed,
-                     "online_prompts": reserved, "online_other_prompts": min(online_other_prompts, reserved),
-                     "online_budgets": list(online_budgets) if reserved else [],
-                     "rounds_target": {"sampled": rounds, "greedy": greedy_rounds}},
+        "machine": machine(models.device, workers),
+        "target": models.target,
+        "drafter": models.drafter,
+        "prompts": {"file": Path(plan.prompts_path).name, "available": plan.available,
+                    "skipped_too_long": plan.available - plan.kept, "drafter_trained_on": plan.seen},
+        "settings": settings.written(plan.reserved),
         "temperatures": {},
         "timing": {},
     }
-    decoding = dict(target=target, drafter=drafter, max_new_tokens=max_new_tokens, seed=seed, device=device,
-                    dtype=dtype, graphs=graphs, eagle3_layers=eagle3_layers,
-                    specforge_norm_output=specforge_norm_output, threads=threads, workers=workers,
-                    allow_training_prompts=allow_training_prompts, progress=progress)
-    fitting = dict(bootstrap=bootstrap, tune_trials=tune_trials, n_estimators=n_estimators, seed=seed,
-                   threads=threads)
+    recorder = Recorder(models, workers, allow_training_prompts, progress)
     with timed(None) as total:
-        for temp in temperatures:
-            name = GREEDY if Law(temp).greedy else f"t{temp:g}"
-            goal = greedy_rounds if Law(temp).greedy else rounds
-            with timed(None) as stage, _pipeline_run(tracking, name, temp, drafter):
-                run_dir = out / name
-                decoded = record_until(decoding, study_prompts, len(kept) - reserved, run_dir, temp, goal, chunk)
-                figures = analyse(run_dir, tracking, name, **fitting)
-                figures["prompts_decoded"] = decoded
-                recorded = read_prompts(study_prompts, limit=decoded)
-                figures["champion"] = champion_stage(run_dir, figures, recorded, temp, prompts_path=prompts_path,
-                                                     command=command, **fitting)
-                if target == DEFAULT_TARGET and drafter == DEFAULT_DRAFTER and prompts is None:
-                    install_champion(run_dir / "champion", temp)
-                if reserved:
-                    first = temp == goal_temperature
-                    figures["online"] = online_stage(run_dir, figures, read_prompts(study_prompts)[-reserved:],
-                                                     temp, decoding, goal_prompts=reserved if first else
-                                                     min(online_other_prompts, reserved),
-                                                     other_prompts=min(online_other_prompts, reserved),
-                                                     budgets=online_budgets, bootstrap=bootstrap, seed=seed)
+        for temp in settings.temperatures:
+            with timed(None) as stage, _pipeline_run(tracking, Law(temp).folder, temp, models.drafter):
+                figures = temperature_stage(plan, temp, recorder, tracking, command, default=prompts is None)
                 results["temperatures"][f"{temp:g}"] = figures
                 results["settings"]["pool_size"] = figures["pool_size"]
                 if tracking is not None:
                     _log_pipeline(figures)
-            results["timing"][name] = round(stage.seconds, 1)
+            results["timing"][Law(temp).folder] = round(stage.seconds, 1)
     results["timing"]["total_s"] = round(total.seconds, 1)
     write_results(out, results)
     return StudyResult(out, results)
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """What a study decodes, fixed before any model loads: its models and settings, the prompts file and how many
+    of its prompts there are, fit the target (``kept``) and were the drafter's training prompts (``seen``), the
+    study's own ordered copy (``OUT/prompts.jsonl``) and how many at its end the online phase keeps unseen."""
+
+    out: Path
+    models: ModelSpec
+    settings: StudySettings
+    prompts_path: Path
+    available: int
+    kept: int
+    seen: int
+    study_prompts: Path
+    reserved: int
+
+    @property
+    def goal_temperature(self) -> float | None:
+        """The first sampled temperature: its B = 8 cell is the online goal's (greedy alone: none)."""
+        return next((t for t in self.settings.temperatures if not Law(t).greedy), None)
+
+
+def plan_study(models: ModelSpec, prompts, out: Path, settings: StudySettings,
+               allow_training_prompts: bool) -> StudyPlan:
+    """Check every input (nothing loads but the tokenizer), write ``OUT/prompts.jsonl`` and say how many prompts
+    fit the target's context."""
+    models.check()
+    prompts_path = prompts or spec_bench_path()
+    prompt_list = read_prompts(prompts_path)
+    seen = check_unseen(models.drafter, prompt_list, allow_training_prompts)
+    if settings.tune_trials:
+        require("optuna", f"--tune-trials {settings.tune_trials} (tuning Base and Rows; 0 fits them untuned)")
+    kept, skipped = fitting_prompts(models.target, prompt_list, settings.max_new_tokens)
+    study_prompts = write_study_prompts(out, kept, settings.seed)
+    reserved = online_reserve(len(kept), settings.online_prompts) if settings.online else 0
+    log.info(f"{len(kept)} of {len(prompt_list)} prompts fit the target's context ({skipped} too long, skipped)"
+             + (f"; the drafter trained on {seen} of them (--allow-training-prompts)" if seen else ""))
+    return StudyPlan(out, models, settings, Path(prompts_path), len(prompt_list), len(kept), seen, study_prompts,
+                     reserved)
+
+
+def temperature_stage(plan: StudyPlan, temp: float, recorder: Recorder, tracking: Tracking | None, command: str,
+                      default: bool) -> dict:
+    """One temperature of the study: record to its round target, analyse, choose and refit the champion (installed
+    as ``reranker:default`` for the default pair on the default prompts), then the online phase; its figures."""
+    s, models, name = plan.settings, plan.models, Law(temp).folder
+    run_dir = plan.out / name
+    goal = s.greedy_rounds if Law(temp).greedy else s.rounds
+    decoded = recorder.until(plan.study_prompts, plan.kept - plan.reserved, run_dir, temp, goal, s)
+    figures = analyse(run_dir, tracking, name, s, models.threads)
+    figures["prompts_decoded"] = decoded
+    recorded = read_prompts(plan.study_prompts, limit=decoded)
+    figures["champion"] = champion_stage(run_dir, figures, recorded, temp, s, models.threads,
+                                         prompts_path=plan.prompts_path, command=command)
+    if models.target == DEFAULT_TARGET and models.drafter == DEFAULT_DRAFTER and default:
+        install_champion(run_dir / "champion", temp)
+    if plan.reserved:
+        other = min(s.online_other_prompts, plan.reserved)
+        goal_prompts = plan.reserved if temp == plan.goal_temperature else other
+        figures["online"] = online_stage(run_dir, figures, read_prompts(plan.study_prompts)[-plan.reserved:], temp,
+                                         models, s, goal_prompts=goal_prompts, other_prompts=other,
+                                         progress=recorder.progress)
+    return figures
 
 
 def online_reserve(n_prompts: int, online_prompts: int) -> int:
@@ -202,13 +265,13 @@ def online_reserve(n_prompts: int, online_prompts: int) -> int:
     quarter of the prompts (said in one line when lowered)."""
     reserved = min(online_prompts, n_prompts // 4)
     if reserved < online_prompts:
-        print(f"online phase: {reserved} prompts kept unseen (of {online_prompts} asked: at most a quarter of the "
-              f"{n_prompts} prompts)", flush=True)
+        log.info(f"online phase: {reserved} prompts kept unseen (of {online_prompts} asked: at most a quarter of the "
+                 f"{n_prompts} prompts)")
     return reserved
 
 
-def champion_stage(run_dir: Path, figures: dict, recorded, temp: float, *, prompts_path, command: str,
-                   bootstrap: int, tune_trials: int, n_estimators: int, seed: int, threads: int | None) -> dict:
+def champion_stage(run_dir: Path, figures: dict, recorded, temp: float, settings: StudySettings,
+                   threads: int | None, *, prompts_path, command: str) -> dict:
     """Choose the champion from ``figures``, refit it on every round of ``run_dir`` and save it with its card in
     ``run_dir/champion`` (redone only when the features or the choice changed); returns the choice and its path."""
     choice = choose_champion(figures)
@@ -216,12 +279,12 @@ def champion_stage(run_dir: Path, figures: dict, recorded, temp: float, *, promp
     path = run_dir / "champion"
 
     def fit_and_save():
-        model = fit_champion(choice["reranker"], run_dir, read_features(features), tune_trials=tune_trials, seed=seed,
-                             n_jobs=threads, gbm={"n_estimators": n_estimators})
+        model = fit_champion(choice["reranker"], run_dir, read_features(features), tune_trials=settings.tune_trials,
+                             seed=settings.seed, n_jobs=threads, gbm=gbm_params(settings))
         model.card_ = model_card(choice["reranker"], choice, figures, recorded, data=Path(prompts_path).name,
                                  command=command, temperature=temp)
         model.save(path)
-        print(f"champion {choice['reranker']} (mean gain over draft {choice['mean_gain_pct']:+.2f}% of draft's value) -> {path}")
+        log.info(f"champion {choice['reranker']} (mean gain over draft {choice['mean_gain_pct']:+.2f}% of draft's value) -> {path}")
 
     Stages(run_dir / "stages.json").run("champion", f"{file_hash(features)}:{choice['reranker']}", path / "reranker.json",
                                         fit_and_save, clear=path)
@@ -234,35 +297,35 @@ def install_champion(path: Path, temp: float) -> Path:
     target = cached_reranker_dir(Law(temp).name)
     target.parent.mkdir(parents=True, exist_ok=True)
     installed = save_reranker(load_reranker(path), target)
-    print(f"champion installed as {DEFAULT} ({Law(temp).name}): {installed}", flush=True)
+    log.info(f"champion installed as {DEFAULT} ({Law(temp).name}): {installed}")
     return installed
 
 
-def online_stage(run_dir: Path, figures: dict, unseen, temp: float, decoding: dict, *, goal_prompts: int,
-                 other_prompts: int, bootstrap: int, seed: int, budgets=ONLINE_BUDGETS) -> dict:
-    """Draft, the champion, root and root-draw selection decoded in the loop on ``unseen`` prompts at each of
-    ``budgets`` (``goal_prompts`` of them at B = 8, ``other_prompts`` at the others), each beside the
+def online_stage(run_dir: Path, figures: dict, unseen, temp: float, models: ModelSpec, settings: StudySettings, *,
+                 goal_prompts: int, other_prompts: int, progress: bool = True) -> dict:
+    """Draft, the champion, root and root-draw selection decoded in the loop on ``unseen`` prompts at each of the
+    online budgets (``goal_prompts`` of them at B = 8, ``other_prompts`` at the others), each beside the
     offline prediction for the same score; the tables are kept in ``run_dir/online/B<budget>``."""
     champion = load_reranker(run_dir / "champion")
     name = figures["champion"]["reranker"]
-    target = load_target(decoding["target"], decoding["device"], decoding["dtype"], decoding["graphs"])
-    drafter = load_drafter(decoding["drafter"], target, decoding["eagle3_layers"], decoding["specforge_norm_output"])
-    pipelined = ("root_draw",) if drafter.hidden_layers is None else ()
+    loaded = models.load()
+    pipelined = ("root_draw",) if loaded.drafter.hidden_layers is None else ()
     out = {"reranker": name, "root_draw_pipelined": bool(pipelined), "budgets": {}}
-    for budget in budgets:
+    for budget in settings.online_budgets:
         n = goal_prompts if budget == ONLINE_BUDGETS[0] else other_prompts
         folder = run_dir / "online" / f"B{budget}"
         if (folder / "online_speed.parquet").is_file():
             comparison = OnlineComparison.open(folder)
         else:
+            config = DecodeConfig(budget=budget, extra=0, temperature=temp, max_new_tokens=settings.max_new_tokens,
+                                  seed=settings.seed)
             with timed(f"online: {n} unseen prompts at T = {temp:g}, B = {budget} -> {folder}"):
-                comparison = compare_online(target, drafter, unseen[:n], strategies=ONLINE_STRATEGIES,
-                                            reranker=champion, reranker_source=str(run_dir / "champion"),
-                                            temperature=temp, budget=budget,
-                                            max_new_tokens=decoding["max_new_tokens"], seed=seed, bootstrap=bootstrap,
-                                            pipeline=pipelined, out=folder, progress=decoding["progress"])
+                comparison = compare_online(loaded, unseen[:n], strategies=ONLINE_STRATEGIES, reranker=champion,
+                                            reranker_source=str(run_dir / "champion"), config=config,
+                                            protocol=Protocol(bootstrap=settings.bootstrap, pipeline=pipelined),
+                                            out=folder, progress=progress)
         out["budgets"][str(budget)] = online_figures(comparison, figures["budgets"].get(str(budget)), name, n,
-                                                     bootstrap, seed)
+                                                     settings.bootstrap, settings.seed)
     return out
 
 
@@ -281,7 +344,7 @@ def online_figures(comparison: OnlineComparison, offline: dict | None, champion:
     figures = {"prompts": prompts, "strategies": strategies}
     if offline is not None:
         offline_score = {"reranked": champion, "root": "root", "draft": "draft"}
-        figures["offline"] = {s: offline["rules"][r] for s, r in offline_score.items() if r in offline["rules"]}
+        figures["offline"] = {s: offline["scores"][r] for s, r in offline_score.items() if r in offline["scores"]}
     r = per_round.loc["reranked"]
     rerank_ms = 1000.0 * float(r["rerank_s"]) / max(float(r["rounds"]), 1.0)
     draft = strategies["draft"]["realized"][0]
@@ -332,22 +395,33 @@ def write_study_prompts(out: Path, prompts, seed: int) -> Path:
     return path
 
 
-def record_until(decoding: dict, prompts_path: Path, n_prompts: int, run_dir: Path, temp: float, goal: int,
-                 chunk: int) -> int:
-    """Record ``prompts_path`` in order until ``goal`` rounds are recorded (or the prompts run out); return how
-    many prompts were decoded. Each call's size comes from the rounds recorded so far (``next_limit``), so the
-    same study always decodes the same prompts; prompts already recorded are not decoded again."""
-    limit = 0
-    while limit < n_prompts:
-        limit = next_limit(limit, recorded_rounds(run_dir, limit), goal, n_prompts, chunk)
-        if not set(range(limit)) <= (done_prompts(run_dir) if run_dir.exists() else set()):
-            with timed(f"record: the first {limit} prompts at T = {temp:g} -> {run_dir}"):
-                recording = record(prompts=prompts_path, out=run_dir, temperature=temp, limit=limit,
-                                   shard_size=SHARD_SIZE, **decoding)
-                print(recording.summary, flush=True)
-        if recorded_rounds(run_dir, limit) >= goal:
-            break
-    return limit
+@dataclass(frozen=True)
+class Recorder:
+    """How the study records: the models, the workers that decode them, and the recording's own switches."""
+
+    models: ModelSpec
+    workers: object = None
+    allow_training_prompts: bool = False
+    progress: bool = True
+
+    def until(self, prompts_path: Path, n_prompts: int, run_dir: Path, temp: float, goal: int,
+              settings: StudySettings) -> int:
+        """Record ``prompts_path`` in order until ``goal`` rounds are recorded (or the prompts run out); return how
+        many prompts were decoded. Each call's size comes from the rounds recorded so far (``next_limit``), so the
+        same study always decodes the same prompts; prompts already recorded are not decoded again."""
+        config = DecodeConfig(temperature=temp, max_new_tokens=settings.max_new_tokens, seed=settings.seed)
+        limit = 0
+        while limit < n_prompts:
+            limit = next_limit(limit, recorded_rounds(run_dir, limit), goal, n_prompts, settings.chunk)
+            if not set(range(limit)) <= (done_prompts(run_dir) if run_dir.exists() else set()):
+                with timed(f"record: the first {limit} prompts at T = {temp:g} -> {run_dir}"):
+                    recording = record(self.models, prompts_path, out=run_dir, config=config, limit=limit,
+                                       shard_size=SHARD_SIZE, workers=self.workers,
+                                       allow_training_prompts=self.allow_training_prompts, progress=self.progress)
+                    log.info(recording.summary)
+            if recorded_rounds(run_dir, limit) >= goal:
+                break
+        return limit
 
 
 def next_limit(limit: int, rounds: int, goal: int, n_prompts: int, chunk: int) -> int:
@@ -372,8 +446,8 @@ def recorded_rounds(run_dir: Path, below: int) -> int:
     return total
 
 
-def analyse(run_dir: Path, tracking: Tracking | None, name: str, *, bootstrap: int, tune_trials: int,
-            n_estimators: int, seed: int, threads: int | None) -> dict:
+def analyse(run_dir: Path, tracking: Tracking | None, name: str, settings: StudySettings,
+            threads: int | None) -> dict:
     """Featurize, cross-fit, evaluate (each redone only when its input changed) and the study's figures."""
     def staged(stage: str) -> Tracking | None:
         return Tracking.stage(tracking.uri, tracking.experiment, f"study-{name}", stage) if tracking else None
@@ -382,24 +456,30 @@ def analyse(run_dir: Path, tracking: Tracking | None, name: str, *, bootstrap: i
     predictions = rerankers / "predictions.parquet"
     stages = Stages(run_dir / "stages.json")
     stages.run("featurize", directory_hash(run_dir / "rounds"), features,
-               lambda: print(featurize(run_dir, tracking=staged("featurize")).summary))
+               lambda: log.info(featurize(run_dir, tracking=staged("featurize")).summary))
     stages.run("train", file_hash(features), predictions,
-               lambda: cross_fit(Features(features), rerankers=RERANKERS, out=rerankers, tune_trials=tune_trials,
-                                 seed=seed, n_jobs=threads, gbm={"n_estimators": n_estimators},
+               lambda: cross_fit(Features(features), rerankers=RERANKERS, out=rerankers,
+                                 tune_trials=settings.tune_trials, seed=settings.seed, n_jobs=threads,
+                                 gbm=gbm_params(settings),
                                  tracking=staged("train"), model_prefix=f"study-{name}" if tracking else None),
                clear=rerankers)
     stages.run("evaluate", file_hash(predictions), run_dir / "evaluation" / "meta.json",
-               lambda: evaluate(run_dir, predictions, out=run_dir / "evaluation", bootstrap=bootstrap,
-                                seed=seed, tracking=staged("evaluate")),
+               lambda: evaluate(run_dir, predictions, out=run_dir / "evaluation", bootstrap=settings.bootstrap,
+                                seed=settings.seed, tracking=staged("evaluate")),
                clear=run_dir / "evaluation")
     rounds = load_rounds(run_dir)
     table = read_rounds_table(run_dir, ["prompt_id", "round", "covered", "accepted"]).to_pandas()
     fitted = Rerankers.open(rerankers)
     fold_models = {n: fitted.models(n) for n in ("base", "rows")}
     figures = temperature_results(rounds, read_predictions(predictions), read_features(features), table,
-                                  fold_models, bootstrap, seed)
+                                  fold_models, settings.bootstrap, settings.seed)
     figures["realized_accepted_per_round"] = float(table["accepted"].mean())
     return figures
+
+
+def gbm_params(settings: StudySettings) -> dict:
+    """Base and Rows' boosting iterations when untuned."""
+    return {"n_estimators": settings.n_estimators or GBMReranker().n_estimators}
 
 
 def write_results(out: Path, results: dict) -> None:

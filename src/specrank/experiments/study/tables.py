@@ -20,24 +20,24 @@ import numpy as np
 import pandas as pd
 
 from specrank.evaluation.data import Rounds, align_predictions
-from specrank.evaluation.names import full_label
+from specrank.evaluation.names import full_label, of_kind
 from specrank.evaluation.offline import first_factor_table
 from specrank.evaluation.values import per_depth_edges, score_inputs, score_values
 from specrank.featurize.context import previous_acceptance, prompt_index
 from specrank.featurize.rows import ROW_SOURCES
 from specrank.law import GREEDY, Law
 from specrank.folds import fold_splits
-from specrank.rerankers import cross_fit
+from specrank.rerankers import cross_fit_table
 from specrank.selection import stacked_factors
 from specrank.selection.stats import PromptBootstrap
 
 STUDY_BUDGETS = (8, 59)
 RERANKERS = ("isotonic", "base", "rows")
-STUDY_SCORES = ("draft", "isotonic", "per_depth", "base", "rows", "root", "oracle")
+STUDY_SCORES = (*of_kind("draft", "control", "reranker"), "root", "oracle")
 STACKED = {"rows+per_depth": "rows"}  # a reranker's first factor, every deeper factor calibrated per depth
 CURVE_FRACTIONS = (0.25, 0.5, 1.0)
 CURVE_SCORES = ("draft", "base", "rows", "root")
-ESTIMATES = ("draft", "isotonic", "per_depth", "base", "rows")
+ESTIMATES = of_kind("draft", "control", "reranker")
 # What the target-row reuse paper (arXiv 2610.29210) reports for its six targets (App. D.8, Table 4).
 PAPER = {
     "rows_root_share_max": {"8": 29.0, "59": 33.0},  # Rows recovers at most this % of root's gain
@@ -86,7 +86,7 @@ def budget_figures(boot: PromptBootstrap, values: dict[str, np.ndarray], budgets
                 if score != "root":
                     entry["root_share"] = triple(tot.share(col, draft, root))
             scores[score] = entry
-        figures = {"rules": scores}  # the results JSON's key (docs/results/study.json)
+        figures = {"scores": scores}  # the results JSON's key (docs/results/study.json)
         if "rows" in values and "base" in values:
             pair = [(f"rows@{b}", 1), (f"base@{b}", -1)]
             figures["rows_minus_base"] = {"gain": triple(tot.gain(f"rows@{b}", f"base@{b}")),
@@ -109,7 +109,7 @@ def summary_budget_figures(summary: pd.DataFrame, budgets=STUDY_BUDGETS, scores=
         for score in (s for s in scores if s in at.index):
             share = [float(at.loc[score, k]) for k in ("root_share", "root_share_low", "root_share_high")]
             shares[score] = {"root_share": share} if not np.isnan(share).all() else {}
-        out[str(b)] = {"rules": shares}  # the results JSON's key, as budget_figures writes it
+        out[str(b)] = {"scores": shares}  # the results JSON's key, as budget_figures writes it
     return out
 
 
@@ -174,7 +174,7 @@ def learning_curve(rounds: Rounds, features: pd.DataFrame, fold_models: dict[str
 
         for name in ("base", "rows"):
             preds[name] = (predictions[name].to_numpy() if fraction == 1.0 else
-                           cross_fit(fold_models[name], features, folds=fold, fit_rows=subset).predictions)
+                           cross_fit_table(fold_models[name], features, folds=fold, fit_rows=subset).predictions)
         used = [len(features.loc[train if fraction == 1.0 else subset(f, train), ["prompt_id", "round"]]
                     .drop_duplicates()) for f, train, _ in fold_splits(fold)]
         values = study_values(rounds, align_predictions(rounds, preds), edges, budgets, scores=CURVE_SCORES)
@@ -183,8 +183,8 @@ def learning_curve(rounds: Rounds, features: pd.DataFrame, fold_models: dict[str
             "fraction": fraction,
             "training_rounds": int(round(float(np.mean(used)))),
             "budgets": {b: {"rows_minus_base_pct_of_draft": f["rows_minus_base"]["gain_pct_of_draft"],
-                            "rows_root_share": f["rules"]["rows"]["root_share"],
-                            "base_root_share": f["rules"]["base"]["root_share"]} for b, f in figures.items()},
+                            "rows_root_share": f["scores"]["rows"]["root_share"],
+                            "base_root_share": f["scores"]["base"]["root_share"]} for b, f in figures.items()},
         })
     return points
 
@@ -260,7 +260,7 @@ def _scores_table(budget: str, figures: dict) -> list[str]:
     paper = PAPER["rows_root_share_max"][budget] if budget in PAPER["rows_root_share_max"] else None
     lines = ["| Score | accepted draft tokens / round | gain over draft [95% CI] | % of draft [95% CI] "
              "| share of root's gain, % [95% CI] | paper |", "|---|---|---|---|---|---|"]
-    for score, r in figures["rules"].items():
+    for score, r in figures["scores"].items():
         gain = _ci(r["gain"], 3) if "gain" in r else "–"
         pct = _ci(r["gain_pct"], 1) if "gain_pct" in r else "–"
         share = _ci(r["root_share"], 1, sign=False) if "root_share" in r else "–"
@@ -319,7 +319,7 @@ PAPER_DRAFT_ACCEPTED = {"greedy": (2.22, 4.51), "sampling": (2.08, 3.53)}  # by 
 
 def _regime(r: dict) -> str:
     """The regime line beside the paper column: how much draft selection accepts here, and in the paper."""
-    means = ", ".join(f"{f['rules']['draft']['mean'][0]:.3f} at B = {b}" for b, f in r["budgets"].items())
+    means = ", ".join(f"{f['scores']['draft']['mean'][0]:.3f} at B = {b}" for b, f in r["budgets"].items())
     low, high = PAPER_DRAFT_ACCEPTED[r["law"]]
     return (f"Regime: draft selection accepts {means} draft tokens a round here; the paper's targets (Llama-3.1-8B, "
             f"Qwen3-4B and 8B, Qwen2.5-7B, 14B and 32B, each with its EAGLE-3 head) accept {low:.2f} to {high:.2f} "
@@ -328,6 +328,46 @@ def _regime(r: dict) -> str:
 
 
 TITLE = "Does the reranker help? The study"
+
+
+def _temperature_section(t: str, r: dict) -> list[str]:
+    """One temperature's section of the results page: each budget's scores, the first-factor errors, the learning
+    curve, the rows' availability and the rerankers' feature importance."""
+    out = ["", f"## {_temperature_name(t)}: {r['rounds']} rounds, {r['prompts']} prompts", "", _regime(r), ""]
+    for b, figures in r["budgets"].items():
+        out += [f"### B = {b}", ""] + _scores_table(b, figures) + [""]
+        rb = figures.get("rows_minus_base")
+        if rb:
+            low = PAPER["rows_minus_base_low_min"].get(b)
+            out.append(f"**Rows − Base: {_ci(rb['gain'], 4)} tokens a round, {_ci(rb['gain_pct_of_draft'], 2)}% of "
+                       f"draft selection's value** (paper: lower end ≥ {low:g}% in every run).")
+        if "root_share_in_full_address_rounds" in figures:
+            out.append(f"Root selection's gain made in rounds that hold the exact next-root row (the previous round "
+                       f"was covered): {_ci(figures['root_share_in_full_address_rounds'], 1, sign=False)}% of it.")
+        out.append("")
+    out += ["### First-factor estimates: held-out squared error", "",
+            "| Estimate | squared error / candidate [95% CI] | % of draft's [95% CI] | top-1 hit % |", "|---|---|---|---|"]
+    for name, e in r["first_factor"].items():
+        out.append(f"| {full_label(name)} | {_ci(e['mse'], 5, sign=False)} | "
+                   f"{_ci(e['mse_pct_of_draft'], 1, sign=False)} | {e['top1_hit_pct']:.1f} |")
+    out += ["", "Paper: the Rows reranker's squared error is below the draft probabilities' and Base's in every run.",
+            "", "### Learning curve", "",
+            "| training rounds per fold model | B | Rows − Base, % of draft [95% CI] | Rows share of root's gain, % "
+            "| Base share, % |", "|---|---|---|---|---|"]
+    for point in r["learning_curve"]:
+        for b, f in point["budgets"].items():
+            out.append(f"| {point['training_rounds']} ({point['fraction']:g} of the training prompts) | {b} | "
+                       f"{_ci(f['rows_minus_base_pct_of_draft'], 2)} | {f['rows_root_share'][0]:.1f} | "
+                       f"{f['base_root_share'][0]:.1f} |")
+    out += ["", "### What the rows are", "",
+            "| retained row | rounds that have it, % |", "|---|---|"]
+    for name, pct in r["row_availability_pct"].items():
+        out.append(f"| {name.replace('_', ' ')} | {pct:.1f} |")
+    for name, imp in r["feature_importance"].items():
+        if imp:
+            top = ", ".join(f"{f} {v:.1f}%" for f, v in imp[:8])
+            out += ["", f"{full_label(name)}: share of the trees' total gain by feature: {top}."]
+    return out
 
 
 def render_results(results: dict, figure: str | None = None, title: str = TITLE) -> str:
@@ -354,40 +394,7 @@ def render_results(results: dict, figure: str | None = None, title: str = TITLE)
         "target-row reuse paper (arXiv 2610.29210, Table 4 and App. D.8) reports over its six targets.",
     ]
     for t, r in results["temperatures"].items():
-        out += ["", f"## {_temperature_name(t)}: {r['rounds']} rounds, {r['prompts']} prompts", "", _regime(r), ""]
-        for b, figures in r["budgets"].items():
-            out += [f"### B = {b}", ""] + _scores_table(b, figures) + [""]
-            rb = figures.get("rows_minus_base")
-            if rb:
-                low = PAPER["rows_minus_base_low_min"].get(b)
-                out.append(f"**Rows − Base: {_ci(rb['gain'], 4)} tokens a round, {_ci(rb['gain_pct_of_draft'], 2)}% of "
-                           f"draft selection's value** (paper: lower end ≥ {low:g}% in every run).")
-            if "root_share_in_full_address_rounds" in figures:
-                out.append(f"Root selection's gain made in rounds that hold the exact next-root row (the previous round "
-                           f"was covered): {_ci(figures['root_share_in_full_address_rounds'], 1, sign=False)}% of it.")
-            out.append("")
-        out += ["### First-factor estimates: held-out squared error", "",
-                "| Estimate | squared error / candidate [95% CI] | % of draft's [95% CI] | top-1 hit % |", "|---|---|---|---|"]
-        for name, e in r["first_factor"].items():
-            out.append(f"| {full_label(name)} | {_ci(e['mse'], 5, sign=False)} | "
-                       f"{_ci(e['mse_pct_of_draft'], 1, sign=False)} | {e['top1_hit_pct']:.1f} |")
-        out += ["", "Paper: the Rows reranker's squared error is below the draft probabilities' and Base's in every run.",
-                "", "### Learning curve", "",
-                "| training rounds per fold model | B | Rows − Base, % of draft [95% CI] | Rows share of root's gain, % "
-                "| Base share, % |", "|---|---|---|---|---|"]
-        for point in r["learning_curve"]:
-            for b, f in point["budgets"].items():
-                out.append(f"| {point['training_rounds']} ({point['fraction']:g} of the training prompts) | {b} | "
-                           f"{_ci(f['rows_minus_base_pct_of_draft'], 2)} | {f['rows_root_share'][0]:.1f} | "
-                           f"{f['base_root_share'][0]:.1f} |")
-        out += ["", "### What the rows are", "",
-                "| retained row | rounds that have it, % |", "|---|---|"]
-        for name, pct in r["row_availability_pct"].items():
-            out.append(f"| {name.replace('_', ' ')} | {pct:.1f} |")
-        for name, imp in r["feature_importance"].items():
-            if imp:
-                top = ", ".join(f"{f} {v:.1f}%" for f, v in imp[:8])
-                out += ["", f"{full_label(name)}: share of the trees' total gain by feature: {top}."]
+        out += _temperature_section(t, r)
     if any("online" in r for r in results["temperatures"].values()):
         out += ["", "## Offline vs online", ""] + online_section(results)
     if figure:

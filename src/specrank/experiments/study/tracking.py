@@ -88,7 +88,7 @@ def headline_metrics(figures: dict) -> dict[str, float]:
     ``n_rounds`` and ``n_prompts``."""
     out = {k: figures[f] for k, f in (("n_rounds", "rounds"), ("n_prompts", "prompts")) if f in figures}
     for b, at in figures["budgets"].items():
-        for score, entry in at["rules"].items():
+        for score, entry in at["scores"].items():
             if "root_share" in entry:
                 out.update(_interval(f"{ROOT_SHARE}.{metric_key(score)}.b{b}", entry["root_share"]))
         if "rows_minus_base" in at:

@@ -125,7 +125,7 @@ def _reranker(args):
     """None (cross-fit or none) or the loaded reranker, refused before any model loads."""
     if args.reranker in (CROSS_FIT, "none"):
         return None
-    return tracked.load_reranker(args.reranker, args.tracking_uri)
+    return tracked.resolve_reranker(args.reranker, args.tracking_uri)
 
 
 def run(args) -> int:

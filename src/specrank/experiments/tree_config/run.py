@@ -45,7 +45,7 @@ from specrank.experiments.tree_config.tables import (
 from specrank.featurize.storage import featurize_run
 from specrank.law import Law
 from specrank.rerankers import GBMReranker
-from specrank.rerankers.crossfit import cross_fit
+from specrank.rerankers.crossfit import cross_fit_table
 
 CROSS_FIT = "cross-fit"
 RECORDING_SHARD = 4  # prompts a recording shard holds
@@ -113,7 +113,7 @@ def first_factor(rounds, run_dir, run: TreeConfigRun, reranker=None):
     features = featurize_run(run_dir)
     if reranker is None:
         model = GBMReranker(features="rows", n_estimators=100, num_leaves=15, min_child_samples=10, n_jobs=1)
-        predictions, note = cross_fit(model, features).predictions, "rows GBM cross-fitted by prompt halves"
+        predictions, note = cross_fit_table(model, features).predictions, "rows GBM cross-fitted by prompt halves"
     elif int(getattr(reranker, "topk_", -1)) != rounds.topk:
         return None, f"skipped: the reranker was trained on topk {getattr(reranker, 'topk_', '?')} pools"
     else:

@@ -6,18 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from transformers.utils import logging as hf_logging
 
 from specrank.commands import tracked
-from specrank.commands.args import (add_model_arguments, add_pool_arguments,
-                                    add_tracking_arguments, at_least)
-from specrank.decode.core import PoolShape, parse_device
-from specrank.decode.loading.drafters import parse_drafter_spec
-from specrank.decode.loading.targets import check_target_spec
+from specrank.commands.args import (add_model_arguments, add_pool_arguments, add_tracking_arguments, at_least, model_spec)
+from specrank.decode.core import PoolShape
 from specrank.decode.prompts import default_prompts_path, read_prompts
 from specrank.experiments.verify_sweep.run import SweepDecoding, decode_cells, grid_cells, save_outputs, sweep_outputs
-from specrank.decode.runs.workers import Models
 from specrank.experiments.verify_sweep.tables import DEFAULT_GRID, METRICS, findings
 from specrank.outputs import check_output_dir, removing_new_dirs, staged
 from specrank.scale import add_worker_arguments, workers_from_args
@@ -52,17 +47,10 @@ def run(args) -> int:
                              args.temperature, args.max_new_tokens, args.seed)
     configs = {s: decoding.config(s) for s in args.speculations}  # refused before any model loads
     uri = tracked.tracking_uri(args)  # before any work: no partial output
-    if args.threads and workers is None:
-        torch.set_num_threads(args.threads)
     hf_logging.disable_progress_bar()
     prompts_path = args.prompts or default_prompts_path()
     prompts = read_prompts(prompts_path, limit=args.limit)
-    parse_device(args.device)
-    parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
-    if workers is None:
-        check_target_spec(args.target)
-    models = Models(args.target, args.drafter, args.device, args.dtype, args.eagle3_layers,
-                    args.specforge_norm_output, args.graphs)
+    models = model_spec(args).check(here=workers is None)
     with removing_new_dirs(out):
         decode_cells(cells, configs, models, prompts, prompts_path, out, args.shard_size, workers,
                      progress=not args.no_progress)

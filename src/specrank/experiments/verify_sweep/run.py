@@ -14,7 +14,8 @@ from specrank.decode.core import PoolShape
 from specrank.decode.runs.chain import chain_config
 from specrank.decode.runs.lossy import lossy_decode_run, read_diagnostics
 from specrank.decode.runs.manifest import build_manifest
-from specrank.decode.runs.workers import Models, RunSpec, decode_on_workers
+from specrank.decode.loading.model_spec import ModelSpec
+from specrank.decode.runs.workers import RunSpec, decode_on_workers
 from specrank.decode.verify.lossy.parse import parse_verification_rule
 from specrank.decode.verify.lossy.rules import RuleError
 from specrank.decode.verify.lossy.tree import tree_form
@@ -64,7 +65,7 @@ class SweepDecoding:
         return DecodeConfig(self.shape, self.budget, self.extra, self.temperature, self.max_new_tokens, self.seed)
 
 
-def decode_cells(cells, configs: dict, models: Models, prompts, prompts_path, out: Path, shard_size: int,
+def decode_cells(cells, configs: dict, models: ModelSpec, prompts, prompts_path, out: Path, shard_size: int,
                  workers=None, progress: bool = True) -> None:
     """Decode every cell into ``cell_dir(out, cell)`` with its speculation's config (``configs``), resuming
     finished shards: on ``workers`` (one queue of every cell's shards) or here, the models loaded once."""
