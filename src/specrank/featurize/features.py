@@ -77,6 +77,16 @@ def candidate_features(a: dict, topk: int, kind: str, labels: bool,
     return feats
 
 
+def prompt_indices(prompt_id: np.ndarray, prompt_ids=None) -> np.ndarray:
+    """Each round's prompt index: the rank of its prompt id among ``prompt_ids`` (by default the sorted distinct ids
+    of ``prompt_id``), refusing an id ``prompt_ids`` lacks."""
+    ids = np.unique(prompt_id) if prompt_ids is None else np.asarray(prompt_ids)
+    pidx = np.searchsorted(ids, prompt_id)
+    if np.any(pidx >= len(ids)) or np.any(ids[np.minimum(pidx, len(ids) - 1)] != prompt_id):
+        raise schema.SchemaError("rounds: a prompt id is missing from prompt_ids")
+    return pidx
+
+
 def featurize_rounds(rounds, manifest: dict, *, labels: bool = True, prompt_ids=None,
                      chunk_rounds: int = 2048) -> pd.DataFrame:
     """Features of N rounds (Arrow table, DataFrame or dict of arrays) -> DataFrame of N * topk rows.
@@ -111,10 +121,7 @@ def featurize_rounds(rounds, manifest: dict, *, labels: bool = True, prompt_ids=
         for k, v in candidate_features(a, topk, kind, labels).items():
             out.setdefault(k, np.empty((n, topk), dtype=v.dtype))[start:stop] = v
 
-    ids = np.unique(head["prompt_id"]) if prompt_ids is None else np.asarray(prompt_ids)
-    pidx = np.searchsorted(ids, head["prompt_id"])
-    if np.any(pidx >= len(ids)) or np.any(ids[np.minimum(pidx, len(ids) - 1)] != head["prompt_id"]):
-        raise schema.SchemaError("rounds: a prompt id is missing from prompt_ids")
+    pidx = prompt_indices(head["prompt_id"], prompt_ids)
     rep = lambda v: np.repeat(np.asarray(v), topk)  # noqa: E731  (N,) -> (N * K,)
     tasks, task_codes = np.unique(np.asarray(head["task"]).astype(str), return_inverse=True)
     cols = {

@@ -96,6 +96,11 @@ def arrays_of(booster) -> QuickScorerArrays:
         leaf_bits(info["tree_structure"], tree)
         if len(values) - leaf_offsets[tree] > MAX_LEAVES:
             raise Unsupported(f"tree {tree} has more than {MAX_LEAVES} leaves")
+    return _packed(numerical, nan_right, categorical, leaf_offsets, values)
+
+
+def _packed(numerical, nan_right, categorical, leaf_offsets, values) -> QuickScorerArrays:
+    """The per-feature node lists as flat arrays: numerical nodes by feature, then threshold."""
     for nodes in numerical:
         nodes.sort(key=lambda n: n[0])
     flat = [n for nodes in numerical for n in nodes]
