@@ -343,3 +343,34 @@ def test_the_shipped_champion_never_learned_from_an_evaluation_prompt(law):
     assert check_unseen_prompts(champion, read_prompts(default_prompts_path())) == 0  # the demo's and benchmarks'
     assert check_unseen_prompts(champion, online) == 0
     assert learned == {prompt_digest(p.text) for p in order[: len(learned)]}  # the control: it sees its own
+
+
+def test_the_regression_check_finds_a_changed_round_and_a_changed_page(reference, tmp_path):
+    """``scripts/compare_studies.py``: a study against an exact copy finds every table equal; against a copy with
+    one recorded round's acceptance changed, or a score on its page, it names that table (the negative controls)."""
+    import importlib.util
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    spec = importlib.util.spec_from_file_location("compare_studies", Path(__file__).parents[1] / "scripts" /
+                                                  "compare_studies.py")
+    compare_studies = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare_studies)
+    copy = tmp_path / "copy"
+    shutil.copytree(reference, copy)
+    equal, differences = compare_studies.compare(reference, copy)
+    assert differences == [] and equal >= 2 * 6  # per temperature: rounds, features, edges, predictions, evaluation
+    shard = sorted((copy / "t1" / "rounds").glob("shard-*.parquet"))[0]
+    table = pq.read_table(shard)
+    accepted = table.column("accepted").to_numpy().copy()
+    accepted[0] += 1
+    pq.write_table(table.set_column(table.column_names.index("accepted"), "accepted",
+                                    pa.array(accepted, table.schema.field("accepted").type)), shard)
+    page = (copy / "results.md").read_text()
+    (copy / "results.md").write_text(page.replace("| Base reranker | ", "| Base reranker | 9", 1))
+    _, differences = compare_studies.compare(reference, copy)
+    assert [d.split(":")[0] for d in differences] == ["t1/rounds", "results.md differs"]
+    assert compare_studies.main([str(reference), str(copy)]) == 1
+    assert compare_studies.main([str(reference), str(tmp_path / "nowhere")]) == 2
