@@ -38,7 +38,7 @@ def test_engine_conventions_name_one_tree():
     grid = tree_grid([1, 2], [2, 3], [4, 8])
     assert [g.label for g in grid] == ["k1-s2-n3", "k1-s3-n4", "k2-s2-n4", "k2-s3-n4", "k2-s3-n8"]
     assert {name: (r.topk, r.depth, r.expand) for name, r in recording_plan(grid).items()} == {
-        "topk1-depth3": (1, 3, 1), "topk2-depth3": (2, 3, 2)}
+        "topk1-depth2": (1, 2, 1), "topk1-depth3": (1, 3, 1), "topk2-depth3": (2, 3, 2)}
 
 
 def hand_pool():
