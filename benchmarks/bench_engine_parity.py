@@ -23,7 +23,7 @@ compared token by token with vLLM's plain greedy text. Writes ``benchmarks/resul
 
 ``--part speed`` (take the CPU lock: vLLM's thread binding collapses when another process takes a core): the first
 ``--speed-prompts`` prompts, greedy, ``--max-new-tokens`` each, one at a time after a warm-up, ``--threads``
-threads everywhere (vLLM unbound): HF ``generate`` without a drafter, specrank's ``Decoder`` (draft selection and
+threads everywhere (default one; vLLM unbound): HF ``generate`` without a drafter, specrank's ``Decoder`` (draft selection and
 the champion ``reranker:default`` at B = 8), vLLM plain and with the head at each k; beside them tree-config's
 cost model (its tokens/s for each chain, timed on this machine) against vLLM's decode tokens/s. Writes
 ``benchmarks/results/engine_parity_speed.json``.
@@ -67,7 +67,8 @@ def parse_args(argv=None):
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None,
-                        help="threads of every decoder (default: 1 for acceptance, 2 for speed)")
+                        help="threads of every decoder (default 1, unbound: a thread another process preempts"
+                             " slows every decoder alike, where a bound pool collapses)")
     parser.add_argument("--repeats", type=int, default=5, help="cost-model repeats (speed part)")
     parser.add_argument("--bootstrap", type=int, default=2000)
     parser.add_argument("--work", default=str(ROOT / "runs" / "engine-parity"),
@@ -188,6 +189,33 @@ def predictions(args, out: Path, ks) -> dict:
     return result
 
 
+def round_by_round(out: Path, k: int, run: dict) -> dict:
+    """Greedy: the recording of chain k against vLLM's own per-step accepted counts, prompt by prompt. Where
+    specrank's first round (drafting the first output token, which vLLM's prefill emits) accepted nothing, both
+    sides then start their rounds at the same token, and the sequences must be equal; where it accepted, specrank's
+    later rounds start a token later than vLLM's."""
+    import numpy as np
+
+    from specrank.decode.tree_config import recorded_rounds
+    from specrank.evaluation.tree_config import score_setting, vllm_chain
+
+    rounds = recorded_rounds(out / "recordings" / f"topk1-depth{k}")
+    accepted = score_setting(rounds.pool, rounds.law, vllm_chain(k)).accepted["draft"].round().astype(int)
+    tally = {"first_round_rejected": 0, "first_round_rejected_identical": 0, "first_round_accepted": 0,
+             "first_round_accepted_identical": 0, "eos_stopped": 0, "eos_stopped_identical": 0}
+    for q in run["requests"]:
+        mine = rounds.prompt_id == q["id"]
+        seq = accepted[mine][np.argsort(rounds.round[mine])].tolist()
+        same = seq[1:] == q["spec"]["per_step_accepted"]
+        first = "first_round_accepted" if seq[0] > 0 else "first_round_rejected"
+        tally[first] += 1
+        tally[f"{first}_identical"] += same
+        if q["finish_reason"] == "stop":
+            tally["eos_stopped"] += 1
+            tally["eos_stopped_identical"] += same
+    return tally
+
+
 def measured(args, runs: list[dict], prompt_ids) -> dict:
     """vLLM's counters of one acceptance run (global: ``get_metrics`` after - before; the requests' own per-step
     counts must add up to them) and the prompt-bootstrap interval of its acceptance length."""
@@ -249,6 +277,7 @@ def run_acceptance(args) -> int:
                                          "max_position_gap": pos, "positions_within_0.02": pos <= GOAL_POSITION_ABS,
                                          "rounds_gap": sum(p["rounds_per_prompt"].values()) - m["drafts"]}
                 if temperature == 0:
+                    row["round_by_round"] = round_by_round(out, k, runs[0])
                     ids = {q["id"]: q["tokens"] for q in runs[0]["requests"]}
                     row["greedy_identical"] = [p for p in prep["prompt_ids"] if ids[p] != plain_greedy[p]] == []
                     row["greedy_differs_on"] = [p for p in prep["prompt_ids"] if ids[p] != plain_greedy[p]]
@@ -323,8 +352,9 @@ def specrank_speed(args, prep: dict, threads: int) -> dict:
         dec.generate(prompts[0]["ids"], max_new_tokens=8)  # warm-up
         tokens, seconds, rounds, accepted = 0, 0.0, 0, 0
         for p in prompts:
-            st = dec.generate(p["ids"], max_new_tokens=args.max_new_tokens, prompt_id=p["id"]).stats
-            tokens, seconds = tokens + st.tokens, seconds + st.seconds
+            gen = dec.generate(p["ids"], max_new_tokens=args.max_new_tokens, prompt_id=p["id"])
+            st = gen.stats  # the tokens kept: a last round's tokens past max_new_tokens are cut, as HF and vLLM cut
+            tokens, seconds = tokens + len(gen.tokens), seconds + st.seconds
             rounds, accepted = rounds + st.rounds, accepted + sum(st.accepted)
         out[name] = {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
                      "acceptance_length": 1 + accepted / rounds, "rounds": rounds}
@@ -357,10 +387,11 @@ def vllm_speed(args, prep: dict, threads: int, k: int) -> dict:
 def run_speed(args) -> int:
     import pandas as pd
 
-    threads = args.threads or 2
+    threads = args.threads or 1
     prep = prepare(args)
     result = {"prompts": args.speed_prompts, "max_new_tokens": args.max_new_tokens, "threads": threads,
-              "temperature": 0.0, "budget": SPEED_BUDGET}
+              "temperature": 0.0, "budget": SPEED_BUDGET, "vllm_threads_bound": False,
+              "load_average_before": os.getloadavg()[0]}
     result["vllm"] = {str(k): vllm_speed(args, prep, threads, k) for k in [0, *args.ks]}
     result["specrank"] = specrank_speed(args, prep, threads)
     table = pd.read_parquet(tree_config(args, 0.0, threads, args.repeats) / "tree_config_table.parquet")
@@ -380,6 +411,7 @@ def run_speed(args) -> int:
                           "speedup_over_plain": v["decode_tokens_per_s"] / plain}
         checks[str(k)]["within_15pct"] = abs(checks[str(k)]["ratio"] - 1) <= GOAL_SPEED_REL
     result["cost_model"] = checks
+    result["load_average_after"] = os.getloadavg()[0]  # the 1-minute load: about `threads` on a quiet machine
     result["goals_met"] = all(c["within_15pct"] for c in checks.values())
     print(json.dumps({"vllm": {k: round(v["tokens_per_s"], 2) for k, v in result["vllm"].items()},
                       "specrank": {k: round(v["tokens_per_s"], 2) for k, v in result["specrank"].items()},
