@@ -127,9 +127,13 @@ def speed(llm, request: dict) -> list[dict]:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or argv[0] in ("-h", "--help"):
+    if argv and argv[0] in ("-h", "--help"):
         print(__doc__)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+        return 0
+    if len(argv) != 2 or not Path(argv[0]).is_file():
+        print(f"engine_parity_vllm.py: expected REQUEST.json OUT.json, got {' '.join(argv) or 'nothing'}",
+              file=sys.stderr)
+        return 2
     request = json.loads(Path(argv[0]).read_text())
     import vllm
 
