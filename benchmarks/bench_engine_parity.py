@@ -417,8 +417,39 @@ def run_speed(args) -> int:
                       "specrank": {k: round(v["tokens_per_s"], 2) for k, v in result["specrank"].items()},
                       "cost_model": {k: [round(c["predicted_tokens_per_s"], 2), round(c["measured_decode_tokens_per_s"], 2),
                                          round(c["ratio"], 3)] for k, c in checks.items()}}, indent=2))
-    write_results("engine_parity_speed", result)
+    path = write_results("engine_parity_speed", result)
+    print(speed_markdown(result, path), file=sys.stderr)
     return 0 if result["goals_met"] else 1
+
+
+def speed_markdown(f: dict, path: Path) -> str:
+    """The two speed tables of docs/benchmarks.md, every figure marked with the key it comes from."""
+    name = os.path.relpath(path, ROOT)
+
+    def q(key: str, fmt: str = "{:.1f}", scale: float | None = None) -> str:
+        value = f
+        for part in key.split("."):
+            value = value[part]
+        op = "" if scale is None else f" / {scale!r}"
+        return f"{fmt.format(value if scale is None else value / scale)}<!-- from {name}: figures.{key}{op} -->"
+
+    hf = f["specrank"]["hf_generate"]["tokens_per_s"]
+    rows = ["| decoder | tokens/s | × HF `generate` |", "|---|---|---|",
+            f"| HF `generate`, no drafter | {q('specrank.hf_generate.tokens_per_s')} | 1 |"]
+    for key, label in (("specrank_draft_b8", "specrank's `Decoder`, draft selection, B = 8"),
+                       ("specrank_champion_b8", "specrank's `Decoder`, the champion `reranker:default`, B = 8")):
+        rows.append(f"| {label} | {q(f'specrank.{key}.tokens_per_s')} | {q(f'specrank.{key}.tokens_per_s', '{:.2f}', hf)} |")
+    for k in f["vllm"]:
+        label = "vLLM, no drafter" if k == "0" else f"vLLM with the head, k = {k}"
+        rows.append(f"| {label} | {q(f'vllm.{k}.tokens_per_s')} | {q(f'vllm.{k}.tokens_per_s', '{:.2f}', hf)} |")
+    rows += ["", "| k | cost model tokens/s | vLLM decode tokens/s | predicted / measured | ms a round, predicted /"
+             " vLLM | vLLM × its plain decoding |", "|---|---|---|---|---|---|"]
+    for k in f["cost_model"]:
+        c = f"cost_model.{k}"
+        rows.append(f"| {k} | {q(c + '.predicted_tokens_per_s')} | {q(c + '.measured_decode_tokens_per_s')} |"
+                    f" {q(c + '.ratio', '{:.2f}')} | {q(c + '.predicted_ms_per_round', '{:.0f}')} /"
+                    f" {q(c + '.measured_ms_per_step', '{:.0f}')} | {q(c + '.speedup_over_plain', '{:.2f}')} |")
+    return "\n".join(rows)
 
 
 def main(argv=None) -> int:
