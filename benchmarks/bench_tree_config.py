@@ -39,6 +39,8 @@ def main(argv=None) -> int:
     parser.add_argument("--num-steps", default="2,3,4,5,6")
     parser.add_argument("--num-draft-tokens", default="4,8,16,32")
     parser.add_argument("--vllm-tree", action="append", default=[], help="also a vLLM static tree (repeatable)")
+    parser.add_argument("--vllm-version", default="0.20.2",
+                        help="the vLLM release a --vllm-tree is scored for (static trees: 0.10.1 to 0.20.2)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--bootstrap", type=int, default=2000)
     parser.add_argument("--threads", type=int, default=2)
@@ -75,7 +77,8 @@ def run_grid(args, out: Path) -> float:
             "--max-new-tokens", str(args.max_new_tokens), "--temperature", str(args.temperature), "--topk", args.topk,
             "--num-steps", args.num_steps, "--num-draft-tokens", args.num_draft_tokens, "--repeats",
             str(args.repeats), "--bootstrap", str(args.bootstrap), "--threads", str(args.threads), "--device",
-            args.device, "--out", str(out), "--no-tracking"] + [a for t in args.vllm_tree for a in ("--vllm-tree", t)]
+            args.device, "--out", str(out), "--no-tracking"] + [a for t in args.vllm_tree for a in ("--vllm-tree", t)] \
+        + (["--vllm-version", args.vllm_version] if args.vllm_tree else [])
     start = time.perf_counter()
     rc = cli(argv)
     if rc != 0:

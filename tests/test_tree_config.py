@@ -38,7 +38,7 @@ def test_engine_conventions_name_one_tree():
     grid = tree_grid([1, 2], [2, 3], [4, 8])
     assert [g.label for g in grid] == ["k1-s2-n3", "k1-s3-n4", "k2-s2-n4", "k2-s3-n4", "k2-s3-n8"]
     assert {name: (r.topk, r.depth, r.expand) for name, r in recording_plan(grid).items()} == {
-        "topk1-depth3": (1, 3, 1), "topk2-depth3": (2, 3, 2)}
+        "topk1-depth2": (1, 2, 1), "topk1-depth3": (1, 3, 1), "topk2-depth3": (2, 3, 2)}
 
 
 def hand_pool():
@@ -195,7 +195,12 @@ def test_the_command_scores_a_vllm_static_tree_on_its_own_recording(tmp_path, ca
     out = tmp_path / "out"
     argv = tiny_command(tmp_path, out, "3")
     argv[argv.index("--topk") + 1] = "1"
-    rc = main(argv + ["--vllm-tree", "[(0,), (1,), (0, 0), (1, 0)]"])
+    tree = ["--vllm-tree", "[(0,), (1,), (0, 0), (1, 0)]"]
+    assert main(argv + tree) == 2  # current vLLM (0.21.0 on, after its PR #42121) drafts no static tree
+    assert "drafts no static tree" in capsys.readouterr().err
+    assert main(argv + tree + ["--vllm-version", "0.21.0"]) == 2 and not out.exists()
+    assert main(argv + tree + ["--vllm-version", "latest"]) == 2
+    rc = main(argv + tree + ["--vllm-version", "0.20.2"])
     assert rc == 0
     table = pd.read_parquet(out / "tree_config_table.parquet").set_index("setting")
     assert sorted(table.index) == ["k1-s2-n3", "vllm-tree-2x1"] and (table["outside"] == 0).all()
@@ -210,7 +215,8 @@ def test_the_command_scores_a_vllm_static_tree_on_its_own_recording(tmp_path, ca
         summary["best_vllm"]["setting"] == "k1-s2-n3"
     printed = capsys.readouterr().out
     assert "best vllm" in printed
-    assert main(argv + ["--vllm-tree", "[(0,), (1,), (0, 0)]", "--out", str(tmp_path / "x")]) == 2
+    assert main(argv + ["--vllm-tree", "[(0,), (1,), (0, 0)]", "--vllm-version", "0.20.2", "--out",
+                        str(tmp_path / "x")]) == 2
 
 
 def test_a_run_stopped_after_its_recordings_resumes_them(tmp_path, monkeypatch):

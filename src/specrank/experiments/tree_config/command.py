@@ -19,6 +19,7 @@ from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
 from specrank.decode.loading.targets import check_target_spec, parse_device
 from specrank.decode.prompts import default_prompts_path, read_prompts
 from specrank.experiments.tree_config.run import CROSS_FIT, TreeConfigRun, check_recordings, summary, tree_config, write_outputs
+from specrank.engines.vllm import FIRST_WITH_TREES, LAST_WITH_TREES, parse_version, serves_static_trees, version_name
 from specrank.experiments.tree_config.tables import (
     TreeConfigError,
     eagle_setting,
@@ -69,7 +70,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--vllm-tree", action="append", default=[], metavar="TREE",
                         help="also score vLLM's static tree, written as its speculative_token_tree, e.g."
                              " \"[(0,), (1,), (0, 0), (1, 0)]\" (repeatable; recorded in a pool that expands every"
-                             " node to its depth)")
+                             " node to its depth; vLLM 0.10.1 to 0.20.2 only: name it with --vllm-version)")
+    parser.add_argument("--vllm-version", default=None, metavar="VERSION",
+                        help="the vLLM release served (default: a current one, 0.21.0 or later, where vLLM PR #42121"
+                             " left chains only); --vllm-tree needs a release from 0.10.1 to 0.20.2")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--max-new-tokens", type=at_least(1), default=48, help="tokens per prompt (default 48)")
     parser.add_argument("--seed", type=int, default=0, help="run seed; every recording decodes every prompt with it")
@@ -103,6 +107,17 @@ def grid_of(args) -> list:
             raise TreeConfigError(f"--eagle {text}: {exc}") from None
     if args.vllm_tokens:
         settings.update(vllm_chain(t) for t in int_list("--vllm-tokens")(args.vllm_tokens))
+    if args.vllm_version is not None:
+        try:
+            parse_version(args.vllm_version)
+        except ValueError as exc:
+            raise TreeConfigError(f"--vllm-version: {exc}") from None
+    if args.vllm_tree and not (args.vllm_version and serves_static_trees(args.vllm_version)):
+        # static trees were drafted only by the releases that shipped tree attention
+        raise TreeConfigError(f"--vllm-tree: vLLM {args.vllm_version or '0.21.0 and later'} drafts no static tree"
+                              f" (speculative_token_tree: {version_name(FIRST_WITH_TREES)} to"
+                              f" {version_name(LAST_WITH_TREES)}, removed by vLLM PR #42121); serve a chain"
+                              " (--vllm-tokens) or name an older release with --vllm-version")
     for text in args.vllm_tree:
         try:
             settings.add(vllm_tree(text))

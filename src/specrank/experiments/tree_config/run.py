@@ -1,6 +1,6 @@
 """Serving-engine tree settings measured with a target and a drafter (``specrank tree-config``,
 docs/tree-config.md): one recording per planned pool, every setting scored exactly on its recording
-(``evaluation.tree_config``), the cost model timed on the models' device, and the outputs written.
+(``experiments.tree_config.tables``), the cost model timed on the models' device, and the outputs written.
 
 Recordings go to ``OUT/recordings`` directly, not through a stage: a run stopped midway keeps its finished
 shards, and the same call resumes them (``record_run`` refuses a recording of another configuration).
@@ -32,6 +32,7 @@ from specrank.decode.runs.shards import check_same_run
 from specrank.evaluation.data import align_predictions, load_rounds
 from specrank.experiments.tree_config.tables import (
     TreeSetting,
+    engine_rounds,
     pooled_reliability,
     position_table,
     recording_plan,
@@ -158,8 +159,12 @@ def tree_config(target, drafter, prompts, settings, run: TreeConfigRun, out, sta
             bar.update()
             recordings[name] = {"topk": rec.topk, "depth": rec.depth, "expand": rec.expand, "budget": rec.budget,
                                 "rounds": rounds.n_rounds, "reranker": note}
+            # the rounds an engine drafts: each prompt's first round, which drafts the first output token, has no
+            # counterpart in an engine, whose prefill emits that token (docs/tree-config.md, "Checked against vLLM")
+            kept = np.asarray(rounds.round) > 0
+            pool, factor = engine_rounds(rounds), None if factor is None else np.asarray(factor)[kept]
             for s in rec.settings:
-                scores.append(score_setting(rounds.pool, rounds.law, s, factor, name))
+                scores.append(score_setting(pool, rounds.law, s, factor, name))
                 bar.update()
         reliability.append(reliability_table(rounds.pool, rounds.law).assign(recording=name))
     config_ids = encode_prompts(target, prompts[:1], run.config())[0]

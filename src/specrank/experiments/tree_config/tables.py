@@ -232,16 +232,21 @@ class PlannedRecording:
 
 
 def recording_plan(settings) -> dict[str, PlannedRecording]:
-    """The recordings a grid needs, by name. Beams: one per topk, at its deepest setting (a beam's first s
-    levels do not depend on later ones, so each shallower setting of that topk is the recording truncated).
+    """The recordings a grid needs, by name. Chains (topk 1): one per num_steps. Beams: one per topk, at its deepest
+    setting (a beam's first s levels do not depend on later ones, so each shallower setting of that topk is the
+    recording truncated; its rounds start where the deepest setting's do).
     Static trees: one pool per recording topk (``StaticTreeSetting.recording_topk``) that expands every node
     to the deepest such tree."""
     groups: dict[tuple, list] = {}
     for st in settings:
         full = isinstance(st, StaticTreeSetting)
-        groups.setdefault((full, st.recording_topk if full else st.topk), []).append(st)
+        # a decode's rounds start where its own rounds left off: read from a deeper chain's recording, a chain's
+        # rounds would start only where the deeper one's do (fewer starts in easy text), so each chain (cheap to
+        # record) gets its own; beams of one topk still share one recording
+        own = st.num_steps if not full and st.topk == 1 else 0
+        groups.setdefault((full, st.recording_topk if full else st.topk, own), []).append(st)
     plan = {}
-    for (full, k), group in sorted(groups.items()):
+    for (full, k, _), group in sorted(groups.items()):
         depth = max(st.num_steps for st in group)
         rec = PlannedRecording(k, depth, k ** (depth - 1) if full else k, max(st.budget for st in group),
                                tuple(sorted(group, key=setting_order)))
@@ -308,6 +313,17 @@ class SettingScore:
     outside: int  # rounds whose tree lies outside the recorded pool (never scored)
     recording: str = ""
     extra: dict = field(default_factory=dict)
+
+
+def engine_rounds(rounds) -> PoolBatch:
+    """The pool of the recorded rounds an engine drafts (``rounds``: ``evaluation.data.Rounds``): all but each
+    prompt's first. specrank's first round drafts the first output token from the prompt; vLLM samples that token
+    from the prefill and drafts from the second token on, so the first round has no counterpart in its counters
+    (docs/tree-config.md, "Checked against vLLM")."""
+    keep = np.flatnonzero(np.asarray(rounds.round) > 0)
+    pool = rounds.pool.take(keep)
+    pool.prompt_id = np.asarray(rounds.prompt_id)[keep]
+    return pool
 
 
 def score_setting(pool: PoolBatch, law: str, setting, first_factor: np.ndarray | None = None,

@@ -1,0 +1,150 @@
+"""The vLLM half of ``bench_engine_parity.py``: run in vLLM's own environment (``make engine-parity`` builds it as
+``.venv-vllm``), it decodes the prompts of a request file with one engine setting and writes what it saw as JSON.
+It imports only vLLM and ``specrank.engines.vllm`` (found through ``src/`` beside it, which imports nothing heavy),
+so neither environment needs the other's packages.
+
+    .venv-vllm/bin/python benchmarks/engine_parity_vllm.py REQUEST.json OUT.json
+
+REQUEST: ``{"model", "head" (null: plain decoding), "k", "prompts": [{"id", "ids", "seed"}], "max_tokens",
+"temperatures", "mode"}``. ``mode`` ``acceptance``: each temperature's prompts in one batched ``generate``, with
+the global counters (``llm.get_metrics()``) before and after and each request's own per-step counts;
+``speed``: greedy, one prompt at a time after a warm-up, each timed twice (one token, then ``max_tokens``) so the
+decode time excludes the prefill.
+
+vLLM's CPU build (0.32.0 and, at the time of writing, its main branch: vllm-project/vllm#55005, open) samples
+T > 0 rounds of speculative decoding from garbage: its CPU stand-in for ``expand_kernel`` fills an int64 copy of
+the per-token temperature buffer and returns the uninitialized original, so the rejection sampler divides the
+target's logits by uninitialized memory and accepts almost nothing. ``acceptance`` runs each T > 0 twice, as
+shipped and with ``expand_batch_to_tokens`` replaced by the same expansion in plain torch (``fixed_expand``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from specrank.engines.vllm import metric_records  # noqa: E402  (after the path to src/)
+
+
+def engine(request: dict):
+    from vllm import LLM
+
+    kwargs = {"model": request["model"], "dtype": "float32", "enforce_eager": True, "max_model_len": 2048,
+              # the model's generation_config.json would change the sampling defaults: every request names its own
+              "generation_config": "vllm", "seed": 0, "disable_log_stats": False,
+              # on the CPU backend this is the share of host memory reserved (KV cache and all)
+              "gpu_memory_utilization": float(request.get("memory_share", 0.15)),
+              # every prompt of a batch prefilled whole: a prompt split over two steps makes the CPU build rewind
+              # its seeded generator, which a CPU torch.Generator cannot ("does not use offset")
+              "max_num_batched_tokens": 32768}
+    if request.get("head"):
+        kwargs["speculative_config"] = {"method": "eagle3", "model": request["head"],
+                                        "num_speculative_tokens": int(request["k"])}
+        kwargs["per_request_spec_decode_metrics"] = "detailed"
+    return LLM(**kwargs)
+
+
+def sampling(temperature: float, max_tokens: int, seed: int | None):
+    from vllm import SamplingParams
+
+    # every filter off: specrank's law at T is the target's softmax at T, nothing cut
+    return SamplingParams(temperature=temperature, max_tokens=max_tokens, top_p=1.0, top_k=-1, min_p=0.0,
+                          seed=None if temperature == 0 else seed)
+
+
+def request_metrics(completion) -> dict | None:
+    m = getattr(completion, "spec_decode_metrics", None)
+    if m is None:
+        return None
+    return {"histogram": list(m.histogram), "num_draft_tokens": int(m.num_draft_tokens),
+            "per_step_accepted": list(m.per_step_accepted), "per_step_drafted": list(m.per_step_drafted)}
+
+
+def fixed_expand(x, cu_num_tokens, num_tokens: int, replace_from=0, replace_to=0):
+    """``rejection_sampler.expand_batch_to_tokens`` in plain torch: each request's value repeated over its tokens,
+    ``replace_from`` replaced by ``replace_to`` (what the Triton kernel computes on a GPU)."""
+    import torch
+
+    counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1).long())
+    out = x.repeat_interleave(counts, output_size=num_tokens)
+    return torch.where(out == replace_from, torch.full_like(out, replace_to), out)
+
+
+def cpu_expand(fixed: bool) -> None:
+    """Install the shipped or the fixed expansion (``apply_sampling_constraints`` looks it up at each call)."""
+    import vllm.v1.sample.rejection_sampler as rs
+
+    shipped = getattr(rs, "_shipped_expand", rs.expand_batch_to_tokens)
+    rs._shipped_expand = shipped
+    rs.expand_batch_to_tokens = fixed_expand if fixed else shipped
+
+
+def acceptance(llm, request: dict) -> list[dict]:
+    out = []
+    runs = [(t, False) for t in request["temperatures"]]
+    if request.get("head"):  # plain decoding has no rejection sampler to fix
+        runs += [(t, True) for t in request["temperatures"] if t > 0]
+    for temperature, fixed in runs:
+        cpu_expand(fixed)
+        prompts = [{"prompt_token_ids": p["ids"]} for p in request["prompts"]]
+        params = [sampling(temperature, request["max_tokens"], p["seed"]) for p in request["prompts"]]
+        before = metric_records(llm.get_metrics())
+        start = time.perf_counter()
+        results = llm.generate(prompts, params, use_tqdm=False)
+        seconds = time.perf_counter() - start
+        after = metric_records(llm.get_metrics())
+        out.append({"temperature": temperature, "cpu_expand_fixed": fixed, "seconds": seconds, "metrics_before": before, "metrics_after": after,
+                    "requests": [{"id": p["id"], "tokens": list(r.outputs[0].token_ids),
+                                  "finish_reason": r.outputs[0].finish_reason,
+                                  "spec": request_metrics(r.outputs[0])}
+                                 for p, r in zip(request["prompts"], results, strict=True)]})
+    return out
+
+
+def speed(llm, request: dict) -> list[dict]:
+    first = {"prompt_token_ids": request["prompts"][0]["ids"]}
+    llm.generate([first], sampling(0.0, request["max_tokens"], None), use_tqdm=False)  # warm-up
+    rows = []
+    for p in request["prompts"]:
+        prompt = {"prompt_token_ids": p["ids"]}
+        start = time.perf_counter()
+        llm.generate([prompt], sampling(0.0, 1, None), use_tqdm=False)
+        prefill = time.perf_counter() - start
+        before = metric_records(llm.get_metrics())
+        start = time.perf_counter()
+        result = llm.generate([prompt], sampling(0.0, request["max_tokens"], None), use_tqdm=False)
+        seconds = time.perf_counter() - start
+        after = metric_records(llm.get_metrics())
+        rows.append({"id": p["id"], "seconds": seconds, "prefill_seconds": prefill,
+                     "tokens": len(result[0].outputs[0].token_ids), "metrics_before": before, "metrics_after": after})
+    return rows
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    if len(argv) != 2 or not Path(argv[0]).is_file():
+        print(f"engine_parity_vllm.py: expected REQUEST.json OUT.json, got {' '.join(argv) or 'nothing'}",
+              file=sys.stderr)
+        return 2
+    request = json.loads(Path(argv[0]).read_text())
+    import vllm
+
+    llm = engine(request)
+    result = {"vllm": vllm.__version__, "k": request.get("k"), "head": request.get("head"), "mode": request["mode"],
+              "threads": os.environ.get("OMP_NUM_THREADS"), "bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND")}
+    result["runs" if request["mode"] == "acceptance" else "speed"] = (
+        acceptance(llm, request) if request["mode"] == "acceptance" else speed(llm, request))
+    Path(argv[1]).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":  # vLLM's engine starts worker processes that import this module again
+    sys.exit(main())
