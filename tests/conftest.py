@@ -41,3 +41,16 @@ def no_mlflow_uri(monkeypatch):
 def benchmark_results_elsewhere(monkeypatch, tmp_path_factory):
     """Benchmarks run by tests (tiny shapes) write their results file outside ``benchmarks/results``."""
     monkeypatch.setenv("SPECRANK_BENCH_RESULTS", str(tmp_path_factory.mktemp("bench-results")))
+
+
+# The modules whose tests take tens of seconds each (a study, Ray clusters, a subprocess killed mid-run).
+LONG_MODULES = ("test_study", "test_scale", "test_optional_packages", "test_tracking_browse")
+
+
+def pytest_collection_modifyitems(items):
+    """The long tests first (those that run the embedded SmolLM2, marked ``slow``, and the modules above): two
+    xdist workers then end together instead of one waiting on a long test handed out last. Order within each part
+    is kept, so the run is the same on every worker."""
+    def long(item) -> bool:
+        return item.get_closest_marker("slow") is not None or item.module.__name__ in LONG_MODULES
+    items.sort(key=lambda item: not long(item))
