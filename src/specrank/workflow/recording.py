@@ -101,8 +101,8 @@ def record(models: ModelSpec | Models, prompts=None, *, out, config: DecodeConfi
         if tracking is not None:
             _log(tracking, recording, read_json(Path(out, "manifest.json"), "run manifest"), prompts_path)
         return recording
-    timer, manifest = _decode_here(loaded(models), prompt_list, prompts_path, out, config, lossy, shard_size, seen,
-                                   progress)
+    timer, manifest = _decode_here(loaded(models), prompt_list, prompts_path, out, config,
+                                   (rule, lossy.speculation) if lossy is not None else None, shard_size, seen, progress)
     if timer.rounds:
         line = (f"{timer.rounds} rounds, {timer.tokens / timer.rounds - 1:.2f} accepted/round, "
                 f"{timer.tokens / timer.total:.1f} tokens/s -> {out}")
@@ -114,15 +114,15 @@ def record(models: ModelSpec | Models, prompts=None, *, out, config: DecodeConfi
     return recording
 
 
-def _decode_here(models: Models, prompt_list, prompts_path, out, config: DecodeConfig, lossy: Lossy | None,
-                 shard_size: int, seen: int, progress: bool):
-    """Decode in this process: (the timer, the run's manifest)."""
+def _decode_here(models: Models, prompt_list, prompts_path, out, config: DecodeConfig, lossy, shard_size: int,
+                 seen: int, progress: bool):
+    """Decode in this process (``lossy``: the parsed rule and the speculation, or None): (the timer, the run's
+    manifest)."""
     target, drafter = models
     manifest = with_trained_prompts(build_manifest(target, drafter, config, prompts_path, shard_size), seen)
     with removing_new_dirs(out):
         if lossy is not None:
-            timer = lossy_decode_run(target, drafter, prompt_list, out, config, manifest,
-                                     parse_verification_rule(lossy.rule), lossy.speculation, shard_size,
+            timer = lossy_decode_run(target, drafter, prompt_list, out, config, manifest, *lossy, shard_size,
                                      progress=progress)
         else:
             timer = record_run(target, drafter, prompt_list, out, config, manifest, shard_size, progress=progress)

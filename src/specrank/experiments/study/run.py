@@ -139,13 +139,18 @@ class StudySettings:
         for t in self.temperatures:
             check_temperature(t)
 
+    @property
+    def trees(self) -> int:
+        """Base and Rows' boosting iterations when untuned (``n_estimators``, else the rerankers' default)."""
+        return self.n_estimators or GBMReranker().n_estimators
+
     def written(self, reserved: int) -> dict:
         """The settings as ``results.json`` keeps them: every field, the online ones as the study ran them
         (``reserved`` prompts kept unseen), and the round targets by law."""
         return {**asdict(self), "temperatures": list(self.temperatures), "online_prompts": reserved,
                 "online_other_prompts": min(self.online_other_prompts, reserved),
                 "online_budgets": list(self.online_budgets) if reserved else [],
-                "n_estimators": self.n_estimators or GBMReranker().n_estimators,
+                "n_estimators": self.trees,
                 "rounds_target": {"sampled": self.rounds, "greedy": self.greedy_rounds}}
 
 
@@ -280,7 +285,7 @@ def champion_stage(run_dir: Path, figures: dict, recorded, temp: float, settings
 
     def fit_and_save():
         model = fit_champion(choice["reranker"], run_dir, read_features(features), tune_trials=settings.tune_trials,
-                             seed=settings.seed, n_jobs=threads, gbm=gbm_params(settings))
+                             seed=settings.seed, n_jobs=threads, gbm={"n_estimators": settings.trees})
         model.card_ = model_card(choice["reranker"], choice, figures, recorded, data=Path(prompts_path).name,
                                  command=command, temperature=temp)
         model.save(path)
@@ -460,7 +465,7 @@ def analyse(run_dir: Path, tracking: Tracking | None, name: str, settings: Study
     stages.run("train", file_hash(features), predictions,
                lambda: cross_fit(Features(features), rerankers=RERANKERS, out=rerankers,
                                  tune_trials=settings.tune_trials, seed=settings.seed, n_jobs=threads,
-                                 gbm=gbm_params(settings),
+                                 gbm={"n_estimators": settings.trees},
                                  tracking=staged("train"), model_prefix=f"study-{name}" if tracking else None),
                clear=rerankers)
     stages.run("evaluate", file_hash(predictions), run_dir / "evaluation" / "meta.json",
@@ -475,11 +480,6 @@ def analyse(run_dir: Path, tracking: Tracking | None, name: str, settings: Study
                                   fold_models, settings.bootstrap, settings.seed)
     figures["realized_accepted_per_round"] = float(table["accepted"].mean())
     return figures
-
-
-def gbm_params(settings: StudySettings) -> dict:
-    """Base and Rows' boosting iterations when untuned."""
-    return {"n_estimators": settings.n_estimators or GBMReranker().n_estimators}
 
 
 def write_results(out: Path, results: dict) -> None:
