@@ -5,7 +5,7 @@
 
 Starts ``mlflow ui`` on 127.0.0.1 over the store, then headless Chromium (a fresh, empty profile per page:
 no remembered view) takes PNGs of: the experiment as a first visit opens it (bare, and through the link the
-demo prints), the pipeline run (overview and its report.html), the champion's registered version, and one
+demo prints, which opens the saved headline view), the pipeline run (overview and its report.html), the champion's registered version, and one
 Optuna study (its run, and its optimisation-history figure). Needs ``apt-get install -y chromium``. Prints
 each file and the URL it shows.
 """
@@ -55,6 +55,7 @@ def pages(store: str, experiment: str, pipeline: str) -> dict[str, tuple[str, in
     """{file stem: (URL fragment, page height)} of the pages to capture, found through MLflow's client."""
     from mlflow import MlflowClient
 
+    from specrank.experiments.study.tracking import runs_link
     from specrank.tracking.runs import WORKFLOW_PARAM
     from specrank.workflow import Tracking
 
@@ -72,7 +73,7 @@ def pages(store: str, experiment: str, pipeline: str) -> dict[str, tuple[str, in
     ml = f"?{WORKFLOW_PARAM}"  # the Model training view, as the demo's printed link opens it
     return {
         "0-landing-default": (f"#/experiments/{e}", 1000),  # a first visit without the link: MLflow's default
-        "1-landing": (f"#/experiments/{e}/runs{ml}", 1000),  # the link the demo and the README give
+        "1-landing": (runs_link(e).split("/", 3)[3], 1000),  # the link the demo and the study print
         "2-pipeline-run": (f"#/experiments/{e}/runs/{run}{ml}", 1800),
         "3-pipeline-report": (f"#/experiments/{e}/runs/{run}/artifacts/report.html{ml}", 2000),
         "4-champion": (f"#/models/{pipeline}/versions/{champion.version}{ml}", 1400),

@@ -70,8 +70,8 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
     run = parent[0]
     assert len(run.data.params["run_dir_sha256"]) == 64 and run.data.params["evaluation.budgets"] == "4,8,59"
     rows = summary[(summary["score"] == "rows") & (summary["budget"] == 8)].iloc[0]
-    assert run.data.metrics["rows_gain_tokens_B8_ci_low"] == pytest.approx(rows["gain_low"])
-    assert run.data.metrics["rows_root_share_pct_B59"] == pytest.approx(
+    assert run.data.metrics["gain_tokens.rows.b8.low"] == pytest.approx(rows["gain_low"])
+    assert run.data.metrics["root_share.rows.b59"] == pytest.approx(
         summary[(summary["score"] == "rows") & (summary["budget"] == 59)]["root_share"].iloc[0])
     assert len(run.data.metrics) <= 60 and "| Score | B=8 value" in run.data.tags["mlflow.note.content"]
     folds = client.search_runs([exp.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{run.info.run_id}'")
@@ -79,7 +79,7 @@ def test_evaluate_writes_tables_report_figures_and_mlflow_run(run_and_prediction
     splits = pd.read_parquet(out / "splits.parquet")
     for fold in folds:  # each fold run's headline metrics are its split rows
         at = splits[(splits.split_kind == "fold") & (splits.group == fold.info.run_name[-1]) & (splits.budget == 8)]
-        assert fold.data.metrics["root_gain_tokens_B8"] == pytest.approx(at.set_index("score").loc["root", "gain"])
+        assert fold.data.metrics["gain_tokens.root.b8"] == pytest.approx(at.set_index("score").loc["root", "gain"])
     uris = dict(line[len("model "):].split(": ") for line in captured.out.splitlines() if line.startswith("model "))
     assert sorted(uris) == ["rows-fold0", "rows-fold1"]
     logged = {m.name for m in client.search_logged_models([exp.experiment_id])}

@@ -200,10 +200,11 @@ def test_headline_metrics_stay_within_the_limit_and_name_their_units():
              "gain_high": i / 5, "root_share": 10.0 * i} for i, r in enumerate(scores) for b in (8, 59, 100)]
     metrics = headline_metrics(pd.DataFrame(rows), [8, 59, 100])
     assert len(metrics) <= MAX_METRICS
-    assert metrics["draft_tokens_B8"] == 1.0 and metrics["root_gain_tokens_B59_ci_high"] == pytest.approx(0.2)
-    assert metrics["r0_root_share_pct_B8"] == 50.0 and "r0_gain_tokens_B59_ci_low" in metrics
-    assert not [k for k in metrics if "B100" in k or k.startswith(("depth2", "subst"))]  # those stay in the tables
-    assert "r8_gain_tokens_B8" not in metrics  # past the limit
+    # one scheme: <quantity>.<score>.b<budget>, an interval's ends .low and .high
+    assert metrics["value.draft.b8"] == 1.0 and metrics["gain_tokens.root.b59.high"] == pytest.approx(0.2)
+    assert metrics["root_share.r0.b8"] == 50.0 and "gain_tokens.r0.b59.low" in metrics
+    assert not [k for k in metrics if ".b100" in k or ".depth2." in k or ".subst" in k]  # those stay in the tables
+    assert "gain_tokens.r8.b8" not in metrics  # past the limit
 
 
 def test_model_names_are_valid_mlflow_names():

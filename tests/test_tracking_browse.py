@@ -1,9 +1,10 @@
 """MLflow as people browse it, read back from one real ``mlflow server`` on 127.0.0.1 after a small demo
-(tiny random target and drafter, 4 prompts, T = 1): the experiment's kind and description, the pipeline run
-as the headline, few metrics and a description per run, tables as MLflow tables, datasets linking decode ->
-featurize -> train -> evaluate, model names, a champion chosen on the cross-fitted error and refitted on all
-prompts, run times that are the work's, the stages on the runs table's first page, the registry alias
-loaded by ``specrank online`` elsewhere, and named, seeded, reproducible Optuna studies (one run each)."""
+(the study's preset on a tiny random target and drafter, 4 prompts, T = 1): the experiment's kind, description
+and saved headline view, the pipeline run as the headline (who won and by how much in its first line), few
+metrics and a description per run, tables as MLflow tables, datasets linking decode -> featurize -> train ->
+evaluate, model names, the study's champion registered from the pipeline run, run times that are the work's, the
+stages on the runs table's first page, the registry alias loaded by ``specrank online`` elsewhere, and named,
+seeded, reproducible Optuna studies (one run each)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ from mlflow.tracking import MlflowClient
 
 from mlflow_store import migrated_db, serve
 from specrank.cli import main
+from specrank.experiments.study.tables import RERANKERS
 from specrank.testing import save_tiny_llama
+from specrank.tracking.runs import metric_key
+from specrank.workflow.champion import DEPLOYABLE
 
 # These tests share costly module fixtures: pytest-xdist keeps them on one worker.
 pytestmark = pytest.mark.xdist_group("mlflow-browse")
@@ -66,6 +70,11 @@ def demo(server, tmp_path_factory):
     return client, exp, runs, {"tgt": tgt, "drf": drf, "printed": printed}, run_dir
 
 
+def results(run_dir) -> dict:
+    """The study's figures at T = 1 (results.json beside the temperature's folder)."""
+    return json.loads((run_dir.parent / "results.json").read_text())["temperatures"]["1"]
+
+
 def by_name(runs, name):
     found = [r for r in runs if r.info.run_name == name]
     assert len(found) == 1, (name, [r.info.run_name for r in runs])
@@ -80,7 +89,7 @@ def test_experiment_is_a_model_training_experiment(demo):
 
 def test_every_run_has_few_metrics_a_description_and_the_code_version(demo):
     client, exp, runs, *_ = demo
-    assert len(runs) == 16  # pipeline, 4 stages, 8 fold models, the champion's refit, 2 evaluation folds
+    assert len(runs) == 13  # pipeline, 4 stages, 6 fold models, 2 evaluation folds (the champion is the pipeline's)
     for run in runs:
         assert len(run.data.metrics) <= 60, (run.info.run_name, len(run.data.metrics))
         assert run.data.tags.get("mlflow.note.content", "").strip(), run.info.run_name
@@ -90,17 +99,20 @@ def test_every_run_has_few_metrics_a_description_and_the_code_version(demo):
     assert children == {"demo-t1/1-decode", "demo-t1/2-featurize", "demo-t1/3-train", "demo-t1/4-evaluate"}
     evaluate = by_name(runs, "demo-t1/4-evaluate")
     assert "| Score | B=8 value" in evaluate.data.tags["mlflow.note.content"]
-    assert pipeline.data.metrics["rows_gain_tokens_B8"] == evaluate.data.metrics["rows_gain_tokens_B8"]
-    curated = {k for k in pipeline.data.metrics if not k.startswith("root_share.")}  # beside the headline's shares
-    assert len(curated) <= 12 < len(evaluate.data.metrics)  # curated, not the evaluation's copy
+    # one name for one number, on the pipeline run and on the evaluate run
+    assert pipeline.data.metrics["root_share.rows.b8"] == pytest.approx(evaluate.data.metrics["root_share.rows.b8"])
+    curated = {k for k in pipeline.data.metrics if not k.startswith(("root_share.", "gain_pct."))}
+    assert len(curated) <= 16 < len(evaluate.data.metrics)  # curated, not the evaluation's copy
+    assert not [k for k in pipeline.data.metrics if k.endswith((".low", ".high"))]  # intervals: table and figure
+    assert all(v == float(f"{v:.7g}") for r in runs for v in r.data.metrics.values())  # no 17-digit values
     train = by_name(runs, "demo-t1/3-train")
     # one meaning per name: train's top-1 counts rounds against their best label, evaluate's against the argmax
-    assert "draft_top1_best_label_pct" in train.data.metrics and "draft_top1_argmax_pct" in evaluate.data.metrics
+    assert "draft_top1_best_label_pct" in train.data.metrics and "top1_argmax_pct.draft" in evaluate.data.metrics
     assert not {k for r in runs for k in r.data.metrics if k.endswith("top1_hit_pct")}
     candidates = pd.read_json(client.download_artifacts(train.info.run_id, "tables/candidates.json"),
                               orient="split").set_index("reranker")
     keys = set()
-    for name in ("isotonic", "per_depth", "base", "rows"):  # fold means of held-out error and top-1 hit
+    for name in RERANKERS:  # fold means of held-out error and top-1 hit
         folds = [by_name([r for r in runs if r.data.tags.get("mlflow.parentRunId") == train.info.run_id],
                          f"demo-t1/3-train/{name}-fold{f}") for f in (0, 1)]
         assert candidates.loc[name, "heldout_mse"] == pytest.approx(np.mean([r.data.metrics["heldout_mse"] for r in folds]))
@@ -110,19 +122,32 @@ def test_every_run_has_few_metrics_a_description_and_the_code_version(demo):
     assert len(keys) == 1  # every reranker's fold runs share their metric names: one chart compares them
     decode = by_name(runs, "demo-t1/1-decode")
     assert {"rounds", "tokens_per_s", "accepted_per_round", "time_target_s", "time_draft_s"} <= set(decode.data.metrics)
+    assert "time_drafting_s" not in decode.data.metrics  # the drafter's own clock repeats time_draft_s in process
+    pipelines = {r.data.tags.get("specrank.pipeline") for r in runs}
+    assert pipelines == {"demo-t1"}  # every run, folds included, names its pipeline: grouping keeps them apart
     assert decode.data.params["manifest.temperature"] == "1.0"
 
 
-def test_the_champions_held_out_error_is_a_metric_of_the_train_run(demo):
-    client, exp, runs, *_ = demo
-    train = by_name(runs, "demo-t1/3-train")
-    champion = client.get_model_version_by_alias("demo-t1", "champion").tags["specrank.reranker"]
-    candidates = pd.read_json(client.download_artifacts(train.info.run_id, "tables/candidates.json"),
-                              orient="split").set_index("reranker")["heldout_mse"]
-    assert train.data.metrics["champion_heldout_mse"] == pytest.approx(candidates[champion])
-    assert candidates.min() == pytest.approx(train.data.metrics["champion_heldout_mse"])
-    # and on the run a user opens first, the pipeline's headline
-    assert by_name(runs, "demo-t1").data.metrics["champion_heldout_mse"] == train.data.metrics["champion_heldout_mse"]
+def test_the_champion_is_the_studys_choice_registered_from_the_pipeline_run(demo):
+    client, exp, runs, _, run_dir = demo
+    figures = results(run_dir)
+    version = client.get_model_version_by_alias("demo-t1", "champion")
+    pipeline = by_name(runs, "demo-t1")
+    assert version.run_id == pipeline.info.run_id  # the pipeline run lists it under "Registered models"
+    chosen = version.tags["specrank.reranker"]
+    assert chosen == figures["champion"]["reranker"]
+    means = {r: np.mean([figures["budgets"][b]["scores"][r]["gain_pct"][0] for b in figures["budgets"]])
+             for r in DEPLOYABLE if r in figures["budgets"]["8"]["scores"]}
+    assert means[chosen] == pytest.approx(max(means.values()))  # one rule: the mean cross-fitted gain over draft
+    assert "champion_heldout_mse" not in pipeline.data.metrics
+    assert pipeline.data.metrics["champion.gain_pct"] == pytest.approx(means[chosen])
+    local = pd.read_parquet(run_dir / "features.parquet")
+    from specrank.rerankers import load_reranker
+    from specrank.tracking.models import resolve_reranker
+
+    registered = resolve_reranker("models:/demo-t1@champion", tracking_uri=client.tracking_uri)
+    np.testing.assert_array_equal(registered.predict_first_factor(local),
+                                  load_reranker(run_dir / "champion").predict_first_factor(local))
 
 
 def test_evaluation_tables_are_mlflow_tables(demo):
@@ -168,15 +193,15 @@ def test_each_stage_names_its_datasets_with_their_digests(demo):
 def test_models_are_named_by_run_reranker_and_fold(demo):
     client, exp, runs, *_ = demo
     models = client.search_logged_models([exp.experiment_id])
-    champion = client.get_model_version_by_alias("demo-t1", "champion").tags["specrank.reranker"]
-    assert {m.name for m in models} == ({f"demo-t1-{r}-fold{f}" for r in ("isotonic", "per_depth", "base", "rows") for f in (0, 1)}
-                                        | {f"demo-t1-{champion}-all"})
+    assert {m.name for m in models} == ({f"demo-t1-{r}-fold{f}" for r in RERANKERS for f in (0, 1)}
+                                        | {"demo-t1-champion"})
     # the evaluation lists the fold models whose predictions it scored
     evaluate = by_name(demo[2], "demo-t1/4-evaluate")
-    folds = {f"models:/{m.model_id}" for m in models if not m.name.endswith("-all")}
+    folds = {f"models:/{m.model_id}" for m in models if not m.name.endswith("-champion")}
     listed = pd.read_json(client.download_artifacts(evaluate.info.run_id, "tables/evaluated_models.json"),
                           orient="split")
-    assert set(listed["uri"]) == folds and len(evaluate.data.params["evaluated_models"].split(",")) == 8
+    assert set(listed["uri"]) == folds and len(evaluate.data.params["evaluated_models"].split(",")) == 6
+    assert "per_depth" in evaluate.data.params["evaluation.scores"]  # every evaluated score, not the first factors
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(client.tracking_uri)
     try:
@@ -185,6 +210,14 @@ def test_models_are_named_by_run_reranker_and_fold(demo):
             assert m.params["features"].split(",") == info.signature.inputs.input_names()  # token, not token_prior
     finally:
         mlflow.set_tracking_uri(previous)
+
+
+def refit_rows(run_dir):
+    """Rows refitted on every prompt as ``specrank train --register-reranker rows --tune-trials 2`` refits it."""
+    from specrank.featurize import read_features
+    from specrank.workflow.rerankers import refit
+
+    return refit("rows", read_features(run_dir / "features.parquet"), tune_trials=2, seed=0, prefix="demo-t1")
 
 
 def _trials(client, exp_id) -> dict:
@@ -200,21 +233,21 @@ def test_studies_are_distinct_and_reproducible_and_champion_loads_elsewhere(demo
                                                                              capsys):
     client, exp, runs, models, run_dir = demo
     first = _trials(client, exp.experiment_id)
-    champion = client.get_model_version_by_alias("demo-t1", "champion").tags["specrank.reranker"]
-    refit = {f"demo-t1-{champion}-all"} if champion in ("base", "rows") else set()
-    assert set(first) == {f"demo-t1-{r}-fold{f}" for r in ("base", "rows") for f in (0, 1)} | refit
+    assert set(first) == {f"demo-t1-{r}-fold{f}" for r in ("base", "rows") for f in (0, 1)}
     assert first["demo-t1-rows-fold0"][0] != first["demo-t1-rows-fold1"][0]  # distinct seeds per study
     assert first["demo-t1-base-fold0"][0] != first["demo-t1-rows-fold0"][0]
-    # the demo's train stage again, into another experiment, registering the chosen model
-    again = ["train", str(run_dir / "features.parquet"), "--rerankers", "isotonic,per_depth,base,rows",
-             "--edges", str(run_dir / "edges.parquet"), "--tune-trials", "2",
+    # the demo's train stage again, into another experiment, registering the reranker it is told to
+    again = ["train", str(run_dir / "features.parquet"), "--rerankers", ",".join(RERANKERS), "--tune-trials", "2",
              "--out-dir", str(tmp_path / "rerankers"), "--tracking-uri", server, "--experiment", "browse-again",
              "--model-prefix", "demo-t1", "--register", "browse-reranker"]
-    assert main(again) == 0
+    assert main(again) == 2  # training alone does not choose a champion
+    assert "--register-reranker" in capsys.readouterr().err
+    assert main(again + ["--register-reranker", "rows"]) == 0
     assert "registered models:/browse-reranker@champion" in capsys.readouterr().out
-    assert _trials(client, client.get_experiment_by_name("browse-again").experiment_id) == first  # the same studies
+    trials = _trials(client, client.get_experiment_by_name("browse-again").experiment_id)
+    assert {k: v for k, v in trials.items() if not k.endswith("-all")} == first  # the same studies
     version = client.get_model_version_by_alias("browse-reranker", "champion")
-    assert version.tags["specrank.reranker"] == champion
+    assert version.tags["specrank.reranker"] == "rows"
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -222,9 +255,9 @@ def test_studies_are_distinct_and_reproducible_and_champion_loads_elsewhere(demo
     from specrank.tracking.models import resolve_reranker
 
     loaded = resolve_reranker("models:/browse-reranker@champion", tracking_uri=server)
-    first_run = resolve_reranker("models:/demo-t1@champion", tracking_uri=server)
+    local = refit_rows(run_dir)
     feats = pd.read_parquet(run_dir / "features.parquet")
-    np.testing.assert_array_equal(loaded.predict_first_factor(feats), first_run.predict_first_factor(feats))
+    np.testing.assert_array_equal(loaded.predict_first_factor(feats), local.predict_first_factor(feats))
     online = ["online", "--target", str(models["tgt"]), "--drafter", f"standalone:{models['drf']}", "--strategies",
               "reranked", "--reranker", "models:/browse-reranker@champion", "--tracking-uri", server, "--no-tracking",
               "--temperature", "1", "--limit", "1", "--warmup", "0", "--max-new-tokens", "4", "--bootstrap", "20",
@@ -248,6 +281,7 @@ def test_experiment_description_names_the_champion_and_its_uri_loads(demo, serve
     exp = client.get_experiment(exp.experiment_id)
     note = exp.tags["mlflow.note.content"]
     assert "models:/demo-t1@champion" in note and "tables/headline.json" in note and "report.html" in note
+    assert "specrank.pipeline" in note
     assert f'tracking_uri="{server}"' in note
     from specrank.tracking.models import resolve_reranker
 
@@ -263,48 +297,43 @@ def test_experiment_description_names_the_champion_and_its_uri_loads(demo, serve
 def test_the_pipeline_run_carries_the_headline_figure_and_shares(demo):
     client, exp, runs, _, run_dir = demo
     pipeline = by_name(runs, "demo-t1")
-    summary = pd.read_parquet(run_dir / "evaluation" / "summary.parquet").set_index(["score", "budget"])
-    for score in ("isotonic", "per_depth", "base", "rows", "oracle"):
+    figures = results(run_dir)
+    headline = pd.read_json(client.download_artifacts(pipeline.info.run_id, "tables/headline.json"),
+                            orient="split").set_index(["score", "budget"])
+    for score in ("isotonic", "per_depth", "base", "rows", "oracle", "rows+per_depth"):
         for b in (8, 59):
-            key = f"root_share.{score}.b{b}"
-            got = [pipeline.data.metrics[k] for k in (key, f"{key}.low", f"{key}.high")]
-            want = summary.loc[(score, b), ["root_share", "root_share_low", "root_share_high"]].to_numpy(float)
-            assert got == pytest.approx(want), key
+            share = figures["budgets"][str(b)]["scores"][score]["root_share"]
+            assert pipeline.data.metrics[f"root_share.{metric_key(score)}.b{b}"] == pytest.approx(share[0])
+            row = headline.loc[(score, b)]  # the interval: in the table (and the figure), not as metrics
+            assert [row["root_share"], row["root_share_low"], row["root_share_high"]] == pytest.approx(share)
     assert "figures/root_share.png" in {a.path for a in client.list_artifacts(pipeline.info.run_id, "figures")}
-    assert "figures/root_share.png" in pipeline.data.tags["mlflow.note.content"]
+    note = pipeline.data.tags["mlflow.note.content"]
+    assert "figures/root_share.png" in note
+    # who won and by how much, with its interval, on the first line, the registered model linked there
+    version = client.get_model_version_by_alias("demo-t1", "champion")
+    first = note.splitlines()[0]
+    champion = figures["champion"]["reranker"]
+    gain = figures["budgets"]["8"]["scores"][champion]["gain_pct"]
+    assert first.startswith("**Champion ") and f"{gain[0]:+.1f}% of draft's value [{gain[1]:+.1f}, {gain[2]:+.1f}]" in first
+    assert f"(#/models/demo-t1/versions/{version.version})" in first
+    assert pipeline.data.tags["specrank.headline"] in first and pipeline.data.tags["specrank.champion_reranker"] == champion
     assert pipeline.data.metrics["outside_stages_s"] == pytest.approx(
-        pipeline.data.metrics["wall_s"] - pipeline.data.metrics["stages_s"])
+        pipeline.data.metrics["wall_s"] - pipeline.data.metrics["stages_s"], abs=1e-5)
     decode = by_name(runs, "demo-t1/1-decode")
     assert not [k for k, v in decode.data.metrics.items() if k.startswith("time_") and v == 0.0]
 
 
-def test_the_champion_is_the_best_cross_fitted_candidate_refitted_on_all_prompts(demo):
-    client, exp, runs, _, run_dir = demo
-    train = by_name(runs, "demo-t1/3-train")
-    preds = pd.read_parquet(client.download_artifacts(train.info.run_id, "predictions.parquet"))
-    fold_mean = {}
-    for name in ("isotonic", "per_depth", "base", "rows"):  # the mean over both folds of each held-out MSE
-        errors = [((h[name] - h["label"]) ** 2).mean() for _, h in preds.dropna(subset=[name]).groupby("fold")]
-        assert len(errors) == 2
-        fold_mean[name] = np.mean(errors)
-    best = min(fold_mean, key=fold_mean.get)
-    version = client.get_model_version_by_alias("demo-t1", "champion")
-    assert version.tags["specrank.reranker"] == best, fold_mean
-    table = pd.read_json(client.download_artifacts(train.info.run_id, "tables/candidates.json"), orient="split")
-    assert dict(zip(table["reranker"], table["heldout_mse"])) == pytest.approx(fold_mean)
-    # refitted on every prompt: its training table is the whole features (or edges) table
-    whole = pd.read_parquet(run_dir / ("edges.parquet" if best == "per_depth" else "features.parquet"))
-    assert int(version.tags["specrank.training_rows"]) == len(whole)
-    assert int(version.tags["specrank.training_prompts"]) == whole["prompt_id"].nunique() == 4
-    assert f"models:/demo-t1/{version.version}" in version.description
-    for name, mse in fold_mean.items():  # how it was chosen and every competitor's score
-        assert name in version.description and f"{mse:.6f}" in version.description
+def test_the_printed_runs_link_opens_the_headline_as_columns(demo):
+    client, exp, runs, models, _ = demo
+    exp = client.get_experiment(exp.experiment_id)
+    view = json.loads(exp.tags["mlflow.sharedViewState.specrank-headline"])
     pipeline = by_name(runs, "demo-t1")
-    assert pipeline.data.tags["specrank.champion"] == f"models:/demo-t1/{version.version}"
-    assert pipeline.data.params["temperature"] == "1.0" and pipeline.data.params["drafter"].startswith("standalone:")
-    assert {"report.html", "tables"} <= {a.path for a in client.list_artifacts(pipeline.info.run_id)}
-    headline = pd.read_json(client.download_artifacts(pipeline.info.run_id, "tables/headline.json"), orient="split")
-    assert {"draft", "root", "rows", "per_depth"} <= set(headline["score"])
+    shown = {("metrics", k) for k in pipeline.data.metrics} | {("tags", k) for k in pipeline.data.tags}
+    columns = [tuple(c.rstrip("`").split(".`", 1)) for c in view["selectedColumns"]]
+    assert columns and set(columns) <= shown  # every column is a number (or tag) the pipeline run has
+    assert ("tags", "specrank.headline") in columns and ("metrics", "champion.gain_pct") in columns
+    link = f"/#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning&viewStateShareKey=specrank-headline"
+    assert f"then open http://127.0.0.1:5000{link}" in models["printed"]
 
 
 def test_every_run_lasts_as_long_as_its_work(demo):

@@ -3,9 +3,10 @@
 ``OUT_DIR/models/NAME-foldF`` (a format-2 reranker directory) is the model that predicted fold F (it was
 trained on the other folds). Every reranker is fitted before anything is written: a failure leaves no output.
 With ``--tracking-uri`` the run is logged to MLflow (``specrank.tracking.training``): parameters,
-per-fold metrics and models, Optuna studies, and predictions.parquet; ``--register NAME`` then refits the
-reranker with the lowest fold-mean held-out MSE on every prompt and registers it in the Model Registry under
-an alias (``models:/NAME@champion``).
+per-fold metrics and models, Optuna studies, and predictions.parquet; ``--register NAME --register-reranker R``
+then refits R on every prompt and registers it in the Model Registry under an alias (``models:/NAME@champion``).
+Training alone does not choose a champion: that is the study's rule (the cross-fitted gain over draft), and
+``specrank study`` registers its own.
 """
 
 from __future__ import annotations
@@ -49,10 +50,11 @@ def add_arguments(parser) -> None:
                         help="models and Optuna studies are named PREFIX-RERANKER-foldF (default: the run name, "
                              "else the features' folder name)")
     parser.add_argument("--register", default=None, metavar="NAME",
-                        help="refit the chosen reranker on every prompt and register it as a new version of NAME "
+                        help="refit --register-reranker on every prompt and register it as a new version of NAME "
                              "in the MLflow Model Registry (needs --tracking-uri)")
     parser.add_argument("--register-reranker", default=None,
-                        help="the reranker --register registers (default: the lowest fold-mean held-out MSE)")
+                        help="the reranker --register registers (required with it: the champion is chosen by its "
+                             "gain over draft, which `specrank study` measures and registers)")
     parser.add_argument("--alias", default="champion", help="alias of the registered version (default champion)")
 
 

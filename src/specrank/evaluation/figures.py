@@ -204,39 +204,67 @@ def speed_gain_figure(speed: pd.DataFrame, title: str = "Decoding-speed gain", o
     return fig
 
 
-def root_share_figure(budgets: dict, meta: dict | None = None):
+def root_share_figure(budgets: dict, meta: dict | None = None, champion: str | None = None):
     """Each score's share of root selection's gain with its 95% interval, one horizontal bar per score and one panel
     per budget; ``budgets`` as a study's figures hold them (``{"8": {"scores": {score: {"root_share": [point, low,
-    high]}}}}``), scores without a share (draft, root) left out."""
+    high]}}}}``), scores without a share (draft, root) left out; ``champion``'s bar is outlined and its label
+    starred."""
     every = [s for f in budgets.values() for s, entry in f["scores"].items() if "root_share" in entry]
     scores, colors = ordered(every), _colors(every)
     y = np.arange(len(scores))
     fig, axes = new_figure(len(budgets), (4.6 * len(budgets), 1.2 + 0.4 * len(scores)), sharex=True,
                            sharey=True)
-    ends = []  # every whisker's ends, for the shared x range
+    panels = []
     for ax, (b, figures) in zip(axes[0], budgets.items()):
         nan = {"root_share": [np.nan] * 3}
         share, low, high = np.array([figures["scores"].get(s, nan).get("root_share", nan["root_share"])
                                      for s in scores], dtype=float).reshape(-1, 3).T
-        err = np.abs(np.vstack([share - low, high - share]))
-        bar, whisker = np.isfinite(share), np.isfinite(err).all(0)
-        ax.barh(y[bar], share[bar], 0.7, color=[colors[s] for s, keep in zip(scores, bar) if keep])
-        ax.errorbar(share[whisker], y[whisker], xerr=err[:, whisker], fmt="none", ecolor="black", capsize=3, lw=0.9)
+        bar = np.isfinite(share)
+        edges = ["black" if s == champion else "none" for s, keep in zip(scores, bar) if keep]
+        ax.barh(y[bar], share[bar], 0.7, color=[colors[s] for s, keep in zip(scores, bar) if keep],
+                edgecolor=edges, linewidth=1.6)
         ax.set_yticks(y)
-        ax.set_yticklabels([label(s) for s in scores], fontsize=9)
+        ax.set_yticklabels([f"\u2605 {label(s)}" if s == champion else label(s) for s in scores], fontsize=9)
         ax.axvline(0.0, color="black", lw=0.8)
         ax.axvline(100.0, color="grey", ls=":", lw=1.0)
         ax.set_title(f"B = {b}", fontsize=11)
         ax.set_xlabel("share of root selection's gain (%)")
         ax.grid(axis="x", alpha=0.3)
-        ends += [low, high, share]
+        panels.append((ax, share, low, high))
     axes[0, 0].invert_yaxis()  # reading order, top to bottom
-    # A share whose root gain is near zero in some resamples has an interval of hundreds of percent: the range
-    # stops at [-100, 200]% and such whiskers run off the plot.
-    values = np.concatenate([[0.0, 100.0], *ends])
-    values = values[np.isfinite(values)]
-    axes[0, 0].set_xlim(max(values.min() - 5.0, -100.0), min(values.max() + 5.0, 200.0))
-    caption = "Share of root selection's gain over draft; whiskers: 95% prompt-bootstrap intervals; dotted: 100%"
+    lo, hi = _share_range([v for _, *triple in panels for v in triple])
+    axes[0, 0].set_xlim(lo, hi)
+    for ax, share, low, high in panels:
+        _whiskers(ax, y, share, low, high, lo, hi)
+    caption = ("Share of root selection's gain over draft; whiskers: 95% prompt-bootstrap intervals\n(an arrow: the "
+               "interval runs past the panel, its end written); dotted: 100%" + ("; \u2605 the champion" if champion
+                                                                               else ""))
     fig.suptitle(_caption(meta, caption), fontsize=10)
     fig.tight_layout()
     return fig
+
+
+SHARE_RANGE = (-100.0, 200.0)  # a share whose root gain is near zero in some resamples spans hundreds of percent
+
+
+def _share_range(arrays) -> tuple[float, float]:
+    """The panels' shared x range: every bar and whisker end with a margin, within ``SHARE_RANGE``."""
+    values = np.concatenate([[0.0, 100.0], *arrays])
+    values = values[np.isfinite(values)]
+    return max(values.min() - 5.0, SHARE_RANGE[0]), min(values.max() + 5.0, SHARE_RANGE[1])
+
+
+def _whiskers(ax, y, share, low, high, lo: float, hi: float) -> None:
+    """The intervals, cut at the panel's edges: a cut end becomes an arrow with the end's value beside it."""
+    for row, (s, a, b) in enumerate(zip(share, low, high)):
+        if not np.isfinite([s, a, b]).all():
+            continue
+        left, right = max(a, lo), min(b, hi)
+        ax.plot([left, right], [y[row], y[row]], color="black", lw=0.9)
+        for end, cut, edge, marker, align in ((a, a < lo, lo, "<", "left"), (b, b > hi, hi, ">", "right")):
+            if cut:
+                ax.plot([edge], [y[row]], marker=marker, color="black", ms=5)
+                ax.annotate(f"{end:.0f}%", (edge, y[row]), xytext=(-4 if align == "right" else 4, 6),
+                            textcoords="offset points", ha=align, fontsize=7)
+            else:
+                ax.plot([end, end], [y[row] - 0.15, y[row] + 0.15], color="black", lw=0.9)

@@ -19,8 +19,10 @@ UNITS = ("Acceptance is accepted draft tokens per round (tokens per target pass 
 
 def decode_metrics(timer, run_dir) -> dict[str, float]:
     """This invocation's rounds, tokens/s, acceptance and time split (the spans that measured something: a
-    recording never reranks, a drafter that is not pipelined hides no root pass), and the run directory's totals."""
-    spans = {f"time_{span}_s": seconds for span, seconds in timer.split().items() if seconds != 0.0}
+    recording never reranks), and the run directory's totals. A recording drafts in its own process, so the
+    drafter's own clock (``drafting``) would repeat ``time_draft_s`` and no root pass hides under it: both left out."""
+    spans = {f"time_{span}_s": seconds for span, seconds in timer.split().items()
+             if seconds != 0.0 and span not in ("drafting", "root_pass_hidden")}
     return _metrics(timer.rounds, timer.tokens, timer.total, {"target_passes": timer.passes, **spans}, run_dir)
 
 

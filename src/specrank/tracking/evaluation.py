@@ -13,24 +13,23 @@ from specrank.tracking.runs import log_figure, log_metrics, log_params, log_repo
 
 FOLD_SPLIT = "fold"
 MAX_METRICS = 60  # per run: beyond a few dozen, MLflow's charts and runs table stop reading at a glance
-UNITS = ("`*_tokens*` are expected accepted draft tokens per round on the recorded rounds; `*_gain_tokens_*` "
-         "are gains over draft selection in the same unit, with 95% paired prompt-bootstrap intervals "
-         "(`_ci_low`, `_ci_high`); `*_root_share_pct_*` is the percentage of root selection's gain a score "
-         "recovers (above 100 when it beats root); `*_top1_argmax_pct` is the percentage of rounds whose top "
-         "candidate by the estimated first factor is the target's argmax (greedy: of rounds whose first level "
-         "holds it), `*_ff_mse_pct_of_draft` the first factor's squared error as a percentage of the draft's. "
-         "Every score, budget and split is in the tables under "
-         "Artifacts, `tables/`.")
+UNITS = ("`value.draft.b<B>` is draft selection's expected accepted draft tokens per round at budget B on the "
+         "recorded rounds; `gain_tokens.<score>.b<B>` a score's gain over it in the same unit, with its 95% paired "
+         "prompt-bootstrap interval (`.low`, `.high`); `root_share.<score>.b<B>` the percentage of root selection's "
+         "gain a score recovers (above 100 when it beats root); `top1_argmax_pct.<score>` the percentage of rounds "
+         "whose top candidate by the estimated first factor is the target's argmax (greedy: of rounds whose first "
+         "level holds it), `ff_mse_pct_of_draft.<score>` the first factor's squared error as a percentage of the "
+         "draft's. Every score, budget and split is in the tables under Artifacts, `tables/`.")
 
 
 def _gain(at: pd.DataFrame, score: str, b: int, share: bool) -> dict[str, float]:
-    """``<score>_gain_tokens_B<b>`` with its interval, and (``share``) ``<score>_root_share_pct_B<b>``."""
+    """``gain_tokens.<score>.b<b>`` with its interval, and (``share``) ``root_share.<score>.b<b>``."""
     if score not in at.index:
         return {}
-    r, key = at.loc[score], f"{score}_gain_tokens_B{b}"
-    out = {key: r["gain"], f"{key}_ci_low": r["gain_low"], f"{key}_ci_high": r["gain_high"]}
+    r, key = at.loc[score], f"gain_tokens.{score}.b{b}"
+    out = {key: r["gain"], f"{key}.low": r["gain_low"], f"{key}.high": r["gain_high"]}
     if share:
-        out[f"{score}_root_share_pct_B{b}"] = r["root_share"]
+        out[f"root_share.{score}.b{b}"] = r["root_share"]
     return out
 
 
@@ -44,18 +43,18 @@ def headline_metrics(table: pd.DataFrame, budgets, first_factor: pd.DataFrame | 
     out = {"n_rounds": float(table["rounds"].max())}
     for b in budgets:
         if "draft" in at[b].index:
-            out[f"draft_tokens_B{b}"] = at[b].loc["draft", "mean"]
+            out[f"value.draft.b{b}"] = at[b].loc["draft", "mean"]
         out.update(_gain(at[b], "root", b, share=False))
         if "oracle" in at[b].index:
-            out[f"oracle_gain_tokens_B{b}"] = at[b].loc["oracle", "gain"]
+            out[f"gain_tokens.oracle.b{b}"] = at[b].loc["oracle", "gain"]
     ff = None if first_factor is None else first_factor.set_index("estimate")
     if ff is not None and "draft" in ff.index:
-        out["draft_top1_argmax_pct"] = ff.loc["draft", "top1_hit_pct"]
+        out["top1_argmax_pct.draft"] = ff.loc["draft", "top1_hit_pct"]
     for score in rerankers(table["score"].unique()):
         more = {k: v for b in budgets for k, v in _gain(at[b], score, b, share=True).items()}
         if ff is not None and score in ff.index:
-            more[f"{score}_top1_argmax_pct"] = ff.loc[score, "top1_hit_pct"]
-            more[f"{score}_ff_mse_pct_of_draft"] = ff.loc[score, "mse_pct_of_draft"]
+            more[f"top1_argmax_pct.{score}"] = ff.loc[score, "top1_hit_pct"]
+            more[f"ff_mse_pct_of_draft.{score}"] = ff.loc[score, "mse_pct_of_draft"]
         if len(out) + len(more) > MAX_METRICS:
             break
         out.update(more)

@@ -35,6 +35,8 @@ MODEL_TRAINING = "custom_model_development"
 WORKFLOW_PARAM = "workflowType=machine_learning"  # MLflow UI's "Model training" view
 MLFLOW_PARENT_RUN_ID = "mlflow.parentRunId"  # mlflow.utils.mlflow_tags.MLFLOW_PARENT_RUN_ID
 NOTE_TAG = "mlflow.note.content"  # a run's description in the UI (mlflow.utils.mlflow_tags.MLFLOW_RUN_NOTE)
+PIPELINE_TAG = "specrank.pipeline"  # the pipeline run a run belongs to (its own name, inherited by its nested runs)
+DIGITS = 7  # significant digits a metric keeps: more is noise in the UI, and 7 keeps every figure's meaning
 _TAG_VALUE_MAX = 8000  # MLflow's limit on one tag value
 
 
@@ -77,6 +79,7 @@ def timed_run(run_name: str | None, experiment_id: str | None, tags: dict, span:
     now and the block's end, or ``span``'s (the run's duration in the UI then is the work's, not the few
     milliseconds its logging took). Logs ``wall_s``, the work's seconds."""
     parent = mlflow.active_run()
+    tags = {**_inherited(parent), **tags}
     if span is None:
         start = time.time()
         with mlflow.start_run(run_name=run_name, experiment_id=experiment_id, nested=parent is not None,
@@ -96,6 +99,14 @@ def timed_run(run_name: str | None, experiment_id: str | None, tags: dict, span:
     client.set_terminated(created.info.run_id, "FINISHED", end_time=int(end * 1000))
 
 
+def _inherited(parent) -> dict[str, str]:
+    """The tags a nested run takes from its parent: the pipeline it belongs to."""
+    if parent is None:
+        return {}
+    pipeline = mlflow.MlflowClient().get_run(parent.info.run_id).data.tags.get(PIPELINE_TAG)
+    return {PIPELINE_TAG: pipeline} if pipeline else {}
+
+
 # Seconds measured in this process, by run id: each run's ``wall_s`` and, for a pipeline run, its stage runs'
 # sum. Kept here rather than read back from the store: MLflow only observes the work.
 _WALL_SECONDS: dict[str, float] = {}
@@ -110,7 +121,7 @@ def _log_wall(run, seconds: float) -> None:
     if run_id in _STAGE_SECONDS:
         stages = _STAGE_SECONDS.pop(run_id)
         metrics.update(stages_s=stages, outside_stages_s=max(seconds - stages, 0.0))
-    mlflow.log_metrics(metrics)
+    mlflow.log_metrics({k: rounded(v) for k, v in metrics.items()})
 
 
 def ensure_experiment(name: str, uri: str):
@@ -198,11 +209,17 @@ def log_params(params: Mapping) -> None:
 
 
 def log_metrics(metrics: Mapping[str, float], step: int | None = None) -> None:
-    """Log finite metrics to the active run; non-finite values (an undefined share) are skipped."""
-    clean = {metric_key(k): float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
+    """Log finite metrics to the active run, rounded to ``DIGITS`` significant digits; non-finite values (an
+    undefined share) are skipped."""
+    clean = {metric_key(k): rounded(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
     items = list(clean.items())
     for start in range(0, len(items), 10 * _BATCH):
         mlflow.log_metrics(dict(items[start : start + 10 * _BATCH]), step=step)
+
+
+def rounded(value) -> float:
+    """``value`` to ``DIGITS`` significant digits."""
+    return float(f"{float(value):.{DIGITS}g}")
 
 
 def log_frame(frame, name: str) -> None:

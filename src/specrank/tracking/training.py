@@ -126,7 +126,7 @@ def training_note(metrics: Mapping[str, float], names) -> str:
 
 
 def candidates_table(scores: Mapping[tuple[str, str], dict], uris: Mapping[tuple[str, str], str]) -> pd.DataFrame:
-    """One row per reranker: each fold's held-out MSE and model URI, and their mean (the champion's criterion)."""
+    """One row per reranker: each fold's held-out MSE and model URI, and their mean."""
     rows = {}
     for (name, fold), m in scores.items():
         row = rows.setdefault(name, {"reranker": name})
@@ -137,29 +137,16 @@ def candidates_table(scores: Mapping[tuple[str, str], dict], uris: Mapping[tuple
     return frame.sort_values("heldout_mse", kind="stable").reset_index(drop=True)
 
 
-def choose(candidates: pd.DataFrame, reranker: str | None = None) -> str:
-    """``reranker`` (refused when not a candidate), else the candidate with the lowest fold-mean held-out MSE."""
-    names = list(candidates["reranker"])
-    if reranker is not None and reranker not in names:
-        raise ValueError(f"--register-reranker {reranker}: not among the trained rerankers ({', '.join(names)})")
-    return reranker or str(candidates.loc[candidates["heldout_mse"].idxmin(), "reranker"])
-
-
-def champion_note(chosen: str, candidates: pd.DataFrame, forced: bool, uri: str, rows: int, prompts: int) -> str:
-    """A model version's description: how it was chosen, the competitors' scores, how to load it."""
-    how = (f"chosen by `--register-reranker {chosen}`" if forced else
-           "chosen as the candidate with the lowest cross-fitted held-out MSE of the first factor, averaged over "
-           "both folds (each fold scored by the model fitted on the other fold's prompts)")
+def champion_note(chosen: str, candidates: pd.DataFrame, uri: str, rows: int, prompts: int) -> str:
+    """A registered version's description: which reranker, the candidates' held-out errors, how to load it."""
     table = markdown_table(["reranker", "held-out MSE (fold mean)"] + [c for c in candidates if c.startswith("heldout_mse_")],
                            [[r["reranker"], f"{r['heldout_mse']:.6f}"] + [f"{r[c]:.6f}" for c in candidates
                                                                         if c.startswith("heldout_mse_")]
                             for _, r in candidates.iterrows()])
-    tie = ("\n\nPer-depth's first factor is the depth-1 isotonic map, so on this criterion it ties isotonic; its "
-           "calibrated deeper factors, which can make it the best score of the evaluation's value table, are not "
-           "what is compared here." if {"isotonic", "per_depth"} <= set(candidates["reranker"]) else "")
-    return (f"The {chosen} reranker, {how}, then refitted on all {prompts} prompts ({rows} rows); the fold models "
-            f"stay for the evaluation.\n\n{table.replace('heldout_mse_', '')}{tie}\n\nLoad it: `{uri}` "
-            f"(`specrank.tracking.resolve_reranker(\"{uri}\", tracking_uri=...)` or `specrank online --reranker {uri}`).")
+    return (f"The {chosen} reranker, registered by `--register-reranker {chosen}`, refitted on all {prompts} prompts "
+            f"({rows} rows); the fold models stay for the evaluation. The cross-fitted candidates:\n\n"
+            f"{table.replace('heldout_mse_', '')}\n\nLoad it: `{uri}` (`specrank.tracking.resolve_reranker(\"{uri}\", "
+            f"tracking_uri=...)` or `specrank online --reranker {uri}`).")
 
 
 class TrainingTracker:
@@ -234,12 +221,12 @@ class TrainingTracker:
         mlflow.log_artifact(str(predictions))
         return {f"{n}-fold{f}": uri for (n, f), uri in self.uris.items()}
 
-    def register(self, name: str, refit, alias: str = "champion", reranker: str | None = None):
-        """Choose a reranker (``choose``), refit it on every prompt in a nested run ``<reranker>-all``
-        (``refit(reranker, callbacks)`` -> (fitted model, the table it was fitted on, tuned parameters)), log it and
-        register it as a new version of ``name`` with ``alias``. Returns the ModelVersion."""
+    def register(self, name: str, refit, alias: str, reranker: str):
+        """Refit ``reranker`` on every prompt in a nested run ``<reranker>-all`` (``refit(reranker, callbacks)`` ->
+        (fitted model, the table it was fitted on, tuned parameters)), log it and register it as a new version of
+        ``name`` with ``alias``. Returns the ModelVersion."""
         candidates = candidates_table(self.scores, self.uris)
-        chosen = choose(candidates, reranker)
+        chosen = reranker
         trials = TrialLogger("inner_mse")
         note = f"The {chosen} reranker refitted on every prompt, to be registered as `{name}`."
         tags = {"specrank.reranker": chosen, "specrank.fold": "all", "specrank.run": self.model_prefix or ""}
@@ -257,9 +244,8 @@ class TrainingTracker:
                                      NOTE_TAG: f"The {chosen} reranker of {self.model_prefix} fitted on all {prompts} "
                                                f"prompts (registered as `{name}`). {LOAD_HINT}"})
         best = candidates.set_index("reranker").loc[chosen, "heldout_mse"]
-        log_metrics({"champion_heldout_mse": float(best)})  # the criterion that chose it, beside the candidates'
         version = register_reranker(uri, name, alias, tags={**fit_tags, "heldout_mse": f"{best:.6g}"})
         load = f"models:/{name}/{version.version}"
-        description = champion_note(chosen, candidates, reranker is not None, load, rows, prompts)
+        description = champion_note(chosen, candidates, load, rows, prompts)
         mlflow.MlflowClient().update_model_version(name, version.version, description=description)
         return mlflow.MlflowClient().get_model_version(name, version.version)

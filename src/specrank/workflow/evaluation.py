@@ -107,7 +107,7 @@ def _log(tracking: Tracking, evaluation, figures, report, html: str, run_dir: Pa
         "predictions_sha256": mlflow_tracking.file_hash(predictions),
         "manifest": evaluation_manifest(run_dir),
         "evaluation": {k: meta[k] for k in ("law", "rounds", "prompts", "pool_size", "topk", "budgets",
-                                            "rerankers", "bootstrap", "seed", "level")},
+                                            "scores", "bootstrap", "seed", "level")},  # scores: per_depth too
     }
     run_name = tracking.run_name or f"evaluate-{run_dir.resolve().name}"
     note = evaluation_note(evaluation, f"Offline evaluation of {run_dir.resolve().name}")

@@ -35,14 +35,12 @@ GBM_SETTINGS = ("backend", "n_estimators", "learning_rate", "num_leaves", "monot
 @dataclass
 class Rerankers:
     """A folder of cross-fitted rerankers: ``predictions.parquet`` (keys, label, draft and one held-out column
-    per reranker) and ``models/NAME-foldF``, the model that predicted fold F. ``fits`` (name -> ``CrossFit``),
-    ``heldout`` (fold-mean held-out metrics, logged runs only) and ``registered`` (the registered champion's model
-    version) belong to the call that fitted them."""
+    per reranker) and ``models/NAME-foldF``, the model that predicted fold F. ``fits`` (name -> ``CrossFit``)
+    and ``registered`` (the model version ``--register`` registered) belong to the call that fitted them."""
 
     path: Path
     names: tuple[str, ...]
     fits: dict = field(default_factory=dict, repr=False)
-    heldout: dict = field(default_factory=dict)
     registered: object | None = None
     logged: dict = field(default_factory=dict)  # "NAME-foldF" -> the logged model's URI
     rows: int = 0  # predictions of the call that fitted them
@@ -102,13 +100,17 @@ def cross_fit(features: Features | str | Path, *, rerankers=("isotonic", "base",
     (default: ``rerankers/`` beside the features); every reranker is fitted before anything is written.
 
     Base and Rows are tuned with ``tune_trials`` Optuna trials inside each training half. With ``tracking``,
-    each fold's held-out metrics, model and study are logged; ``register`` then refits the reranker with the
-    lowest fold-mean held-out error (or ``register_reranker``) on every prompt and registers it under ``alias``.
+    each fold's held-out metrics, model and study are logged; ``register`` then refits ``register_reranker`` on
+    every prompt and registers it under ``alias``. Which reranker is the champion is the study's choice (its
+    cross-fitted gain over draft, ``workflow.champion``), not this stage's: the stage registers the one it is told.
     """
     if not isinstance(features, Features):
         features = Features(Path(features))
     names = reranker_names(rerankers)
     gbm = dict(gbm or {})
+    if register and not register_reranker:
+        raise ValueError("--register needs --register-reranker NAME: the champion is chosen by its gain over draft "
+                         "(`specrank study` registers its own), which training alone does not measure")
     if register_reranker and register_reranker not in names:
         raise ValueError(f"--register-reranker {register_reranker}: not among --rerankers {','.join(names)}")
     if "per_depth" in names and features.edges_path is None:
@@ -140,7 +142,6 @@ def cross_fit(features: Features | str | Path, *, rerankers=("isotonic", "base",
         _write_fits(stage, fits, preds, edge_preds, feats, edges)
         if tracker:
             fitted.logged = tracker.log_training(fits, preds, feats, stage / "predictions.parquet")
-            fitted.heldout = _heldout(tracker)
             if register:
                 def refit(name, callbacks):
                     return _refit(name, feats, edges, plan, callbacks)
@@ -198,12 +199,6 @@ def _params(features: Features, feats, names, settings) -> dict:
     from specrank.tracking.training import train_params  # MLflow loads only for a tracked stage
 
     return train_params(features.path, feats, names, settings, features.edges_path)
-
-
-def _heldout(tracker) -> dict:
-    from specrank.tracking.training import fold_means  # MLflow loads only for a tracked stage
-
-    return fold_means(tracker.scores)
 
 
 def _fit(name, table, tracker, plan: _Plan):

@@ -91,6 +91,6 @@ def run(args) -> int:
                    allow_training_prompts=args.allow_training_prompts, progress=not args.no_progress,
                    tracking=tracking, command=shlex.join(["specrank", "study", *getattr(args, "argv", [])]))
     print(f"\nresults: {out / 'results.json'}, {out / 'results.md'}")
-    for line in result.headline():
+    for line in result.headline() + result.links:
         print(line)
     return 0

@@ -1,21 +1,21 @@
-"""``specrank demo``: the whole offline pipeline on the embedded default, end to end.
+"""``specrank demo``: the study at a first run's size, on the embedded default.
 
-decode (sampling at T = 1 and greedy) -> featurize -> cross-fit rerankers -> evaluate with
-prompt-bootstrap intervals -> MLflow, then a table of the scores at B = 8 and 59. The demo logs to its own
-store (``<out>/mlflow.db``) and experiment; each temperature is one pipeline run, the headline (a few
-metrics, the headline table, report.html, the champion's link), whose nested runs are the stages. The
-reranker (isotonic, per-depth, Base, Rows) with the lowest cross-fitted held-out error is refitted on all
-prompts and registered as ``models:/demo-<t>@champion``.
-Every stage is a call of ``specrank.workflow`` (record, featurize, cross_fit, evaluate), so the demo doubles
-as a worked example of the API; rerunning it resumes the recording's finished shards. It closes with a short
-online check: draft selection against the shipped champion (``reranker:default``) in the decoding loop, on bundled
-prompts it did not record.
+The demo is a preset of ``specrank.experiments.study.run.study``, not a loop of its own: the first 32 bundled prompts
+(24 without the EAGLE-3 head), 14 tokens each, every one recorded at T = 1 and greedily; featurized, cross-fitted,
+evaluated with prompt-bootstrap intervals, the champion chosen by the study's rule and refitted on every prompt, all
+logged to the demo's own MLflow store (``<out>/mlflow.db``, pipeline runs ``demo-t1`` and ``demo-greedy``, the
+champions registered as ``models:/demo-<t>@champion``). It closes with a short online check: draft selection against
+the shipped champion (``reranker:default``) in the decoding loop, on bundled prompts it did not record. Rerunning it
+resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
+
+import pandas as pd
 
 from specrank.commands.args import (DRAFTER_SPECS, add_device_arguments, add_drafter_arguments, add_target_argument,
                                     add_tracking_arguments, at_least, model_spec, parse_temperatures)
@@ -23,21 +23,19 @@ from specrank.commands import tracked
 from specrank.commands.decode import add_seen_prompts_argument
 from specrank.decode.config import DecodeConfig
 from specrank.decode.core import parse_device
-from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
+from specrank.decode.loading.drafters import parse_drafter_spec
 from specrank.decode.loading.eagle3 import default_head_dir, has_default_head
 from specrank.decode.loading.targets import check_target_spec
 from specrank.decode.prompts import default_prompts_path, read_prompts
-from specrank.evaluation.names import of_kind
 from specrank.evaluation.report import headline_table
 from specrank.law import Law
 from specrank.outputs import check_output_dir
 from specrank.rerankers.defaults import DEFAULT, DEFAULT_DRAFTER, DefaultRerankerError, load_default_reranker
-from specrank.workflow import Tracking, cross_fit, evaluate, featurize, record
+from specrank.workflow import Tracking
 from specrank.experiments.online.run import compare_online
-from specrank.workflow.recording import decode_metrics
+from specrank.experiments.study.run import StudySettings, study
 from specrank.workflow.stages import timed
 
-RERANKERS = of_kind("control", "reranker")
 MIN_PROMPTS = 4  # two cross-fitting halves, each split again in two for the hyper-parameter search
 
 
@@ -87,11 +85,18 @@ def default_drafter() -> str:
     return "early-exit:8"
 
 
-def run(args) -> int:
-    from specrank.experiments.study import demo_tracking  # MLflow: loaded once the CLI has set its log level
+def settings(args, drafter: str) -> StudySettings:
+    """The demo's study: every one of its prompts recorded (no round target), no online phase of its own (the
+    closing check uses the shipped champion)."""
+    limit, max_new_tokens = DEMO_SIZE.get(drafter, FALLBACK_SIZE)
+    return StudySettings(temperatures=tuple(parse_temperatures(args.temperatures)), rounds=None, greedy_rounds=None,
+                         max_new_tokens=args.max_new_tokens or max_new_tokens, bootstrap=args.bootstrap,
+                         tune_trials=args.tune_trials, online=False, limit=args.limit or limit)
 
-    temperatures = parse_temperatures(args.temperatures)
-    check_output_dir(args.out or default_out())
+
+def run(args) -> int:
+    parse_temperatures(args.temperatures)
+    root = check_output_dir(args.out or default_out())
     parse_device(args.device)
     check_target_spec(args.target)
     if args.drafter:
@@ -99,53 +104,26 @@ def run(args) -> int:
     if args.tracking_uri is not None:
         tracked.checked_uri(args.tracking_uri)
     drafter = args.drafter or default_drafter()
-    limit, max_new_tokens = DEMO_SIZE.get(drafter, FALLBACK_SIZE)
-    limit, max_new_tokens = args.limit or limit, args.max_new_tokens or max_new_tokens
+    preset = settings(args, drafter)
     # One folder per drafter, so switching drafters never meets another drafter's resumable runs.
-    out = (args.out or default_out()).resolve() / drafter.replace(":", "-").replace("/", "_")
-    check_unseen(drafter, read_prompts(default_prompts_path(), limit), args.allow_training_prompts)
-    if args.tracking_uri is None:  # the demo's own store, beside its runs: ad-hoc runs elsewhere stay out of it
-        (args.out or default_out()).mkdir(parents=True, exist_ok=True)  # every input checked: nothing partial
-    own_store = f"sqlite:///{(args.out or default_out()).resolve() / 'mlflow.db'}"
-    uri = tracked.checked_uri(args.tracking_uri or own_store)
-    models = model_spec(args, drafter)
-    tables, champions, experiment_id, pipelines = {}, {}, None, {}
-    for temp in temperatures:
-        name = Law(temp).folder
-        run_dir = out / name
-
-        def tracking(stage: str, name=name) -> Tracking:
-            return Tracking.stage(uri, args.experiment, f"demo-{name}", stage)
-
-        with demo_tracking.pipeline_run(args.experiment, uri, name, temp, drafter) as pipeline:
-            experiment_id, pipelines[f"demo-{name}"] = pipeline.info.experiment_id, pipeline.info.run_id
-            with timed(f"record: {limit} bundled prompts at T = {temp:g} -> {run_dir}"):
-                recording = record(models, out=run_dir, config=DecodeConfig(temperature=temp,
-                                                                            max_new_tokens=max_new_tokens),
-                                   limit=limit, allow_training_prompts=args.allow_training_prompts,
-                                   tracking=tracking("decode"))
-                print(recording.summary, flush=True)
-            with timed(f"featurize: {run_dir}"):
-                features = featurize(recording, edges_out=run_dir / "edges.parquet", tracking=tracking("featurize"))
-                print(features.summary, flush=True)
-            with timed(f"cross-fit: {', '.join(RERANKERS)}"):
-                rerankers = cross_fit(features, rerankers=RERANKERS, out=run_dir / "rerankers",
-                                      tune_trials=args.tune_trials, tracking=tracking("train"),
-                                      model_prefix=f"demo-{name}", register=f"demo-{name}")
-            with timed(f"evaluate: {run_dir / 'evaluation'}"):
-                evaluation = evaluate(recording, rerankers, out=run_dir / "evaluation", bootstrap=args.bootstrap,
-                                      tracking=tracking("evaluate"))
-            champions[f"demo-{name}"] = demo_tracking.summarize_pipeline(
-                evaluation, recording.path, rerankers, decode_metrics(recording), name, drafter, temp)
-        tables[name] = headline_table(evaluation.summary, evaluation.meta["headline_budgets"])
-    for name, table in tables.items():
-        print(f"\n## {name}: expected accepted draft tokens per round (held-out, 95% prompt-bootstrap intervals)\n")
-        print(table)
-    print(f"\nDrafter: {drafter}. Reports: {out}/*/evaluation/report.md (and report.html)")
-    for line in demo_tracking.finish(uri, args.experiment, experiment_id, champions, drafter, pipelines):
+    out = root.resolve() / drafter.replace(":", "-").replace("/", "_")
+    # The demo's own store, beside its runs: ad-hoc runs elsewhere stay out of it.
+    tracking = Tracking(args.tracking_uri or f"sqlite:///{root.resolve() / 'mlflow.db'}", args.experiment, "demo")
+    result = study(model_spec(args, drafter), default_prompts_path(), out=out, settings=preset,
+                   allow_training_prompts=args.allow_training_prompts, tracking=tracking,
+                   command=shlex.join(["specrank", "demo", *getattr(args, "argv", [])]))
+    for temp in preset.temperatures:
+        folder = out / Law(temp).folder / "evaluation"
+        summary = pd.read_parquet(folder / "summary.parquet")
+        print(f"\n## {Law(temp).folder}: expected accepted draft tokens per round (held-out, 95% prompt-bootstrap "
+              "intervals)\n")
+        print(headline_table(summary, [int(b) for b in result.results["temperatures"][f"{temp:g}"]["budgets"]]))
+    print(f"\nDrafter: {drafter}. Reports: {out}/*/evaluation/report.md (and report.html); the study's figures: "
+          f"{out / 'results.md'}")
+    for line in result.links:
         print(line)
     if not args.no_online:
-        online_check(args, drafter, out / "online", limit)
+        online_check(args, drafter, out / "online", preset.limit)
     return 0
 
 

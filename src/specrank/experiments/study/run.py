@@ -20,7 +20,7 @@ import os
 import platform
 import subprocess
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -83,6 +83,7 @@ class StudyResult:
 
     path: Path
     results: dict = field(repr=False)
+    links: list[str] = field(default_factory=list)  # where a tracked study's MLflow runs are (empty: untracked)
 
     @classmethod
     def open(cls, path) -> StudyResult:
@@ -107,7 +108,8 @@ class StudyResult:
 @dataclass(frozen=True)
 class StudySettings:
     """What a study records and fits: ``rounds`` at each sampling temperature of ``temperatures`` and
-    ``greedy_rounds`` greedily, ``max_new_tokens`` a prompt, decoding calls of at most ``chunk`` prompts;
+    ``greedy_rounds`` greedily (None: every prompt, in one decoding call), ``max_new_tokens`` a prompt, decoding
+    calls of at most ``chunk`` prompts, from the first ``limit`` prompts of the file (None: all of them);
     ``bootstrap`` resamples, ``tune_trials`` Optuna trials per fold of Base and Rows (0: untuned, with
     ``n_estimators`` boosting iterations; None: the rerankers' default), ``seed`` for the prompt order, decoding
     and bootstrap; with ``online``, ``online_prompts`` never recorded decode in the loop at ``online_budgets``
@@ -115,8 +117,8 @@ class StudySettings:
     ``results.json``."""
 
     temperatures: tuple[float, ...] = (1.0, 0.0)
-    rounds: int = DEFAULT_ROUNDS
-    greedy_rounds: int = DEFAULT_GREEDY_ROUNDS
+    rounds: int | None = DEFAULT_ROUNDS
+    greedy_rounds: int | None = DEFAULT_GREEDY_ROUNDS
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     chunk: int = CHUNK
     bootstrap: int = 2000
@@ -127,11 +129,14 @@ class StudySettings:
     online_prompts: int = DEFAULT_ONLINE_PROMPTS
     online_other_prompts: int = DEFAULT_ONLINE_OTHER_PROMPTS
     online_budgets: tuple[int, ...] = ONLINE_BUDGETS
+    limit: int | None = None
 
     def __post_init__(self):
         for name in ("rounds", "greedy_rounds", "max_new_tokens", "chunk", "bootstrap", "online_prompts",
-                     "online_other_prompts"):
+                     "online_other_prompts", "limit"):
             value = getattr(self, name)
+            if value is None and name in ("rounds", "greedy_rounds", "limit"):
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"study setting {name} must be an integer >= 1, got {value!r}")
         if not set(self.online_budgets) <= set(ONLINE_BUDGETS):
@@ -162,7 +167,8 @@ def study(models: ModelSpec, prompts=None, *, out, settings: StudySettings = Stu
     ``settings``.
 
     ``workers`` (``scale.Workers``) decodes on Ray workers. With ``tracking``, each temperature is one pipeline run
-    whose nested runs are the stages. Every input is checked before a model loads.
+    (``<tracking.run_name or "study">-<temperature>``) whose nested runs are the stages, and the champion is
+    registered from it (``experiments.study.tracking``). Every input is checked before a model loads.
 
     Each temperature's champion (``workflow.champion``) is refitted on all its rounds and saved in
     ``OUT/<temperature>/champion``. With ``settings.online``, the last ``online_prompts`` prompts of the study's
@@ -186,18 +192,23 @@ def study(models: ModelSpec, prompts=None, *, out, settings: StudySettings = Stu
         "timing": {},
     }
     recorder = Recorder(models, workers, allow_training_prompts, progress)
+    pipelines, champions = {}, {}
     with timed(None) as total:
         for temp in settings.temperatures:
-            with timed(None) as stage, _pipeline_run(tracking, Law(temp).folder, temp, models.drafter):
+            name = _pipeline_name(tracking, temp)
+            with timed(None) as stage, _pipeline_run(tracking, name, temp, models.drafter) as run:
                 figures = temperature_stage(plan, temp, recorder, tracking, command, default=prompts is None)
                 results["temperatures"][f"{temp:g}"] = figures
                 results["settings"]["pool_size"] = figures["pool_size"]
                 if tracking is not None:
-                    _log_pipeline(figures)
+                    pipelines[name] = run.info.run_id
+                    champions[name] = _log_temperature(figures, plan.out / Law(temp).folder, name, temp,
+                                                       models.drafter)
             results["timing"][Law(temp).folder] = round(stage.seconds, 1)
     results["timing"]["total_s"] = round(total.seconds, 1)
     write_results(out, results)
-    return StudyResult(out, results)
+    links = _finish(tracking, pipelines, champions) if tracking is not None else []
+    return StudyResult(out, results, links)
 
 
 @dataclass(frozen=True)
@@ -228,7 +239,7 @@ def plan_study(models: ModelSpec, prompts, out: Path, settings: StudySettings,
     fit the target's context."""
     models.check()
     prompts_path = prompts or spec_bench_path()
-    prompt_list = read_prompts(prompts_path)
+    prompt_list = read_prompts(prompts_path, settings.limit)
     seen = check_unseen(models.drafter, prompt_list, allow_training_prompts)
     if settings.tune_trials:
         require("optuna", f"--tune-trials {settings.tune_trials} (tuning Base and Rows; 0 fits them untuned)")
@@ -248,8 +259,10 @@ def temperature_stage(plan: StudyPlan, temp: float, recorder: Recorder, tracking
     s, models, name = plan.settings, plan.models, Law(temp).folder
     run_dir = plan.out / name
     goal = s.greedy_rounds if Law(temp).greedy else s.rounds
-    decoded = recorder.until(plan.study_prompts, plan.kept - plan.reserved, run_dir, temp, goal, s)
-    figures = analyse(run_dir, tracking, name, s, models.threads)
+    pipeline = _pipeline_name(tracking, temp)
+    decode = Tracking.stage(tracking.uri, tracking.experiment, pipeline, "decode") if tracking else None
+    decoded = recorder.until(plan.study_prompts, plan.kept - plan.reserved, run_dir, temp, goal, s, decode)
+    figures = analyse(run_dir, tracking, pipeline, s, models.threads)
     figures["prompts_decoded"] = decoded
     recorded = read_prompts(plan.study_prompts, limit=decoded)
     figures["champion"] = champion_stage(run_dir, figures, recorded, temp, s, models.threads,
@@ -409,22 +422,29 @@ class Recorder:
     allow_training_prompts: bool = False
     progress: bool = True
 
-    def until(self, prompts_path: Path, n_prompts: int, run_dir: Path, temp: float, goal: int,
-              settings: StudySettings) -> int:
-        """Record ``prompts_path`` in order until ``goal`` rounds are recorded (or the prompts run out); return how
-        many prompts were decoded. Each call's size comes from the rounds recorded so far (``next_limit``), so the
-        same study always decodes the same prompts; prompts already recorded are not decoded again."""
+    def until(self, prompts_path: Path, n_prompts: int, run_dir: Path, temp: float, goal: int | None,
+              settings: StudySettings, tracking: Tracking | None = None) -> int:
+        """Record ``prompts_path`` in order until ``goal`` rounds are recorded (or the prompts run out; None: every
+        prompt, in one call); return how many prompts were decoded. Each call's size comes from the rounds recorded
+        so far (``next_limit``), so the same study always decodes the same prompts; prompts already recorded are
+        not decoded again. With ``tracking`` (the decode stage's), the n-th decoding call is its run, with ``-n``
+        added to the name after the first."""
         config = DecodeConfig(temperature=temp, max_new_tokens=settings.max_new_tokens, seed=settings.seed)
-        limit = 0
+        limit, calls = 0, 0
         while limit < n_prompts:
-            limit = next_limit(limit, recorded_rounds(run_dir, limit), goal, n_prompts, settings.chunk)
+            limit = (n_prompts if goal is None else
+                     next_limit(limit, recorded_rounds(run_dir, limit), goal, n_prompts, settings.chunk))
             if not set(range(limit)) <= (done_prompts(run_dir) if run_dir.exists() else set()):
+                calls += 1
+                tracked = tracking if tracking is None or calls == 1 else replace(
+                    tracking, run_name=f"{tracking.run_name}-{calls}")
                 with timed(f"record: the first {limit} prompts at T = {temp:g} -> {run_dir}"):
                     recording = record(self.models, prompts_path, out=run_dir, config=config, limit=limit,
                                        shard_size=SHARD_SIZE, workers=self.workers,
-                                       allow_training_prompts=self.allow_training_prompts, progress=self.progress)
+                                       allow_training_prompts=self.allow_training_prompts, progress=self.progress,
+                                       tracking=tracked)
                     log.info(recording.summary)
-            if recorded_rounds(run_dir, limit) >= goal:
+            if goal is not None and recorded_rounds(run_dir, limit) >= goal:
                 break
         return limit
 
@@ -451,11 +471,12 @@ def recorded_rounds(run_dir: Path, below: int) -> int:
     return total
 
 
-def analyse(run_dir: Path, tracking: Tracking | None, name: str, settings: StudySettings,
+def analyse(run_dir: Path, tracking: Tracking | None, pipeline: str, settings: StudySettings,
             threads: int | None) -> dict:
-    """Featurize, cross-fit, evaluate (each redone only when its input changed) and the study's figures."""
+    """Featurize, cross-fit, evaluate (each redone only when its input changed; with ``tracking``, each a stage
+    run of the pipeline run ``pipeline``) and the study's figures."""
     def staged(stage: str) -> Tracking | None:
-        return Tracking.stage(tracking.uri, tracking.experiment, f"study-{name}", stage) if tracking else None
+        return Tracking.stage(tracking.uri, tracking.experiment, pipeline, stage) if tracking else None
 
     features, rerankers = run_dir / "features.parquet", run_dir / "rerankers"
     predictions = rerankers / "predictions.parquet"
@@ -466,7 +487,7 @@ def analyse(run_dir: Path, tracking: Tracking | None, name: str, settings: Study
                lambda: cross_fit(Features(features), rerankers=RERANKERS, out=rerankers,
                                  tune_trials=settings.tune_trials, seed=settings.seed, n_jobs=threads,
                                  gbm={"n_estimators": settings.trees},
-                                 tracking=staged("train"), model_prefix=f"study-{name}" if tracking else None),
+                                 tracking=staged("train"), model_prefix=pipeline if tracking else None),
                clear=rerankers)
     stages.run("evaluate", file_hash(predictions), run_dir / "evaluation" / "meta.json",
                lambda: evaluate(run_dir, predictions, out=run_dir / "evaluation", bootstrap=settings.bootstrap,
@@ -515,30 +536,25 @@ def machine(device: str, workers=None) -> str:
         f", {count} Ray workers" if count else "")
 
 
+def _pipeline_name(tracking: Tracking | None, temp: float) -> str:
+    return f"{(tracking.run_name if tracking else None) or 'study'}-{Law(temp).folder}"
+
+
 def _pipeline_run(tracking: Tracking | None, name: str, temp: float, drafter: str):
     if tracking is None:
         return nullcontext()
-    from specrank.tracking import experiment_run  # MLflow is optional: it loads only for a tracked study
+    from specrank.experiments.study.tracking import pipeline_run  # MLflow is optional: loaded for a tracked study
 
-    note = (f"The study at T = {temp:g} with drafter {drafter}: its nested runs are the stages featurize -> train -> "
-            "evaluate; the study's figures (results.json) are this run's metrics.")
-    return experiment_run(tracking.experiment, run_name=f"study-{name}", tracking_uri=tracking.uri,
-                          tags={"specrank.stage": "pipeline"}, description=note)
+    return pipeline_run(tracking, name, temp, drafter)
 
 
-def _log_pipeline(figures: dict) -> None:
-    from specrank.tracking import log_metrics, log_params  # MLflow is optional: it loads only for a tracked study
-    from specrank.experiments.study.tracking import log_headline  # MLflow, as above
+def _log_temperature(figures: dict, run_dir: Path, name: str, temp: float, drafter: str) -> str:
+    from specrank.experiments.study.tracking import log_temperature  # MLflow, as above
 
-    log_headline(figures)
-    champion, online = figures.get("champion"), figures.get("online")
-    if champion:
-        log_params({"champion": champion["reranker"], "champion_path": champion["path"]})
-        log_metrics({"champion.score": champion["mean_gain_pct"]})
-    for b, f in (online or {}).get("budgets", {}).items():
-        metrics = {f"online.b{b}.prompts": f["prompts"], f"online.b{b}.break_even_gain": f["break_even"]["gain"]}
-        for name, e in f["strategies"].items():
-            for key in ("realized", "expected", "speed", "realized_gain"):
-                for suffix, value in zip(("", ".low", ".high"), e.get(key, ())):
-                    metrics[f"online.{name}.{key}.b{b}{suffix}"] = value
-        log_metrics(metrics)
+    return log_temperature(figures, run_dir, name, temp, drafter)
+
+
+def _finish(tracking: Tracking, pipelines: dict, champions: dict) -> list[str]:
+    from specrank.experiments.study.tracking import finish  # MLflow, as above
+
+    return finish(tracking, pipelines, champions, f"specrank {tracking.run_name or 'study'}")

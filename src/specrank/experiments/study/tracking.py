@@ -1,133 +1,246 @@
-"""A pipeline run (the demo's or the study's, one per temperature) as the headline of its experiment: every score's
-share of root selection's gain at both budgets as metrics and a figure, a few curated metrics, the headline table
-as an MLflow table, report.html, a link to the registered champion; and the experiment's own description."""
+"""A study in MLflow: one pipeline run per temperature (``study-t1``, or ``demo-t1`` for the demo's preset), whose
+nested runs are the stages (decode -> featurize -> train -> evaluate). The pipeline run is the headline: its first
+description line names the champion, its gain and interval and links the registered model; its few metrics share one
+naming scheme (``<quantity>.<score>.b<budget>``); the figure, the headline table and report.html sit beside; the
+champion the study chose is logged in it and registered as ``models:/<pipeline>@champion``. The experiment gets a
+description and a saved view of the runs table whose columns are the headline (``runs_link``)."""
 
 from __future__ import annotations
 
+import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import mlflow
 import pandas as pd
 
 from specrank.evaluation.figures import root_share_figure
-from specrank.evaluation.report import headline_table
 from specrank.evaluation.names import label, ordered
-from specrank.experiments.study.tables import summary_budget_figures
-from specrank.tracking.runs import (NOTE_TAG, log_figure, log_metrics, log_report, log_tables, metric_key,
-                                   set_description)
+from specrank.evaluation.report import headline_table
+from specrank.featurize import read_features
+from specrank.markdown import markdown_table
+from specrank.rerankers import load_reranker
+from specrank.tracking.lineage import log_dataset, rounds_dataset
+from specrank.tracking.models import log_reranker, signature_columns
+from specrank.tracking.registry import register_reranker
+from specrank.tracking.runs import (NOTE_TAG, PIPELINE_TAG, experiment_run, log_figure, log_metrics, log_params,
+                                    log_report, log_tables, metric_key, run_page, runs_page, set_description)
+from specrank.tracking.uri import tracking_store
+from specrank.workflow.tracking import Tracking
 
 HEADLINE_TABLE = "headline"  # tables/headline.json of the pipeline run
 HEADLINE_FIGURE = "root_share"  # figures/root_share.png of the pipeline run
-ROOT_SHARE = "root_share"  # metrics root_share.<score>.b<B> (and .low, .high)
 CHAMPION_TAG = "specrank.champion"  # the pipeline run's link to its registered model version
-UNITS = ("`draft_tokens_B*` is draft selection's expected accepted draft tokens per round at budget B; "
-         "`*_gain_tokens_B*` are gains over it in the same unit (held-out, cross-fitted); `root_share.<score>.b*` the "
-         "% of root selection's gain each score recovers, `.low` / `.high` its 95% interval (the figure "
-         "`figures/root_share.png`); `*_heldout_mse` the first factor's held-out squared "
-         "error per candidate (fold mean), the champion's criterion; `decode_tokens_per_s` the recording's "
-         "speed; `wall_s` this run's seconds, `stages_s` those of its stage runs, `outside_stages_s` the rest.")
+CHAMPION_RERANKER_TAG = "specrank.champion_reranker"
+HEADLINE_TAG = "specrank.headline"  # the champion's gain and interval in words: a column of the runs table
+ALIAS = "champion"
+# MLflow's UI restores a runs-table view saved as the experiment tag ``mlflow.sharedViewState.<key>`` when the link
+# carries ``viewStateShareKey=<key>`` (useSharedExperimentViewState in mlflow/server/js, experiment-page hooks;
+# plain JSON is read when the value is not compressed); columns are named ``<kind>.`<key>```.
+SHARED_VIEW_TAG = "mlflow.sharedViewState."
+VIEW_KEY = "specrank-headline"
+VIEW_COLUMNS = [f"tags.`{CHAMPION_RERANKER_TAG}`", f"tags.`{HEADLINE_TAG}`", "metrics.`champion.gain_pct`",
+                "metrics.`champion.root_share.b8`", "metrics.`champion.root_share.b59`", "metrics.`n_rounds`",
+                "metrics.`n_prompts`"]
+UNITS = ("Metrics: `value.draft.b<B>` is draft selection's expected accepted draft tokens per round at budget B; "
+         "`gain_pct.<score>.b<B>` a score's gain over it in % of draft's value (in tokens: the evaluate run's "
+         "`gain_tokens.<score>.b<B>`), `root_share.<score>.b<B>` the % of root selection's gain it recovers (held out, "
+         "cross-fitted; their 95% prompt-bootstrap intervals are in `tables/headline.json` and the figure); "
+         "`champion.*` the same for the champion, `champion.gain_pct` its mean over the budgets (the rule that chose "
+         "it); `wall_s` this run's seconds, `stages_s` those of its stage runs, `outside_stages_s` the rest.")
 
 
-def headline_frame(summary: pd.DataFrame, budgets) -> pd.DataFrame:
-    """The headline table as rows: score (and its label) x headline budget, value, gain with its interval,
-    share of root's gain."""
-    rows = summary[summary["budget"].isin(list(budgets))]
-    cols = ["score", "budget", "mean", "gain", "gain_low", "gain_high", "gain_pct", "root_share"]
-    out = rows[[c for c in cols if c in rows]].copy()
-    out.insert(1, "label", out["score"].map(label))
-    order = {r: i for i, r in enumerate(ordered(out["score"].unique()))}
-    return out.sort_values(["budget", "score"], key=lambda s: s.map(order) if s.name == "score" else s,
-                           kind="stable").reset_index(drop=True)
+def pipeline_name(tracking: Tracking, folder: str) -> str:
+    """A temperature's pipeline run: ``<prefix>-<law folder>`` (``study-t1``; the demo's ``demo-t1``)."""
+    return f"{tracking.run_name or 'study'}-{folder}"
 
 
-def pipeline_metrics(summary: pd.DataFrame, budget: int, train: dict, decode: dict, champion: str | None) -> dict:
-    """About eight numbers to read first: draft's value, root's, Rows' and the champion's gains at ``budget``,
-    the champion's and draft's held-out MSE, the prompts and the decoding speed (the shares of root's gain are
-    ``headline_metrics``')."""
-    at = summary[summary["budget"] == budget].set_index("score")
-    out = {"n_prompts": train.get("n_prompts"), "n_rounds": at["rounds"].max() if "rounds" in at else None}
-    if "draft" in at.index:
-        out[f"draft_tokens_B{budget}"] = at.loc["draft", "mean"]
-    for score in dict.fromkeys(["root", "rows", champion]):
-        if score in at.index:
-            out[f"{score}_gain_tokens_B{budget}"] = at.loc[score, "gain"]
-    if champion and f"{champion}_heldout_mse" in train:
-        out["champion_heldout_mse"] = train[f"{champion}_heldout_mse"]
-    out["draft_heldout_mse"] = train.get("draft_heldout_mse")
-    out["decode_tokens_per_s"] = decode.get("tokens_per_s")
-    return {k: float(v) for k, v in out.items() if v is not None}
-
-
-def log_pipeline(evaluation, report_html: Path, train: dict, decode: dict, version, title: str) -> None:
-    """The active (pipeline) run's metrics, headline table, report.html, champion link and description."""
-    budgets = evaluation.meta["headline_budgets"]
-    champion = version.tags.get("specrank.reranker") if version is not None else None
-    log_metrics(pipeline_metrics(evaluation.summary, budgets[0], train, decode, champion))
-    log_headline({"budgets": summary_budget_figures(evaluation.summary, budgets)}, evaluation.meta)
-    log_tables({HEADLINE_TABLE: headline_frame(evaluation.summary, budgets)})
-    if Path(report_html).is_file():
-        log_report(Path(report_html).read_text(), "report.html")
-    lines = [title, ""]
-    if version is not None:
-        uri = f"models:/{version.name}/{version.version}"
-        mlflow.set_tags({CHAMPION_TAG: uri, "specrank.champion_reranker": champion})
-        lines += [f"Champion: **{champion}**, [{version.name} version {version.version}](#/models/{version.name}/"
-                  f"versions/{version.version}) (`{uri}`, alias `models:/{version.name}@champion`).", ""]
-    lines += ["Each score's share of root selection's gain: `figures/root_share.png` and the metrics "
-              "`root_share.<score>.b<B>`.", "",
-              "Expected accepted draft tokens per round, held out (95% prompt-bootstrap intervals); every budget "
-              "and split is in the `4-evaluate` run's tables, this table in `tables/headline.json`, the report in "
-              "`report.html`.", "", headline_table(evaluation.summary, budgets), "", UNITS]
-    set_description("\n".join(lines))
+@contextmanager
+def pipeline_run(tracking: Tracking, name: str, temp: float, drafter: str):
+    """The parent run of one temperature's stages, tagged with its own name (every run nested under it inherits
+    the tag, so grouping by ``specrank.pipeline`` keeps each temperature's folds apart)."""
+    note = (f"The study at T = {temp:g} with drafter {drafter}: its nested runs are the stages decode -> featurize "
+            "-> train -> evaluate, linked by the datasets each logs.")
+    with experiment_run(tracking.experiment, run_name=name, tracking_uri=tracking.uri,
+                        tags={"specrank.stage": "pipeline", PIPELINE_TAG: name}, description=note) as active:
+        log_params({"stage": "pipeline", "temperature": float(temp), "drafter": drafter, "store": tracking.uri})
+        yield active
 
 
 def headline_metrics(figures: dict) -> dict[str, float]:
-    """``root_share.<score>.b<B>`` with ``.low`` and ``.high`` for every score with a share of root's gain at every
-    budget of ``figures`` (``specrank.experiments.study.tables.temperature_results``' form), the same names in every
-    pipeline run; with the study's figures also ``rows_minus_base.b<B>`` (% of draft's value, and its interval),
-    ``n_rounds`` and ``n_prompts``."""
+    """The pipeline run's metrics from a temperature's ``figures`` (``temperature_results``' form), points only
+    (intervals go to the table, the figure and the description): for each budget, draft's value and every score's
+    gain in % of draft's value and share of root's gain; Rows - Base; the champion's (``champion.*``); the rounds
+    and prompts; with an online phase, each strategy's realized accepted tokens a round and gain over draft."""
     out = {k: figures[f] for k, f in (("n_rounds", "rounds"), ("n_prompts", "prompts")) if f in figures}
+    champion = (figures.get("champion") or {}).get("reranker")
     for b, at in figures["budgets"].items():
-        for score, entry in at["scores"].items():
-            if "root_share" in entry:
-                out.update(_interval(f"{ROOT_SHARE}.{metric_key(score)}.b{b}", entry["root_share"]))
+        scores = at["scores"]
+        if "mean" in scores.get("draft", {}):
+            out[f"value.draft.b{b}"] = scores["draft"]["mean"][0]
+        for score, entry in scores.items():  # the gain in tokens is the evaluate run's: few charts here
+            for quantity in ("gain_pct", "root_share"):
+                if quantity in entry and score != "draft":
+                    out[f"{quantity}.{metric_key(score)}.b{b}"] = entry[quantity][0]
         if "rows_minus_base" in at:
-            out.update(_interval(f"rows_minus_base.b{b}", at["rows_minus_base"]["gain_pct_of_draft"]))
+            out[f"rows_minus_base.b{b}"] = at["rows_minus_base"]["gain_pct_of_draft"][0]
+        if champion in scores:
+            out.update({f"champion.{q}.b{b}": scores[champion][q][0] for q in ("gain_pct", "root_share")
+                        if q in scores[champion]})
+    if champion:
+        out["champion.gain_pct"] = figures["champion"]["mean_gain_pct"]
+    for b, f in ((figures.get("online") or {}).get("budgets") or {}).items():
+        for strategy, e in f["strategies"].items():
+            out[f"online.realized.{strategy}.b{b}"] = e["realized"][0]
+            if "realized_gain" in e:
+                out[f"online.realized_gain.{strategy}.b{b}"] = e["realized_gain"][0]
     return {k: float(v) for k, v in out.items()}
 
 
-def _interval(key: str, triple) -> dict:
-    point, low, high = triple
-    return {key: point, f"{key}.low": low, f"{key}.high": high}
+def headline_line(figures: dict) -> str:
+    """The champion in one line: its gain over draft at the first budget with its interval, its share of root's
+    gain, and the rule that chose it."""
+    champion = figures["champion"]
+    name, budget = champion["reranker"], next(iter(figures["budgets"]))
+    entry = figures["budgets"][budget]["scores"][name]
+    gain, share = entry["gain_pct"], entry.get("root_share")
+    text = f"{label(name)}: {gain[0]:+.1f}% of draft's value [{gain[1]:+.1f}, {gain[2]:+.1f}] at B = {budget}"
+    if share is not None:
+        text += f", {share[0]:.0f}% of root's gain [{share[1]:.0f}, {share[2]:.0f}]"
+    return text + f" (mean over budgets {champion['mean_gain_pct']:+.1f}%, the rule that chose it)"
 
 
-def log_headline(figures: dict, meta: dict | None = None) -> None:
-    """Log the headline of a temperature's ``figures`` to the active (pipeline) run: ``headline_metrics`` and the
-    figure ``figures/root_share.png`` (``meta``: law, rounds, prompts, drafter for its caption; default: the
-    figures' own)."""
+def headline_frame(figures: dict) -> pd.DataFrame:
+    """The headline as rows: budget x score (ordered), value, gain and share of root's gain, each with its 95%
+    interval."""
+    rows = []
+    for b, at in figures["budgets"].items():
+        for score in ordered(list(at["scores"])):
+            entry, row = at["scores"][score], {"budget": int(b), "score": score, "label": label(score)}
+            for key in ("mean", "gain", "gain_pct", "root_share"):
+                for suffix, value in zip(("", "_low", "_high"), entry.get(key, [None] * 3)):
+                    row[key + suffix] = value
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def log_headline(figures: dict) -> None:
+    """Log a temperature's ``figures`` to the active pipeline run: ``headline_metrics``, the figure
+    ``figures/root_share.png`` (the champion starred) and ``tables/headline.json`` (every figure with its interval)."""
     log_metrics(headline_metrics(figures))
-    caption = meta if meta is not None else {k: figures[k] for k in ("law", "rounds", "prompts") if k in figures}
-    figure = root_share_figure(figures["budgets"], caption)
+    caption = {k: figures[k] for k in ("law", "rounds", "prompts") if k in figures}
+    figure = root_share_figure(figures["budgets"], caption, champion=(figures.get("champion") or {}).get("reranker"))
     log_figure(figure, HEADLINE_FIGURE)
     figure.clear()
+    log_tables({HEADLINE_TABLE: headline_frame(figures)})
 
 
-def describe_experiment(experiment_id: str, text: str) -> None:
-    """Set the experiment's description (shown above its runs table)."""
-    mlflow.MlflowClient().set_experiment_tag(experiment_id, NOTE_TAG, text)
+def log_temperature(figures: dict, run_dir: Path, name: str, temp: float, drafter: str) -> str:
+    """The active pipeline run's headline from the temperature's ``figures``: metrics, figure, tables, report, the
+    champion (saved in ``run_dir/champion``) logged here and registered as ``name``, and the description whose
+    first line says who won and by how much. Returns the champion's registry URI."""
+    log_dataset(rounds_dataset(run_dir), "pipeline")
+    log_headline(figures)
+    champion = figures["champion"]["reranker"]
+    report = run_dir / "evaluation" / "report.html"
+    if report.is_file():
+        log_report(report.read_text(encoding="utf-8"), "report.html")
+    version = register_champion(run_dir, figures, name)
+    uri = f"models:/{version.name}/{version.version}"
+    line = headline_line(figures)
+    mlflow.set_tags({CHAMPION_TAG: uri, CHAMPION_RERANKER_TAG: champion, HEADLINE_TAG: line})
+    set_description(pipeline_note(figures, run_dir, name, temp, drafter, version, line))
+    return f"models:/{name}@{ALIAS}"
 
 
-def demo_description(store: str, champions: dict[str, str], drafter: str) -> str:
-    """What the demo's experiment holds, where its headline is, and how to load each champion."""
-    lines = [f"**specrank demo** (drafter {drafter}): each pipeline run (`demo-t1`, `demo-greedy`) records bundled "
-             "prompts, featurizes them, cross-fits rerankers and evaluates every selection score offline; its "
-             "nested runs are the stages (`demo-t1/1-decode` ... `demo-t1/4-evaluate`). **The headline** is on the "
-             "pipeline run: the figure `figures/root_share.png` (each score's share of root selection's gain at "
-             "B = 8 and 59, 95% intervals) with the metrics `root_share.<score>.b8` (`.low`, `.high`), "
-             "`tables/headline.json` and `report.html`. To compare the rerankers in one chart: the metric "
-             "`heldout_mse` of the `3-train/<reranker>-fold<f>` runs, grouped by the tag `specrank.reranker`.", "",
-             "Registered champions (the reranker with the lowest cross-fitted held-out error, refitted on all "
-             "prompts), loaded with:", ""]
+def register_champion(run_dir: Path, figures: dict, name: str):
+    """Log the study's champion (``run_dir/champion``, refitted on every round) in the active pipeline run and
+    register it as a new version of ``name`` with alias ``champion``; its description says how it was chosen."""
+    model = load_reranker(run_dir / "champion")
+    example = read_features(run_dir / "features.parquet").head(20)
+    choice = figures["champion"]
+    tags = {"specrank.reranker": choice["reranker"], "specrank.fold": "all",
+            "specrank.training_rounds": figures["rounds"], "specrank.training_prompts": figures["prompts"],
+            "specrank.mean_gain_pct": f"{choice['mean_gain_pct']:.4g}"}
+    logged = log_reranker(model, f"{name}-champion", example, tags={**tags, NOTE_TAG: (
+        f"The champion of {name}, refitted on all {figures['prompts']} prompts.")},
+                          params={"features": ",".join(signature_columns(model) or [])})
+    version = register_reranker(logged, name, ALIAS, tags=tags)
+    client = mlflow.MlflowClient()
+    client.update_model_version(name, version.version, description=champion_note(figures, name, version.version))
+    return client.get_model_version(name, version.version)
+
+
+def champion_note(figures: dict, name: str, version) -> str:
+    """A champion version's description: the rule, every deployable score's gain at each budget, how to load it."""
+    choice = figures["champion"]
+    scores = [s for s in ordered(list(next(iter(figures["budgets"].values()))["scores"])) if s not in ("draft", "root",
+                                                                                                       "oracle")]
+    rows = [[label(s)] + [f"{figures['budgets'][b]['scores'][s]['gain_pct'][0]:+.2f}" for b in figures["budgets"]]
+            for s in scores if all("gain_pct" in figures["budgets"][b]["scores"].get(s, {}) for b in figures["budgets"])]
+    table = markdown_table(["score"] + [f"gain, % of draft, B = {b}" for b in figures["budgets"]], rows)
+    uri = f"models:/{name}/{version}"
+    return (f"The {label(choice['reranker'])} reranker, the study's champion: the deployable reranker with the "
+            f"highest cross-fitted gain over draft selection in % of draft's value, averaged over the budgets "
+            f"({choice['mean_gain_pct']:+.2f}%; ties go to the simpler), refitted on all {figures['prompts']} "
+            f"prompts ({figures['rounds']} rounds).\n\n{table}\n\nLoad it: `{uri}` "
+            f"(`specrank.tracking.resolve_reranker(\"{uri}\", tracking_uri=...)` or `specrank online --reranker {uri}`).")
+
+
+def pipeline_note(figures: dict, run_dir: Path, name: str, temp: float, drafter: str, version, line: str) -> str:
+    """The pipeline run's description: who won and by how much first (above the UI's fade), then the table."""
+    summary = pd.read_parquet(run_dir / "evaluation" / "summary.parquet")
+    budgets = [int(b) for b in figures["budgets"]]
+    link = f"[models:/{version.name}/{version.version}](#/models/{version.name}/versions/{version.version})"
+    return "\n".join([
+        f"**Champion {line}** — {link}", "",
+        f"{name}: T = {temp:g}, drafter {drafter}, {figures['rounds']} rounds of {figures['prompts']} prompts; nested "
+        "runs decode -> featurize -> train -> evaluate. Each score's share of root selection's gain: "
+        "`figures/root_share.png`; every figure with its interval: `tables/headline.json`; the report: `report.html`.",
+        "", "Expected accepted draft tokens per round, held out (95% prompt-bootstrap intervals):", "",
+        headline_table(summary, budgets), "", UNITS])
+
+
+def finish(tracking: Tracking, pipelines: dict[str, str], champions: dict[str, str], title: str) -> list[str]:
+    """Describe the experiment, save its headline view of the runs table, and return the lines that tell the user
+    where everything is (``pipelines``: run name -> id; ``champions``: run name -> registry URI)."""
+    with tracking_store(tracking.uri):
+        experiment = mlflow.get_experiment_by_name(tracking.experiment)
+        client = mlflow.MlflowClient()
+        client.set_experiment_tag(experiment.experiment_id, NOTE_TAG,
+                                  experiment_note(tracking.uri, champions, title))
+        client.set_experiment_tag(experiment.experiment_id, SHARED_VIEW_TAG + VIEW_KEY, json.dumps(headline_view()))
+    exp_id = experiment.experiment_id
+    lines = [f"Champion {model}: specrank.tracking.resolve_reranker(\"{uri}\", tracking_uri=\"{tracking.uri}\")"
+             for model, uri in champions.items()]
+    lines += [f"MLflow store: {tracking.uri} (experiment {tracking.experiment!r})",
+              f"Browse the runs: mlflow ui --backend-store-uri {tracking.uri}",
+              f"  then open {runs_link(exp_id)}"]
+    lines += [f"  headline of {run_name}: {run_page(exp_id, run_id)}" for run_name, run_id in pipelines.items()]
+    return lines
+
+
+def headline_view() -> dict:
+    """The runs table as the headline: the pipeline runs, newest first, with the champion and its gain as columns."""
+    return {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False,
+            "selectedColumns": VIEW_COLUMNS}
+
+
+def runs_link(experiment_id: str) -> str:
+    """``runs_page`` opening the saved headline view (``headline_view``)."""
+    return runs_page(experiment_id) + f"&viewStateShareKey={VIEW_KEY}"
+
+
+def experiment_note(store: str, champions: dict[str, str], title: str) -> str:
+    """What the experiment holds, where its headline is, and how to load each champion."""
+    lines = [f"**{title}**: each pipeline run (one per temperature) records prompts, featurizes them, cross-fits "
+             "rerankers, evaluates every selection score offline and registers the champion; its nested runs are "
+             "the stages (`<pipeline>/1-decode` ... `<pipeline>/4-evaluate`), tagged `specrank.pipeline`. **The "
+             "headline** is on the pipeline run: its first description line (who won, by how much, the interval), "
+             "the figure `figures/root_share.png`, `tables/headline.json` and `report.html`. To compare the rerankers: the metric "
+             "`heldout_mse` of the `3-train/<reranker>-fold<f>` runs, grouped by `specrank.pipeline` then "
+             "`specrank.reranker`.", "", "Registered champions (the study's rule: the highest mean cross-fitted gain "
+             "over draft, refitted on all prompts), loaded with:", ""]
     for name, uri in champions.items():
         lines.append(f"- {name}: `specrank.tracking.resolve_reranker(\"{uri}\", tracking_uri=\"{store}\")` "
                      f"(or `specrank online --reranker {uri} --tracking-uri {store}`)")
