@@ -48,7 +48,8 @@ PY
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 PIP="$VENV/bin/python -m pip"
 $PIP install --upgrade pip wheel "setuptools>=61" "setuptools-scm>=8" "scikit-build-core>=0.10" cmake ninja
-$PIP install "torch==$TORCH" --index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple
+# the +cpu wheel: from pip's configured indexes and find-links, else PyTorch's CPU index
+$PIP install "torch==$TORCH" || $PIP install "torch==$TORCH" --extra-index-url https://download.pytorch.org/whl/cpu
 mkdir -p "$VENV/wheels"
 (cd "$KERNEL" && cp pyproject_cpu.toml pyproject.toml && \
   nice -n 19 $PIP wheel --no-build-isolation --no-deps -w "$VENV/wheels" . && git checkout -- pyproject.toml 2>/dev/null || true)
