@@ -365,3 +365,36 @@ def test_a_static_tree_sampled_law_matches_the_decoder_and_a_narrower_tree_fails
     assert len(realized) >= 800
     assert pooled_test(realized, np.concatenate(laws)) > 1e-3
     assert pooled_test(realized, np.concatenate(wrong_laws)) < 1e-6
+
+
+def test_the_plugin_score_is_sglangs_tree_rescored_by_the_reranker():
+    """SGLang with the plugin ranks r(x1) prod g_d(q_d) over the beam it grew by draft scores: with g_d the identity
+    it is the reranked score; a per-depth map that reorders the deeper candidates changes the tree it verifies."""
+    from specrank.experiments.tree_config.tables import PluginFactors
+
+    pool, setting = hand_pool(), TreeSetting(2, 2, 4)
+    first = np.array([[0.2, 0.9]])  # the reranker prefers candidate 1 (draft 0.3) to candidate 0 (draft 0.6)
+    reranked = score_setting(pool, "sampling", setting, first).accepted["reranked"]
+    identity = PluginFactors(first, lambda depth, q: np.asarray(q, dtype=np.float64))
+    plugin = score_setting(pool, "sampling", setting, plugin=identity).accepted["plugin"]
+    assert plugin == pytest.approx(reranked)
+    # top 3 of 0.9 * q below candidate 1 and 0.2 * q below 0: 1 (0.9), 4 (0.81), 0 (0.2) -> p 0.2 + 0.2 * 0.6 + 0.5
+    assert plugin == pytest.approx([0.2 + 0.2 * 0.6 + 0.5])
+    flat = PluginFactors(first, lambda depth, q: np.where(np.asarray(q) > 0.5, 0.01, 0.5))  # demotes candidate 4
+    moved = score_setting(pool, "sampling", setting, plugin=flat).accepted["plugin"]
+    assert moved != pytest.approx(plugin)
+    assert "plugin_length" in setting_table([score_setting(pool, "sampling", setting, plugin=identity)], n_boot=20)
+
+
+def test_the_engine_sees_no_prompt_rows_and_no_task():
+    import pandas as pd
+
+    from specrank.featurize.engine import engine_visible
+
+    features = pd.DataFrame({"round": [0, 0, 3, 3], "cache_age": [1.0, 1.0, 2.0, 2.0],
+                             "cache_logp": [-1.0, -2.0, -0.5, -3.0], "cache_gap": [0.0, -1.0, 0.0, -2.5],
+                             "same_token_logp": [-1.0, -2.0, -0.5, -3.0], "task": pd.Categorical(["qa"] * 4)})
+    seen = engine_visible(features)
+    assert seen["cache_logp"].isna().tolist() == [True, True, False, False]  # round 0 read the prompt's row
+    assert seen["same_token_logp"].tolist() == features["same_token_logp"].tolist()
+    assert set(seen["task"].astype(str)) == {""} and set(features["task"].astype(str)) == {"qa"}

@@ -33,6 +33,7 @@ from specrank.experiments.tree_config.tables import (
     vllm_tree,
 )
 from specrank.outputs import check_output_dir, staged
+from specrank.rerankers.defaults import is_default, load_default_reranker
 
 
 def int_list(flag: str, low: int = 1):
@@ -79,8 +80,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="run seed; every recording decodes every prompt with it")
     parser.add_argument("--reranker", default=CROSS_FIT,
                         help="the reranker compared at each n: 'cross-fit' (default: a rows GBM cross-fitted on"
-                             " each recording by prompt halves), 'none', or a saved reranker / MLflow model URI"
-                             " (used on recordings of its topk)")
+                             " each recording by prompt halves), 'none', reranker:default (the champion of"
+                             " --temperature's law) or a saved reranker / MLflow model URI (used on recordings of its"
+                             " topk); scored as specrank selects (reranked_*) and as SGLang's plugin rescores SGLang's"
+                             " tree (plugin_*)")
     parser.add_argument("--repeats", type=at_least(1), default=5, help="timed repeats of each pool and pass (default 5)")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
     parser.add_argument("--out", required=True,
@@ -140,6 +143,8 @@ def _reranker(args):
     """None (cross-fit or none) or the loaded reranker, refused before any model loads."""
     if args.reranker in (CROSS_FIT, "none"):
         return None
+    if is_default(args.reranker):  # the champion of --temperature's law
+        return load_default_reranker(args.temperature)
     return tracked.resolve_reranker(args.reranker, args.tracking_uri)
 
 
@@ -192,7 +197,7 @@ def _track(args, uri, result, target, drafter) -> None:
 def _print(result: dict, out: Path) -> None:
     table = result["table"]
     cols = [c for c in ("rank", "setting", "draft_length", "draft_low", "draft_high", "root_length",
-                        "reranked_length", "tokens_per_s", "status") if c in table]
+                        "reranked_length", "plugin_length", "tokens_per_s", "status") if c in table]
     print(table[cols].head(12).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     notes = summary(result)
     for name in ("best", "best_chain", "best_vllm"):

@@ -31,6 +31,7 @@ from specrank.decode.runs.manifest import config_manifest
 from specrank.decode.runs.shards import check_same_run
 from specrank.evaluation.data import align_predictions, load_rounds
 from specrank.experiments.tree_config.tables import (
+    PluginFactors,
     TreeSetting,
     engine_rounds,
     pooled_reliability,
@@ -43,6 +44,7 @@ from specrank.experiments.tree_config.tables import (
     tree_config_figure,
     tree_config_summary,
 )
+from specrank.featurize.engine import engine_visible
 from specrank.featurize.storage import featurize_run
 from specrank.law import Law
 from specrank.rerankers import GBMReranker
@@ -123,6 +125,25 @@ def first_factor(rounds, run_dir, run: TreeConfigRun, reranker=None):
     return align_predictions(rounds, frame)["reranked"], note
 
 
+def plugin_factors(rounds, run_dir, run: TreeConfigRun, reranker=None) -> PluginFactors | None:
+    """SGLang's plugin on this recording (``PluginFactors``): first factors predicted from the features the plugin
+    computes (``featurize.engine``: no prompt rows, task unknown), by the given reranker or a rows GBM cross-fitted
+    on those features, and a stacked reranker's per-depth maps. None where ``first_factor`` scores no reranker."""
+    if run.reranker == "none" or rounds.topk == 1 or len(np.unique(rounds.prompt_id)) < 2:
+        return None
+    if reranker is not None and int(getattr(reranker, "topk_", -1)) != rounds.topk:
+        return None
+    features = engine_visible(featurize_run(run_dir))
+    if reranker is None:
+        model = GBMReranker(features="rows", n_estimators=100, num_leaves=15, min_child_samples=10, n_jobs=1)
+        predictions, deeper = cross_fit_table(model, features).predictions, None
+    else:
+        predictions = reranker.predict_first_factor(features)
+        deeper = getattr(reranker, "predict_deeper_factors", None)
+    frame = pd.DataFrame({**{k: features[k] for k in schema.FEATURE_KEYS}, "plugin": np.asarray(predictions)})
+    return PluginFactors(np.asarray(align_predictions(rounds, frame)["plugin"]), deeper)
+
+
 def host_seconds(target, drafter, prompt_ids, settings, cost, run: TreeConfigRun) -> float:
     """Host seconds per round: an online decode's round time beyond its timed pool and pass (one middle setting)."""
     beams = [s for s in settings if isinstance(s, TreeSetting)]  # the grid always holds beams; a static tree's
@@ -156,6 +177,7 @@ def tree_config(target, drafter, prompts, settings, run: TreeConfigRun, out, sta
         rounds = recorded_rounds(run_dir)
         with run.bar(total=len(rec.settings) + 1, desc=f"scoring {name}", unit="setting") as bar:
             factor, note = first_factor(rounds, run_dir, run, reranker)
+            plugin = plugin_factors(rounds, run_dir, run, reranker)
             bar.update()
             recordings[name] = {"topk": rec.topk, "depth": rec.depth, "expand": rec.expand, "budget": rec.budget,
                                 "rounds": rounds.n_rounds, "reranker": note}
@@ -163,8 +185,9 @@ def tree_config(target, drafter, prompts, settings, run: TreeConfigRun, out, sta
             # counterpart in an engine, whose prefill emits that token (docs/tree-config.md, "Checked against vLLM")
             kept = np.asarray(rounds.round) > 0
             pool, factor = engine_rounds(rounds), None if factor is None else np.asarray(factor)[kept]
+            plugin = None if plugin is None else PluginFactors(plugin.first[kept], plugin.deeper)
             for s in rec.settings:
-                scores.append(score_setting(pool, rounds.law, s, factor, name))
+                scores.append(score_setting(pool, rounds.law, s, factor, name, plugin))
                 bar.update()
         reliability.append(reliability_table(rounds.pool, rounds.law).assign(recording=name))
     config_ids = encode_prompts(target, prompts[:1], run.config())[0]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from specrank.engines.sglang.score import DeeperFactors, plugin_score
 from specrank.evaluation.figures import new_figure
 from specrank.selection.pool import PoolBatch
 from specrank.selection.scores import score_of
@@ -36,7 +37,9 @@ from specrank.selection.static_tree import StaticTree, StaticTreeError, first_ch
 from specrank.selection.stats import PromptBootstrap
 
 MAX_RECORDED_POOL = 1024  # candidates of one recorded pool: every one is in the target's pass
-SETTING_SCORES = ("draft", "root", "reranked")  # draft selection (the engines'), exact root selection, a reranker
+# draft selection (the engines'), exact root selection, a reranker, and SGLang's tree with the reranker as its plugin
+# (``specrank.engines.sglang``) rescores it
+SETTING_SCORES = ("draft", "root", "reranked", "plugin")
 
 
 class TreeConfigError(ValueError):
@@ -326,10 +329,34 @@ def engine_rounds(rounds) -> PoolBatch:
     return pool
 
 
+@dataclass(frozen=True)
+class PluginFactors:
+    """What SGLang's plugin multiplies into the path scores SGLang ranks: the reranker's first factors (N, recorded
+    topk) of the recorded rounds, predicted from the features the plugin computes (``featurize.engine``), and for a
+    stacked reranker its per-depth map ``deeper(depth, q) -> g_d(q)`` of every deeper draft factor (None: the draft
+    factors stay)."""
+
+    first: np.ndarray
+    deeper: DeeperFactors | None = None
+
+
+def setting_score(sub: PoolBatch, law: str, name: str, topk: int, contained: np.ndarray, first_factor,
+                  plugin: PluginFactors | None) -> np.ndarray | None:
+    """(R, m) score ``name`` of a setting's beam ``sub``, or None when its input is not given."""
+    if name == "reranked":
+        if first_factor is None:
+            return None
+        return score_of(sub, name, law, first_factor=np.asarray(first_factor)[contained][:, :topk])
+    if name == "plugin":
+        return None if plugin is None else plugin_score(sub, law, plugin.first[contained][:, :topk], plugin.deeper)
+    return score_of(sub, name, law)
+
+
 def score_setting(pool: PoolBatch, law: str, setting, first_factor: np.ndarray | None = None,
-                  recording: str = "") -> SettingScore:
-    """Exact expected accepted draft tokens per round for draft selection, root selection and (given
-    ``first_factor`` (N, recorded topk), a reranker's cross-fitted predictions) the reranked score."""
+                  recording: str = "", plugin: PluginFactors | None = None) -> SettingScore:
+    """Exact expected accepted draft tokens per round for draft selection, root selection, (given
+    ``first_factor`` (N, recorded topk), a reranker's cross-fitted predictions) the reranked score and (given
+    ``plugin``) SGLang's tree rescored by specrank's plugin. A static tree has no plugin score (SGLang has none)."""
     if isinstance(setting, StaticTreeSetting):
         return score_static_tree(pool, law, setting, first_factor, recording)
     sub, contained = beam_subpool(pool, setting.topk, setting.num_steps)
@@ -341,12 +368,9 @@ def score_setting(pool: PoolBatch, law: str, setting, first_factor: np.ndarray |
     path = sub.path_prob(law)
     accepted, positions = {}, None
     for name in SETTING_SCORES:
-        if name == "reranked":
-            if first_factor is None:
-                continue
-            score = score_of(sub, name, law, first_factor=np.asarray(first_factor)[contained][:, : setting.topk])
-        else:
-            score = score_of(sub, name, law)
+        score = setting_score(sub, law, name, setting.topk, contained, first_factor, plugin)
+        if score is None:
+            continue
         tree = select_top(score, sub.depth, setting.budget)  # (R, m)
         accepted[name] = np.where(tree, path, 0.0).sum(axis=1)
         if name == "draft":
@@ -371,7 +395,7 @@ def score_static_tree(pool: PoolBatch, law: str, setting: StaticTreeSetting, fir
     columns, contained = {}, np.ones(pool.n_rounds, dtype=bool)
     for name in SETTING_SCORES:
         first = None
-        if name == "reranked" and first_factor is None:
+        if (name == "reranked" and first_factor is None) or name == "plugin":
             continue
         if name != "draft":
             inputs = {"first_factor": np.asarray(first_factor)} if name == "reranked" else {}
@@ -543,7 +567,8 @@ def top_metrics(table: pd.DataFrame, n: int = 5) -> dict[str, float]:
     metrics = {"settings": len(table), "flagged": int((table["outside"] > 0).sum())}
     best = table[table["outside"] == 0].head(n)
     for i, (_, r) in enumerate(best.iterrows(), start=1):
-        for col in ("draft_length", "draft_low", "draft_high", "root_length", "reranked_length", "tokens_per_s"):
+        for col in ("draft_length", "draft_low", "draft_high", "root_length", "reranked_length", "plugin_length",
+                    "tokens_per_s"):
             if col in r and r[col] == r[col]:
                 metrics[f"top{i}.{col}"] = float(r[col])
     return metrics
