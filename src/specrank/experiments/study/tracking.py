@@ -36,12 +36,12 @@ HEADLINE_TAG = "specrank.headline"  # the champion's gain and interval in words:
 ALIAS = "champion"
 # MLflow's UI restores a runs-table view saved as the experiment tag ``mlflow.sharedViewState.<key>`` when the link
 # carries ``viewStateShareKey=<key>`` (useSharedExperimentViewState in mlflow/server/js, experiment-page hooks;
-# plain JSON is read when the value is not compressed); columns are named ``<kind>.`<key>```.
+# plain JSON is read when the value is not compressed); columns are named ``<kind>.`<key>```, and their widths apply
+# to the columns the view orders (``columnOrder``): the headline first, wide enough to read whole.
 SHARED_VIEW_TAG = "mlflow.sharedViewState."
 VIEW_KEY = "specrank-headline"
-VIEW_COLUMNS = [f"tags.`{CHAMPION_RERANKER_TAG}`", f"tags.`{HEADLINE_TAG}`", "metrics.`champion.gain_pct`",
-                "metrics.`champion.root_share.b8`", "metrics.`champion.root_share.b59`", "metrics.`n_rounds`",
-                "metrics.`n_prompts`"]
+VIEW_COLUMNS = {f"tags.`{HEADLINE_TAG}`": 600, f"tags.`{CHAMPION_RERANKER_TAG}`": 150,
+                "metrics.`champion.gain_pct`": 150, "metrics.`champion.root_share.b8`": 180}  # column -> width, px
 UNITS = ("Metrics: `value.draft.b<B>` is draft selection's expected accepted draft tokens per round at budget B; "
          "`gain_pct.<score>.b<B>` a score's gain over it in % of draft's value (in tokens: the evaluate run's "
          "`gain_tokens.<score>.b<B>`), `root_share.<score>.b<B>` the % of root selection's gain it recovers (held out, "
@@ -98,8 +98,8 @@ def headline_metrics(figures: dict) -> dict[str, float]:
 
 
 def headline_line(figures: dict) -> str:
-    """The champion in one line: its gain over draft at the first budget with its interval, its share of root's
-    gain, and the rule that chose it."""
+    """The champion in one line: its gain over draft at the first budget with its interval and its share of root's
+    gain (the runs table's headline column)."""
     champion = figures["champion"]
     name, budget = champion["reranker"], next(iter(figures["budgets"]))
     entry = figures["budgets"][budget]["scores"][name]
@@ -107,7 +107,7 @@ def headline_line(figures: dict) -> str:
     text = f"{label(name)}: {gain[0]:+.1f}% of draft's value [{gain[1]:+.1f}, {gain[2]:+.1f}] at B = {budget}"
     if share is not None:
         text += f", {share[0]:.0f}% of root's gain [{share[1]:.0f}, {share[2]:.0f}]"
-    return text + f" (mean over budgets {champion['mean_gain_pct']:+.1f}%, the rule that chose it)"
+    return text
 
 
 def headline_frame(figures: dict) -> pd.DataFrame:
@@ -193,7 +193,8 @@ def pipeline_note(figures: dict, run_dir: Path, name: str, temp: float, drafter:
     budgets = [int(b) for b in figures["budgets"]]
     link = f"[models:/{version.name}/{version.version}](#/models/{version.name}/versions/{version.version})"
     return "\n".join([
-        f"**Champion {line}** — {link}", "",
+        f"**Champion {line}** — {link} (chosen by its mean gain over the budgets, "
+        f"{figures['champion']['mean_gain_pct']:+.1f}%)", "",
         f"{name}: T = {temp:g}, drafter {drafter}, {figures['rounds']} rounds of {figures['prompts']} prompts; nested "
         "runs decode -> featurize -> train -> evaluate. Each score's share of root selection's gain: "
         "`figures/root_share.png`; every figure with its interval: `tables/headline.json`; the report: `report.html`.",
@@ -223,7 +224,7 @@ def finish(tracking: Tracking, pipelines: dict[str, str], champions: dict[str, s
 def headline_view() -> dict:
     """The runs table as the headline: the pipeline runs, newest first, with the champion and its gain as columns."""
     return {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False,
-            "selectedColumns": VIEW_COLUMNS}
+            "selectedColumns": list(VIEW_COLUMNS), "columnOrder": list(VIEW_COLUMNS), "columnWidths": VIEW_COLUMNS}
 
 
 def runs_link(experiment_id: str) -> str:
