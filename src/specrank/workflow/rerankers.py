@@ -104,15 +104,10 @@ def cross_fit(features: Features | str | Path, *, rerankers=("isotonic", "base",
     every prompt and registers it under ``alias``. Which reranker is the champion is the study's choice (its
     cross-fitted gain over draft, ``workflow.champion``), not this stage's: the stage registers the one it is told.
     """
-    if not isinstance(features, Features):
-        features = Features(Path(features))
+    features = features if isinstance(features, Features) else Features(Path(features))
     names = reranker_names(rerankers)
     gbm = dict(gbm or {})
-    if register and not register_reranker:
-        raise ValueError("--register needs --register-reranker NAME: the champion is chosen by its gain over draft "
-                         "(`specrank study` registers its own), which training alone does not measure")
-    if register_reranker and register_reranker not in names:
-        raise ValueError(f"--register-reranker {register_reranker}: not among --rerankers {','.join(names)}")
+    check_register(register, register_reranker, names, tracking)
     if "per_depth" in names and features.edges_path is None:
         raise ValueError("per_depth needs --edges (write it with `specrank featurize --edges-out`)")
     for name in names:
@@ -120,8 +115,6 @@ def cross_fit(features: Features | str | Path, *, rerankers=("isotonic", "base",
     out_dir = check_output_dir(out or features.path.parent / "rerankers", "--out-dir")
     check_distinct({"--out-dir": out_dir, "--out-dir predictions": out_dir / "predictions.parquet"},
                    {"features": features.path, "--edges": features.edges_path})
-    if register and tracking is None:
-        raise ValueError("--register needs --tracking-uri (the registry lives in the tracking store)")
     prefix = model_prefix or (tracking.run_name if tracking else None) or features.path.resolve().parent.name
     tracker = None
     if tracking is not None:  # an unreachable store fails here, before any output
@@ -149,6 +142,17 @@ def cross_fit(features: Features | str | Path, *, rerankers=("isotonic", "base",
                 fitted.registered = tracker.register(register, refit, alias, register_reranker)
     fitted.rows = len(preds)
     return fitted
+
+
+def check_register(register: str | None, reranker: str | None, names, tracking: Tracking | None) -> None:
+    """Refuse a registration that names no reranker, one not trained here, or no store to register in."""
+    if register and not reranker:
+        raise ValueError("--register needs --register-reranker NAME: the champion is chosen by its gain over draft "
+                         "(`specrank study` registers its own), which training alone does not measure")
+    if reranker and reranker not in names:
+        raise ValueError(f"--register-reranker {reranker}: not among --rerankers {','.join(names)}")
+    if register and tracking is None:
+        raise ValueError("--register needs --tracking-uri (the registry lives in the tracking store)")
 
 
 def _tracker(tracking: Tracking, prefix: str):
