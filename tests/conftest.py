@@ -47,14 +47,14 @@ def pytest_configure(config):
     """Refuse, in one line, the pytest and pytest-xdist releases that do not keep an ``xdist_group`` on one worker.
 
     A module that shares a costly fixture carries an ``xdist_group`` mark; pytest-xdist keeps a group on one worker
-    by adding ``@<group>`` to its tests' ids, which pytest 9.2 no longer lets pytest-xdist 3.8 do (pytest-xdist
-    issue #1386): each grouped module would build its fixture on both workers, the suite running far slower."""
+    by adding ``@<group>`` to its tests' ids, which pytest 9.2 no longer lets pytest-xdist 3.8 do
+    (pytest-dev/pytest-xdist#1386): each grouped module would build its fixture on both workers."""
     import xdist
 
     versions = [tuple(int(p) for p in v.split(".")[:2]) for v in (pytest.__version__, xdist.__version__)]
     if config.getoption("dist", "no") == "loadgroup" and versions[0] >= (9, 2) and versions[1] <= (3, 8):
         raise pytest.UsageError(f"pytest {pytest.__version__} with pytest-xdist {xdist.__version__} does not keep "
-                                "--dist loadgroup groups together (pytest-xdist issue #1386): install the test "
+                                "--dist loadgroup groups together (pytest-dev/pytest-xdist#1386): install the test "
                                 "extra's pytest (<9.2)")
 
 
