@@ -394,6 +394,8 @@ def test_the_demo_logs_to_its_own_store_by_default(demo, tmp_path, monkeypatch):
     store = out.resolve() / "mlflow.db"
     assert store.is_file() and not (tmp_path / "mlflow.db").exists()
     assert f"MLflow store: sqlite:///{store} (experiment 'specrank-demo')" in printed.getvalue()
+    # the study's own table, the champion among its rows (a stacked champion is no evaluate-stage score)
+    assert printed.getvalue().count(" (champion) | ") == 2  # B = 8 and 59
     client = MlflowClient(f"sqlite:///{store}")
     exp = client.get_experiment_by_name("specrank-demo")
     assert [r.info.run_name for r in client.search_runs([exp.experiment_id], "tags.mlflow.parentRunId IS NULL")] == [

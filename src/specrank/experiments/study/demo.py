@@ -15,8 +15,6 @@ import os
 import shlex
 from pathlib import Path
 
-import pandas as pd
-
 from specrank.commands.args import (DRAFTER_SPECS, add_device_arguments, add_drafter_arguments, add_target_argument,
                                     add_tracking_arguments, at_least, model_spec, parse_temperatures)
 from specrank.commands import tracked
@@ -27,13 +25,13 @@ from specrank.decode.loading.drafters import parse_drafter_spec
 from specrank.decode.loading.eagle3 import default_head_dir, has_default_head
 from specrank.decode.loading.targets import check_target_spec
 from specrank.decode.prompts import default_prompts_path, read_prompts
-from specrank.evaluation.report import headline_table
-from specrank.law import Law
+from specrank.evaluation.names import full_label
 from specrank.outputs import check_output_dir
 from specrank.rerankers.defaults import DEFAULT, DEFAULT_DRAFTER, DefaultRerankerError, load_default_reranker
 from specrank.workflow import Tracking
 from specrank.experiments.online.run import compare_online
 from specrank.experiments.study.run import StudySettings, study
+from specrank.experiments.study.tables import scores_table, temperature_name
 from specrank.workflow.stages import timed
 
 MIN_PROMPTS = 4  # two cross-fitting halves, each split again in two for the hyper-parameter search
@@ -112,12 +110,12 @@ def run(args) -> int:
     result = study(model_spec(args, drafter), default_prompts_path(), out=out, settings=preset,
                    allow_training_prompts=args.allow_training_prompts, tracking=tracking,
                    command=shlex.join(["specrank", "demo", *getattr(args, "argv", [])]))
-    for temp in preset.temperatures:
-        folder = out / Law(temp).folder / "evaluation"
-        summary = pd.read_parquet(folder / "summary.parquet")
-        print(f"\n## {Law(temp).folder}: expected accepted draft tokens per round (held-out, 95% prompt-bootstrap "
-              "intervals)\n")
-        print(headline_table(summary, [int(b) for b in result.results["temperatures"][f"{temp:g}"]["budgets"]]))
+    for t, r in result.results["temperatures"].items():
+        print(f"\n## {temperature_name(t)}: expected accepted draft tokens per round, held out (95% prompt-bootstrap "
+              f"intervals); champion {full_label(r['champion']['reranker'])}")
+        for b, figures in r["budgets"].items():
+            print(f"\n### B = {b}\n")
+            print("\n".join(scores_table(b, figures, champion=r["champion"]["reranker"])))
     print(f"\nDrafter: {drafter}. Reports: {out}/*/evaluation/report.md (and report.html); the study's figures: "
           f"{out / 'results.md'}")
     for line in result.links:

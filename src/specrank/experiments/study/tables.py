@@ -232,7 +232,7 @@ def learning_curve_figure(results: dict, path) -> None:
                                   capsize=3, label=f"B = {b}")
             axes[1, col].plot(x, share, marker="o", label=f"B = {b}")
         axes[0, col].axhline(0, color="grey", lw=0.8)
-        axes[0, col].set_title(f"{_temperature_name(t)} ({results['drafter']})")
+        axes[0, col].set_title(f"{temperature_name(t)} ({results['drafter']})")
         axes[0, col].set_ylabel("Rows − Base, % of draft's value")
         axes[1, col].set_ylabel("Rows share of root's gain, %")
         axes[1, col].set_xlabel("training rounds per fold model")
@@ -252,11 +252,13 @@ def _ci(x, digits: int = 2, sign: bool = True) -> str:
     return f"{f.format(point)} [{f.format(low)}, {f.format(high)}]"
 
 
-def _temperature_name(t: str) -> str:
+def temperature_name(t: str) -> str:
     return GREEDY if Law(float(t)).greedy else f"T = {float(t):g}"
 
 
-def _scores_table(budget: str, figures: dict) -> list[str]:
+def scores_table(budget: str, figures: dict, champion: str | None = None) -> list[str]:
+    """One budget's scores: value, gain over draft, % of draft and share of root's gain with their intervals, the
+    paper's bound beside Rows; ``champion``, where given, is marked."""
     paper = PAPER["rows_root_share_max"][budget] if budget in PAPER["rows_root_share_max"] else None
     lines = ["| Score | accepted draft tokens / round | gain over draft [95% CI] | % of draft [95% CI] "
              "| share of root's gain, % [95% CI] | paper |", "|---|---|---|---|---|---|"]
@@ -265,7 +267,8 @@ def _scores_table(budget: str, figures: dict) -> list[str]:
         pct = _ci(r["gain_pct"], 1) if "gain_pct" in r else "–"
         share = _ci(r["root_share"], 1, sign=False) if "root_share" in r else "–"
         ref = f"≤ {paper:g}%" if score == "rows" and paper is not None else ""
-        lines.append(f"| {full_label(score)} | {r['mean'][0]:.3f} | {gain} | {pct} | {share} | {ref} |")
+        name = full_label(score) + (" (champion)" if score == champion else "")
+        lines.append(f"| {name} | {r['mean'][0]:.3f} | {gain} | {pct} | {share} | {ref} |")
     return lines
 
 
@@ -291,7 +294,7 @@ def online_section(results: dict) -> list[str]:
             continue
         for b, f in online["budgets"].items():
             offline_draft = f.get("offline", {}).get("draft", {}).get("mean", [float("nan")])[0]
-            out += ["", f"### {_temperature_name(t)}, B = {b}: {f['prompts']} unseen prompts; champion "
+            out += ["", f"### {temperature_name(t)}, B = {b}: {f['prompts']} unseen prompts; champion "
                         f"{full_label(online['reranker'])}", "",
                     "| Strategy | realized [95% CI] | expected at the online contexts | realized gain over draft "
                     "[95% CI] | offline gain over draft [95% CI] | tokens/s over draft [95% CI] |",
@@ -333,9 +336,9 @@ TITLE = "Does the reranker help? The study"
 def _temperature_section(t: str, r: dict) -> list[str]:
     """One temperature's section of the results page: each budget's scores, the first-factor errors, the learning
     curve, the rows' availability and the rerankers' feature importance."""
-    out = ["", f"## {_temperature_name(t)}: {r['rounds']} rounds, {r['prompts']} prompts", "", _regime(r), ""]
+    out = ["", f"## {temperature_name(t)}: {r['rounds']} rounds, {r['prompts']} prompts", "", _regime(r), ""]
     for b, figures in r["budgets"].items():
-        out += [f"### B = {b}", ""] + _scores_table(b, figures) + [""]
+        out += [f"### B = {b}", ""] + scores_table(b, figures) + [""]
         rb = figures.get("rows_minus_base")
         if rb:
             low = PAPER["rows_minus_base_low_min"].get(b)
