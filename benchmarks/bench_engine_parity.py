@@ -25,7 +25,9 @@ compared token by token with vLLM's plain greedy text. Writes ``benchmarks/resul
 ``--speed-prompts`` prompts, greedy, ``--max-new-tokens`` each, one at a time after a warm-up, ``--threads``
 threads everywhere (default one; vLLM unbound): HF ``generate`` without a drafter, specrank's ``Decoder`` (draft selection and
 the champion ``reranker:default`` at B = 8), vLLM plain and with the head at each k; beside them tree-config's
-cost model (its tokens/s for each chain, timed on this machine) against vLLM's decode tokens/s. Writes
+cost model against vLLM's decode tokens/s: ``--engine-timing`` given vLLM's plain step and its k = 1 step, which fix
+the model's two scales, so k = 2.. are predictions, on rounds recorded from the same prompts (the model's tokens/s
+on specrank's own passes, unscaled, is kept beside it). Writes
 ``benchmarks/results/engine_parity_speed.json``.
 
 Goals (docs/tree-config.md, "Checked against vLLM"): greedy text with the head identical to plain decoding on every
@@ -50,6 +52,7 @@ GOAL_LENGTH_REL = 0.03
 GOAL_POSITION_ABS = 0.02
 GOAL_SPEED_REL = 0.15
 SPEED_BUDGET = 8  # specrank's loop in the speed table: draft selection and the champion at B = 8
+FITTED_K = 1  # the speculative step whose time fixes the cost model's draft scale; the other k are predictions
 
 
 def parse_args(argv=None):
@@ -137,16 +140,23 @@ def engine_run(args, request: dict, threads: int, name: str) -> dict:
     return json.loads(out.read_text())
 
 
-def tree_config(args, temperature: float, threads: int, repeats: int) -> Path:
-    """``specrank tree-config`` on the same prompts for the vLLM chains k = 1..max(ks); resumes its recording."""
+def tree_config(args, temperature: float, threads: int, repeats: int, limit: int | None = None,
+                engine_timing: str | None = None, name: str = "tree-config") -> Path:
+    """``specrank tree-config`` on the same prompts for the vLLM chains k = 1..max(ks); resumes its recording.
+    ``limit``: the first prompts (default ``--limit``); ``engine_timing``: vLLM's measured steps (``--engine-timing``)."""
     from specrank.cli import main as cli
 
-    out = Path(args.work) / f"tree-config-t{temperature:g}"
-    argv = ["tree-config", "--target", args.target, "--drafter", args.drafter, "--limit", str(args.limit),
+    out = Path(args.work) / f"{name}-t{temperature:g}"
+    argv = ["tree-config", "--target", args.target, "--drafter", args.drafter, "--limit", str(limit or args.limit),
             "--max-new-tokens", str(args.max_new_tokens), "--temperature", f"{temperature:g}", "--seed",
             str(args.seed), "--topk", "1", "--num-steps", ",".join(map(str, range(1, max(args.ks) + 1))),
             "--num-draft-tokens", "2", "--reranker", "none", "--repeats", str(repeats), "--bootstrap",
             str(args.bootstrap), "--threads", str(threads), "--out", str(out), "--no-tracking", "--no-progress"]
+    if engine_timing is not None:
+        if out.exists():  # the timings are measured anew each run; the recording is cheap at this size
+            import shutil
+            shutil.rmtree(out)
+        argv += ["--engine-timing", engine_timing]
     rc = cli(argv)
     if rc != 0:
         sys.exit(f"tree-config exited {rc}")
@@ -394,21 +404,33 @@ def run_speed(args) -> int:
               "load_average_before": os.getloadavg()[0]}
     result["vllm"] = {str(k): vllm_speed(args, prep, threads, k) for k in [0, *args.ks]}
     result["specrank"] = specrank_speed(args, prep, threads)
-    table = pd.read_parquet(tree_config(args, 0.0, threads, args.repeats) / "tree_config_table.parquet")
-    table = table.set_index("setting")
+    # vLLM's own steps fix the cost model's two scales (docs/tree-config.md, "Predicting an engine's speed"): its
+    # plain step and its k = 1 step; k = 2.. are then predicted, on rounds recorded from the same prompts
+    timed = f"plain={result['vllm']['0']['decode_ms_per_step']:.4f},k{FITTED_K}=" \
+            f"{result['vllm'][str(FITTED_K)]['decode_ms_per_step']:.4f}"
+    out = tree_config(args, 0.0, threads, args.repeats, limit=args.speed_prompts, engine_timing=timed,
+                      name="tree-config-speed")
+    table = pd.read_parquet(out / "tree_config_table.parquet").set_index("setting")
     plain = result["vllm"]["0"]["decode_tokens_per_s"]
+    result["engine_timing"] = timed
     checks = {}
     for k in args.ks:
         row, v = table.loc[f"k1-s{k}-n{k + 1}"], result["vllm"][str(k)]
-        checks[str(k)] = {"predicted_tokens_per_s": float(row["tokens_per_s"]),
-                          "predicted_interval": [float(row["tokens_per_s_low"]), float(row["tokens_per_s_high"])],
-                          "predicted_ms_per_round": 1000 * float(row["round_seconds"]),
+        measured = v["decode_tokens_per_s"]
+        checks[str(k)] = {"predicted_tokens_per_s": float(row["engine_tokens_per_s"]),
+                          "predicted_interval": [float(row["engine_tokens_per_s_low"]),
+                                                 float(row["engine_tokens_per_s_high"])],
+                          "predicted_ms_per_round": 1000 * float(row["engine_round_seconds"]),
+                          "fitted_on_this_step": bool(row["engine_timed"]),
                           "predicted_length": float(row["draft_length"]),
-                          "measured_decode_tokens_per_s": v["decode_tokens_per_s"],
+                          "measured_decode_tokens_per_s": measured,
                           "measured_ms_per_step": v["decode_ms_per_step"],
                           "measured_length": v["acceptance_length"],
-                          "ratio": float(row["tokens_per_s"]) / v["decode_tokens_per_s"],
-                          "speedup_over_plain": v["decode_tokens_per_s"] / plain}
+                          "ratio": float(row["engine_tokens_per_s"]) / measured,
+                          # specrank's own passes, unscaled: what the cost model says of specrank's loop
+                          "own_passes_tokens_per_s": float(row["tokens_per_s"]),
+                          "own_passes_ratio": float(row["tokens_per_s"]) / measured,
+                          "speedup_over_plain": measured / plain}
         checks[str(k)]["within_15pct"] = abs(checks[str(k)]["ratio"] - 1) <= GOAL_SPEED_REL
     result["cost_model"] = checks
     result["load_average_after"] = os.getloadavg()[0]  # the 1-minute load: about `threads` on a quiet machine
@@ -442,13 +464,16 @@ def speed_markdown(f: dict, path: Path) -> str:
     for k in f["vllm"]:
         label = "vLLM, no drafter" if k == "0" else f"vLLM with the head, k = {k}"
         rows.append(f"| {label} | {q(f'vllm.{k}.tokens_per_s')} | {q(f'vllm.{k}.tokens_per_s', '{:.2f}', hf)} |")
-    rows += ["", "| k | cost model tokens/s | vLLM decode tokens/s | predicted / measured | ms a round, predicted /"
-             " vLLM | vLLM × its plain decoding |", "|---|---|---|---|---|---|"]
+    rows += ["", "| k | cost model tokens/s, vLLM's steps | vLLM decode tokens/s | predicted / measured | ms a round,"
+             " predicted / vLLM | cost model, specrank's own passes | vLLM × its plain decoding |",
+             "|---|---|---|---|---|---|---|"]
     for k in f["cost_model"]:
         c = f"cost_model.{k}"
-        rows.append(f"| {k} | {q(c + '.predicted_tokens_per_s')} | {q(c + '.measured_decode_tokens_per_s')} |"
-                    f" {q(c + '.ratio', '{:.2f}')} | {q(c + '.predicted_ms_per_round', '{:.0f}')} /"
-                    f" {q(c + '.measured_ms_per_step', '{:.0f}')} | {q(c + '.speedup_over_plain', '{:.2f}')} |")
+        fitted = " (step fitted)" if f["cost_model"][k].get("fitted_on_this_step") else ""
+        rows.append(f"| {k}{fitted} | {q(c + '.predicted_tokens_per_s')} | {q(c + '.measured_decode_tokens_per_s')} |"
+                    f" {q(c + '.ratio', '{:.2f}')} | {q(c + '.predicted_ms_per_round', '{:.1f}')} /"
+                    f" {q(c + '.measured_ms_per_step', '{:.1f}')} | {q(c + '.own_passes_tokens_per_s')} |"
+                    f" {q(c + '.speedup_over_plain', '{:.2f}')} |")
     return "\n".join(rows)
 
 

@@ -838,6 +838,10 @@ CASES = [
                                                           str(w.root / "none.jsonl")), "none.jsonl"),
     ("tree-config-reranker-missing", lambda w, o: tree_config(w, o, "--reranker", str(w.root / "no-model"),
                                                            "--no-tracking"), "no-model"),
+    ("tree-config-engine-timing-no-plain",
+     lambda w, o: tree_config(w, o, "--engine-timing", "k1=28.8", "--no-tracking"), "--engine-timing"),
+    ("tree-config-engine-timing-unscored-setting",
+     lambda w, o: tree_config(w, o, "--engine-timing", "plain=25,k9=40", "--no-tracking"), "k1-s9-n10"),
     ("tree-config-tracking-not-mlflow", lambda w, o: tree_config(w, o, "--tracking-uri", w.not_mlflow), NOT_MLFLOW),
     # the command line itself
     ("cli-unknown-command", lambda w, o: ["deploy"], "deploy"),

@@ -398,3 +398,62 @@ def test_the_engine_sees_no_prompt_rows_and_no_task():
     assert seen["cache_logp"].isna().tolist() == [True, True, False, False]  # round 0 read the prompt's row
     assert seen["same_token_logp"].tolist() == features["same_token_logp"].tolist()
     assert set(seen["task"].astype(str)) == {""} and set(features["task"].astype(str)) == {"qa"}
+
+
+def test_engine_timing_is_parsed_and_malformed_ones_name_their_part():
+    from specrank.experiments.tree_config.engine_timing import EngineTimingError, parse_engine_timing
+
+    t = parse_engine_timing("plain=25.7, k1=28.8,k4-s3-n8=41")
+    assert t.plain_ms == 25.7 and t.measured == (("k1-s1-n2", 28.8), ("k4-s3-n8", 41.0))
+    for bad, named in (("k1=28.8", "plain=MS"), ("plain=25", "plain=MS"), ("plain=25,k1=x", "'k1=x'"),
+                       ("plain=25,k1=-3", "'k1=-3'"), ("plain=25,top=3", "'top'"), ("plain=25,k1", "'k1'")):
+        with pytest.raises(EngineTimingError, match=named):
+            parse_engine_timing(bad)
+
+
+def test_engine_speed_recovers_an_engine_whose_passes_are_ours_scaled_and_a_wrong_scale_misses():
+    """An engine whose verify costs a * ours and whose drafting costs b * ours, timed plain and at one chain:
+    every other setting's round is predicted exactly. Negative control: timing the chain 20% slow moves every
+    prediction."""
+    import pandas as pd
+
+    from specrank.decode.runs.cost import CostModel
+    from specrank.experiments.tree_config.engine_timing import (
+        engine_round_seconds, parse_engine_timing, with_engine_speed,
+    )
+
+    settings = [vllm_chain(k) for k in (1, 2, 3, 4)] + [sglang_setting(4, 3, 8)]
+    cost = CostModel(draft={s.draft_shape: 0.004 * s.num_steps * s.topk ** 0.5 for s in settings},
+                     verify={n: 0.050 + 0.002 * n for n in (1, 2, 3, 4, 5, 8)})
+    a, b = 0.4, 0.6
+    engine_ms = {s.label: 1000 * (a * cost.verify[s.num_draft_tokens] + b * cost.draft[s.draft_shape])
+                 for s in settings}
+    timing = parse_engine_timing(f"plain={1000 * a * cost.verify[1]},k2={engine_ms['k1-s2-n3']}")
+    predicted = engine_round_seconds(timing, cost, settings)
+    for s in settings:
+        assert predicted[s.label] == pytest.approx(engine_ms[s.label] / 1000, rel=1e-12)
+    slow = parse_engine_timing(f"plain={1000 * a * cost.verify[1]},k2={1.2 * engine_ms['k1-s2-n3']}")
+    off = engine_round_seconds(slow, cost, settings)
+    assert all(abs(off[s.label] / (engine_ms[s.label] / 1000) - 1) > 0.02 for s in settings)
+    table = pd.DataFrame({"setting": [s.label for s in settings], "draft_length": 2.0, "draft_low": 1.5,
+                          "draft_high": 2.5})
+    table = with_engine_speed(table, predicted, timing).set_index("setting")
+    assert table.loc["k1-s4-n5", "engine_tokens_per_s"] == pytest.approx(2000 / engine_ms["k1-s4-n5"])
+    assert table.loc["k1-s4-n5", "engine_tokens_per_s_low"] < table.loc["k1-s4-n5", "engine_tokens_per_s_high"]
+    assert table["engine_timed"].tolist() == [s.label == "k1-s2-n3" for s in settings]
+
+
+def test_the_command_predicts_an_engines_speed_from_its_timed_steps(tmp_path, capsys):
+    import pandas as pd
+
+    from specrank.cli import main
+
+    out = tmp_path / "out"
+    argv = tiny_command(tmp_path, out, "3,4") + ["--engine-timing", "plain=10,k1-s2-n3=13"]
+    assert main(argv) == 0
+    table = pd.read_parquet(out / "tree_config_table.parquet").set_index("setting")
+    cost = pd.read_parquet(out / "tree_config_cost.parquet")
+    assert ((cost["part"] == "verify") & (cost["num_draft_tokens"] == 1)).any()  # the plain step's pass, timed
+    assert table.loc["k1-s2-n3", "engine_round_seconds"] == pytest.approx(0.013)  # one timed step: fitted exactly
+    assert (table["engine_tokens_per_s"] > 0).all() and table["engine_timed"].sum() == 1
+    assert "engine_tokens_per_s" in capsys.readouterr().out

@@ -101,9 +101,11 @@ def cost_parts(settings) -> tuple[list, list]:
 
 
 def measure_cost(target, drafter, prompt_ids, settings, repeats: int = 5, host: float = 0.0,
-                 done: Callable[[], None] | None = None) -> CostModel:
-    """Time every pool and every verify width the ``settings`` need (``cost_parts``); ``done()`` after each."""
-    shapes, widths = cost_parts(settings)
+                 done: Callable[[], None] | None = None, widths=()) -> CostModel:
+    """Time every pool and every verify width the ``settings`` need (``cost_parts``) and the extra ``widths``;
+    ``done()`` after each."""
+    shapes, needed = cost_parts(settings)
+    widths = sorted(set(needed) | set(widths))
     with torch.inference_mode():
         draft = time_drafter(target, drafter, prompt_ids, shapes, repeats, done)
         verify = time_verify(target, drafter, prompt_ids, widths, repeats, done)

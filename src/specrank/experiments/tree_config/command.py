@@ -18,6 +18,7 @@ from specrank.decode.config import check_temperature
 from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
 from specrank.decode.loading.targets import check_target_spec, parse_device
 from specrank.decode.prompts import default_prompts_path, read_prompts
+from specrank.experiments.tree_config.engine_timing import check_timed_settings, parse_engine_timing
 from specrank.experiments.tree_config.run import CROSS_FIT, TreeConfigRun, check_recordings, summary, tree_config, write_outputs
 from specrank.engines.vllm import FIRST_WITH_TREES, LAST_WITH_TREES, parse_version, serves_static_trees, version_name
 from specrank.experiments.tree_config.tables import (
@@ -85,6 +86,11 @@ def add_arguments(parser) -> None:
                              " topk); scored as specrank selects (reranked_*) and as SGLang's plugin rescores SGLang's"
                              " tree (plugin_*)")
     parser.add_argument("--repeats", type=at_least(1), default=5, help="timed repeats of each pool and pass (default 5)")
+    parser.add_argument("--engine-timing", default=None, metavar="plain=MS,SETTING=MS,...",
+                        help="an engine's measured ms a decode step on this machine, plain and for at least one"
+                             " scored setting (kN: vLLM's chain of N tokens, or a label k{topk}-s{steps}-n{tokens}),"
+                             " e.g. plain=25.7,k1=28.8: adds the engine's predicted tokens/s for every setting"
+                             " (engine_tokens_per_s; docs/tree-config.md, \"Predicting an engine's speed\")")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
     parser.add_argument("--out", required=True,
                         help="output directory (recordings, tables, figures, heads); rerun the same command to resume")
@@ -152,6 +158,9 @@ def run(args) -> int:
     check_output_dir(args.out)
     settings = grid_of(args)
     check_temperature(args.temperature, "--temperature")
+    timing = None if args.engine_timing is None else parse_engine_timing(args.engine_timing)
+    if timing is not None:
+        check_timed_settings(timing, settings)
     reranker = _reranker(args)
     prompts_path = args.prompts or default_prompts_path()
     prompts = read_prompts(prompts_path, limit=args.limit)
@@ -160,7 +169,7 @@ def run(args) -> int:
     parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
     check_unseen(args.drafter, prompts, args.allow_training_prompts)
     spec = TreeConfigRun(prompts_path, args.temperature, args.max_new_tokens, args.seed, args.reranker,
-                         args.repeats, args.bootstrap, progress=not args.no_progress)
+                         args.repeats, args.bootstrap, progress=not args.no_progress, engine_timing=timing)
     check_recordings(args.out, settings, spec)
     uri = tracked.tracking_uri(args)
     if args.threads:
@@ -197,7 +206,8 @@ def _track(args, uri, result, target, drafter) -> None:
 def _print(result: dict, out: Path) -> None:
     table = result["table"]
     cols = [c for c in ("rank", "setting", "draft_length", "draft_low", "draft_high", "root_length",
-                        "reranked_length", "plugin_length", "tokens_per_s", "status") if c in table]
+                        "reranked_length", "plugin_length", "tokens_per_s", "engine_tokens_per_s",
+                        "status") if c in table]
     print(table[cols].head(12).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     notes = summary(result)
     for name in ("best", "best_chain", "best_vllm"):

@@ -30,6 +30,12 @@ from specrank.decode.runs.cost import cost_parts, measure_cost
 from specrank.decode.runs.manifest import config_manifest
 from specrank.decode.runs.shards import check_same_run
 from specrank.evaluation.data import align_predictions, load_rounds
+from specrank.experiments.tree_config.engine_timing import (
+    EngineTiming,
+    engine_round_seconds,
+    widths,
+    with_engine_speed,
+)
 from specrank.experiments.tree_config.tables import (
     PluginFactors,
     TreeSetting,
@@ -68,6 +74,7 @@ class TreeConfigRun:
     repeats: int = 5
     bootstrap: int = 2000
     progress: bool = True
+    engine_timing: EngineTiming | None = None  # an engine's measured steps: its speed predicted beside ours
 
     def config(self, rec=None) -> DecodeConfig:
         """The decode configuration of a planned recording (a one-node pool for None)."""
@@ -191,10 +198,15 @@ def tree_config(target, drafter, prompts, settings, run: TreeConfigRun, out, sta
                 bar.update()
         reliability.append(reliability_table(rounds.pool, rounds.law).assign(recording=name))
     config_ids = encode_prompts(target, prompts[:1], run.config())[0]
-    with run.bar(total=sum(map(len, cost_parts(settings))), desc="timing pools and passes", unit="part") as bar:
-        cost = measure_cost(target, drafter, config_ids, settings, run.repeats, done=bar.update)
+    extra = widths(run.engine_timing)
+    parts = sum(map(len, cost_parts(settings))) + len(set(extra) - set(cost_parts(settings)[1]))
+    with run.bar(total=parts, desc="timing pools and passes", unit="part") as bar:
+        cost = measure_cost(target, drafter, config_ids, settings, run.repeats, done=bar.update, widths=extra)
     cost.host = host_seconds(target, drafter, config_ids, settings, cost, run)
     table = setting_table(scores, {s.label: cost.round_seconds(s) for s in settings}, run.bootstrap, run.seed)
+    if run.engine_timing is not None:
+        timing = run.engine_timing
+        table = with_engine_speed(table, engine_round_seconds(timing, cost, settings), timing)
     return {"table": table, "positions": position_table(scores), "reliability": pooled_reliability(reliability),
             "cost": pd.DataFrame(cost.rows()), "recordings": recordings,
             "heads": export_heads(drafter.spec, Path(stage) / "heads"), "law": Law(run.temperature).name,

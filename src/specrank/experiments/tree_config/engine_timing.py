@@ -1,0 +1,129 @@
+"""An engine's speed predicted from its own step times (``specrank tree-config --engine-timing``,
+docs/tree-config.md, "Predicting an engine's speed").
+
+The cost model times specrank's own passes; a serving engine runs the same models in its own kernels, two to three
+times faster on a CPU. The engine's absolute speed is not in the recording, but the shape of its cost is: a verify
+pass over n tokens costs the engine what it costs specrank, scaled, and a drafted pool likewise. Two scales, then,
+fixed by what the user measured of the engine:
+
+- verify: the engine's plain decode step (one token a pass) against specrank's one-token pass:
+  ``engine_verify(n) = plain_ms * verify(n) / verify(1)``;
+- draft: the least-squares scale that carries specrank's pool times onto what the measured speculative steps leave
+  once their verify pass is paid: ``step_ms - engine_verify(n) = scale * draft(shape)``.
+
+A setting's engine round is then ``engine_verify(n) + scale * draft(shape)``, and its tokens/s the recorded
+acceptance length over that round. One measured speculative setting fixes the draft scale; the others are
+predictions.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from specrank.decode.runs.cost import CostModel
+
+_CHAIN = re.compile(r"k(\d+)")  # vLLM's num_speculative_tokens, as a chain k1-s{k}-n{k+1}
+_LABEL = re.compile(r"k(\d+)-s(\d+)-n(\d+)")  # a setting's label, e.g. k4-s3-n8
+
+
+class EngineTimingError(ValueError):
+    """A malformed ``--engine-timing`` (one line naming it)."""
+
+
+@dataclass(frozen=True)
+class EngineTiming:
+    """Step times measured in an engine on the user's machine (ms): ``plain_ms`` its decode step without a
+    drafter, ``measured`` ((setting label, ms a speculative step), ...)."""
+
+    plain_ms: float
+    measured: tuple[tuple[str, float], ...]
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(label for label, _ in self.measured)
+
+
+def setting_label(key: str) -> str:
+    """A setting's label from ``kN`` (vLLM's chain of N tokens) or a full label ``k{topk}-s{steps}-n{tokens}``."""
+    if _CHAIN.fullmatch(key):
+        k = int(key[1:])
+        return f"k1-s{k}-n{k + 1}"
+    if _LABEL.fullmatch(key):
+        return key
+    raise EngineTimingError(f"--engine-timing: {key!r} is neither kN (a vLLM chain) nor a setting label"
+                            " k{topk}-s{steps}-n{tokens}")
+
+
+def parse_engine_timing(text: str) -> EngineTiming:
+    """``"plain=25.7,k1=28.8,k4-s3-n8=41.0"``: ms a step, ``plain`` and at least one speculative setting."""
+    values = {}
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        try:
+            ms = float(value)
+        except ValueError:
+            ms = float("nan")
+        if not sep or not np.isfinite(ms) or ms <= 0:
+            raise EngineTimingError(f"--engine-timing: {part!r}: expected NAME=MS with MS > 0")
+        key = key.strip()
+        values["plain" if key == "plain" else setting_label(key)] = ms
+    if "plain" not in values or len(values) < 2:
+        raise EngineTimingError(f"--engine-timing {text!r}: expected plain=MS and at least one setting, e.g."
+                                " plain=25.7,k1=28.8")
+    plain = values.pop("plain")
+    return EngineTiming(plain, tuple(sorted(values.items())))
+
+
+def check_timed_settings(timing: EngineTiming, settings) -> None:
+    """Every timed setting must be one the grid scores (checked before any model loads)."""
+    labels = {s.label for s in settings}
+    missing = [label for label in timing.labels if label not in labels]
+    if missing:
+        raise EngineTimingError(f"--engine-timing: {', '.join(missing)} not in the scored settings; add it to the"
+                                " grid (--vllm-tokens, --topk/--num-steps/--num-draft-tokens)")
+
+
+def widths(timing: EngineTiming | None) -> tuple[int, ...]:
+    """Verify widths the engine scales need besides the settings' own: the one-token pass of plain decoding."""
+    return () if timing is None else (1,)
+
+
+def draft_scale(timing: EngineTiming, cost: CostModel, settings) -> float:
+    """The least-squares scale from specrank's pool times to what the timed engine steps spend drafting."""
+    by_label = {s.label: s for s in settings}
+    x, y = [], []
+    for label, ms in timing.measured:
+        s = by_label[label]
+        x.append(cost.draft[s.draft_shape])
+        y.append(ms / 1000 - engine_verify_seconds(timing, cost, s.num_draft_tokens))
+    x, y = np.asarray(x), np.asarray(y)
+    return float(max(0.0, (x @ y) / (x @ x)))
+
+
+def engine_verify_seconds(timing: EngineTiming, cost: CostModel, n: int) -> float:
+    return timing.plain_ms / 1000 * cost.verify[n] / cost.verify[1]
+
+
+def engine_round_seconds(timing: EngineTiming, cost: CostModel, settings) -> dict[str, float]:
+    """{label: the engine's seconds a round} for every setting."""
+    scale = draft_scale(timing, cost, settings)
+    return {s.label: engine_verify_seconds(timing, cost, s.num_draft_tokens) + scale * cost.draft[s.draft_shape]
+            for s in settings}
+
+
+def with_engine_speed(table: pd.DataFrame, seconds: dict[str, float], timing: EngineTiming) -> pd.DataFrame:
+    """``table`` with the engine's round and tokens/s (interval from the acceptance length's), and whether the
+    setting's step was one the scales were fitted on (``engine_timed``)."""
+    out = table.copy()
+    rs = out["setting"].map(seconds).astype(float)
+    out["engine_round_seconds"] = rs
+    for suffix, column in (("", "draft_length"), ("_low", "draft_low"), ("_high", "draft_high")):
+        out[f"engine_tokens_per_s{suffix}"] = out[column] / rs
+    out["engine_timed"] = out["setting"].isin(timing.labels)
+    return out
