@@ -258,3 +258,39 @@ def test_the_hooked_functions_exist_in_this_sglang_and_register_wraps_them(monke
     monkeypatch.setattr(HookRegistry, "_hooks", type(HookRegistry._hooks)(list))
     register()
     assert {hooks.DRAFT, hooks.ORGANIZE, hooks.SAMPLE} <= set(HookRegistry._hooks)
+
+
+def test_retention_reads_eagle_sample_as_sglang_v0_5_18_returns_it():
+    """``eagle_sample`` returns (predict, accept_lens, accept_index): accept_lens counts the root (its
+    ``num_correct_drafts + 1``), accept_index holds global slots, root first, -1 padded. Each request's rows, tokens,
+    local accepted slots and continuation must reach the rescorer (an accept_lens one past the path took the pad as
+    its last slot). Negative control: SGLang's drafts-only count loses each request's last accepted slot."""
+    from types import SimpleNamespace
+
+    from specrank.engines.sglang.hooks import retain_batch
+
+    class Recorder:
+        def __init__(self):
+            self.calls = []
+
+        def retain(self, rid, rows, tokens, accepted, continuation):
+            self.calls.append((rid, rows.clone(), tokens.copy(), accepted.tolist(), continuation))
+
+    b, n, vocab = 2, 4, 11
+    draft = torch.tensor([5, 6, 7, 8, 1, 2, 3, 4], dtype=torch.int64)
+    logits = torch.randn(b * n, vocab)
+    predict = torch.tensor([0, 0, 99, 0, 0, 0, 0, 77], dtype=torch.int32)
+    accept_index = torch.tensor([[0, 2, -1, -1], [4, 5, 7, -1]], dtype=torch.int32)
+    out = (predict, torch.tensor([2, 3], dtype=torch.int32), accept_index)
+    verify = SimpleNamespace(draft_token_num=n, draft_token=draft)
+    batch = SimpleNamespace(reqs=[SimpleNamespace(rid="a"), SimpleNamespace(rid="b")])
+    rec = Recorder()
+    retain_batch(rec, verify, batch, logits, out)
+    (ra, rows_a, tok_a, acc_a, cont_a), (rb, rows_b, tok_b, acc_b, cont_b) = rec.calls
+    assert (ra, acc_a, cont_a, tok_a.tolist()) == ("a", [0, 2], 99, [5, 6, 7, 8])
+    assert (rb, acc_b, cont_b, tok_b.tolist()) == ("b", [0, 1, 3], 77, [1, 2, 3, 4])
+    assert torch.equal(rows_a, logits[:n]) and torch.equal(rows_b, logits[n:])
+    drafts_only = (predict, torch.tensor([1, 2], dtype=torch.int32), accept_index)  # num_correct_drafts alone
+    wrong = Recorder()
+    retain_batch(wrong, verify, batch, logits, drafts_only)
+    assert [c[3] for c in wrong.calls] != [acc_a, acc_b]

@@ -74,12 +74,14 @@ def around_sample(rescorer: TreeRescorer):
 
 
 def retain_batch(rescorer: TreeRescorer, verify_input, batch, logits: torch.Tensor, out) -> None:
-    """Each request's verify rows into its caches: ``out`` is ``eagle_sample``'s (predict, accepted draft tokens,
-    accept_index), accept_index (b, depth + 1) global slots of the accepted path, -1 padded."""
-    predict, accepted, accept_index = (host(t) for t in out)
+    """Each request's verify rows into its caches. ``out`` is ``eagle_sample``'s (predict, accept_lens,
+    accept_index): predict (b * n,) the token emitted at each global slot; accept_lens (b,) the accepted slots
+    counted with the root (SGLang v0.5.18 returns its ``num_correct_drafts + 1``); accept_index (b, depth + 1)
+    the accepted path's global slots, root first, -1 padded."""
+    predict, lengths, accept_index = (host(t) for t in out)
     n = int(verify_input.draft_token_num)
     tokens = host(verify_input.draft_token).reshape(-1, n).astype(np.int64)
     rows = logits.view(-1, n, logits.shape[-1])
     for b, req in enumerate(batch.reqs):
-        path = accept_index[b, : int(accepted[b]) + 1].astype(np.int64)
+        path = accept_index[b, : int(lengths[b])].astype(np.int64)
         rescorer.retain(str(req.rid), rows[b], tokens[b], path - b * n, int(predict[path[-1]]))
