@@ -20,6 +20,8 @@ Writes ``benchmarks/results/sglang.json`` (with ``lscpu``'s model name). Exits 2
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +43,17 @@ def parse_args(argv=None):
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--work", default=str(ROOT / "runs" / "bench-sglang"))
+    parser.add_argument("--dtype", default="bfloat16", help="the engine's dtype (the intel_amx kernels: bf16/fp16)")
+    parser.add_argument("--dtype-head", default="bf16", help="the exported head's dtype")
+    parser.add_argument("--attention-backend", default="intel_amx")
+    parser.add_argument("--threads", type=int, default=2, help="the engine's OpenMP threads (default 2)")
+    parser.add_argument("--engine-temperatures", default="0",
+                        help="temperatures decoded in the engine (default 0: SGLang v0.5.18's CPU engine verifies"
+                             " greedily at every temperature, eagle_sample)")
+    parser.add_argument("--amx-override", action="store_true",
+                        help="on a CPU with AVX-512 BF16 and no AMX, run SGLang's AMX path anyway"
+                             " (benchmarks/sglang_cpu_shims): without it SGLang falls back to an attention backend"
+                             " with no EAGLE")
     args = parser.parse_args(argv)
     if args.limit < MIN_PROMPTS:
         parser.exit(2, f"--limit {args.limit}: the goal needs at least {MIN_PROMPTS} prompts\n")
@@ -85,21 +98,128 @@ def predict(args, name: str, temperature: float) -> dict:
 
 
 def engine_check(args) -> dict:
-    """Whether SGLang's CPU engine can run here: the engine environment's imports and the CPU's AMX."""
+    """Whether SGLang's CPU engine can run here: the engine environment's imports and the CPU's ISA."""
     flags = Path("/proc/cpuinfo").read_text().split()
-    out = {"amx": "amx_tile" in flags, "avx512": "avx512f" in flags, "engine_python": args.engine_python}
+    out = {"amx": "amx_tile" in flags, "avx512": "avx512f" in flags, "avx512_bf16": "avx512_bf16" in flags,
+           "engine_python": args.engine_python}
     if not Path(args.engine_python).is_file():
         return out | {"ran": False, "failure": f"no engine environment at {args.engine_python}"
                                                " (scripts/build_sglang_cpu.sh SGLANG_SRC)"}
     probe = subprocess.run([args.engine_python, "-c", "import sgl_kernel, sglang; print(sglang.__version__)"],
-                           capture_output=True, text=True, timeout=600, env={"SGLANG_USE_CPU_ENGINE": "1",
-                                                                             "PATH": "/usr/bin:/bin"})
+                           capture_output=True, text=True, timeout=600, env=engine_env(args, None))
     if probe.returncode != 0:
         return out | {"ran": False, "failure": probe.stderr.strip().splitlines()[-1:]}
-    out["sglang"] = probe.stdout.strip()
-    if not out["amx"]:
-        return out | {"ran": False, "failure": "this CPU has no AMX, which the intel_amx backend's kernels execute"}
-    return out | {"ran": False, "failure": "the engine measurement is not automated yet"}
+    if not out["amx"] and not (args.amx_override and out["avx512_bf16"]):
+        return out | {"ran": False, "failure": "this CPU has no AMX: SGLang v0.5.18 then serves EAGLE with no CPU"
+                                               " attention backend (--amx-override runs its AMX path on AVX-512 BF16)"}
+    return out | {"sglang": probe.stdout.strip(), "amx_override": bool(args.amx_override and not out["amx"])}
+
+
+def engine_env(args, reranker: str | None, temperature: float = 0.0) -> dict:
+    env = {"SGLANG_USE_CPU_ENGINE": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           "HOME": os.environ.get("HOME", "/root"), "OMP_NUM_THREADS": str(args.threads), "TQDM_DISABLE": "1"}
+    if args.amx_override:  # benchmarks/sglang_cpu_shims/sitecustomize.py: SGLang's AMX path, run by oneDNN on AVX-512
+        env.update({"PYTHONPATH": str(Path(__file__).parent / "sglang_cpu_shims"), "SPECRANK_SGLANG_AMX_OVERRIDE": "1"})
+    if reranker:
+        env.update({"SPECRANK_RERANKER": reranker, "SPECRANK_TEMPERATURE": f"{temperature:g}"})
+    return env
+
+
+def engine_run(args, name: str, request: dict, reranker: str | None, law: float) -> dict:
+    """One setting decoded by SGLang in its own environment (``sglang_engine_run.py``): its JSON."""
+    work = Path(args.work) / "engine"
+    work.mkdir(parents=True, exist_ok=True)
+    req, out = work / f"{name}.request.json", work / f"{name}.json"
+    req.write_text(json.dumps(request))
+    with open(work / f"{name}.log", "w") as log:
+        rc = subprocess.run([args.engine_python, str(Path(__file__).parent / "sglang_engine_run.py"), str(req),
+                             str(out)], env=engine_env(args, reranker, law), stdout=log, stderr=subprocess.STDOUT,
+                            timeout=7200).returncode
+    if rc != 0:
+        tail = (work / f"{name}.log").read_text().strip().splitlines()[-3:]
+        return {"failed": rc, "log": str(work / f"{name}.log"), "tail": tail}
+    return json.loads(out.read_text())
+
+
+def engine_figures(run: dict, plain: dict | None) -> dict:
+    """Accept length (1 + correct drafts a verify step, the bonus token counted), tokens/s over decode time, and
+    greedy identity with plain decoding, per prompt and pooled."""
+    rows = run["rows"]
+    out = {"tokens": sum(len(r["output_ids"]) for r in rows), "seconds": sum(r["seconds"] for r in rows)}
+    out["tokens_per_s"] = out["tokens"] / out["seconds"]
+    verify = sum(r["verify_ct"] for r in rows)
+    if verify:
+        out.update({"verify_steps": verify, "accept_length": 1 + sum(r["correct_drafts"] for r in rows) / verify,
+                    "ms_per_step": 1000 * out["seconds"] / verify})
+    if plain is not None:
+        same = [a["output_ids"] == b["output_ids"] for a, b in zip(rows, plain["rows"])]
+        out["identical_to_plain"] = f"{sum(same)}/{len(same)}"
+        # where each other prompt first differs from plain decoding: (prompt, token index, plain's, this run's)
+        out["first_differences"] = [
+            (a["id"], i, b["output_ids"][i] if i < len(b["output_ids"]) else None,
+             a["output_ids"][i] if i < len(a["output_ids"]) else None)
+            for a, b, ok in zip(rows, plain["rows"], same) if not ok
+            for i in [next((j for j, (x, y) in enumerate(zip(a["output_ids"], b["output_ids"])) if x != y),
+                           min(len(a["output_ids"]), len(b["output_ids"])))]]
+    return out
+
+
+def paired_gain(own: dict, plugin: dict, n_boot: int = 2000, seed: int = 0) -> dict:
+    """The plugin's accept length minus SGLang's own, pooled over prompts, with a paired prompt-bootstrap interval."""
+    import numpy as np
+
+    def columns(run):
+        return (np.array([r["correct_drafts"] for r in run["rows"]], float),
+                np.array([r["verify_ct"] for r in run["rows"]], float))
+
+    (ca, va), (cb, vb) = columns(own), columns(plugin)
+    idx = np.random.default_rng(seed).integers(0, len(ca), (n_boot, len(ca)))
+    boot = cb[idx].sum(1) / vb[idx].sum(1) - ca[idx].sum(1) / va[idx].sum(1)
+    point = cb.sum() / vb.sum() - ca.sum() / va.sum()
+    return {"gain": float(point), "low": float(np.quantile(boot, 0.025)), "high": float(np.quantile(boot, 0.975))}
+
+
+def run_engine(args, prompts) -> dict:
+    """SGLang plain, with its own tree and with the plugin, at the champion's setting, greedy and at T = 1."""
+    from specrank.decode.config import prompt_seed
+    from specrank.decode.loading.drafters import head_directory
+    from specrank.decode.loading.eagle3_export import export_head
+    from specrank.decode.loading.targets import load_target_tokenizer, resolve_target
+    from specrank.decode.prompts import encode_prompt
+    from specrank.rerankers.defaults import default_reranker_dir
+
+    check = engine_check(args)
+    if "sglang" not in check:
+        return check | {"ran": False}
+    head = Path(args.work) / "head-sglang"
+    if not (head / "config.json").is_file():
+        export_head(head_directory(args.drafter), head, "sglang", args.dtype_head)
+    tokenizer, _ = load_target_tokenizer(args.target)
+    encoded = [{"id": p.prompt_id, "ids": encode_prompt(tokenizer, p.text), "seed": prompt_seed(0, p.prompt_id)}
+               for p in prompts]
+    topk, steps, n, _ = SETTINGS["champion_b8"]
+    base = {"model": str(resolve_target(args.target)), "topk": topk, "num_steps": steps, "num_draft_tokens": n,
+            "dtype": args.dtype, "attention_backend": args.attention_backend, "max_new_tokens": args.max_new_tokens,
+            "prompts": encoded}
+    out = check | {"ran": True, "dtype": args.dtype, "attention_backend": args.attention_backend,
+                   "threads": args.threads, "setting": "champion_b8",
+                   "champion": {f"t{t:g}": str(default_reranker_dir(t)) for t in (0.0, 1.0)}}
+    for t in [float(x) for x in args.engine_temperatures.split(",")]:
+        runs = {"plain": engine_run(args, f"plain-t{t:g}", base | {"head": None, "temperature": t}, None, t),
+                "sglang": engine_run(args, f"sglang-t{t:g}", base | {"head": str(head), "temperature": t}, None, t),
+                # the CPU engine verifies greedily at every temperature (eagle_sample): the greedy champion
+                "plugin": engine_run(args, f"plugin-t{t:g}", base | {"head": str(head), "temperature": t},
+                                     "reranker:default", 0.0)}
+        failed = {k: v for k, v in runs.items() if "failed" in v}
+        if failed:
+            out[f"t{t:g}"] = {"failed": failed}
+            continue
+        fig = {k: engine_figures(v, runs["plain"] if k != "plain" and t == 0 else None) for k, v in runs.items()}
+        fig["plugin_gain"] = paired_gain(runs["sglang"], runs["plugin"])
+        fig["plugin_speed_ratio"] = fig["plugin"]["tokens_per_s"] / fig["sglang"]["tokens_per_s"]
+        fig["plugin_ms_per_step"] = fig["plugin"]["ms_per_step"] - fig["sglang"]["ms_per_step"]
+        out[f"t{t:g}"] = fig
+    return out
 
 
 def main(argv=None) -> int:
@@ -112,7 +232,13 @@ def main(argv=None) -> int:
         temps = [float(t) for t in args.temperatures.split(",")]
         figures["predicted"] = {f"{name}_t{t:g}": predict(args, name, t) for name in SETTINGS for t in temps}
     if args.part in ("engine", "all"):
-        figures["engine"] = engine_check(args)
+        figures["engine"] = run_engine(args, prompts)
+        for t in ("t0", "t1"):
+            pred = figures.get("predicted", {}).get(f"champion_b8_{t}")
+            fig = figures["engine"].get(t, {})
+            if pred and "plugin_gain" in fig:
+                fig["gain_inside_predicted_interval"] = pred["plugin_gain_low"] <= fig["plugin_gain"]["gain"] <= \
+                    pred["plugin_gain_high"]
     path = write_results("sglang", figures, argv)
     print(path)
     return 0
