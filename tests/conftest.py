@@ -48,8 +48,12 @@ def pytest_configure(config):
 
     A module that shares a costly fixture carries an ``xdist_group`` mark; pytest-xdist keeps a group on one worker
     by adding ``@<group>`` to its tests' ids, which pytest 9.2 no longer lets pytest-xdist 3.8 do
-    (pytest-dev/pytest-xdist#1386): each grouped module would build its fixture on both workers."""
-    import xdist
+    (pytest-dev/pytest-xdist#1386): each grouped module would build its fixture on both workers. Without xdist
+    (an engine's own venv running its marked tests) there is no group to keep."""
+    try:
+        import xdist
+    except ImportError:
+        return
 
     versions = [tuple(int(p) for p in v.split(".")[:2]) for v in (pytest.__version__, xdist.__version__)]
     if config.getoption("dist", "no") == "loadgroup" and versions[0] >= (9, 2) and versions[1] <= (3, 8):
