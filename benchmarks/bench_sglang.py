@@ -180,7 +180,8 @@ def paired_gain(own: dict, plugin: dict, n_boot: int = 2000, seed: int = 0) -> d
 
 
 def run_engine(args, prompts) -> dict:
-    """SGLang plain, with its own tree and with the plugin, at the champion's setting, greedy and at T = 1."""
+    """SGLang plain, with its own tree and with the plugin at the champion's setting, and with its own tree at its
+    default shape (the shipped champions are trained for topk 10 only), at each of ``--engine-temperatures``."""
     from specrank.decode.config import prompt_seed
     from specrank.decode.loading.drafters import head_directory
     from specrank.decode.loading.eagle3_export import export_head
@@ -218,6 +219,11 @@ def run_engine(args, prompts) -> dict:
         fig["plugin_gain"] = paired_gain(runs["sglang"], runs["plugin"])
         fig["plugin_speed_ratio"] = fig["plugin"]["tokens_per_s"] / fig["sglang"]["tokens_per_s"]
         fig["plugin_ms_per_step"] = fig["plugin"]["ms_per_step"] - fig["sglang"]["ms_per_step"]
+        dk, ds, dn, _ = SETTINGS["sglang_default"]
+        default = engine_run(args, f"sglang-default-t{t:g}", base | {"head": str(head), "temperature": t, "topk": dk,
+                                                                      "num_steps": ds, "num_draft_tokens": dn}, None, t)
+        fig["sglang_default"] = default if "failed" in default else engine_figures(default, runs["plain"] if t == 0
+                                                                                    else None)
         out[f"t{t:g}"] = fig
     return out
 
@@ -239,6 +245,10 @@ def main(argv=None) -> int:
             if pred and "plugin_gain" in fig:
                 fig["gain_inside_predicted_interval"] = pred["plugin_gain_low"] <= fig["plugin_gain"]["gain"] <= \
                     pred["plugin_gain_high"]
+            default = figures.get("predicted", {}).get(f"sglang_default_{t}")
+            if default and "accept_length" in fig.get("sglang_default", {}):
+                fig["sglang_default"]["inside_predicted_interval"] = \
+                    default["draft_low"] <= fig["sglang_default"]["accept_length"] <= default["draft_high"]
     path = write_results("sglang", figures, argv)
     print(path)
     return 0
