@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -157,7 +158,6 @@ def tree_config(args, temperature: float, threads: int, repeats: int, limit: int
             str(args.bootstrap), "--threads", str(threads), "--out", str(out), "--no-tracking", "--no-progress"]
     if engine_timing is not None:
         if out.exists():  # the timings are measured anew each run; the recording is cheap at this size
-            import shutil
             shutil.rmtree(out)
         argv += ["--engine-timing", engine_timing]
     rc = cli(argv)

@@ -95,17 +95,17 @@ def time_verify(target, drafter, prompt_ids, token_counts, repeats: int = 5,
     return out
 
 
-def cost_parts(settings) -> tuple[list, list]:
-    """The pools (``setting.draft_shape``) and the verify widths the ``settings`` need, each once."""
-    return sorted({s.draft_shape for s in settings}), sorted({s.num_draft_tokens for s in settings})
+def cost_parts(settings, widths=()) -> tuple[list, list]:
+    """The pools (``setting.draft_shape``) and the verify widths the ``settings`` need, with the extra ``widths``,
+    each once."""
+    return sorted({s.draft_shape for s in settings}), sorted({s.num_draft_tokens for s in settings} | set(widths))
 
 
 def measure_cost(target, drafter, prompt_ids, settings, repeats: int = 5, host: float = 0.0,
                  done: Callable[[], None] | None = None, widths=()) -> CostModel:
     """Time every pool and every verify width the ``settings`` need (``cost_parts``) and the extra ``widths``;
     ``done()`` after each."""
-    shapes, needed = cost_parts(settings)
-    widths = sorted(set(needed) | set(widths))
+    shapes, widths = cost_parts(settings, widths)
     with torch.inference_mode():
         draft = time_drafter(target, drafter, prompt_ids, shapes, repeats, done)
         verify = time_verify(target, drafter, prompt_ids, widths, repeats, done)

@@ -1,9 +1,10 @@
 """An engine's speed predicted from its own step times (``specrank tree-config --engine-timing``,
 docs/tree-config.md, "Predicting an engine's speed").
 
-The cost model times specrank's own passes; a serving engine runs the same models in its own kernels, two to three
-times faster on a CPU. The engine's absolute speed is not in the recording, but the shape of its cost is: a verify
-pass over n tokens costs the engine what it costs specrank, scaled, and a drafted pool likewise. Two scales, then,
+The cost model times specrank's own passes; a serving engine runs the same models in its own kernels, at its own
+speed. Its absolute speed is not in the recording; the model assumes the shape of its cost carries over: a verify
+pass over n tokens costs the engine what it costs specrank, scaled, and a drafted pool likewise (an assumption the
+docs show failing against vLLM's CPU build, whose verify cost is flat in n). Two scales, then,
 fixed by what the user measured of the engine:
 
 - verify: the engine's plain decode step (one token a pass) against specrank's one-token pass:
@@ -89,7 +90,7 @@ def check_timed_settings(timing: EngineTiming, settings) -> None:
                                 " grid (--vllm-tokens, --topk/--num-steps/--num-draft-tokens)")
 
 
-def widths(timing: EngineTiming | None) -> tuple[int, ...]:
+def extra_widths(timing: EngineTiming | None) -> tuple[int, ...]:
     """Verify widths the engine scales need besides the settings' own: the one-token pass of plain decoding."""
     return () if timing is None else (1,)
 

@@ -33,7 +33,7 @@ from specrank.evaluation.data import align_predictions, load_rounds
 from specrank.experiments.tree_config.engine_timing import (
     EngineTiming,
     engine_round_seconds,
-    widths,
+    extra_widths,
     with_engine_speed,
 )
 from specrank.experiments.tree_config.tables import (
@@ -198,8 +198,8 @@ def tree_config(target, drafter, prompts, settings, run: TreeConfigRun, out, sta
                 bar.update()
         reliability.append(reliability_table(rounds.pool, rounds.law).assign(recording=name))
     config_ids = encode_prompts(target, prompts[:1], run.config())[0]
-    extra = widths(run.engine_timing)
-    parts = sum(map(len, cost_parts(settings))) + len(set(extra) - set(cost_parts(settings)[1]))
+    extra = extra_widths(run.engine_timing)
+    parts = sum(map(len, cost_parts(settings, extra)))
     with run.bar(total=parts, desc="timing pools and passes", unit="part") as bar:
         cost = measure_cost(target, drafter, config_ids, settings, run.repeats, done=bar.update, widths=extra)
     cost.host = host_seconds(target, drafter, config_ids, settings, cost, run)
