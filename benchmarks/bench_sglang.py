@@ -155,13 +155,16 @@ def engine_figures(run: dict, plain: dict | None) -> dict:
         same = [a["output_ids"] == b["output_ids"] for a, b in zip(rows, plain["rows"])]
         out["identical_to_plain"] = f"{sum(same)}/{len(same)}"
         # where each other prompt first differs from plain decoding: (prompt, token index, plain's, this run's)
-        out["first_differences"] = [
-            (a["id"], i, b["output_ids"][i] if i < len(b["output_ids"]) else None,
-             a["output_ids"][i] if i < len(a["output_ids"]) else None)
-            for a, b, ok in zip(rows, plain["rows"], same) if not ok
-            for i in [next((j for j, (x, y) in enumerate(zip(a["output_ids"], b["output_ids"])) if x != y),
-                           min(len(a["output_ids"]), len(b["output_ids"])))]]
+        out["first_differences"] = [first_difference(a, b) for a, b, ok in zip(rows, plain["rows"], same) if not ok]
     return out
+
+
+def first_difference(row: dict, plain: dict) -> tuple:
+    """(prompt, index, plain's token, this run's token) at the first token where two outputs part; None past an
+    output's end."""
+    a, b = row["output_ids"], plain["output_ids"]
+    i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return row["id"], i, b[i] if i < len(b) else None, a[i] if i < len(a) else None
 
 
 def paired_gain(own: dict, plugin: dict, n_boot: int = 2000, seed: int = 0) -> dict:
