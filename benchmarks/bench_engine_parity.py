@@ -26,9 +26,9 @@ compared token by token with vLLM's plain greedy text. Writes ``benchmarks/resul
 threads everywhere (default one; vLLM unbound; its settings timed in turn ``--speed-passes`` times, the fastest
 pass kept): HF ``generate`` without a drafter, specrank's ``Decoder`` (draft selection and
 the champion ``reranker:default`` at B = 8), vLLM plain and with the head at each k; beside them tree-config's
-cost model against vLLM's decode tokens/s: ``--engine-timing`` given vLLM's plain step and its k = 1 step, which fix
-the model's two scales, so k = 2.. are predictions, on rounds recorded from the same prompts (the model's tokens/s
-on specrank's own passes, unscaled, is kept beside it). Writes
+cost model against vLLM's decode tokens/s, on rounds recorded from the same prompts: ``--engine-timing`` given vLLM's
+plain step and its step at every k, and each k predicted by the scales fitted on plain and the other k (leave one
+out; the model's tokens/s on specrank's own passes, unscaled, is kept beside it). Writes
 ``benchmarks/results/engine_parity_speed.json``.
 
 Goals (docs/tree-config.md, "Checked against vLLM"): greedy text with the head identical to plain decoding on every
@@ -54,7 +54,6 @@ GOAL_LENGTH_REL = 0.03
 GOAL_POSITION_ABS = 0.02
 GOAL_SPEED_REL = 0.15
 SPEED_BUDGET = 8  # specrank's loop in the speed table: draft selection and the champion at B = 8
-FITTED_K = 1  # the speculative step whose time fixes the cost model's draft scale; the other k are predictions
 
 
 def parse_args(argv=None):
@@ -397,8 +396,17 @@ def vllm_speed(args, prep: dict, threads: int, k: int) -> dict:
     return out
 
 
+def engine_timing_text(plain_ms: float, steps: dict) -> str:
+    """``--engine-timing`` for vLLM's plain step and its steps at each k (ms)."""
+    return ",".join([f"plain={plain_ms:.4f}"] + [f"k{k}={ms:.4f}" for k, ms in sorted(steps.items())])
+
+
 def run_speed(args) -> int:
     import pandas as pd
+
+    from specrank.decode.runs.cost import CostModel
+    from specrank.experiments.tree_config.engine_timing import engine_round_seconds, engine_scales, parse_engine_timing
+    from specrank.experiments.tree_config.tables import vllm_chain
 
     threads = args.threads or 1
     prep = prepare(args)
@@ -411,29 +419,38 @@ def run_speed(args) -> int:
     result["vllm"] = {k: min((p[k] for p in passes), key=lambda v: v["decode_seconds"]) for k in passes[0]}
     result["vllm_passes_decode_tokens_per_s"] = {k: [p[k]["decode_tokens_per_s"] for p in passes] for k in passes[0]}
     result["specrank"] = specrank_speed(args, prep, threads)
-    # vLLM's own steps fix the cost model's two scales (docs/tree-config.md, "Predicting an engine's speed"): its
-    # plain step and its k = 1 step; k = 2.. are then predicted, on rounds recorded from the same prompts
-    timed = f"plain={result['vllm']['0']['decode_ms_per_step']:.4f},k{FITTED_K}=" \
-            f"{result['vllm'][str(FITTED_K)]['decode_ms_per_step']:.4f}"
+    # vLLM's own steps fix the cost model's two scales (docs/tree-config.md, "Predicting an engine's speed"), on
+    # rounds recorded from the same prompts: tree-config is given every step; each k's prediction is then the one
+    # the scales fitted on plain and the other k give it (leave one out), the all-steps fit kept beside it
+    steps = {k: result["vllm"][str(k)]["decode_ms_per_step"] for k in args.ks}
+    timed = engine_timing_text(result["vllm"]["0"]["decode_ms_per_step"], steps)
     out = tree_config(args, 0.0, threads, args.repeats, limit=args.speed_prompts, engine_timing=timed,
                       name="tree-config-speed")
     table = pd.read_parquet(out / "tree_config_table.parquet").set_index("setting")
+    cost = CostModel.from_rows(pd.read_parquet(out / "tree_config_cost.parquet"))
+    settings = [vllm_chain(k) for k in args.ks]
+    plain_ms = result["vllm"]["0"]["decode_ms_per_step"]
+    scales = engine_scales(parse_engine_timing(timed), cost, settings)
     plain = result["vllm"]["0"]["decode_tokens_per_s"]
     result["engine_timing"] = timed
+    result["engine_scales"] = {"growth": scales.growth, "draft": scales.draft}
     checks = {}
-    for k in args.ks:
-        row, v = table.loc[f"k1-s{k}-n{k + 1}"], result["vllm"][str(k)]
-        measured = v["decode_tokens_per_s"]
-        checks[str(k)] = {"predicted_tokens_per_s": float(row["engine_tokens_per_s"]),
-                          "predicted_interval": [float(row["engine_tokens_per_s_low"]),
-                                                 float(row["engine_tokens_per_s_high"])],
-                          "predicted_ms_per_round": 1000 * float(row["engine_round_seconds"]),
-                          "fitted_on_this_step": bool(row["engine_timed"]),
-                          "predicted_length": float(row["draft_length"]),
+    for k, s in zip(args.ks, settings):
+        others = parse_engine_timing(engine_timing_text(plain_ms, {j: ms for j, ms in steps.items() if j != k}))
+        round_s = engine_round_seconds(others, cost, settings)[s.label]
+        row, v = table.loc[s.label], result["vllm"][str(k)]
+        measured, length = v["decode_tokens_per_s"], float(row["draft_length"])
+        predicted = length / round_s
+        checks[str(k)] = {"predicted_tokens_per_s": predicted,
+                          "predicted_interval": [float(row["draft_low"]) / round_s, float(row["draft_high"]) / round_s],
+                          "predicted_ms_per_round": 1000 * round_s,
+                          "fitted_on": others.labels,
+                          "all_steps_fit_ms_per_round": 1000 * float(row["engine_round_seconds"]),
+                          "predicted_length": length,
                           "measured_decode_tokens_per_s": measured,
                           "measured_ms_per_step": v["decode_ms_per_step"],
                           "measured_length": v["acceptance_length"],
-                          "ratio": float(row["engine_tokens_per_s"]) / measured,
+                          "ratio": predicted / measured,
                           # specrank's own passes, unscaled: what the cost model says of specrank's loop
                           "own_passes_tokens_per_s": float(row["tokens_per_s"]),
                           "own_passes_ratio": float(row["tokens_per_s"]) / measured,
@@ -476,7 +493,7 @@ def speed_markdown(f: dict, path: Path) -> str:
              "|---|---|---|---|---|---|---|"]
     for k in f["cost_model"]:
         c = f"cost_model.{k}"
-        fitted = " (step fitted)" if f["cost_model"][k].get("fitted_on_this_step") else ""
+        fitted = " (step fitted)" if f["cost_model"][k].get("fitted_on_this_step") else ""  # results before leave-one-out
         rows.append(f"| {k}{fitted} | {q(c + '.predicted_tokens_per_s')} | {q(c + '.measured_decode_tokens_per_s')} |"
                     f" {q(c + '.ratio', '{:.2f}')} | {q(c + '.predicted_ms_per_round', '{:.1f}')} /"
                     f" {q(c + '.measured_ms_per_step', '{:.1f}')} | {q(c + '.own_passes_tokens_per_s')} |"

@@ -115,7 +115,7 @@ def test_smollm2_greedy_equals_its_own_greedy_decode():
     torch.set_num_threads(1)
     target = load_target("smollm2")
     drafter = load_drafter("early-exit:8", target)
-    config = DecodeConfig(max_new_tokens=12)
+    config = DecodeConfig(PoolShape(10, 3, 10), max_new_tokens=12)  # the default topk, 3 levels: 210 candidates
     chosen = ("summarization-00", "math_reasoning-00")
     for prompt in [p for p in read_prompts(default_prompts_path()) if p.prompt_id in chosen]:
         ids = encode_prompt(target.tokenizer, prompt.text)

@@ -20,6 +20,10 @@ from specrank.rerankers import GBMReranker, IsotonicFirstFactor
 from decode_helpers import PROMPT, greedy_reference, tiny_pair
 
 SHAPE = PoolShape(4, 3, 4)
+# SmolLM2's tests draft the default topk three levels deep: what they check (greedy identity, the reranker's tree
+# paths) holds at any pool, and two drafter levels cost a third of the default pool's seven; the README test and
+# the recording fixture keep the default pool.
+SMOLLM2_SHAPE = PoolShape(10, 3, 10)
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -210,17 +214,17 @@ def test_smollm2_every_lossless_strategy_equals_target_greedy(smollm2):
     target, drafter = smollm2
     text = next(p for p in read_prompts(default_prompts_path()) if p.prompt_id == "summarization-00").text
     for strategy in ("draft", "root", "root_draw", "pearl", "covering"):
-        out = Decoder(target, drafter, strategy, budget=8).generate(text, max_new_tokens=12)
+        out = Decoder(target, drafter, strategy, budget=8, shape=SMOLLM2_SHAPE).generate(text, max_new_tokens=12)
         assert out.tokens == greedy_reference(target, out.prompt_tokens, 12), strategy
 
 
 @pytest.fixture(scope="module")
 def smollm2_rows(smollm2):
-    """A Rows reranker fitted on two recorded SmolLM2 prompts (early-exit:8, greedy, the default pool)."""
+    """A Rows reranker fitted on two recorded SmolLM2 prompts (early-exit:8, greedy, ``SMOLLM2_SHAPE``)."""
     from specrank.decode.prompts import default_prompts_path, read_prompts
 
     target, early_exit = smollm2
-    config = DecodeConfig(budget=8, extra=0, temperature=0.0, max_new_tokens=16)
+    config = DecodeConfig(SMOLLM2_SHAPE, budget=8, extra=0, temperature=0.0, max_new_tokens=16)
     records = []
     for p in read_prompts(default_prompts_path())[20:22]:
         records += record_prompt(target, early_exit, encode_prompt(target.tokenizer, p.text), config, p.prompt_id,
@@ -244,7 +248,7 @@ def test_smollm2_reranked_equals_target_greedy_with_early_exit_and_the_eagle3_he
     monkeypatch.setenv("SPECRANK_TREES", trees)
     text = next(p for p in read_prompts(default_prompts_path()) if p.prompt_id == "summarization-00").text
     for drafter in (early_exit, load_drafter("eagle3:default", target)):
-        decoder = Decoder(target, drafter, "reranked", reranker=smollm2_rows, budget=8)
+        decoder = Decoder(target, drafter, "reranked", reranker=smollm2_rows, budget=8, shape=SMOLLM2_SHAPE)
         out = decoder.generate(text, max_new_tokens=12)
         assert out.tokens == greedy_reference(target, out.prompt_tokens, 12), drafter
         path = decoder.strategy.compiled.inference

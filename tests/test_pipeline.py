@@ -165,6 +165,34 @@ def test_online_command_pipeline(tmp_path, capsys):
     assert np.isnan(decoders.loc["draft", "root_pass_hidden_share"]) and (decoders["drafter_busy_s"] > 0).all()
 
 
+def test_comparisons_inside_a_kept_worker_share_it_and_decode_as_with_their_own(pair):
+    """A study's budgets decode in one worker (``kept_worker``): it outlives the comparisons inside its block, is
+    stopped when the block ends, and each comparison decodes what it decodes with a worker of its own."""
+    from specrank.decode.loading.model_spec import Models
+    from specrank.decode.prompts import Prompt
+    from specrank.experiments.online.run import Protocol, compare_online, kept_worker
+
+    prompts = [Prompt("a", "qa", "the cat is big")]
+    models = Models(*pair)
+    protocol = Protocol(warmup=0, bootstrap=20, pipeline=("root_draw",))
+
+    def rounds(budget):  # each strategy's rounds: the token a round starts from, what it accepted and emitted
+        config = DecodeConfig(SHAPE, budget=budget, extra=0, max_new_tokens=6)
+        result = compare_online(models, prompts, strategies=("draft", "root_draw"), config=config, protocol=protocol,
+                                progress=False)
+        table = result.tables["online_rounds"].sort_values(["strategy", "prompt_id", "round"])
+        return table[["strategy", "round", "root_token", "accepted", "continuation"]].values.tolist()
+
+    alone = rounds(8)
+    with kept_worker(models) as worker:
+        assert worker.alive
+        assert rounds(3) and rounds(8) == alone
+        assert worker.alive  # the same worker served both, and outlives them
+    assert not worker.alive
+    with kept_worker(models, start=False) as none:
+        assert none is None
+
+
 def test_root_overlap_and_speed_gain_figure_from_a_decodes_table():
     from specrank.evaluation.figures import speed_gain_figure
     from specrank.experiments.online.tables import root_overlap, speed_ratios
@@ -196,7 +224,7 @@ def test_smollm2_pipelined_early_exit_equals_target_greedy():
     text = next(p for p in read_prompts(default_prompts_path()) if p.prompt_id == "summarization-00").text
     ids = encode_prompt(target.tokenizer, text)
     reference = greedy_reference(target, ids, 12)
-    config = DecodeConfig(budget=8, extra=0, max_new_tokens=12)
+    config = DecodeConfig(PoolShape(10, 3, 10), budget=8, extra=0, max_new_tokens=12)  # the default topk, 3 levels
     with PipelinedDrafter(load_drafter("early-exit:8", target), threads=1) as worker:
         for strategy in ("draft",) + ROOT_STRATEGIES:
             timer = Timer()

@@ -173,3 +173,48 @@ def test_isotonic_lookup_equals_sklearn_predict():
     assert compiled(est).inference.startswith("array lookup")
     np.testing.assert_allclose(est.predict(_features(seed=7)), np.clip(est.iso_.predict(_features(seed=7)["q"]), 0, 1),
                                rtol=0, atol=1e-12)
+
+
+def closure_kernel(digest, keyed=True):
+    """A kernel built as ``quickscorer_kernel.compile_round_kernel`` builds the round kernel: ``digest`` in a
+    closure cell (``keyed``), or captured by nothing."""
+    import numba
+
+    if keyed:
+        @numba.njit(cache=True)
+        def plus_one(x):
+            digest  # noqa: B018
+            return x + 1
+    else:
+        @numba.njit(cache=True)
+        def plus_one(x):
+            return x + 1
+    return plus_one
+
+
+def test_the_round_kernel_is_cached_and_recompiles_when_the_features_kernel_changes(monkeypatch, tmp_path):
+    """The round kernel holds the digest of the features kernel's sources in a closure cell, and numba's cache
+    key includes a closure's cells: another digest misses the cache, the same one hits it; without the cell,
+    another digest would load the stale kernel (the negative control)."""
+    import hashlib
+    from pathlib import Path
+
+    import numba
+
+    from specrank.featurize import absent, columns, kernel
+    from specrank.rerankers.quickscorer_kernel import round_kernel, sources_digest
+
+    want = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (kernel, columns, absent))).hexdigest()
+    assert sources_digest() == want
+    assert [c.cell_contents for c in round_kernel().py_func.__closure__] == [want]
+    assert round_kernel()._cache.__class__.__name__ == "FunctionCache"  # cache=True
+
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))
+
+    def stats(digest, keyed=True):
+        f = closure_kernel(digest, keyed)
+        assert f(1) == 2
+        return sum(f.stats.cache_hits.values()), sum(f.stats.cache_misses.values())
+
+    assert stats("a") == (0, 1) and stats("a") == (1, 0) and stats("b") == (0, 1)
+    assert stats("a", keyed=False) == (0, 1) and stats("b", keyed=False) == (1, 0)

@@ -443,6 +443,30 @@ def test_engine_speed_recovers_an_engine_whose_passes_are_ours_scaled_and_a_wron
     assert table["engine_timed"].tolist() == [s.label == "k1-s2-n3" for s in settings]
 
 
+def test_an_engine_whose_verify_is_flat_in_its_tokens_is_fitted_from_two_timed_steps_and_one_step_cannot():
+    """An engine whose verify pass costs its plain step at every width (vLLM's CPU build) and whose drafting costs
+    b * ours: timed at two chains, the growth comes out 0 and every setting's round is predicted exactly; timed at
+    one, the model keeps specrank's growth and misses the others (the negative control)."""
+    from specrank.decode.runs.cost import CostModel
+    from specrank.experiments.tree_config.engine_timing import engine_round_seconds, engine_scales, parse_engine_timing
+
+    settings = [vllm_chain(k) for k in (1, 2, 3, 4)] + [sglang_setting(4, 3, 8)]
+    cost = CostModel(draft={s.draft_shape: 0.004 * s.num_steps * s.topk ** 0.5 for s in settings},
+                     verify={n: 0.050 * (1.5 if n > 1 else 1) + 0.002 * n for n in (1, 2, 3, 4, 5, 8)})
+    plain, b = 0.030, 0.7
+    engine = {s.label: plain + b * cost.draft[s.draft_shape] for s in settings}
+    timing = parse_engine_timing(f"plain={1000 * plain},k1={1000 * engine['k1-s1-n2']},k4={1000 * engine['k1-s4-n5']}")
+    scales = engine_scales(timing, cost, settings)
+    assert scales.growth == pytest.approx(0, abs=1e-9) and scales.draft == pytest.approx(b)
+    predicted = engine_round_seconds(timing, cost, settings)
+    for s in settings:
+        assert predicted[s.label] == pytest.approx(engine[s.label], rel=1e-9)
+    one = engine_round_seconds(parse_engine_timing(f"plain={1000 * plain},k1={1000 * engine['k1-s1-n2']}"), cost,
+                               settings)
+    assert all(abs(one[s.label] / engine[s.label] - 1) > 0.05 for s in settings if s.label != "k1-s1-n2")
+    assert CostModel.from_rows(cost.rows()).round_seconds(settings[-1]) == cost.round_seconds(settings[-1])
+
+
 def test_the_command_predicts_an_engines_speed_from_its_timed_steps(tmp_path, capsys):
     import pandas as pd
 

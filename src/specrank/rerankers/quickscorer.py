@@ -120,10 +120,10 @@ class QuickScorer:
     """``raw(m)``: (n, F) float64 rows -> (n,) LightGBM raw margins, through the numba kernel."""
 
     def __init__(self, booster):
-        from specrank.rerankers.quickscorer_kernel import margins, round_probabilities  # numba: imported when used
+        from specrank.rerankers.quickscorer_kernel import margins, round_kernel  # numba: imported when used
 
         self.arrays = arrays_of(booster)
-        self.kernel, self.round_kernel = margins, round_probabilities
+        self.kernel, self.round_kernel = margins, round_kernel()
         a = self.arrays
         self.tail = (a.offsets, a.thresholds, a.trees, a.clears, a.nan_offsets, a.nan_trees, a.nan_clears,
                      a.cat_features, a.cat_trees, a.cat_sets, a.cat_clears, a.leaf_offsets, a.leaf_values)

@@ -1,13 +1,17 @@
-"""The numba kernels of ``rerankers.quickscorer``: importing this module imports numba; the margins kernel
-compiles on its first call and is cached beside this file (``cache=True``), so later processes load it."""
+"""The numba kernels of ``rerankers.quickscorer``: importing this module imports numba; each kernel compiles on
+its first call and is cached beside this file (``cache=True``), so later processes load it."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
+from pathlib import Path
 
 import numba
 import numpy as np
 
+from specrank.featurize import absent, columns, kernel as features_kernel
 from specrank.featurize.columns import WIDTH
 from specrank.featurize.kernel import fill_online_round
 
@@ -123,48 +127,71 @@ def part(model, i):
     return model[model[i] : model[i + 1]]
 
 
-# Not cached: it calls the features kernel of another module, and numba's cache is keyed on this file alone, so
-# a changed features kernel would not recompile it. Compiled once a process (about a second), when a reranker
-# compiles its trees, never mid-decode.
-@numba.njit(nogil=True)
-def round_probabilities(token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
-                        prev_accepted, rows, row_index, has_rows, cache_age, prev_count, first_ancestor, task_code,
-                        model, out):
-    """One online round's first-factor predictions, written into ``out`` (topk,) float64, features and trees in
-    one call (nothing is returned: inside a decoding loop, numba's boxing of a returned array costs some 30 µs
-    from cold caches, an array allocated by the caller almost nothing): the round's
-    features (``featurize.block.RoundInputs``, the features kernel's own code), its matrix's columns
-    (``positions[j]`` <- feature ``columns[j]``, the token prior looked up as ``TokenPrior.transform`` does
-    and the task's code; a position of -1: not read), the margins, then the logistic function clipped to
-    [0, 1]. ``model``: the trees and the plan as words (``round_words``)."""
-    offsets, thresholds = part(model, 0).view(np.int64), part(model, 1).view(np.float64)
-    trees, clears = part(model, 2).view(np.int64), part(model, 3)
-    nan_offsets, nan_trees, nan_clears = part(model, 4).view(np.int64), part(model, 5).view(np.int64), part(model, 6)
-    cat_features, cat_trees = part(model, 7).view(np.int64), part(model, 8).view(np.int64)
-    cat_sets, cat_clears = part(model, 9), part(model, 10)
-    leaf_offsets, leaf_values = part(model, 11).view(np.int64), part(model, 12).view(np.float64)
-    positions, columns = part(model, 13).view(np.int64), part(model, 14).view(np.int64)
-    prior_tokens, prior_means = part(model, 15).view(np.int64), part(model, 16).view(np.float64)
-    prior_position, task_position = np.int64(model[PRIOR_POSITION]), np.int64(model[TASK_POSITION])
-    prior_default = model[PRIOR_DEFAULT : PRIOR_DEFAULT + 1].view(np.float64)[0]
-    block = np.full((topk, WIDTH), np.nan)
-    fill_online_round(block, token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
-                      prev_accepted, rows, row_index, has_rows, cache_age, prev_count, first_ancestor)
-    xt = np.empty((offsets.shape[0] - 1, topk))  # (F, topk): the matrix's columns
-    for j in range(positions.shape[0]):
+def sources_digest() -> str:
+    """sha256 of the files the round kernel compiles in besides its own: the features kernel it calls and the
+    column and absent-value constants both read. numba's cache checks only the stamp of the cached function's own
+    file (numba docs, "Cache invalidation": changes in other files are not detected), but its key includes the
+    contents of the function's closure cells (``numba.core.caching._CacheImpl``'s index key), so a digest held in a
+    cell recompiles the kernel whenever one of these files changes."""
+    digest = hashlib.sha256()
+    for module in (features_kernel, columns, absent):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()
+
+
+@functools.cache
+def round_kernel():
+    """The round kernel, compiled on its first call and cached beside this file (a later process loads it: some
+    seconds saved at every reranker's first round), keyed on ``sources_digest``."""
+    return compile_round_kernel(sources_digest())
+
+
+def compile_round_kernel(sources: str):
+    """``round_probabilities`` with ``sources`` in its closure (``round_kernel``)."""
+
+    @numba.njit(cache=True, nogil=True)
+    def round_probabilities(token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
+                            prev_accepted, rows, row_index, has_rows, cache_age, prev_count, first_ancestor, task_code,
+                            model, out):
+        """One online round's first-factor predictions, written into ``out`` (topk,) float64, features and trees in
+        one call (nothing is returned: inside a decoding loop, numba's boxing of a returned array costs some 30 µs
+        from cold caches, an array allocated by the caller almost nothing): the round's
+        features (``featurize.block.RoundInputs``, the features kernel's own code), its matrix's columns
+        (``positions[j]`` <- feature ``columns[j]``, the token prior looked up as ``TokenPrior.transform`` does
+        and the task's code; a position of -1: not read), the margins, then the logistic function clipped to
+        [0, 1]. ``model``: the trees and the plan as words (``round_words``)."""
+        sources  # a closure cell: numba keys its cache on it (round_kernel)
+        offsets, thresholds = part(model, 0).view(np.int64), part(model, 1).view(np.float64)
+        trees, clears = part(model, 2).view(np.int64), part(model, 3)
+        nan_offsets, nan_trees = part(model, 4).view(np.int64), part(model, 5).view(np.int64)
+        nan_clears = part(model, 6)
+        cat_features, cat_trees = part(model, 7).view(np.int64), part(model, 8).view(np.int64)
+        cat_sets, cat_clears = part(model, 9), part(model, 10)
+        leaf_offsets, leaf_values = part(model, 11).view(np.int64), part(model, 12).view(np.float64)
+        positions, columns = part(model, 13).view(np.int64), part(model, 14).view(np.int64)
+        prior_tokens, prior_means = part(model, 15).view(np.int64), part(model, 16).view(np.float64)
+        prior_position, task_position = np.int64(model[PRIOR_POSITION]), np.int64(model[TASK_POSITION])
+        prior_default = model[PRIOR_DEFAULT : PRIOR_DEFAULT + 1].view(np.float64)[0]
+        block = np.full((topk, WIDTH), np.nan)
+        fill_online_round(block, token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
+                          prev_accepted, rows, row_index, has_rows, cache_age, prev_count, first_ancestor)
+        xt = np.empty((offsets.shape[0] - 1, topk))  # (F, topk): the matrix's columns
+        for j in range(positions.shape[0]):
+            for r in range(topk):
+                xt[positions[j], r] = block[r, columns[j]]
         for r in range(topk):
-            xt[positions[j], r] = block[r, columns[j]]
-    for r in range(topk):
-        if prior_position >= 0:
-            value = prior_default
-            if prior_tokens.shape[0]:
-                i = min(np.searchsorted(prior_tokens, token[r]), prior_tokens.shape[0] - 1)
-                if prior_tokens[i] == token[r]:
-                    value = prior_means[i]
-            xt[prior_position, r] = value
-        if task_position >= 0:
-            xt[task_position, r] = task_code
-    raw = columns_margins(xt, offsets, thresholds, trees, clears, nan_offsets, nan_trees, nan_clears, cat_features,
-                          cat_trees, cat_sets, cat_clears, leaf_offsets, leaf_values)
-    for r in range(topk):
-        out[r] = min(max(1.0 / (1.0 + math.exp(-raw[r])), 0.0), 1.0)
+            if prior_position >= 0:
+                value = prior_default
+                if prior_tokens.shape[0]:
+                    i = min(np.searchsorted(prior_tokens, token[r]), prior_tokens.shape[0] - 1)
+                    if prior_tokens[i] == token[r]:
+                        value = prior_means[i]
+                xt[prior_position, r] = value
+            if task_position >= 0:
+                xt[task_position, r] = task_code
+        raw = columns_margins(xt, offsets, thresholds, trees, clears, nan_offsets, nan_trees, nan_clears,
+                              cat_features, cat_trees, cat_sets, cat_clears, leaf_offsets, leaf_values)
+        for r in range(topk):
+            out[r] = min(max(1.0 / (1.0 + math.exp(-raw[r])), 0.0), 1.0)
+
+    return round_probabilities

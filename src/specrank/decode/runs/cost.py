@@ -40,6 +40,21 @@ class CostModel:
         """A setting's seconds per round: its pool (``setting.draft_shape``), its verify pass, the host."""
         return self.draft[setting.draft_shape] + self.verify[setting.num_draft_tokens] + self.host
 
+    @classmethod
+    def from_rows(cls, rows) -> CostModel:
+        """The model back from its ``rows()`` (a list of dicts or a DataFrame, as ``tree_config_cost.parquet``
+        keeps them); device and context are not in the rows."""
+        records = rows.to_dict("records") if hasattr(rows, "to_dict") else list(rows)
+        out = cls()
+        for r in records:
+            if r["part"] == "draft":
+                out.draft[(int(r["topk"]), int(r["num_steps"]), int(r["expand"]))] = float(r["seconds"])
+            elif r["part"] == "verify":
+                out.verify[int(r["num_draft_tokens"])] = float(r["seconds"])
+            else:
+                out.host = float(r["seconds"])
+        return out
+
     def rows(self) -> list[dict]:
         out = [{"part": "draft", "topk": k, "num_steps": s, "expand": e, "num_draft_tokens": 0, "seconds": v}
                for (k, s, e), v in sorted(self.draft.items())]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -138,6 +139,7 @@ def compare_online(models: ModelSpec | Models, prompts=None, *, strategies=("dra
     ``models`` is a ``ModelSpec`` or the ``Models`` already loaded. A reranker whose model card lists prompts it
     learned from is refused on them unless ``allow_training_prompts``. ``out`` (a folder) receives the tables and
     the acceptance figure, all at once when everything is done. Every input is checked before a model loads.
+    Inside a ``kept_worker(models)`` block, pipelined strategies draft in the block's worker.
     """
     if out is not None:
         check_output_dir(out)
@@ -154,7 +156,7 @@ def compare_online(models: ModelSpec | Models, prompts=None, *, strategies=("dra
     target, drafter = loaded(models)
     encoded = [(p.prompt_id, p.task, ids) for p, ids in zip(prompt_list, encode_prompts(target, prompt_list, config))]
     started = time.time()  # the MLflow run's start: the decoding's, not its logging's
-    with _pipelined(drafter, bool(pipelined), protocol.drafter_device, protocol.drafter_threads) as worker:
+    with _pipelined(drafter, bool(pipelined), protocol) as worker:
         # disable=None: tqdm stays quiet when stderr is not a terminal (a log file, a pipe, a test)
         with tqdm(total=len(encoded), unit="prompt", desc=f"online B={config.budget} ({len(acting)} strategies each)",
                   disable=None if progress else True, dynamic_ncols=True) as bar:
@@ -181,14 +183,39 @@ def _advance(bar, done: int, rows: list[dict]) -> None:
     bar.update(done - bar.n)
 
 
+# The workers kept by the ``kept_worker`` blocks the caller is inside, by drafter (a context variable: a block's
+# worker is seen by the comparisons it encloses, in its thread, and by nothing after it)
+_KEPT: ContextVar[dict] = ContextVar("kept_workers", default={})
+
+
 @contextmanager
-def _pipelined(drafter, pipeline: bool, device, threads):
-    """The drafter, moved into its worker process when ``pipeline`` (stopped on exit)."""
+def _pipelined(drafter, pipeline: bool, protocol: Protocol):
+    """The drafter in a worker process when ``pipeline``: the one an enclosing ``kept_worker`` keeps for it, else
+    one started on the protocol's device and threads and stopped on exit."""
+    kept = _KEPT.get().get(id(drafter))
     if not pipeline:
         yield drafter
+    elif kept is not None:
+        yield kept
+    else:
+        with PipelinedDrafter(drafter, protocol.drafter_device, protocol.drafter_threads) as worker:
+            yield worker
+
+
+@contextmanager
+def kept_worker(models: Models, start: bool = True):
+    """A worker process for ``models``' drafter that lives for the ``with`` block (when ``start``): every comparison
+    of these models decoded inside it that pipelines uses it, instead of starting its own (an interpreter, its
+    imports and the drafter's weights each time). Yields the worker, or None."""
+    if not start:
+        yield None
         return
-    with PipelinedDrafter(drafter, device, threads) as worker:
-        yield worker
+    with PipelinedDrafter(models.drafter) as worker:
+        token = _KEPT.set({**_KEPT.get(), id(models.drafter): worker})
+        try:
+            yield worker
+        finally:
+            _KEPT.reset(token)
 
 
 def _track(tracking: Tracking, tables, acting, compare, target, drafter, config, prompts, params, started) -> None:

@@ -37,7 +37,7 @@ from specrank.decode.prompts import encode_prompt, read_prompts, spec_bench_path
 from specrank.decode.runs.shards import SHARD, done_prompts
 from specrank.errors import require
 from specrank.evaluation import load_rounds, read_predictions
-from specrank.experiments.online.run import OnlineComparison, Protocol, compare_online
+from specrank.experiments.online.run import OnlineComparison, Protocol, compare_online, kept_worker
 from specrank.experiments.study.tables import RERANKERS, learning_curve_figure, render_results, temperature_results
 from specrank.featurize import read_features
 from specrank.featurize.storage import read_rounds_table
@@ -329,21 +329,23 @@ def online_stage(run_dir: Path, figures: dict, unseen, temp: float, models: Mode
     loaded = models.load()
     pipelined = ("root_draw",) if loaded.drafter.hidden_layers is None else ()
     out = {"reranker": name, "root_draw_pipelined": bool(pipelined), "budgets": {}}
-    for budget in settings.online_budgets:
-        n = goal_prompts if budget == ONLINE_BUDGETS[0] else other_prompts
-        folder = run_dir / "online" / f"B{budget}"
-        if (folder / "online_speed.parquet").is_file():
-            comparison = OnlineComparison.open(folder)
-        else:
-            config = DecodeConfig(budget=budget, extra=0, temperature=temp, max_new_tokens=settings.max_new_tokens,
-                                  seed=settings.seed)
-            with timed(f"online: {n} unseen prompts at T = {temp:g}, B = {budget} -> {folder}"):
-                comparison = compare_online(loaded, unseen[:n], strategies=ONLINE_STRATEGIES, reranker=champion,
-                                            reranker_source=str(run_dir / "champion"), config=config,
-                                            protocol=Protocol(bootstrap=settings.bootstrap, pipeline=pipelined),
-                                            out=folder, progress=progress)
-        out["budgets"][str(budget)] = online_figures(comparison, figures["budgets"].get(str(budget)), name, n,
-                                                     settings.bootstrap, settings.seed)
+    folders = {budget: run_dir / "online" / f"B{budget}" for budget in settings.online_budgets}
+    todo = [b for b, folder in folders.items() if not (folder / "online_speed.parquet").is_file()]
+    with kept_worker(loaded, bool(pipelined and todo)):  # one worker for every budget
+        for budget, folder in folders.items():
+            n = goal_prompts if budget == ONLINE_BUDGETS[0] else other_prompts
+            if budget not in todo:
+                comparison = OnlineComparison.open(folder)
+            else:
+                config = DecodeConfig(budget=budget, extra=0, temperature=temp,
+                                      max_new_tokens=settings.max_new_tokens, seed=settings.seed)
+                with timed(f"online: {n} unseen prompts at T = {temp:g}, B = {budget} -> {folder}"):
+                    comparison = compare_online(loaded, unseen[:n], strategies=ONLINE_STRATEGIES, reranker=champion,
+                                                reranker_source=str(run_dir / "champion"), config=config,
+                                                protocol=Protocol(bootstrap=settings.bootstrap, pipeline=pipelined),
+                                                out=folder, progress=progress)
+            out["budgets"][str(budget)] = online_figures(comparison, figures["budgets"].get(str(budget)), name,
+                                                         n, settings.bootstrap, settings.seed)
     return out
 
 

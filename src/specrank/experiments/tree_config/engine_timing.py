@@ -2,19 +2,19 @@
 docs/tree-config.md, "Predicting an engine's speed").
 
 The cost model times specrank's own passes; a serving engine runs the same models in its own kernels, at its own
-speed. Its absolute speed is not in the recording; the model assumes the shape of its cost carries over: a verify
-pass over n tokens costs the engine what it costs specrank, scaled, and a drafted pool likewise (an assumption the
-docs show failing against vLLM's CPU build, whose verify cost is flat in n). Two scales, then,
-fixed by what the user measured of the engine:
+speed. Its absolute speed is not in the recording; the model carries the shape of specrank's costs over, with
+scales fixed by what the user measured of the engine:
 
-- verify: the engine's plain decode step (one token a pass) against specrank's one-token pass:
-  ``engine_verify(n) = plain_ms * verify(n) / verify(1)``;
-- draft: the least-squares scale that carries specrank's pool times onto what the measured speculative steps leave
-  once their verify pass is paid: ``step_ms - engine_verify(n) = scale * draft(shape)``.
+- verify: the engine's plain decode step (one token a pass) is its one-token verify, and a pass over n tokens
+  adds a share ``growth`` of what specrank's adds: ``engine_verify(n) = plain_ms * (1 + growth * (verify(n) /
+  verify(1) - 1))``;
+- draft: a scale carries specrank's pool times onto what the measured speculative steps leave once their verify
+  pass is paid: ``step_ms - engine_verify(n) = scale * draft(shape)``.
 
-A setting's engine round is then ``engine_verify(n) + scale * draft(shape)``, and its tokens/s the recorded
-acceptance length over that round. One measured speculative setting fixes the draft scale; the others are
-predictions.
+With one speculative setting timed, ``growth`` is 1 (the engine's verify grows as specrank's does) and the step
+fixes the draft scale. With two or more, both are fitted by nonnegative least squares: an engine whose verify
+pass costs the same for 1 to 5 tokens (vLLM's CPU build) gets a growth near 0. A setting's engine round is then
+``engine_verify(n) + scale * draft(shape)``, and its tokens/s the recorded acceptance length over that round.
 """
 
 from __future__ import annotations
@@ -95,27 +95,44 @@ def extra_widths(timing: EngineTiming | None) -> tuple[int, ...]:
     return () if timing is None else (1,)
 
 
-def draft_scale(timing: EngineTiming, cost: CostModel, settings) -> float:
-    """The least-squares scale from specrank's pool times to what the timed engine steps spend drafting."""
+@dataclass(frozen=True)
+class EngineScales:
+    """How the engine's costs relate to specrank's: ``growth``, the share of specrank's verify growth with its
+    tokens that the engine's pass shows, and ``draft``, the factor on specrank's pool times."""
+
+    growth: float
+    draft: float
+
+
+def engine_scales(timing: EngineTiming, cost: CostModel, settings) -> EngineScales:
+    """The scales that carry ``cost`` onto the engine's timed steps: the draft scale alone (growth 1) by least
+    squares from one timed setting, both by nonnegative least squares from two or more."""
+    from scipy.optimize import nnls
+
     by_label = {s.label: s for s in settings}
-    x, y = [], []
+    plain = timing.plain_ms / 1000
+    rows, y = [], []
     for label, ms in timing.measured:
         s = by_label[label]
-        x.append(cost.draft[s.draft_shape])
-        y.append(ms / 1000 - engine_verify_seconds(timing, cost, s.num_draft_tokens))
-    x, y = np.asarray(x), np.asarray(y)
-    return float(max(0.0, (x @ y) / (x @ x)))
+        rows.append((plain * (cost.verify[s.num_draft_tokens] / cost.verify[1] - 1), cost.draft[s.draft_shape]))
+        y.append(ms / 1000 - plain)  # what the step spends beyond a plain one
+    a, y = np.asarray(rows), np.asarray(y)
+    if len(y) == 1:
+        growth_part, x = a[:, 0], a[:, 1]
+        return EngineScales(1.0, float(max(0.0, (x @ (y - growth_part)) / (x @ x))))
+    (growth, draft), _ = nnls(a, y)
+    return EngineScales(float(growth), float(draft))
 
 
-def engine_verify_seconds(timing: EngineTiming, cost: CostModel, n: int) -> float:
-    return timing.plain_ms / 1000 * cost.verify[n] / cost.verify[1]
+def engine_verify_seconds(timing: EngineTiming, cost: CostModel, n: int, growth: float) -> float:
+    return timing.plain_ms / 1000 * (1 + growth * (cost.verify[n] / cost.verify[1] - 1))
 
 
 def engine_round_seconds(timing: EngineTiming, cost: CostModel, settings) -> dict[str, float]:
     """{label: the engine's seconds a round} for every setting."""
-    scale = draft_scale(timing, cost, settings)
-    return {s.label: engine_verify_seconds(timing, cost, s.num_draft_tokens) + scale * cost.draft[s.draft_shape]
-            for s in settings}
+    scales = engine_scales(timing, cost, settings)
+    return {s.label: engine_verify_seconds(timing, cost, s.num_draft_tokens, scales.growth)
+            + scales.draft * cost.draft[s.draft_shape] for s in settings}
 
 
 def with_engine_speed(table: pd.DataFrame, seconds: dict[str, float], timing: EngineTiming) -> pd.DataFrame:
