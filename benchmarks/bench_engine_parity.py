@@ -488,14 +488,14 @@ def speed_markdown(f: dict, path: Path) -> str:
     for k in f["vllm"]:
         label = "vLLM, no drafter" if k == "0" else f"vLLM with the head, k = {k}"
         rows.append(f"| {label} | {q(f'vllm.{k}.tokens_per_s')} | {q(f'vllm.{k}.tokens_per_s', '{:.2f}', hf)} |")
-    rows += ["", "| k | cost model tokens/s, vLLM's steps | vLLM decode tokens/s | predicted / measured | ms a round,"
-             " predicted / vLLM | cost model, specrank's own passes | vLLM × its plain decoding |",
-             "|---|---|---|---|---|---|---|"]
+    rows += ["", "| k | cost model tokens/s, scales fitted on plain and the other k | vLLM decode tokens/s | predicted /"
+             " measured | ms a round: predicted / fitted on every k / vLLM | cost model, specrank's own passes |"
+             " vLLM × its plain decoding |", "|---|---|---|---|---|---|---|"]
     for k in f["cost_model"]:
         c = f"cost_model.{k}"
-        fitted = " (step fitted)" if f["cost_model"][k].get("fitted_on_this_step") else ""  # results before leave-one-out
-        rows.append(f"| {k}{fitted} | {q(c + '.predicted_tokens_per_s')} | {q(c + '.measured_decode_tokens_per_s')} |"
+        rows.append(f"| {k} | {q(c + '.predicted_tokens_per_s')} | {q(c + '.measured_decode_tokens_per_s')} |"
                     f" {q(c + '.ratio', '{:.2f}')} | {q(c + '.predicted_ms_per_round', '{:.1f}')} /"
+                    f" {q(c + '.all_steps_fit_ms_per_round', '{:.1f}')} /"
                     f" {q(c + '.measured_ms_per_step', '{:.1f}')} | {q(c + '.own_passes_tokens_per_s')} |"
                     f" {q(c + '.speedup_over_plain', '{:.2f}')} |")
     return "\n".join(rows)

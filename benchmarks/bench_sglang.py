@@ -49,7 +49,12 @@ def parse_args(argv=None):
     parser.add_argument("--threads", type=int, default=2, help="the engine's OpenMP threads (default 2)")
     parser.add_argument("--engine-temperatures", default="0",
                         help="temperatures decoded in the engine (default 0: SGLang v0.5.18's CPU engine verifies"
-                             " greedily at every temperature, eagle_sample)")
+                             " greedily at every temperature, eagle_sample; see --sampling-verify)")
+    parser.add_argument("--sampling-verify", action="store_true",
+                        help="verify at T > 0 in the CPU engine with SGLang's tree sampling kernel ported to torch"
+                             " (benchmarks/sglang_cpu_shims/tree_sampling.py); the plugin then uses the champion of"
+                             " each engine temperature")
+    parser.add_argument("--name", default="sglang", help="the results file, benchmarks/results/NAME.json")
     parser.add_argument("--amx-override", action="store_true",
                         help="on a CPU with AVX-512 BF16 and no AMX, run SGLang's AMX path anyway"
                              " (benchmarks/sglang_cpu_shims): without it SGLang falls back to an attention backend"
@@ -118,8 +123,11 @@ def engine_check(args) -> dict:
 def engine_env(args, reranker: str | None, temperature: float = 0.0) -> dict:
     env = {"SGLANG_USE_CPU_ENGINE": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            "HOME": os.environ.get("HOME", "/root"), "OMP_NUM_THREADS": str(args.threads), "TQDM_DISABLE": "1"}
-    if args.amx_override:  # benchmarks/sglang_cpu_shims/sitecustomize.py: SGLang's AMX path, run by oneDNN on AVX-512
-        env.update({"PYTHONPATH": str(Path(__file__).parent / "sglang_cpu_shims"), "SPECRANK_SGLANG_AMX_OVERRIDE": "1"})
+    shims = str(Path(__file__).parent / "sglang_cpu_shims")  # sitecustomize.py there: each shim behind its variable
+    if args.amx_override:  # SGLang's AMX path, run by oneDNN on AVX-512
+        env.update({"PYTHONPATH": shims, "SPECRANK_SGLANG_AMX_OVERRIDE": "1"})
+    if args.sampling_verify:  # SGLang's tree sampling at T > 0 (tree_sampling.py)
+        env.update({"PYTHONPATH": shims, "SPECRANK_SGLANG_SAMPLING_VERIFY": "1"})
     if reranker:
         env.update({"SPECRANK_RERANKER": reranker, "SPECRANK_TEMPERATURE": f"{temperature:g}"})
     return env
@@ -209,11 +217,14 @@ def run_engine(args, prompts) -> dict:
                    "threads": args.threads, "setting": "champion_b8",
                    "champion": {f"t{t:g}": str(default_reranker_dir(t)) for t in (0.0, 1.0)}}
     for t in [float(x) for x in args.engine_temperatures.split(",")]:
-        runs = {"plain": engine_run(args, f"plain-t{t:g}", base | {"head": None, "temperature": t}, None, t),
-                "sglang": engine_run(args, f"sglang-t{t:g}", base | {"head": str(head), "temperature": t}, None, t),
-                # the CPU engine verifies greedily at every temperature (eagle_sample): the greedy champion
-                "plugin": engine_run(args, f"plugin-t{t:g}", base | {"head": str(head), "temperature": t},
-                                     "reranker:default", 0.0)}
+        # Without --sampling-verify the CPU engine verifies greedily at every temperature (eagle_sample): the greedy
+        # champion. With it, T's own; the verify coins then come from torch's generator, seeded by the engine
+        # (a request's sampling_seed would hash them with a Triton kernel, which has no CPU backend).
+        law, seeded = (t, False) if args.sampling_verify else (0.0, True)
+        req = base | {"temperature": t, "seeded": seeded}
+        runs = {"plain": engine_run(args, f"plain-t{t:g}", req | {"head": None}, None, t),
+                "sglang": engine_run(args, f"sglang-t{t:g}", req | {"head": str(head)}, None, t),
+                "plugin": engine_run(args, f"plugin-t{t:g}", req | {"head": str(head)}, "reranker:default", law)}
         failed = {k: v for k, v in runs.items() if "failed" in v}
         if failed:
             out[f"t{t:g}"] = {"failed": failed}
@@ -223,8 +234,8 @@ def run_engine(args, prompts) -> dict:
         fig["plugin_speed_ratio"] = fig["plugin"]["tokens_per_s"] / fig["sglang"]["tokens_per_s"]
         fig["plugin_ms_per_step"] = fig["plugin"]["ms_per_step"] - fig["sglang"]["ms_per_step"]
         dk, ds, dn, _ = SETTINGS["sglang_default"]
-        default = engine_run(args, f"sglang-default-t{t:g}", base | {"head": str(head), "temperature": t, "topk": dk,
-                                                                      "num_steps": ds, "num_draft_tokens": dn}, None, t)
+        default = engine_run(args, f"sglang-default-t{t:g}", req | {"head": str(head), "topk": dk, "num_steps": ds,
+                                                                     "num_draft_tokens": dn}, None, t)
         fig["sglang_default"] = default if "failed" in default else engine_figures(default, runs["plain"] if t == 0
                                                                                     else None)
         out[f"t{t:g}"] = fig
@@ -252,7 +263,8 @@ def main(argv=None) -> int:
             if default and "accept_length" in fig.get("sglang_default", {}):
                 fig["sglang_default"]["inside_predicted_interval"] = \
                     default["draft_low"] <= fig["sglang_default"]["accept_length"] <= default["draft_high"]
-    path = write_results("sglang", figures, argv)
+    figures["sampling_verify"] = bool(args.sampling_verify)
+    path = write_results(args.name, figures, argv)
     print(path)
     return 0
 

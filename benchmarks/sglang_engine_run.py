@@ -4,7 +4,8 @@ runs it as a subprocess and reads its JSON).
     SGLANG_USE_CPU_ENGINE=1 .venv-sglang/bin/python benchmarks/sglang_engine_run.py REQUEST.json OUT.json
 
 REQUEST: {"model", "head" (null: plain decoding), "topk", "num_steps", "num_draft_tokens", "dtype",
-"attention_backend", "max_new_tokens", "temperature", "prompts": [{"id", "ids", "seed"}]}. The plugin is on when
+"attention_backend", "max_new_tokens", "temperature", "prompts": [{"id", "ids", "seed"}]}, and "seeded" (default
+true: a request at T > 0 carries its prompt's seed as SGLang's sampling_seed). The plugin is on when
 the environment names ``SPECRANK_RERANKER`` (SGLang loads it from its ``sglang.srt.plugins`` entry point in the
 scheduler process). Every prompt goes alone, after one warm-up request, so a step's time is one request's.
 OUT: {"sglang", "rows": [{"id", "output_ids", "seconds", "verify_ct", "correct_drafts", "completion_tokens"}]}.
@@ -38,7 +39,7 @@ def engine(req: dict):
 
 def decode(llm, req: dict, prompt: dict, max_new_tokens: int) -> dict:
     params = {"temperature": float(req["temperature"]), "max_new_tokens": max_new_tokens, "ignore_eos": False}
-    if req["temperature"] > 0:
+    if req["temperature"] > 0 and req.get("seeded", True):
         params["sampling_seed"] = int(prompt["seed"])
     start = time.perf_counter()
     out = llm.generate(input_ids=prompt["ids"], sampling_params=params)

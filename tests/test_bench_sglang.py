@@ -40,3 +40,47 @@ def test_the_paired_gain_finds_a_real_gain_and_none_where_there_is_none():
     assert 0 < gain["low"] <= gain["gain"] <= gain["high"]
     same = paired_gain(own, own)  # control: the same run against itself gains nothing, with a zero-width interval
     assert same == {"gain": 0.0, "low": 0.0, "high": 0.0}
+
+
+def sampled_tree(n_samples, threshold_single=1.0, seed=0):
+    """``n_samples`` requests verifying one tree with ``tree_sampling``'s port of SGLang's kernel: root (node 0)
+    with children 1 and 2 (tokens 2 and 4, tried in that order), node 1 with child 3 (token 1); V = 6. Returns the
+    target rows (4, V) and the first two emitted tokens of each request (the second -1 when nothing was accepted)."""
+    import torch
+
+    from sglang_cpu_shims.tree_sampling import tree_speculative_sampling_target_only
+
+    rng = np.random.default_rng(seed)
+    rows = torch.tensor(rng.dirichlet(np.ones(6), 4), dtype=torch.float32)
+    rows[0] = torch.tensor([0.1, 0.05, 0.35, 0.2, 0.25, 0.05])  # the root's: a child of mass >= 0.3
+    bs, n, depth = n_samples, 4, 3
+    candidates = torch.tensor([[0, 2, 4, 1]] * bs)
+    index = torch.arange(bs)[:, None] * n + torch.arange(n)
+    next_token, next_sibling = torch.tensor([[1, 3, -1, -1]] * bs), torch.tensor([[-1, 2, -1, -1]] * bs)
+    predicts = torch.zeros(bs * n, dtype=torch.int32)
+    accept_index, accepted = torch.full((bs, depth), -1, dtype=torch.int32), torch.zeros(bs, dtype=torch.int32)
+    gen = torch.Generator().manual_seed(seed)
+    coins, final = torch.rand(bs, n, generator=gen), torch.rand(bs, generator=gen)
+    target = rows[None].expand(bs, n, 6).contiguous()
+    tree_speculative_sampling_target_only(predicts, accept_index, accepted, candidates, index, next_token,
+                                          next_sibling, coins, final, target, torch.zeros_like(target),
+                                          threshold_single=threshold_single)
+    first = predicts[index[:, 0]].numpy()
+    second = np.where(accepted.numpy() >= 1, predicts[accept_index[:, 1].clamp(min=0).long()].numpy(), -1)
+    return rows.double().numpy(), first, second
+
+
+@pytest.mark.parametrize("threshold_single, lossless", [(1.0, True), (0.3, False)])
+def test_sglangs_tree_sampling_port_emits_the_targets_law_and_a_lossy_threshold_does_not(threshold_single, lossless):
+    """SGLang's target-only tree verification, ported for its CPU engine (``--sampling-verify``): the first token
+    follows the root's target row, and the token after an accepted node 1 follows node 1's row, whichever of its
+    child or the residual draw emits it. A single-token threshold of 0.3 (SGLang's lossy
+    ``speculative_accept_threshold_single``) accepts node 1 whatever its coin: the test sees it."""
+    from scipy.stats import chisquare
+
+    rows, first, second = sampled_tree(6000, threshold_single)
+    law = rows / rows.sum(1, keepdims=True)  # float32 rows, summed again in float64
+    p_first = chisquare(np.bincount(first, minlength=6), law[0] * len(first)).pvalue
+    after = second[first == 2]  # node 1 accepted: the second token comes from node 1's row
+    p_second = chisquare(np.bincount(after, minlength=6), law[1] * len(after)).pvalue
+    assert (min(p_first, p_second) > 1e-3) == lossless, (p_first, p_second)
