@@ -107,7 +107,7 @@ class EngineScales:
 def engine_scales(timing: EngineTiming, cost: CostModel, settings) -> EngineScales:
     """The scales that carry ``cost`` onto the engine's timed steps: the draft scale alone (growth 1) by least
     squares from one timed setting, both by nonnegative least squares from two or more."""
-    from scipy.optimize import nnls
+    from scipy.optimize import nnls  # scipy (with scikit-learn): loaded only when an engine is timed
 
     by_label = {s.label: s for s in settings}
     plain = timing.plain_ms / 1000
