@@ -422,14 +422,14 @@ def run_speed(args) -> int:
     # vLLM's own steps fix the cost model's two scales (docs/tree-config.md, "Predicting an engine's speed"), on
     # rounds recorded from the same prompts: tree-config is given every step; each k's prediction is then the one
     # the scales fitted on plain and the other k give it (leave one out), the all-steps fit kept beside it
+    plain_ms = result["vllm"]["0"]["decode_ms_per_step"]
     steps = {k: result["vllm"][str(k)]["decode_ms_per_step"] for k in args.ks}
-    timed = engine_timing_text(result["vllm"]["0"]["decode_ms_per_step"], steps)
+    timed = engine_timing_text(plain_ms, steps)
     out = tree_config(args, 0.0, threads, args.repeats, limit=args.speed_prompts, engine_timing=timed,
                       name="tree-config-speed")
     table = pd.read_parquet(out / "tree_config_table.parquet").set_index("setting")
     cost = CostModel.from_rows(pd.read_parquet(out / "tree_config_cost.parquet"))
     settings = [vllm_chain(k) for k in args.ks]
-    plain_ms = result["vllm"]["0"]["decode_ms_per_step"]
     scales = engine_scales(parse_engine_timing(timed), cost, settings)
     plain = result["vllm"]["0"]["decode_tokens_per_s"]
     result["engine_timing"] = timed

@@ -192,10 +192,9 @@ _KEPT: ContextVar[dict] = ContextVar("kept_workers", default={})
 def _pipelined(drafter, pipeline: bool, protocol: Protocol):
     """The drafter in a worker process when ``pipeline``: the one an enclosing ``kept_worker`` keeps for it, else
     one started on the protocol's device and threads and stopped on exit."""
-    kept = _KEPT.get().get(id(drafter))
     if not pipeline:
         yield drafter
-    elif kept is not None:
+    elif (kept := _KEPT.get().get(id(drafter))) is not None:
         yield kept
     else:
         with PipelinedDrafter(drafter, protocol.drafter_device, protocol.drafter_threads) as worker:
