@@ -165,11 +165,12 @@ def test_online_command_pipeline(tmp_path, capsys):
     assert np.isnan(decoders.loc["draft", "root_pass_hidden_share"]) and (decoders["drafter_busy_s"] > 0).all()
 
 
-def test_comparisons_inside_a_kept_worker_share_it_and_decode_as_with_their_own(pair):
+def test_comparisons_inside_a_kept_worker_share_it_and_decode_as_with_their_own(pair, monkeypatch):
     """A study's budgets decode in one worker (``kept_worker``): it outlives the comparisons inside its block, is
     stopped when the block ends, and each comparison decodes what it decodes with a worker of its own."""
     from specrank.decode.loading.model_spec import Models
     from specrank.decode.prompts import Prompt
+    from specrank.experiments.online import run
     from specrank.experiments.online.run import Protocol, compare_online, kept_worker
 
     prompts = [Prompt("a", "qa", "the cat is big")]
@@ -186,7 +187,9 @@ def test_comparisons_inside_a_kept_worker_share_it_and_decode_as_with_their_own(
     alone = rounds(8)
     with kept_worker(models) as worker:
         assert worker.alive
-        assert rounds(3) and rounds(8) == alone
+        started = []  # workers the comparisons start themselves: none inside the block
+        monkeypatch.setattr(run, "PipelinedDrafter", lambda *a, **k: started.append(a) or PipelinedDrafter(*a, **k))
+        assert rounds(3) and rounds(8) == alone and started == []
         assert worker.alive  # the same worker served both, and outlives them
     assert not worker.alive
     with kept_worker(models, start=False) as none:
