@@ -20,10 +20,10 @@ from specrank.rerankers import GBMReranker, IsotonicFirstFactor
 from decode_helpers import PROMPT, greedy_reference, tiny_pair
 
 SHAPE = PoolShape(4, 3, 4)
-# SmolLM2's tests draft the default topk three levels deep: what they check (greedy identity, the reranker's tree
-# paths) holds at any pool, and two drafter levels cost a third of the default pool's seven; the README test and
-# the recording fixture keep the default pool.
-SMOLLM2_SHAPE = PoolShape(10, 3, 10)
+# SmolLM2's tests draft the default topk two levels deep (110 candidates): what they check (greedy identity, the
+# reranker's tree paths) holds at any pool, and one expansion pass is a seventh of the default pool's seven; the
+# README test and the recording fixture keep the default pool.
+SMOLLM2_SHAPE = PoolShape(10, 2, 10)
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -193,7 +193,7 @@ def test_readme_example_runs_as_written_and_equals_target_greedy(smollm2, tmp_pa
 
     monkeypatch.chdir(tmp_path)
     for argv in (["decode", "--drafter", "early-exit:8", "--out", "runs/greedy", "--limit", "2", "--max-new-tokens",
-                  "12", "--budget", "8", "--extra", "0", "--no-progress"],
+                  "8", "--budget", "8", "--extra", "0", "--no-progress"],
                  ["featurize", "runs/greedy"],
                  ["train", "runs/greedy/features.parquet", "--rerankers", "rows", "--n-estimators", "50"]):
         assert main(argv) == 0
@@ -202,7 +202,7 @@ def test_readme_example_runs_as_written_and_equals_target_greedy(smollm2, tmp_pa
     exec(readme_example(), scope)
     out = scope["out"]
     ids = encode_prompt(target.tokenizer, "Write a haiku about rain.")
-    assert out.tokens == greedy_reference(target, ids, 64)
+    assert out.tokens == greedy_reference(target, ids, 32)
     assert out.text == target.tokenizer.decode(out.tokens, skip_special_tokens=True)
     assert out.stats.rounds == len(out.stats.accepted) and out.stats.passes == out.stats.rounds
 
@@ -219,16 +219,40 @@ def test_smollm2_every_lossless_strategy_equals_target_greedy(smollm2):
 
 
 @pytest.fixture(scope="module")
-def smollm2_rows(smollm2):
-    """A Rows reranker fitted on two recorded SmolLM2 prompts (early-exit:8, greedy, ``SMOLLM2_SHAPE``)."""
+def smollm2_recorded(smollm2):
+    """Two SmolLM2 prompts recorded greedily (early-exit:8, ``SMOLLM2_SHAPE``, B = 8): the config, and each
+    prompt's (prompt ids, output, round records)."""
     from specrank.decode.prompts import default_prompts_path, read_prompts
 
     target, early_exit = smollm2
-    config = DecodeConfig(SMOLLM2_SHAPE, budget=8, extra=0, temperature=0.0, max_new_tokens=16)
-    records = []
-    for p in read_prompts(default_prompts_path())[20:22]:
-        records += record_prompt(target, early_exit, encode_prompt(target.tokenizer, p.text), config, p.prompt_id,
-                                 p.task)[1]
+    config = DecodeConfig(SMOLLM2_SHAPE, budget=8, extra=0, temperature=0.0, max_new_tokens=12)
+    chosen = ("summarization-00", "math_reasoning-00")
+    recorded = []
+    for p in [p for p in read_prompts(default_prompts_path()) if p.prompt_id in chosen]:
+        ids = encode_prompt(target.tokenizer, p.text)
+        out, records = record_prompt(target, early_exit, ids, config, p.prompt_id, p.task)
+        recorded.append((ids, out, records))
+    return config, recorded
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("smollm2-rows")  # shares the recording with the Rows reranker's tests
+def test_smollm2_recording_equals_its_own_greedy_decode(smollm2, smollm2_recorded):
+    """The recording loop emits what transformers' own greedy ``generate`` does."""
+    target = smollm2[0]
+    config, recorded = smollm2_recorded
+    for ids, out, records in recorded:
+        with torch.no_grad():
+            ref = target.model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids):]
+        assert out == ref.tolist()
+        assert records and all(r["n_scored"] >= config.budget for r in records)  # each round scores its tree
+
+
+@pytest.fixture(scope="module")
+def smollm2_rows(smollm2_recorded):
+    """A Rows reranker fitted on the two recorded SmolLM2 prompts."""
+    config, recorded = smollm2_recorded
+    records = [r for _, _, prompt_records in recorded for r in prompt_records]
     frame = featurize_rounds(rounds_table(records, config.shape.size, config.shape.topk),
                              {"temperature": 0.0, "topk": config.shape.topk})
     return GBMReranker(features="rows", n_estimators=30, num_leaves=15, min_child_samples=5, n_jobs=1).fit(frame)

@@ -51,7 +51,7 @@ def one_line(proc) -> str:
 def test_the_study_runs_to_its_results_without_mlflow_and_ray_and_says_so_once(models):
     d, args = models
     out = d / "study"
-    proc = specrank(["study", "--out", out, *args, "--tune-trials", "1"], ["mlflow", "ray"], d)
+    proc = specrank(["study", "--out", out, *args, "--tune-trials", "1", "--online-budgets", "8"], ["mlflow", "ray"], d)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.strip().splitlines()
     notice = ("specrank study: MLflow is not installed, so the study logs nothing to it (as with --no-tracking) "

@@ -227,7 +227,7 @@ def test_smollm2_pipelined_early_exit_equals_target_greedy():
     text = next(p for p in read_prompts(default_prompts_path()) if p.prompt_id == "summarization-00").text
     ids = encode_prompt(target.tokenizer, text)
     reference = greedy_reference(target, ids, 12)
-    config = DecodeConfig(PoolShape(10, 3, 10), budget=8, extra=0, max_new_tokens=12)  # the default topk, 3 levels
+    config = DecodeConfig(PoolShape(10, 2, 10), budget=8, extra=0, max_new_tokens=12)  # the default topk, 2 levels
     with PipelinedDrafter(load_drafter("early-exit:8", target), threads=1) as worker:
         for strategy in ("draft",) + ROOT_STRATEGIES:
             timer = Timer()

@@ -3,6 +3,7 @@ shipped head and prompt sets it relies on."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,7 +45,8 @@ def study_args(models, out, *extra):
     d, tgt, drf, prompts = models
     return ["study", "--out", str(out), "--target", str(tgt), "--drafter", f"standalone:{drf}", "--prompts",
             str(prompts), "--rounds", "90", "--greedy-rounds", "60", "--max-new-tokens", "12", "--chunk", "4",
-            "--bootstrap", "40", "--tune-trials", "0", "--n-estimators", "40", "--threads", "1", "--no-tracking", *extra]
+            "--bootstrap", "40", "--tune-trials", "0", "--n-estimators", "40", "--online-other-prompts", "2",
+            "--threads", "1", "--no-tracking", *extra]
 
 
 def comparable(path: Path) -> dict:
@@ -121,6 +123,8 @@ def test_the_study_saves_a_champion_and_decodes_unseen_prompts_online(reference)
             check_unseen_prompts(champion, recorded[:2])
         online = r["online"]
         assert online["reranker"] == r["champion"]["reranker"] and set(online["budgets"]) == {"8", "59"}
+        goal_cell = t == "1"  # the first sampled temperature's B = 8 decodes every reserved prompt, the others 2
+        assert [online["budgets"][b]["prompts"] for b in ("8", "59")] == [reserved if goal_cell else 2, 2]
         for b, f in online["budgets"].items():
             assert set(f["strategies"]) == {"draft", "reranked", "root", "root_draw"}
             assert f["strategies"]["draft"]["speed"][0] == 1.0
@@ -132,14 +136,19 @@ def test_the_study_saves_a_champion_and_decodes_unseen_prompts_online(reference)
 
 
 def test_a_study_killed_mid_decode_and_rerun_gives_the_same_results(models, reference):
+    """Killed while it decodes its second temperature (the first one's folder copied from the reference, as a
+    study that got that far leaves it: decoding the first again would only repeat the same stages)."""
     out = models[0] / "killed"
+    out.mkdir()
+    shutil.copy2(reference / "prompts.jsonl", out / "prompts.jsonl")
+    shutil.copytree(reference / "t1", out / "t1")
     argv = study_args(models, out)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1] / "src"),
                                                                         os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen([sys.executable, "-m", "specrank.cli", *argv], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None and not list((out / "t1" / "rounds").glob("shard-*")):
+    while time.monotonic() < deadline and proc.poll() is None and not list((out / "greedy" / "rounds").glob("shard-*")):
         time.sleep(0.05)
     assert proc.poll() is None, "the study ended before it could be killed mid-decode"
     proc.send_signal(signal.SIGKILL)

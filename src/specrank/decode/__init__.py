@@ -3,7 +3,7 @@
     from specrank.decode import load_target, load_drafter, Decoder
     target = load_target("smollm2"); drafter = load_drafter("early-exit:8", target)
     dec = Decoder(target, drafter, strategy="root_draw", budget=8)
-    out = dec.generate("Write a haiku about rain.", max_new_tokens=64, temperature=0)
+    out = dec.generate("Write a haiku about rain.", max_new_tokens=32, temperature=0)
 
 Rooms: ``loading`` (targets, drafters), ``engine`` (pool growth, tree pass, one round, the prompt loop), ``strategies``
 (what a round verifies), ``runs`` (recorder, online protocol, lossy runs, the shard writer), ``verify`` (lossless

@@ -3,7 +3,7 @@
     from specrank.decode import load_target, load_drafter, Decoder
     target = load_target("smollm2"); drafter = load_drafter("early-exit:8", target)
     dec = Decoder(target, drafter, strategy="reranked", reranker="runs/greedy/rerankers/models/rows-fold0", budget=8)
-    out = dec.generate("Write a haiku about rain.", max_new_tokens=64, temperature=0)
+    out = dec.generate("Write a haiku about rain.", max_new_tokens=32, temperature=0)
     out.text, out.tokens, out.stats
 
 Every strategy verifies by exhaustive target sampling, so the output law is the target's own:
