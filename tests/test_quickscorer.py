@@ -1,7 +1,11 @@
 """QuickScorer arrays against LightGBM's own predict (exactly, and a perturbed model fails), what they refuse,
 the fallback, and the isotonic rerankers' array lookups against sklearn's predict."""
 
+import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -176,8 +180,8 @@ def test_isotonic_lookup_equals_sklearn_predict():
 
 
 def closure_kernel(digest, keyed=True):
-    """A kernel built as ``quickscorer_kernel.compile_round_kernel`` builds the round kernel: ``digest`` in a
-    closure cell (``keyed``), or captured by nothing."""
+    """A kernel built as ``featurize.kernel.compile_kernels`` builds the cached kernels: ``digest`` in a closure
+    cell (``keyed``), or captured by nothing."""
     import numba
 
     if keyed:
@@ -192,22 +196,30 @@ def closure_kernel(digest, keyed=True):
     return plus_one
 
 
-def test_the_round_kernel_is_cached_and_recompiles_when_the_features_kernel_changes(monkeypatch, tmp_path):
-    """The round kernel holds the digest of the features kernel's sources in a closure cell, and numba's cache
+def test_the_cached_kernels_are_keyed_on_the_code_and_constants_they_compile_in(monkeypatch, tmp_path):
+    """The two features kernels and the round kernel hold ``frozen_digest`` of what they compile in, in a closure
+    cell; the digest moves with a constant another file defines; the bodies they call are not cached. numba's cache
     key includes a closure's cells: another digest misses the cache, the same one hits it; without the cell,
     another digest would load the stale kernel (the negative control)."""
-    import hashlib
-    from pathlib import Path
-
     import numba
+    from numba.core.caching import NullCache
 
-    from specrank.featurize import absent, columns, kernel
-    from specrank.rerankers.quickscorer_kernel import round_kernel, sources_digest
+    from specrank.featurize import kernel
+    from specrank.rerankers import quickscorer_kernel
 
-    want = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (kernel, columns, absent))).hexdigest()
-    assert sources_digest() == want
-    assert [c.cell_contents for c in round_kernel().py_func.__closure__] == [want]
-    assert round_kernel()._cache.__class__.__name__ == "FunctionCache"  # cache=True
+    cells = lambda f: [c.cell_contents for c in f.py_func.__closure__]  # noqa: E731
+    key = kernel.frozen_digest(kernel)
+    assert [cells(k) for k in kernel.kernels()] == [[key], [key]]
+    assert cells(quickscorer_kernel.round_kernel()) == [kernel.frozen_digest(kernel, quickscorer_kernel)]
+    for cached in (*kernel.kernels(), quickscorer_kernel.round_kernel()):
+        assert cached._cache.__class__.__name__ == "FunctionCache"  # cache=True
+    assert all(isinstance(f._cache, NullCache) for f in (kernel.fill_round, kernel.fill_online_round))
+    monkeypatch.setattr(kernel, "SIB_RANK", kernel.SIB_RANK + 1)  # as an edit of columns.py would
+    assert kernel.frozen_digest(kernel) != key
+    monkeypatch.setattr(kernel, "NO_ROW", np.zeros(0, np.float64))  # absent.py's arrays count by dtype and shape
+    assert len({kernel.frozen_digest(kernel), key}) == 2
+    monkeypatch.undo()
+    assert kernel.frozen_digest(kernel) == key
 
     monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))
 
@@ -218,3 +230,58 @@ def test_the_round_kernel_is_cached_and_recompiles_when_the_features_kernel_chan
 
     assert stats("a") == (0, 1) and stats("a") == (1, 0) and stats("b") == (0, 1)
     assert stats("a", keyed=False) == (0, 1) and stats("b", keyed=False) == (1, 0)
+
+
+CALLEES = """import numba
+from pk.constants import STEP
+
+@numba.njit
+def add_step(x):
+    return x + STEP
+
+@numba.njit(cache=True)
+def add_step_cached(x):
+    return x + STEP
+"""
+CALLERS = """import numba
+import pk.callees
+from pk.callees import add_step, add_step_cached
+from specrank.featurize.kernel import frozen_digest
+
+def compile_callers(key):
+    @numba.njit(cache=True)
+    def caller(x):
+        key  # noqa: B018
+        return add_step(x) * 10
+
+    @numba.njit(cache=True)
+    def caller_of_cached(x):
+        key  # noqa: B018
+        return add_step_cached(x) * 10
+    return caller, caller_of_cached
+
+print(*(f(1) for f in compile_callers(frozen_digest(pk.callees))))
+"""
+
+
+def test_a_keyed_caller_recompiles_an_uncached_callee_and_links_a_cached_one_stale(tmp_path):
+    """Why the bodies the cached kernels call are not cached, in numba itself (fresh processes, as later runs
+    are): a constant another file defines changes; the keyed callers recompile; an uncached callee is compiled
+    with its caller anew (the right answer), a cached one is loaded from its own cache, stale (the negative
+    control)."""
+    pk = tmp_path / "pk"
+    pk.mkdir()
+    (pk / "__init__.py").write_text("")
+    (pk / "callees.py").write_text(CALLEES)
+    (pk / "callers.py").write_text(CALLERS)
+
+    def run(step):
+        (pk / "constants.py").write_text(f"STEP = {step}\n")
+        src = str(Path(__file__).parents[1] / "src")
+        out = subprocess.run([sys.executable, "-m", "pk.callers"], cwd=tmp_path, capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), src])}, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return [int(v) for v in out.stdout.split()]
+
+    assert run(1) == [20, 20] and run(1) == [20, 20]  # compiled, then loaded from the cache
+    assert run(5) == [60, 20]

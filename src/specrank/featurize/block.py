@@ -27,7 +27,7 @@ def candidate_block(token, parent, depth, q_edge, draft_logp, topk: int, root_to
     None: the row features are NaN. ``first_ancestor`` (N, M), when the pool's growth carried it, spares
     deriving it.
     """
-    from specrank.featurize.kernel import block_kernel  # numba
+    from specrank.featurize.kernel import kernels  # numba
 
     n = len(root_token)
     f64 = lambda v: np.ascontiguousarray(v, dtype=np.float64).reshape(n)  # noqa: E731
@@ -35,12 +35,12 @@ def candidate_block(token, parent, depth, q_edge, draft_logp, topk: int, root_to
     f32 = lambda v: np.ascontiguousarray(v, dtype=np.float32)  # noqa: E731
     rows = cache_logp is not None
     row = lambda v: f32(v) if rows else NO_ROWS  # noqa: E731
-    return block_kernel(i64(token), i64(parent), i64(depth), f32(q_edge), f32(draft_logp), int(topk),
-                        i64(root_token).reshape(n), f64(prompt_len), f64(position), f64(prev_accepted),
-                        row(cache_logp), row(same_token_logp), row(preceding_logp), rows,
-                        f64(cache_age) if rows else np.full(n, -1.0),
-                        f64(prev_tree_root_token_count) if rows else np.full(n, -1.0),
-                        NO_ANCESTORS if first_ancestor is None else i64(first_ancestor))
+    return kernels().block(i64(token), i64(parent), i64(depth), f32(q_edge), f32(draft_logp), int(topk),
+                           i64(root_token).reshape(n), f64(prompt_len), f64(position), f64(prev_accepted),
+                           row(cache_logp), row(same_token_logp), row(preceding_logp), rows,
+                           f64(cache_age) if rows else np.full(n, -1.0),
+                           f64(prev_tree_root_token_count) if rows else np.full(n, -1.0),
+                           NO_ANCESTORS if first_ancestor is None else i64(first_ancestor))
 
 
 class RoundInputs(NamedTuple):
@@ -89,6 +89,6 @@ def round_inputs(token, parent, depth, q_edge, draft_logp, topk: int, root_token
 
 def round_block(inputs: RoundInputs) -> np.ndarray:
     """(topk, len(BLOCK_FEATURES)) features of one round, by the same per-round code as ``candidate_block``."""
-    from specrank.featurize.kernel import round_kernel  # numba
+    from specrank.featurize.kernel import kernels  # numba
 
-    return round_kernel(*inputs)
+    return kernels().round(*inputs)

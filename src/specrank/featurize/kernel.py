@@ -1,10 +1,22 @@
-"""The numba kernels of ``featurize.block``: importing this module imports numba; each kernel compiles on its
-first call and is cached beside this file (``cache=True``), so later processes load it. One per-round body,
-``fill_round``, serves a chunk of recorded rounds and one online round alike."""
+"""The numba kernels of ``featurize.block``: importing this module imports numba; the two called from Python
+(``kernels``) compile on their first call and are cached beside this file (``cache=True``), so later processes load
+them. One per-round body, ``fill_round``, serves a chunk of recorded rounds and one online round alike.
+
+numba checks a cached kernel against the stamp of its own file only (numba docs, "Cache invalidation": changes in
+other files are not detected), while the column indices and absent-value arrays compiled into these kernels come
+from other files. Two rules keep a cache from going stale: a cached kernel holds ``frozen_digest`` of what it
+compiles in, in a closure cell (numba keys its cache on a closure's cells), and the bodies it calls are not cached
+themselves (a cached callee would be loaded from its own cache, stale, and linked into a freshly compiled caller).
+"""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
+import sys
+from pathlib import Path
+from typing import Callable, NamedTuple
 
 import numba
 import numpy as np
@@ -16,31 +28,66 @@ from specrank.featurize.columns import (CACHE_AGE, CHILD_ENTROPY, CHILD_MAX_Q, L
 from specrank.featurize.absent import NO_ANCESTOR, NO_ANCESTORS, NO_ROW, NO_ROWS
 
 
-@numba.njit(cache=True, nogil=True)
-def block_kernel(token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position, prev_accepted,
-                 cache_logp, same_token_logp, preceding_logp, has_rows, cache_age, prev_count, first_ancestor):
-    n, m = parent.shape
-    out = np.full((n, topk, WIDTH), np.nan)
-    work = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(topk), np.empty(topk)
-    for r in range(n):
-        fill_round(out[r], token[r], parent[r], depth[r], q_edge[r], draft_logp[r], topk, root_token[r],
-                   prompt_len[r], position[r], prev_accepted[r], cache_logp[r] if has_rows else NO_ROW,
-                   same_token_logp[r] if has_rows else NO_ROW, preceding_logp[r] if has_rows else NO_ROW, has_rows,
-                   cache_age[r], prev_count[r], first_ancestor[r] if first_ancestor.shape[0] else NO_ANCESTOR, work)
-    return out
+def frozen_digest(*modules) -> str:
+    """sha256 of what numba compiles into a kernel from ``modules``: each one's source file, and the numbers and
+    arrays among its globals, which numba freezes into the machine code (those imported from other files
+    included)."""
+    digest = hashlib.sha256()
+    for module in modules:
+        digest.update(Path(module.__file__).read_bytes())
+        for name, value in sorted(vars(module).items()):
+            if isinstance(value, (int, float, np.number, np.ndarray)):
+                value = np.ascontiguousarray(value)
+                digest.update(f"{name}:{value.dtype.str}:{value.shape}:".encode() + value.tobytes())
+    return digest.hexdigest()
 
 
-@numba.njit(cache=True, nogil=True)
-def round_kernel(token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position, prev_accepted,
-                 rows, row_index, has_rows, cache_age, prev_count, first_ancestor):
-    """One online round (``featurize.block.RoundInputs``): its (topk, WIDTH) features."""
-    out = np.full((topk, WIDTH), np.nan)
-    fill_online_round(out, token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
-                      prev_accepted, rows, row_index, has_rows, cache_age, prev_count, first_ancestor)
-    return out
+class Kernels(NamedTuple):
+    """The features kernels called from Python."""
+
+    block: Callable  # N recorded rounds (``featurize.block.candidate_block``)
+    round: Callable  # one online round (``featurize.block.round_block``)
 
 
-@numba.njit(cache=True, nogil=True)
+@functools.cache
+def kernels() -> Kernels:
+    """The kernels, compiled on their first call and cached beside this file, keyed on this module's
+    ``frozen_digest``."""
+    return compile_kernels(frozen_digest(sys.modules[__name__]))
+
+
+def compile_kernels(key: str) -> Kernels:
+    """The kernels with ``key`` in their closures (``kernels``)."""
+
+    @numba.njit(cache=True, nogil=True)
+    def block_kernel(token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
+                     prev_accepted, cache_logp, same_token_logp, preceding_logp, has_rows, cache_age, prev_count,
+                     first_ancestor):
+        key  # noqa: B018 (the cache key)
+        n, m = parent.shape
+        out = np.full((n, topk, WIDTH), np.nan)
+        work = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(topk), np.empty(topk)
+        for r in range(n):
+            fill_round(out[r], token[r], parent[r], depth[r], q_edge[r], draft_logp[r], topk, root_token[r],
+                       prompt_len[r], position[r], prev_accepted[r], cache_logp[r] if has_rows else NO_ROW,
+                       same_token_logp[r] if has_rows else NO_ROW, preceding_logp[r] if has_rows else NO_ROW, has_rows,
+                       cache_age[r], prev_count[r], first_ancestor[r] if first_ancestor.shape[0] else NO_ANCESTOR, work)
+        return out
+
+    @numba.njit(cache=True, nogil=True)
+    def round_kernel(token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
+                     prev_accepted, rows, row_index, has_rows, cache_age, prev_count, first_ancestor):
+        """One online round (``featurize.block.RoundInputs``): its (topk, WIDTH) features."""
+        key  # noqa: B018 (the cache key)
+        out = np.full((topk, WIDTH), np.nan)
+        fill_online_round(out, token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
+                          prev_accepted, rows, row_index, has_rows, cache_age, prev_count, first_ancestor)
+        return out
+
+    return Kernels(block_kernel, round_kernel)
+
+
+@numba.njit(nogil=True)  # not cached: compiled into its callers (the module's docstring)
 def fill_online_round(o, token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
                       prev_accepted, rows, row_index, has_rows, cache_age, prev_count, first_ancestor):
     """``fill_round`` of one online round: the candidates' row entries gathered here (float32, as recorded)."""
@@ -55,7 +102,7 @@ def fill_online_round(o, token, parent, depth, q_edge, draft_logp, topk, root_to
                work)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(nogil=True)  # not cached: compiled into its callers
 def fill_round(o, token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position, prev_accepted,
                cache_logp, same_token_logp, preceding_logp, has_rows, cache_age, prev_count, first_ancestor, work):
     """Write one round's (topk, WIDTH) features into ``o`` (NaN-filled); pool arrays (M,)."""

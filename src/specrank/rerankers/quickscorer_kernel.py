@@ -4,16 +4,15 @@ its first call and is cached beside this file (``cache=True``), so later process
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
-from pathlib import Path
+import sys
 
 import numba
 import numpy as np
 
-from specrank.featurize import absent, columns, kernel as features_kernel
+from specrank.featurize import kernel as features_kernel
 from specrank.featurize.columns import WIDTH
-from specrank.featurize.kernel import fill_online_round
+from specrank.featurize.kernel import fill_online_round, frozen_digest
 
 ALL_LEAVES = np.uint64(0xFFFFFFFFFFFFFFFF)
 # de Bruijn bit scan: the index of the lowest set bit of w is TABLE[((w ^ (w - 1)) * MAGIC) >> 58]
@@ -127,27 +126,17 @@ def part(model, i):
     return model[model[i] : model[i + 1]]
 
 
-def sources_digest() -> str:
-    """sha256 of the files the round kernel compiles in besides its own: the features kernel it calls and the
-    column and absent-value constants both read. numba's cache checks only the stamp of the cached function's own
-    file (numba docs, "Cache invalidation": changes in other files are not detected), but its key includes the
-    contents of the function's closure cells (``numba.core.caching._CacheImpl``'s index key), so a digest held in a
-    cell recompiles the kernel whenever one of these files changes."""
-    digest = hashlib.sha256()
-    for module in (features_kernel, columns, absent):
-        digest.update(Path(module.__file__).read_bytes())
-    return digest.hexdigest()
-
-
 @functools.cache
 def round_kernel():
     """The round kernel, compiled on its first call and cached beside this file (a later process loads it: some
-    seconds saved at every reranker's first round), keyed on ``sources_digest``."""
-    return compile_round_kernel(sources_digest())
+    seconds saved at every reranker's first round). It compiles in the features kernel's code and constants, from
+    other files than its own: its cache is keyed on their ``frozen_digest`` and this module's (the rules of
+    ``featurize.kernel``'s docstring)."""
+    return compile_round_kernel(frozen_digest(features_kernel, sys.modules[__name__]))
 
 
-def compile_round_kernel(sources: str):
-    """``round_probabilities`` with ``sources`` in its closure (``round_kernel``)."""
+def compile_round_kernel(key: str):
+    """``round_probabilities`` with ``key`` in its closure (``round_kernel``)."""
 
     @numba.njit(cache=True, nogil=True)
     def round_probabilities(token, parent, depth, q_edge, draft_logp, topk, root_token, prompt_len, position,
@@ -160,7 +149,7 @@ def compile_round_kernel(sources: str):
         (``positions[j]`` <- feature ``columns[j]``, the token prior looked up as ``TokenPrior.transform`` does
         and the task's code; a position of -1: not read), the margins, then the logistic function clipped to
         [0, 1]. ``model``: the trees and the plan as words (``round_words``)."""
-        sources  # a closure cell: numba keys its cache on it (round_kernel)
+        key  # noqa: B018 (the cache key)
         offsets, thresholds = part(model, 0).view(np.int64), part(model, 1).view(np.float64)
         trees, clears = part(model, 2).view(np.int64), part(model, 3)
         nan_offsets, nan_trees = part(model, 4).view(np.int64), part(model, 5).view(np.int64)
