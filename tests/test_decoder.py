@@ -192,8 +192,10 @@ def test_readme_example_runs_as_written_and_equals_target_greedy(smollm2, tmp_pa
     from specrank.decode.prompts import encode_prompt
 
     monkeypatch.chdir(tmp_path)
+    # the README's commands at a small size: two prompts, 8 tokens, three pool levels (the reranker is checked
+    # against the pool's topk only, and the block decodes with the default pool)
     for argv in (["decode", "--drafter", "early-exit:8", "--out", "runs/greedy", "--limit", "2", "--max-new-tokens",
-                  "8", "--budget", "8", "--extra", "0", "--no-progress"],
+                  "8", "--depth", "3", "--budget", "8", "--extra", "0", "--no-progress"],
                  ["featurize", "runs/greedy"],
                  ["train", "runs/greedy/features.parquet", "--rerankers", "rows", "--n-estimators", "50"]):
         assert main(argv) == 0

@@ -33,6 +33,10 @@ def pair():
     return tiny_pair()
 
 
+# The tests that share the module's worker: pytest-xdist keeps them on one worker process, which starts it once.
+SHARED_WORKER = pytest.mark.xdist_group("pipeline-worker")
+
+
 @pytest.fixture(scope="module")
 def worker(pair):
     w = PipelinedDrafter(pair[1], threads=1)
@@ -48,6 +52,7 @@ def local_copy(pair):
     return build_drafter(drafter_payload(pair[1]), "cpu")
 
 
+@SHARED_WORKER
 @pytest.mark.parametrize("strategy, budget", [(r, 8) for r in sorted(STRATEGIES)] + [(r, 3) for r in ROOT_STRATEGIES])
 def test_pipelined_greedy_equals_target_greedy_round_by_round_as_serial(pair, worker, local_copy, strategy, budget):
     target = pair[0]
@@ -65,6 +70,7 @@ def test_pipelined_greedy_equals_target_greedy_round_by_round_as_serial(pair, wo
     assert piped.drafting > 0 and (piped.root > 0) == STRATEGIES[strategy].needs_root_pass
 
 
+@SHARED_WORKER
 def test_root_pass_runs_while_the_worker_drafts(pair, worker):
     """A root pass made slower than drafting hides the drafting: the target barely waits for the pool."""
     target = pair[0]
@@ -124,6 +130,7 @@ def test_worker_killed_or_hung_mid_decode_is_a_one_line_error_and_reaped(pair, f
             dec.generate(PROMPT, max_new_tokens=4)
 
 
+@SHARED_WORKER
 def test_worker_errors_keep_their_type_and_interrupted_rounds_leave_no_stale_pool(worker, local_copy):
     worker.start(PROMPT)
     with pytest.raises(PoolShapeError, match="exceeds the draft vocabulary"):
