@@ -8,7 +8,11 @@ Settings: SGLang's default shape for a Llama target, (num_steps, topk, num_draft
 ``_auto_choose_speculative_params`` (``arg_groups/speculative_hook.py``), and the champion's topk 10 at B = 8
 (3, 10, 9); each greedy and at T = 1. The champion ``reranker:default`` is trained for topk 10: at topk 4 the plugin
 is a rows GBM cross-fitted on the engine's view of the recording. Prompts: the bundled held-out set (``--limit``,
-at least 40), none of the head's or the champion's training prompts (checked by digest).
+at least 40), none of the head's or the champion's training prompts (checked by digest); or, with ``--prompts``, the
+first ``--limit`` of another set in a study's seeded order, less those the head or either champion trained on
+(``--prompts spec-bench``: the bundled Spec-Bench questions, of which the champions learned from a few dozen), and
+with ``--max-prompt-tokens`` of at most that many target tokens.
+``--gain-only`` decodes only what the plugin's gain needs: SGLang's tree and the plugin at the champion's setting.
 
 ``--part predict`` runs ``specrank tree-config`` per setting and temperature and reports draft and plugin acceptance
 lengths with paired prompt-bootstrap intervals. ``--part engine`` checks that the engine environment
@@ -40,6 +44,16 @@ def parse_args(argv=None):
     parser.add_argument("--target", default="smollm2")
     parser.add_argument("--drafter", default="eagle3:default")
     parser.add_argument("--limit", type=int, default=MIN_PROMPTS, help=f"held-out prompts (at least {MIN_PROMPTS})")
+    parser.add_argument("--prompts", default=None,
+                        help="JSONL prompts (Spec-Bench or HumanEval form), or 'spec-bench': the first --limit in a"
+                             " study's seeded order that neither the head nor a champion trained on (default: the"
+                             " bundled held-out set)")
+    parser.add_argument("--max-prompt-tokens", type=int, default=None,
+                        help="with --prompts: leave out prompts longer than this many target tokens (Spec-Bench's"
+                             " summarization and RAG questions run to 600-800: each engine step costs about twice)")
+    parser.add_argument("--gain-only", action="store_true",
+                        help="predict and decode only SGLang's tree and the plugin at the champion's setting (no"
+                             " plain decoding, no default shape)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--work", default=str(ROOT / "runs" / "bench-sglang"))
@@ -62,27 +76,65 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.limit < MIN_PROMPTS:
         parser.exit(2, f"--limit {args.limit}: the goal needs at least {MIN_PROMPTS} prompts\n")
+    if args.prompts not in (None, "spec-bench") and not Path(args.prompts).is_file():
+        parser.exit(2, f"--prompts {args.prompts}: no such file\n")
+    if args.max_prompt_tokens is not None and (args.prompts is None or args.max_prompt_tokens < 1):
+        parser.exit(2, f"--max-prompt-tokens {args.max_prompt_tokens}: a positive length, with --prompts\n")
     return args
 
 
-def held_out(args) -> list:
-    """The bundled prompts, refused (exit 2) when the head or the champion trained on any of them."""
-    from specrank.decode.loading.drafters import check_unseen
-    from specrank.decode.prompts import default_prompts_path, prompt_digest, read_prompts
+def refuse(message: str) -> None:
+    """Bad input: one line on stderr, exit status 2."""
+    print(message, file=sys.stderr)
+    sys.exit(2)
+
+
+def held_out(args) -> tuple[list, Path]:
+    """The prompts to decode and the file tree-config reads them from: the bundled held-out set, refused (exit 2)
+    when the head or a champion trained on any of them; or, with ``--prompts``, the first ``--limit`` of that set in
+    a study's seeded order (every prefix mixes the tasks) that neither trained on (and at most
+    ``--max-prompt-tokens`` long), written to ``WORK/held-out.jsonl``."""
+    from specrank.atomic import atomic_write
+    from specrank.decode.loading.drafters import check_unseen, trained_on
+    from specrank.decode.loading.targets import load_target_tokenizer
+    from specrank.decode.prompts import (default_prompts_path, encode_prompt, prompt_digest, read_prompts,
+                                         spec_bench_path)
+    from specrank.experiments.study.run import study_order
     from specrank.rerankers.defaults import default_reranker_dir
     from specrank.rerankers.loader import load_reranker
+    from specrank.workflow.champion import training_prompts
 
-    prompts = read_prompts(default_prompts_path(), limit=args.limit)
-    check_unseen(args.drafter, prompts)
-    for t in (0.0, 1.0):
-        seen = set((getattr(load_reranker(default_reranker_dir(t)), "card_", {}) or {}).get("training_prompts", []))
-        if any(prompt_digest(p.text) in seen for p in prompts):
-            print(f"--limit {args.limit}: the champion at T = {t:g} trained on some of these prompts", file=sys.stderr)
-            sys.exit(2)
-    return prompts
+    champions = {t: training_prompts(load_reranker(default_reranker_dir(t))) for t in (0.0, 1.0)}
+    if args.prompts is None:
+        prompts = read_prompts(default_prompts_path(), limit=args.limit)
+        check_unseen(args.drafter, prompts)
+        for t, seen in champions.items():
+            if any(prompt_digest(p.text) in seen for p in prompts):
+                refuse(f"--limit {args.limit}: the champion at T = {t:g} trained on some of these prompts")
+        return prompts, default_prompts_path()
+    source = spec_bench_path() if args.prompts == "spec-bench" else Path(args.prompts)
+    ordered = study_order(read_prompts(source), seed=0)
+    head_seen = trained_on(args.drafter, ordered)
+    if head_seen is None:
+        refuse(f"--drafter {args.drafter}: its training.json does not say which prompts it trained on")
+    champion_seen = set().union(*champions.values())
+    kept = [p for p in ordered if p.prompt_id not in set(head_seen) and prompt_digest(p.text) not in champion_seen]
+    if args.max_prompt_tokens is not None:
+        tokenizer, _ = load_target_tokenizer(args.target)
+        kept = [p for p in kept if len(encode_prompt(tokenizer, p.text)) <= args.max_prompt_tokens]
+    if len(kept) < args.limit:
+        refuse(f"--prompts {args.prompts}: {len(kept)} prompts that neither the head nor a champion trained on"
+               + (f" of at most {args.max_prompt_tokens} tokens" if args.max_prompt_tokens else "")
+               + f", fewer than --limit {args.limit}")
+    kept = kept[: args.limit]
+    path = Path(args.work) / "held-out.jsonl"
+    text = "".join(json.dumps({"question_id": p.prompt_id, "category": p.task, "turns": [p.text]}, ensure_ascii=False)
+                   + "\n" for p in kept)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    return kept, path
 
 
-def predict(args, name: str, temperature: float) -> dict:
+def predict(args, name: str, temperature: float, prompts_file: Path) -> dict:
     """tree-config's draft and plugin acceptance lengths for one setting and temperature."""
     import pandas as pd
 
@@ -90,10 +142,11 @@ def predict(args, name: str, temperature: float) -> dict:
 
     topk, steps, n, reranker = SETTINGS[name]
     out = Path(args.work) / f"{name}-t{temperature:g}"
-    argv = ["tree-config", "--target", args.target, "--drafter", args.drafter, "--limit", str(args.limit),
-            "--max-new-tokens", str(args.max_new_tokens), "--temperature", f"{temperature:g}", "--topk", str(topk),
-            "--num-steps", str(steps), "--num-draft-tokens", str(n), "--reranker", reranker, "--repeats", "1",
-            "--out", str(out), "--no-tracking", "--no-progress"]
+    argv = ["tree-config", "--target", args.target, "--drafter", args.drafter, "--prompts", str(prompts_file),
+            "--limit", str(args.limit), "--max-new-tokens", str(args.max_new_tokens),
+            "--temperature", f"{temperature:g}", "--topk", str(topk), "--num-steps", str(steps),
+            "--num-draft-tokens", str(n), "--reranker", reranker, "--repeats", "1", "--out", str(out),
+            "--no-tracking", "--no-progress"]
     if cli(argv) != 0:
         sys.exit(f"tree-config {name} at T = {temperature:g} failed")
     row = pd.read_parquet(out / "tree_config_table.parquet").set_index("setting").loc[f"k{topk}-s{steps}-n{n}"]
@@ -192,7 +245,8 @@ def paired_gain(own: dict, plugin: dict, n_boot: int = 2000, seed: int = 0) -> d
 
 def run_engine(args, prompts) -> dict:
     """SGLang plain, with its own tree and with the plugin at the champion's setting, and with its own tree at its
-    default shape (the shipped champions are trained for topk 10 only), at each of ``--engine-temperatures``."""
+    default shape (the shipped champions are trained for topk 10 only), at each of ``--engine-temperatures``
+    (``--gain-only``: its tree and the plugin only)."""
     from specrank.decode.config import prompt_seed
     from specrank.decode.loading.drafters import head_directory
     from specrank.decode.loading.eagle3_export import export_head
@@ -222,35 +276,43 @@ def run_engine(args, prompts) -> dict:
         # (a request's sampling_seed would hash them with a Triton kernel, which has no CPU backend).
         law, seeded = (t, False) if args.sampling_verify else (0.0, True)
         req = base | {"temperature": t, "seeded": seeded}
-        runs = {"plain": engine_run(args, f"plain-t{t:g}", req | {"head": None}, None, t),
-                "sglang": engine_run(args, f"sglang-t{t:g}", req | {"head": str(head)}, None, t),
-                "plugin": engine_run(args, f"plugin-t{t:g}", req | {"head": str(head)}, "reranker:default", law)}
+        runs = {} if args.gain_only else {"plain": engine_run(args, f"plain-t{t:g}", req | {"head": None}, None, t)}
+        runs |= {"sglang": engine_run(args, f"sglang-t{t:g}", req | {"head": str(head)}, None, t),
+                 "plugin": engine_run(args, f"plugin-t{t:g}", req | {"head": str(head)}, "reranker:default", law)}
         failed = {k: v for k, v in runs.items() if "failed" in v}
         if failed:
             out[f"t{t:g}"] = {"failed": failed}
             continue
-        fig = {k: engine_figures(v, runs["plain"] if k != "plain" and t == 0 else None) for k, v in runs.items()}
+        plain = runs.get("plain") if t == 0 else None  # greedy identity: at T = 0, where plain decoding ran
+        fig = {k: engine_figures(v, plain if k != "plain" else None) for k, v in runs.items()}
         fig["plugin_gain"] = paired_gain(runs["sglang"], runs["plugin"])
         fig["plugin_speed_ratio"] = fig["plugin"]["tokens_per_s"] / fig["sglang"]["tokens_per_s"]
         fig["plugin_ms_per_step"] = fig["plugin"]["ms_per_step"] - fig["sglang"]["ms_per_step"]
+        if args.gain_only:
+            out[f"t{t:g}"] = fig
+            continue
         dk, ds, dn, _ = SETTINGS["sglang_default"]
         default = engine_run(args, f"sglang-default-t{t:g}", req | {"head": str(head), "topk": dk, "num_steps": ds,
                                                                      "num_draft_tokens": dn}, None, t)
-        fig["sglang_default"] = default if "failed" in default else engine_figures(default, runs["plain"] if t == 0
-                                                                                    else None)
+        fig["sglang_default"] = default if "failed" in default else engine_figures(default, plain)
         out[f"t{t:g}"] = fig
     return out
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    prompts = held_out(args)
-    figures = {"cpu_model": cpu_model(), "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
-               "settings": {k: dict(zip(("topk", "num_steps", "num_draft_tokens", "reranker"), v))
-                            for k, v in SETTINGS.items()}}
+    prompts, prompts_file = held_out(args)
+    settings = ["champion_b8"] if args.gain_only else list(SETTINGS)
+    figures = {"cpu_model": cpu_model(), "prompts": len(prompts), "prompts_file": prompts_file.name,
+               "prompt_ids": [p.prompt_id for p in prompts], "max_prompt_tokens": args.max_prompt_tokens,
+               "max_new_tokens": args.max_new_tokens,
+               "gain_only": bool(args.gain_only),
+               "settings": {k: dict(zip(("topk", "num_steps", "num_draft_tokens", "reranker"), SETTINGS[k]))
+                            for k in settings}}
     if args.part in ("predict", "all"):
         temps = [float(t) for t in args.temperatures.split(",")]
-        figures["predicted"] = {f"{name}_t{t:g}": predict(args, name, t) for name in SETTINGS for t in temps}
+        figures["predicted"] = {f"{name}_t{t:g}": predict(args, name, t, prompts_file) for name in settings
+                                for t in temps}
     if args.part in ("engine", "all"):
         figures["engine"] = run_engine(args, prompts)
         for t in ("t0", "t1"):

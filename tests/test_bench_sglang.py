@@ -1,6 +1,8 @@
 """benchmarks/bench_sglang.py's reading of SGLang's per-request counters, with no engine: accept length, greedy
-identity and first differences against plain decoding, and the paired prompt-bootstrap gain, with controls."""
+identity and first differences against plain decoding, and the paired prompt-bootstrap gain, with controls; and
+the held-out prompts it decodes."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -8,7 +10,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from bench_sglang import engine_figures, paired_gain  # noqa: E402
+from bench_sglang import engine_figures, held_out, paired_gain, parse_args  # noqa: E402
 
 
 def run(rows):
@@ -84,3 +86,37 @@ def test_sglangs_tree_sampling_port_emits_the_targets_law_and_a_lossy_threshold_
     after = second[first == 2]  # node 1 accepted: the second token comes from node 1's row
     p_second = chisquare(np.bincount(after, minlength=6), law[1] * len(after)).pvalue
     assert (min(p_first, p_second) > 1e-3) == lossless, (p_first, p_second)
+
+
+def test_a_larger_held_out_set_leaves_out_every_prompt_the_head_or_a_champion_trained_on(tmp_path, capsys):
+    """``--prompts spec-bench``: the Spec-Bench questions in a study's order, less every one the shipped head or
+    either shipped champion learned from (their cards name a few dozen), written where tree-config reads them;
+    asking for more than remain is refused in one line (exit 2); a prompt a champion learned from, added to the
+    set, is left out."""
+    from specrank.decode.loading.drafters import trained_on
+    from specrank.decode.prompts import prompt_digest, read_prompts, spec_bench_path
+    from specrank.rerankers import load_reranker
+    from specrank.rerankers.defaults import default_reranker_dir
+    from specrank.workflow.champion import training_prompts
+
+    seen = set().union(*(training_prompts(load_reranker(default_reranker_dir(t))) for t in (0.0, 1.0)))
+    everything = read_prompts(spec_bench_path())
+    learned = [p for p in everything if prompt_digest(p.text) in seen]
+    assert len(learned) >= 40  # the champions learned from Spec-Bench prompts: the filter has work to do
+    unseen = len(everything) - len({p.prompt_id for p in learned} | set(trained_on("eagle3:default", everything)))
+
+    prompts, path = held_out(parse_args(["--prompts", "spec-bench", "--limit", str(unseen), "--work", str(tmp_path)]))
+    assert len(prompts) == unseen and not {prompt_digest(p.text) for p in prompts} & seen
+    assert [p.prompt_id for p in read_prompts(path)] == [p.prompt_id for p in prompts]
+    assert {p.task for p in prompts[:40]} >= {"translation", "summarization", "qa", "math_reasoning", "rag"}
+
+    with pytest.raises(SystemExit) as refused:
+        held_out(parse_args(["--prompts", "spec-bench", "--limit", str(unseen + 1), "--work", str(tmp_path)]))
+    assert refused.value.code == 2 and f"{unseen} prompts that neither" in capsys.readouterr().err
+
+    learned_too = tmp_path / "learned-too.jsonl"  # the held-out set and one prompt a champion learned from
+    learned_too.write_text(path.read_text() + json.dumps({"question_id": "learned", "category": learned[0].task,
+                                                          "turns": [learned[0].text]}) + "\n")
+    kept, _ = held_out(parse_args(["--prompts", str(learned_too), "--limit", str(unseen), "--work",
+                                   str(tmp_path / "again")]))
+    assert len(kept) == unseen and "learned" not in {p.prompt_id for p in kept}
