@@ -117,8 +117,8 @@ def held_out(args) -> tuple[list, Path]:
     head_seen = trained_on(args.drafter, ordered)
     if head_seen is None:
         refuse(f"--drafter {args.drafter}: its training.json does not say which prompts it trained on")
-    champion_seen = set().union(*champions.values())
-    kept = [p for p in ordered if p.prompt_id not in set(head_seen) and prompt_digest(p.text) not in champion_seen]
+    head_seen, champion_seen = set(head_seen), set().union(*champions.values())
+    kept = [p for p in ordered if p.prompt_id not in head_seen and prompt_digest(p.text) not in champion_seen]
     if args.max_prompt_tokens is not None:
         tokenizer, _ = load_target_tokenizer(args.target)
         kept = [p for p in kept if len(encode_prompt(tokenizer, p.text)) <= args.max_prompt_tokens]
