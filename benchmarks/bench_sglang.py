@@ -18,6 +18,7 @@ with ``--max-prompt-tokens`` of at most that many target tokens.
 lengths with paired prompt-bootstrap intervals. ``--part engine`` checks that the engine environment
 (``--engine-python``) imports SGLang with its CPU kernels and that this CPU has what the ``intel_amx`` backend (the
 only CPU backend with tree verify) executes; where either is missing it records what failed instead of measuring.
+``--part predict --engine-results NAME`` checks an earlier engine run on the same prompts against this prediction.
 Writes ``benchmarks/results/sglang.json`` (with ``lscpu``'s model name). Exits 2 on bad input.
 """
 
@@ -68,6 +69,10 @@ def parse_args(argv=None):
                         help="verify at T > 0 in the CPU engine with SGLang's tree sampling kernel ported to torch"
                              " (benchmarks/sglang_cpu_shims/tree_sampling.py); the plugin then uses the champion of"
                              " each engine temperature")
+    parser.add_argument("--engine-results", default=None, metavar="NAME",
+                        help="with --part predict: the engine figures of an earlier --part engine run on the same"
+                             " prompts (benchmarks/results/NAME.json), each measured gain checked against this"
+                             " prediction")
     parser.add_argument("--name", default="sglang", help="the results file, benchmarks/results/NAME.json")
     parser.add_argument("--amx-override", action="store_true",
                         help="on a CPU with AVX-512 BF16 and no AMX, run SGLang's AMX path anyway"
@@ -78,6 +83,9 @@ def parse_args(argv=None):
         parser.exit(2, f"--limit {args.limit}: the goal needs at least {MIN_PROMPTS} prompts\n")
     if args.prompts not in (None, "spec-bench") and not Path(args.prompts).is_file():
         parser.exit(2, f"--prompts {args.prompts}: no such file\n")
+    if args.engine_results is not None and args.part != "predict":
+        parser.exit(2, f"--engine-results {args.engine_results}: only with --part predict (the other parts decode"
+                       " their own)\n")
     if args.max_prompt_tokens is not None and (args.prompts is None or args.max_prompt_tokens < 1):
         parser.exit(2, f"--max-prompt-tokens {args.max_prompt_tokens}: a positive length, with --prompts\n")
     return args
@@ -299,6 +307,46 @@ def run_engine(args, prompts) -> dict:
     return out
 
 
+def earlier_engine(args, figures: dict) -> dict:
+    """The engine figures of an earlier ``--part engine`` run (``--engine-results NAME``), refused (exit 2) unless it
+    decoded the same prompts, tokens and settings."""
+    path = ROOT / "benchmarks" / "results" / f"{args.engine_results}.json"
+    if not path.is_file():
+        refuse(f"--engine-results {args.engine_results}: no such results file ({path})")
+    earlier = json.loads(path.read_text())["figures"]
+    for key in ("prompt_ids", "max_new_tokens", "settings"):
+        if earlier.get(key) != figures[key]:
+            refuse(f"--engine-results {args.engine_results}: its {key} differ from this run's")
+    if "engine" not in earlier:
+        refuse(f"--engine-results {args.engine_results}: it holds no engine part")
+    return earlier["engine"] | {"from_results": path.name}
+
+
+def inside_predicted(figures: dict) -> None:
+    """Mark, at each temperature both parts cover, whether the engine's measured plugin gain (and SGLang's accept
+    length at its default shape) lies inside tree-config's predicted interval, and the other way round: whether the
+    predicted gain lies inside the measured one. The predicted interval resamples the prompts of rounds scored by
+    their exact acceptance expectations, so it is far narrower than the interval of one engine run, whose accept
+    counts are sampled (at T = 1 its two runs also follow different continuations)."""
+    for t in ("t0", "t1"):
+        pred = figures["predicted"].get(f"champion_b8_{t}")
+        fig = figures["engine"].get(t, {})
+        if pred and "plugin_gain" in fig:
+            measured = fig["plugin_gain"]
+            fig["gain_inside_predicted_interval"] = pred["plugin_gain_low"] <= measured["gain"] <= \
+                pred["plugin_gain_high"]
+            fig["predicted_gain_inside_measured_interval"] = measured["low"] <= pred["plugin_gain"] <= \
+                measured["high"]
+            for name, key in (("sglang", "draft"), ("plugin", "plugin")):
+                if "accept_length" in fig.get(name, {}):
+                    fig[name]["inside_predicted_interval"] = \
+                        pred[f"{key}_low"] <= fig[name]["accept_length"] <= pred[f"{key}_high"]
+        default = figures["predicted"].get(f"sglang_default_{t}")
+        if default and "accept_length" in fig.get("sglang_default", {}):
+            fig["sglang_default"]["inside_predicted_interval"] = \
+                default["draft_low"] <= fig["sglang_default"]["accept_length"] <= default["draft_high"]
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     prompts, prompts_file = held_out(args)
@@ -309,22 +357,17 @@ def main(argv=None) -> int:
                "gain_only": bool(args.gain_only),
                "settings": {k: dict(zip(("topk", "num_steps", "num_draft_tokens", "reranker"), SETTINGS[k]))
                             for k in settings}}
+    earlier = earlier_engine(args, figures) if args.engine_results else None  # checked before any model loads
     if args.part in ("predict", "all"):
         temps = [float(t) for t in args.temperatures.split(",")]
         figures["predicted"] = {f"{name}_t{t:g}": predict(args, name, t, prompts_file) for name in settings
                                 for t in temps}
     if args.part in ("engine", "all"):
         figures["engine"] = run_engine(args, prompts)
-        for t in ("t0", "t1"):
-            pred = figures.get("predicted", {}).get(f"champion_b8_{t}")
-            fig = figures["engine"].get(t, {})
-            if pred and "plugin_gain" in fig:
-                fig["gain_inside_predicted_interval"] = pred["plugin_gain_low"] <= fig["plugin_gain"]["gain"] <= \
-                    pred["plugin_gain_high"]
-            default = figures.get("predicted", {}).get(f"sglang_default_{t}")
-            if default and "accept_length" in fig.get("sglang_default", {}):
-                fig["sglang_default"]["inside_predicted_interval"] = \
-                    default["draft_low"] <= fig["sglang_default"]["accept_length"] <= default["draft_high"]
+    elif earlier is not None:
+        figures["engine"] = earlier
+    if "predicted" in figures and "engine" in figures:
+        inside_predicted(figures)
     figures["sampling_verify"] = bool(args.sampling_verify)
     path = write_results(args.name, figures, argv)
     print(path)

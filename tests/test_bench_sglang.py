@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from bench_sglang import engine_figures, held_out, paired_gain, parse_args  # noqa: E402
+import bench_sglang  # noqa: E402
+from bench_sglang import (  # noqa: E402
+    earlier_engine,
+    engine_figures,
+    held_out,
+    inside_predicted,
+    paired_gain,
+    parse_args,
+)
 
 
 def run(rows):
@@ -120,3 +128,42 @@ def test_a_larger_held_out_set_leaves_out_every_prompt_the_head_or_a_champion_tr
     kept, _ = held_out(parse_args(["--prompts", str(learned_too), "--limit", str(unseen), "--work",
                                    str(tmp_path / "again")]))
     assert len(kept) == unseen and "learned" not in {p.prompt_id for p in kept}
+
+
+def test_an_earlier_engine_run_is_checked_against_the_prediction_only_on_the_same_prompts(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """``--part predict --engine-results NAME``: an engine run's measured gain is marked inside or outside the
+    predicted interval; a run of other prompts, or one without an engine part, is refused in one line (exit 2)."""
+    monkeypatch.setattr(bench_sglang, "ROOT", tmp_path)
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    figures = {"prompt_ids": ["a", "b"], "max_new_tokens": 128, "settings": {"champion_b8": {"topk": 10}}}
+    engine = {"t1": {"plugin_gain": {"gain": 0.048, "low": 0.022, "high": 0.076}, "sglang": {"accept_length": 1.36},
+                     "plugin": {"accept_length": 1.41}}}
+    (tmp_path / "benchmarks" / "results" / "eng.json").write_text(json.dumps({"figures": figures | {"engine": engine}}))
+    args = parse_args(["--part", "predict", "--engine-results", "eng"])
+    got = earlier_engine(args, figures)
+    assert got["t1"]["plugin_gain"]["gain"] == 0.048 and got["from_results"] == "eng.json"
+
+    for point, low, high, inside, covered in ((0.05, 0.01, 0.09, True, True), (0.06, 0.05, 0.09, False, True),
+                                              (0.08, 0.05, 0.09, False, False)):
+        both = {"predicted": {"champion_b8_t1": {"plugin_gain": point, "plugin_gain_low": low,
+                                                 "plugin_gain_high": high, "draft_low": 1.3, "draft_high": 1.35,
+                                                 "plugin_low": 1.35, "plugin_high": 1.45}},
+                "engine": json.loads(json.dumps(got))}
+        inside_predicted(both)
+        assert both["engine"]["t1"]["gain_inside_predicted_interval"] is inside
+        assert both["engine"]["t1"]["predicted_gain_inside_measured_interval"] is covered
+        assert not both["engine"]["t1"]["sglang"]["inside_predicted_interval"]  # 1.36 above [1.3, 1.35]
+        assert both["engine"]["t1"]["plugin"]["inside_predicted_interval"]
+
+    (tmp_path / "benchmarks" / "results" / "other.json").write_text(
+        json.dumps({"figures": figures | {"prompt_ids": ["a", "c"], "engine": engine}}))
+    (tmp_path / "benchmarks" / "results" / "bare.json").write_text(json.dumps({"figures": figures}))
+    for name, says in (("other", "its prompt_ids differ"), ("bare", "no engine part"), ("missing", "no such results")):
+        with pytest.raises(SystemExit) as refused:
+            earlier_engine(parse_args(["--part", "predict", "--engine-results", name]), figures)
+        err = capsys.readouterr().err
+        assert refused.value.code == 2 and says in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as refused:
+        parse_args(["--part", "engine", "--engine-results", "eng"])
+    assert refused.value.code == 2 and "only with --part predict" in capsys.readouterr().err
