@@ -9,7 +9,8 @@ REQUEST: ``{"model", "head" (null: plain decoding), "k", "prompts": [{"id", "ids
 "temperatures", "mode"}``. ``mode`` ``acceptance``: each temperature's prompts in one batched ``generate``, with
 the global counters (``llm.get_metrics()``) before and after and each request's own per-step counts;
 ``speed``: greedy, one prompt at a time after a warm-up, each timed twice (one token, then ``max_tokens``) so the
-decode time excludes the prefill.
+decode time excludes the prefill; ``verify`` (with ``"widths": W``, ``"head": null``): the target's forward and
+logits over 1..W tokens, each timed alone.
 
 vLLM's CPU build (0.32.0 and, at the time of writing, its main branch: vllm-project/vllm#55005, open) samples
 T > 0 rounds of speculative decoding from garbage: its CPU stand-in for ``expand_kernel`` fills an int64 copy of
@@ -125,6 +126,28 @@ def speed(llm, request: dict) -> list[dict]:
     return rows
 
 
+def verify_passes(llm, request: dict) -> dict:
+    """The target's forward pass and logits over n tokens, n = 1..``widths``, timed alone in the engine: the
+    fastest of ``repeats`` after a warm-up (ms). vLLM's own dummy batch (``GPUModelRunner._dummy_run``, which the
+    CPU runner inherits; vLLM 0.32 ``v1/worker/gpu_model_runner.py``) runs the same kernels a verify pass over n
+    tokens runs, on the same thread pool."""
+    import torch
+
+    runner = llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+
+    def once(n: int) -> float:
+        start = time.perf_counter()
+        with torch.inference_mode():
+            hidden = runner._dummy_run(n)[0]
+            runner.model.compute_logits(hidden[:n])
+        return time.perf_counter() - start
+
+    widths = range(1, int(request["widths"]) + 1)
+    for n in widths:
+        once(n)
+    return {str(n): 1000 * min(once(n) for _ in range(int(request.get("repeats", 15)))) for n in widths}
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("-h", "--help"):
@@ -140,8 +163,11 @@ def main(argv=None) -> int:
     llm = engine(request)
     result = {"vllm": vllm.__version__, "k": request.get("k"), "head": request.get("head"), "mode": request["mode"],
               "threads": os.environ.get("OMP_NUM_THREADS"), "bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND")}
-    result["runs" if request["mode"] == "acceptance" else "speed"] = (
-        acceptance(llm, request) if request["mode"] == "acceptance" else speed(llm, request))
+    if request["mode"] == "verify":
+        result["verify_ms"] = verify_passes(llm, request)
+    else:
+        result["runs" if request["mode"] == "acceptance" else "speed"] = (
+            acceptance(llm, request) if request["mode"] == "acceptance" else speed(llm, request))
     Path(argv[1]).write_text(json.dumps(result))
     return 0
 

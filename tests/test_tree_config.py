@@ -467,17 +467,71 @@ def test_an_engine_whose_verify_is_flat_in_its_tokens_is_fitted_from_two_timed_s
     assert CostModel.from_rows(cost.rows()).round_seconds(settings[-1]) == cost.round_seconds(settings[-1])
 
 
+def test_an_engine_whose_two_token_pass_costs_more_than_its_three_token_one_is_predicted_from_its_timed_passes():
+    """vLLM's CPU build: its pass over 2 tokens costs more than over 3 (oneDNN's 2-row matmul). Timed passes over
+    1-5 tokens (nN) and the steps at k = 2..4: k = 1 is predicted exactly, a setting wider than every timed pass is
+    not predicted (NaN), and a timed setting that wide is refused. Negative control: the same steps without the
+    passes, fitted by the growth model, miss k = 1 by more than 10%."""
+    import math
+
+    from specrank.decode.runs.cost import CostModel
+    from specrank.experiments.tree_config.engine_timing import (
+        EngineTimingError, check_timed_settings, engine_round_seconds, parse_engine_timing,
+    )
+
+    settings = [vllm_chain(k) for k in (1, 2, 3, 4)] + [sglang_setting(4, 3, 8)]
+    cost = CostModel(draft={s.draft_shape: 0.004 * s.num_steps for s in settings},
+                     verify={n: 0.050 + 0.002 * n for n in (1, 2, 3, 4, 5, 8)})
+    passes = {1: 50.0, 2: 59.5, 3: 45.0, 4: 43.0, 5: 46.0}  # ms, the engine's forward and logits alone
+    plain, b = 57.0, 0.7
+    engine_ms = {s.label: plain + passes[s.num_draft_tokens] - passes[1] + 1000 * b * cost.draft[s.draft_shape]
+                 for s in settings[:4]}
+    steps = ",".join(f"k{k}={engine_ms[vllm_chain(k).label]}" for k in (2, 3, 4))
+    widths = ",".join(f"n{n}={ms}" for n, ms in passes.items())
+    timing = parse_engine_timing(f"plain={plain},{steps},{widths}")
+    assert timing.verify == tuple(passes.items())
+    predicted = engine_round_seconds(timing, cost, settings)
+    assert predicted["k1-s1-n2"] == pytest.approx(engine_ms["k1-s1-n2"] / 1000, rel=1e-12)
+    assert math.isnan(predicted["k4-s3-n8"])
+    growth = engine_round_seconds(parse_engine_timing(f"plain={plain},{steps}"), cost, settings)
+    assert abs(growth["k1-s1-n2"] / (engine_ms["k1-s1-n2"] / 1000) - 1) > 0.10
+    with pytest.raises(EngineTimingError, match="n1"):
+        parse_engine_timing(f"plain={plain},{steps},n2=59.5")
+    with pytest.raises(EngineTimingError, match="k4-s3-n8 verify more tokens than the widest timed pass n5"):
+        check_timed_settings(parse_engine_timing(f"plain={plain},k4-s3-n8=80,{widths}"), settings)
+
+
 def test_the_command_predicts_an_engines_speed_from_its_timed_steps(tmp_path, capsys):
     import pandas as pd
 
     from specrank.cli import main
 
     out = tmp_path / "out"
-    argv = tiny_command(tmp_path, out, "3,4") + ["--engine-timing", "plain=10,k1-s2-n3=13"]
+    # a step 20 ms over plain: room for specrank's timed verify growth however the machine's load skews it (a step
+    # 3 ms over plain let a loaded machine's growth exceed it, and the draft scale stopped at 0)
+    argv = tiny_command(tmp_path, out, "3,4") + ["--engine-timing", "plain=10,k1-s2-n3=30"]
     assert main(argv) == 0
     table = pd.read_parquet(out / "tree_config_table.parquet").set_index("setting")
     cost = pd.read_parquet(out / "tree_config_cost.parquet")
     assert ((cost["part"] == "verify") & (cost["num_draft_tokens"] == 1)).any()  # the plain step's pass, timed
-    assert table.loc["k1-s2-n3", "engine_round_seconds"] == pytest.approx(0.013)  # one timed step: fitted exactly
+    assert table.loc["k1-s2-n3", "engine_round_seconds"] == pytest.approx(0.030)  # one timed step: fitted exactly
     assert (table["engine_tokens_per_s"] > 0).all() and table["engine_timed"].sum() == 1
     assert "engine_tokens_per_s" in capsys.readouterr().out
+
+
+def test_the_engine_benchmark_hands_vllms_steps_and_passes_to_tree_config_as_they_were_timed():
+    """``bench_engine_parity.py --part speed``: vLLM's plain step, its steps at each k and its verify passes over
+    n tokens become one ``--engine-timing`` that parses back to the same figures."""
+    import sys
+    from pathlib import Path
+
+    from specrank.experiments.tree_config.engine_timing import parse_engine_timing
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from bench_engine_parity import engine_timing_text
+
+    text = engine_timing_text(54.8, {1: 72.3, 2: 59.8}, {1: 57.3, 2: 68.6, 3: 49.6})
+    timing = parse_engine_timing(text)
+    assert timing.plain_ms == 54.8 and timing.measured == (("k1-s1-n2", 72.3), ("k1-s2-n3", 59.8))
+    assert timing.verify == ((1, 57.3), (2, 68.6), (3, 49.6))
+    assert parse_engine_timing(engine_timing_text(54.8, {1: 72.3})).verify == ()

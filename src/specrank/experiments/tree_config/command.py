@@ -89,7 +89,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--engine-timing", default=None, metavar="plain=MS,SETTING=MS,...",
                         help="an engine's measured ms a decode step on this machine, plain and for at least one"
                              " scored setting (kN: vLLM's chain of N tokens, or a label k{topk}-s{steps}-n{tokens}),"
-                             " e.g. plain=25.7,k1=28.8: adds the engine's predicted tokens/s for every setting"
+                             " e.g. plain=25.7,k1=28.8, and optionally its forward pass over N tokens timed alone"
+                             " (nN=MS, n1 included): adds the engine's predicted tokens/s for every setting"
                              " (engine_tokens_per_s; docs/tree-config.md, \"Predicting an engine's speed\")")
     parser.add_argument("--bootstrap", type=at_least(1), default=2000, help="paired prompt-bootstrap resamples")
     parser.add_argument("--out", required=True,
