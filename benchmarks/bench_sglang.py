@@ -158,8 +158,9 @@ def predict(args, name: str, temperature: float, prompts_file: Path) -> dict:
     if cli(argv) != 0:
         sys.exit(f"tree-config {name} at T = {temperature:g} failed")
     row = pd.read_parquet(out / "tree_config_table.parquet").set_index("setting").loc[f"k{topk}-s{steps}-n{n}"]
-    keys = ("draft_length", "draft_low", "draft_high", "plugin_length", "plugin_low", "plugin_high", "plugin_gain",
-            "plugin_gain_low", "plugin_gain_high", "rounds")
+    keys = ("draft_length", "draft_low", "draft_high", "draft_run_low", "draft_run_high", "plugin_length",
+            "plugin_low", "plugin_high", "plugin_run_low", "plugin_run_high", "plugin_gain", "plugin_gain_low",
+            "plugin_gain_high", "plugin_gain_run_low", "plugin_gain_run_high", "rounds")
     return {k: float(row[k]) for k in keys if k in row}
 
 
@@ -324,10 +325,10 @@ def earlier_engine(args, figures: dict) -> dict:
 
 def inside_predicted(figures: dict) -> None:
     """Mark, at each temperature both parts cover, whether the engine's measured plugin gain (and SGLang's accept
-    length at its default shape) lies inside tree-config's predicted interval, and the other way round: whether the
-    predicted gain lies inside the measured one. The predicted interval resamples the prompts of rounds scored by
-    their exact acceptance expectations, so it is far narrower than the interval of one engine run, whose accept
-    counts are sampled (at T = 1 its two runs also follow different continuations)."""
+    length at its default shape) lies inside tree-config's predicted interval and inside its run interval, and the
+    other way round: whether the predicted gain lies inside the measured one. The predicted interval resamples the
+    prompts of rounds scored by their exact acceptance expectations: it bounds the expected gain. The run interval
+    widens it by the sampling spread of each run's accept counts: where one engine run's gain should fall."""
     for t in ("t0", "t1"):
         pred = figures["predicted"].get(f"champion_b8_{t}")
         fig = figures["engine"].get(t, {})
@@ -337,6 +338,9 @@ def inside_predicted(figures: dict) -> None:
                 pred["plugin_gain_high"]
             fig["predicted_gain_inside_measured_interval"] = measured["low"] <= pred["plugin_gain"] <= \
                 measured["high"]
+            if "plugin_gain_run_low" in pred:  # where one run's gain should fall: tree-config's run interval
+                fig["gain_inside_predicted_run_interval"] = pred["plugin_gain_run_low"] <= measured["gain"] <= \
+                    pred["plugin_gain_run_high"]
             for name, key in (("sglang", "draft"), ("plugin", "plugin")):
                 if "accept_length" in fig.get(name, {}):
                     fig[name]["inside_predicted_interval"] = \

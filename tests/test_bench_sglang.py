@@ -148,11 +148,13 @@ def test_an_earlier_engine_run_is_checked_against_the_prediction_only_on_the_sam
                                               (0.08, 0.05, 0.09, False, False)):
         both = {"predicted": {"champion_b8_t1": {"plugin_gain": point, "plugin_gain_low": low,
                                                  "plugin_gain_high": high, "draft_low": 1.3, "draft_high": 1.35,
-                                                 "plugin_low": 1.35, "plugin_high": 1.45}},
+                                                 "plugin_low": 1.35, "plugin_high": 1.45,
+                                                 "plugin_gain_run_low": low - 0.01, "plugin_gain_run_high": high}},
                 "engine": json.loads(json.dumps(got))}
         inside_predicted(both)
         assert both["engine"]["t1"]["gain_inside_predicted_interval"] is inside
         assert both["engine"]["t1"]["predicted_gain_inside_measured_interval"] is covered
+        assert both["engine"]["t1"]["gain_inside_predicted_run_interval"] is (low - 0.01 <= 0.048 <= high)
         assert not both["engine"]["t1"]["sglang"]["inside_predicted_interval"]  # 1.36 above [1.3, 1.35]
         assert both["engine"]["t1"]["plugin"]["inside_predicted_interval"]
 

@@ -535,3 +535,46 @@ def test_the_engine_benchmark_hands_vllms_steps_and_passes_to_tree_config_as_the
     assert timing.plain_ms == 54.8 and timing.measured == (("k1-s1-n2", 72.3), ("k1-s2-n3", 59.8))
     assert timing.verify == ((1, 57.3), (2, 68.6), (3, 49.6))
     assert parse_engine_timing(engine_timing_text(54.8, {1: 72.3})).verify == ()
+
+
+def test_the_accepted_tokens_variance_is_that_of_their_exact_distribution():
+    """A chain with path probabilities 0.5, 0.25, 0.1 accepts 0..3 tokens with probabilities 0.5, 0.25, 0.15, 0.1;
+    a tree (two first-level nodes of 0.4 and 0.3, a child of 0.2 under the first) 0..2 with 0.3, 0.5, 0.2. Greedy
+    rows (path probabilities 0 or 1) have none. Negative control: the depths as independent coins
+    (sum of p(1 - p)) is another number."""
+    from specrank.experiments.tree_config.tables import accepted_variance
+
+    def exact(counts, probs):
+        counts, probs = np.asarray(counts, float), np.asarray(probs, float)
+        return float(probs @ counts ** 2 - (probs @ counts) ** 2)
+
+    chain = np.array([[0.5, 0.25, 0.1]])
+    got = accepted_variance(chain, np.array([1, 2, 3]))
+    assert got[0] == pytest.approx(exact([0, 1, 2, 3], [0.5, 0.25, 0.15, 0.1]))
+    assert abs(got[0] - float((chain * (1 - chain)).sum())) > 0.1
+    tree = np.array([[0.4, 0.3, 0.2]])
+    assert accepted_variance(tree, np.array([1, 1, 2]))[0] == pytest.approx(exact([0, 1, 2], [0.3, 0.5, 0.2]))
+    assert accepted_variance(np.array([[1.0, 1.0, 0.0]]), np.array([1, 2, 3]))[0] == 0.0
+
+
+def test_one_sampled_runs_accept_length_falls_in_the_run_interval_as_often_as_its_level_says():
+    """Rounds whose accept counts are drawn from known chains: the mean of one simulated engine run lands inside
+    ``run_interval`` in about 95% of runs, and inside the expectation's own interval (here exact, zero width, as
+    on rounds known to the last digit) almost never: the negative control."""
+    from types import SimpleNamespace
+
+    from specrank.experiments.tree_config.tables import accepted_variance, run_interval
+
+    rng = np.random.default_rng(0)
+    n = 300
+    path = np.cumprod(rng.uniform(0.2, 0.8, (n, 3)), axis=1)  # (n, 3) chain path probabilities
+    mean = float(path.sum(axis=1).mean())
+    exact = SimpleNamespace(point=mean, low=mean, high=mean)
+    iv = run_interval("x", exact, [accepted_variance(path, np.array([1, 2, 3]))], 0.95)
+    conditional = path / np.concatenate([np.ones((n, 1)), path[:, :-1]], axis=1)  # P(accept d | accepted d - 1)
+    runs = 4000
+    coins = rng.random((runs, n, 3)) < conditional
+    measured = np.cumprod(coins, axis=2).sum(axis=2).mean(axis=1)  # (runs,) each run's mean accepted tokens
+    inside = np.mean((iv["x_low"] <= measured) & (measured <= iv["x_high"]))
+    assert 0.93 <= inside <= 0.97, inside
+    assert np.mean(measured == mean) < 0.01

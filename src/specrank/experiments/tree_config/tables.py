@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -316,6 +317,18 @@ class SettingScore:
     outside: int  # rounds whose tree lies outside the recorded pool (never scored)
     recording: str = ""
     extra: dict = field(default_factory=dict)
+    # score -> (R,) variance of the accepted draft tokens a round, about their expectation: the spread of what one
+    # engine run counts (zero under greedy verification, whose acceptance is certain given the round)
+    variance: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def accepted_variance(on_tree: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """(R,) variance of a round's accepted draft tokens A from its tree's path probabilities ``on_tree`` (R, m)
+    and their depths (m,) or (R, m): at most one node a depth is accepted, so P(A >= d) is the sum of the path
+    probabilities at depth d, E[A] their sum and E[A^2] the sum of (2d - 1) P(A >= d)."""
+    weights = 2.0 * np.broadcast_to(depth, on_tree.shape) - 1.0
+    mean = on_tree.sum(axis=1)
+    return np.maximum((weights * on_tree).sum(axis=1) - mean ** 2, 0.0)
 
 
 def engine_rounds(rounds) -> PoolBatch:
@@ -366,18 +379,20 @@ def score_setting(pool: PoolBatch, law: str, setting, first_factor: np.ndarray |
         return SettingScore(setting, prompt_id[:0], {r: empty for r in SETTING_SCORES},
                             np.zeros((0, setting.num_steps)), pool.n_rounds, pool.n_rounds, recording)
     path = sub.path_prob(law)
-    accepted, positions = {}, None
+    accepted, variance, positions = {}, {}, None
     for name in SETTING_SCORES:
         score = setting_score(sub, law, name, setting.topk, contained, first_factor, plugin)
         if score is None:
             continue
         tree = select_top(score, sub.depth, setting.budget)  # (R, m)
-        accepted[name] = np.where(tree, path, 0.0).sum(axis=1)
+        on_tree = np.where(tree, path, 0.0)
+        accepted[name] = on_tree.sum(axis=1)
+        variance[name] = accepted_variance(on_tree, sub.depth)
         if name == "draft":
             positions = np.stack([np.where(tree & (sub.depth == d), path, 0.0).sum(axis=1)
                                   for d in range(1, setting.num_steps + 1)], axis=1)
     return SettingScore(setting, prompt_id[contained], accepted, positions, pool.n_rounds,
-                        int((~contained).sum()), recording)
+                        int((~contained).sum()), recording, variance=variance)
 
 
 def score_static_tree(pool: PoolBatch, law: str, setting: StaticTreeSetting, first_factor: np.ndarray | None = None,
@@ -404,11 +419,28 @@ def score_static_tree(pool: PoolBatch, law: str, setting: StaticTreeSetting, fir
         columns[name], inside = static_columns(tree, pool.parent, first)
         contained &= inside
     depth = np.repeat(np.arange(1, tree.depth + 1), tree.widths)  # (size,) each node's depth
-    accepted = {name: np.take_along_axis(path, c, axis=1)[contained].sum(axis=1) for name, c in columns.items()}
-    on_tree = np.take_along_axis(path, columns["draft"], axis=1)[contained]
+    trees = {name: np.take_along_axis(path, c, axis=1)[contained] for name, c in columns.items()}
+    accepted = {name: t.sum(axis=1) for name, t in trees.items()}
+    variance = {name: accepted_variance(t, depth) for name, t in trees.items()}
+    on_tree = trees["draft"]
     positions = np.stack([on_tree[:, depth == d].sum(axis=1) for d in range(1, tree.depth + 1)], axis=1)
     return SettingScore(setting, prompt_id[contained], accepted, positions, pool.n_rounds,
-                        int((~contained).sum()), recording)
+                        int((~contained).sum()), recording, variance=variance)
+
+
+def run_interval(prefix: str, interval, variances, level: float) -> dict:
+    """Where one engine run's measured value should fall (``{prefix}_low``, ``{prefix}_high``): each side of the
+    prompt bootstrap's interval for the expected value (``interval``) widened, in quadrature, by the sampling
+    spread of each independent run's accept counts (the per-round ``variances`` summed over the rounds; zero under
+    greedy verification, which leaves the bootstrap's interval as it is). The spread of the continuations a sampled
+    run follows is not in it. Empty when a variance is missing."""
+    if any(v is None for v in variances):
+        return {}
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    n = len(variances[0])
+    spread = z ** 2 * sum(float(np.sum(v)) for v in variances) / max(n, 1) ** 2  # (z * its standard error)^2
+    return {f"{prefix}_low": interval.point - np.sqrt((interval.point - interval.low) ** 2 + spread),
+            f"{prefix}_high": interval.point + np.sqrt((interval.high - interval.point) ** 2 + spread)}
 
 
 def setting_table(scores: list[SettingScore], costs: dict | None = None, n_boot: int = 2000, seed: int = 0,
@@ -442,9 +474,12 @@ def setting_table(scores: list[SettingScore], costs: dict | None = None, n_boot:
                 continue
             iv = tot.ratio([(f"{lab}|{name}", 1)], [(f"{lab}|n", 1)])
             row.update({f"{name}_length": iv.point, f"{name}_low": iv.low, f"{name}_high": iv.high})
+            row.update(run_interval(f"{name}_run", iv, [s.variance.get(name)], level))
             if name != "draft":
                 g = tot.ratio([(f"{lab}|{name}", 1), (f"{lab}|draft", -1)], [(f"{lab}|n", 1)])
                 row.update({f"{name}_gain": g.point, f"{name}_gain_low": g.low, f"{name}_gain_high": g.high})
+                row.update(run_interval(f"{name}_gain_run", g, [s.variance.get(name), s.variance.get("draft")],
+                                        level))
         cost = (costs or {}).get(lab)
         if cost is not None:
             row.update({"round_seconds": cost, "tokens_per_s": row["draft_length"] / cost,
