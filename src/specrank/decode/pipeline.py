@@ -26,7 +26,7 @@ from specrank.decode.core import Drafter, DraftPool, PoolShape, parse_device
 from specrank.decode.loading.standalone import CausalLMDrafter
 from specrank.decode.worker import serve
 
-START_TIMEOUT_S = 600.0  # spawning, importing torch and building the drafter on a loaded machine
+START_TIMEOUT_S = 600.0  # starting the worker (its first: importing torch), building the drafter, on a loaded machine
 POOL_TIMEOUT_S = 600.0
 
 
@@ -56,6 +56,20 @@ def drafter_payload(drafter) -> dict:
     torch.save(drafter.model, buffer)  # the K layers an early-exit drafter shares with the target are copied
     return {"model": buffer.getvalue(), "vocab_size": drafter.vocab_size, "spec": drafter.spec,
             "graphs": drafter._graphs}
+
+
+def worker_context():
+    """The start method of drafter workers: a fork server where the platform has one (Linux, macOS), else a fresh
+    interpreter. A fresh interpreter imports torch and transformers for every worker (seconds of CPU each); the
+    fork server imports the worker's module once per process and forks each worker from it, and, unlike a plain
+    fork, never copies a parent that holds threads or a CUDA context."""
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return torch.multiprocessing.get_context("spawn")
+    ctx = torch.multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["specrank.decode.worker"])
+    return ctx
 
 
 def exit_reason(code: int | None) -> str:
@@ -101,7 +115,7 @@ class PipelinedDrafter(Drafter):
         self.source_hash = getattr(drafter, "source_hash", "")
         self.draft_to_target = None
         self._pending, self._reset, self._in_flight, self._request = np.zeros(0, np.int64), True, False, 0
-        ctx = torch.multiprocessing.get_context("spawn")
+        ctx = worker_context()
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(target=serve, args=(child, str(self.device), threads), daemon=True,
                                     name="specrank-drafter")

@@ -40,7 +40,7 @@ def portable(exc: BaseException) -> BaseException:
 
 
 def serve(conn, device: str, threads: int | None) -> None:
-    """The worker's main loop (the spawned process's target)."""
+    """The worker's main loop (the worker process's target)."""
     try:
         if threads:
             torch.set_num_threads(threads)
