@@ -7,6 +7,7 @@ own ``$MLFLOW_TRACKING_URI`` must not receive test runs.
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -60,6 +61,27 @@ def pytest_configure(config):
         raise pytest.UsageError(f"pytest {pytest.__version__} with pytest-xdist {xdist.__version__} does not keep "
                                 "--dist loadgroup groups together (pytest-dev/pytest-xdist#1386): install the test "
                                 "extra's pytest (<9.2)")
+
+
+def pytest_sessionstart(session):
+    """Under pytest-xdist, the controller compiles the numba kernels in a process of its own while the workers
+    collect (``tests/warm_kernels.py``): in a fresh clone the workers' first tests then find them cached. Should it
+    fail, each process compiles what it calls, as it would without it."""
+    config = session.config
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return
+    import subprocess
+
+    config.warm_kernels = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("warm_kernels.py"))], stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, env=dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1"))
+
+
+def pytest_unconfigure(config):
+    warm = getattr(config, "warm_kernels", None)
+    if warm is not None and warm.poll() is None:
+        warm.kill()
+        warm.wait()
 
 
 # The modules whose tests take tens of seconds each (a study, Ray clusters, a subprocess killed mid-run).

@@ -30,9 +30,11 @@ def candidate_block(token, parent, depth, q_edge, draft_logp, topk: int, root_to
     from specrank.featurize.kernel import kernels  # numba
 
     n = len(root_token)
-    f64 = lambda v: np.ascontiguousarray(v, dtype=np.float64).reshape(n)  # noqa: E731
-    i64 = lambda v: np.ascontiguousarray(v, dtype=np.int64)  # noqa: E731
-    f32 = lambda v: np.ascontiguousarray(v, dtype=np.float32)  # noqa: E731
+    # Writable as well as contiguous: numba compiles a kernel once per argument type, and an array read from
+    # Parquet (Arrow's buffers) is read-only, another type; one signature means one compile in a fresh process.
+    f64 = lambda v: np.require(v, np.float64, ("C", "W")).reshape(n)  # noqa: E731
+    i64 = lambda v: np.require(v, np.int64, ("C", "W"))  # noqa: E731
+    f32 = lambda v: np.require(v, np.float32, ("C", "W"))  # noqa: E731
     rows = cache_logp is not None
     row = lambda v: f32(v) if rows else NO_ROWS  # noqa: E731
     return kernels().block(i64(token), i64(parent), i64(depth), f32(q_edge), f32(draft_logp), int(topk),
