@@ -6,13 +6,17 @@
 
 Settings: SGLang's default shape for a Llama target, (num_steps, topk, num_draft_tokens) = (5, 4, 8) from
 ``_auto_choose_speculative_params`` (``arg_groups/speculative_hook.py``), and the champion's topk 10 at B = 8
-(3, 10, 9); each greedy and at T = 1. The champion ``reranker:default`` is trained for topk 10: at topk 4 the plugin
-is a rows GBM cross-fitted on the engine's view of the recording. Prompts: the bundled held-out set (``--limit``,
+(3, 10, 9); each greedy and at T = 1. The champion ``reranker:default`` is trained for topk 10. At topk 4 the plugin
+runs the champion's kind (``rows+per_depth``) refitted, per law, on topk-4 pools of the champion's own training
+prompts, as the engine sees them (``featurize.engine``: no prompt rows, task unknown): recorded by tree-config at
+SGLang's default shape and saved to ``WORK/reranker-k4-t{T}`` (reused when there). tree-config scores it on the
+held-out prompts and SGLang loads it by path (``SPECRANK_RERANKER``). Prompts: the bundled held-out set (``--limit``,
 at least 40), none of the head's or the champion's training prompts (checked by digest); or, with ``--prompts``, the
 first ``--limit`` of another set in a study's seeded order, less those the head or either champion trained on
 (``--prompts spec-bench``: the bundled Spec-Bench questions, of which the champions learned from a few dozen), and
 with ``--max-prompt-tokens`` of at most that many target tokens.
-``--gain-only`` decodes only what the plugin's gain needs: SGLang's tree and the plugin at the champion's setting.
+``--gain-only`` decodes only what the plugin's gain needs: SGLang's tree and the plugin (no plain decoding), at the
+champion's setting unless ``--settings`` names others.
 
 ``--part predict`` runs ``specrank tree-config`` per setting and temperature and reports draft and plugin acceptance
 lengths with paired prompt-bootstrap intervals. ``--part engine`` checks that the engine environment
@@ -33,7 +37,10 @@ from pathlib import Path
 
 from record import ROOT, cpu_model, write_results  # benchmarks/record.py, beside this script
 
-SETTINGS = {"sglang_default": (4, 5, 8, "cross-fit"), "champion_b8": (10, 3, 9, "reranker:default")}
+# a setting's engine runs in the results: SGLang's own tree, and the plugin's (its gain is <plugin>_gain)
+ENGINE_KEYS = {"champion_b8": ("sglang", "plugin"), "sglang_default": ("sglang_default", "plugin_default")}
+TOPK4 = "topk-4 refit"  # the champion's kind refitted on topk-4 pools of its training prompts (topk4_reranker)
+SETTINGS = {"sglang_default": (4, 5, 8, TOPK4), "champion_b8": (10, 3, 9, "reranker:default")}
 MIN_PROMPTS = 40
 
 
@@ -52,9 +59,11 @@ def parse_args(argv=None):
     parser.add_argument("--max-prompt-tokens", type=int, default=None,
                         help="with --prompts: leave out prompts longer than this many target tokens (Spec-Bench's"
                              " summarization and RAG questions run to 600-800: each engine step costs about twice)")
+    parser.add_argument("--settings", default=None,
+                        help=f"comma list among {', '.join(SETTINGS)} (default: both; champion_b8 with --gain-only)")
     parser.add_argument("--gain-only", action="store_true",
-                        help="predict and decode only SGLang's tree and the plugin at the champion's setting (no"
-                             " plain decoding, no default shape)")
+                        help="predict and decode only SGLang's tree and the plugin (no plain decoding); without"
+                             " --settings, at the champion's setting only")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--work", default=str(ROOT / "runs" / "bench-sglang"))
@@ -79,6 +88,13 @@ def parse_args(argv=None):
                              " (benchmarks/sglang_cpu_shims): without it SGLang falls back to an attention backend"
                              " with no EAGLE")
     args = parser.parse_args(argv)
+    if args.settings is None:
+        args.settings = "champion_b8" if args.gain_only else ",".join(SETTINGS)
+    unknown = [s for s in args.settings.split(",") if s not in SETTINGS]
+    if unknown or not args.settings:
+        parser.exit(2, f"--settings {args.settings}: {unknown[0] if unknown else 'empty'} is not one of"
+                       f" {', '.join(SETTINGS)}\n")
+    args.settings = [s for s in SETTINGS if s in args.settings.split(",")]
     if args.limit < MIN_PROMPTS:
         parser.exit(2, f"--limit {args.limit}: the goal needs at least {MIN_PROMPTS} prompts\n")
     if args.prompts not in (None, "spec-bench") and not Path(args.prompts).is_file():
@@ -142,21 +158,70 @@ def held_out(args) -> tuple[list, Path]:
     return kept, path
 
 
-def predict(args, name: str, temperature: float, prompts_file: Path) -> dict:
-    """tree-config's draft and plugin acceptance lengths for one setting and temperature."""
-    import pandas as pd
-
+def tree_config(args, name: str, temperature: float, prompts_file: Path, limit: int, reranker: str, out: Path):
+    """``specrank tree-config`` on one setting (recording, or resuming, its pool in ``out``); exits on failure."""
     from specrank.cli import main as cli
 
-    topk, steps, n, reranker = SETTINGS[name]
-    out = Path(args.work) / f"{name}-t{temperature:g}"
+    topk, steps, n, _ = SETTINGS[name]
     argv = ["tree-config", "--target", args.target, "--drafter", args.drafter, "--prompts", str(prompts_file),
-            "--limit", str(args.limit), "--max-new-tokens", str(args.max_new_tokens),
+            "--limit", str(limit), "--max-new-tokens", str(args.max_new_tokens),
             "--temperature", f"{temperature:g}", "--topk", str(topk), "--num-steps", str(steps),
             "--num-draft-tokens", str(n), "--reranker", reranker, "--repeats", "1", "--out", str(out),
             "--no-tracking", "--no-progress"]
     if cli(argv) != 0:
         sys.exit(f"tree-config {name} at T = {temperature:g} failed")
+
+
+def topk4_reranker(args, temperature: float) -> Path:
+    """The plugin's reranker at SGLang's default shape for ``temperature``'s law, fitted once into
+    ``WORK/reranker-k4-t{T}``: the shipped champion's kind and card fields, refitted on topk-4 pools of the
+    Spec-Bench prompts that champion learned from (less any the head trained on), recorded by tree-config at that
+    shape and read as the engine sees them (no prompt rows, task unknown)."""
+    from specrank.atomic import atomic_write
+    from specrank.decode.loading.drafters import trained_on
+    from specrank.decode.prompts import prompt_digest, read_prompts, spec_bench_path
+    from specrank.featurize.engine import engine_visible
+    from specrank.featurize.storage import featurize_run
+    from specrank.rerankers.defaults import default_reranker_dir
+    from specrank.rerankers.loader import load_reranker
+    from specrank.workflow.champion import fit_champion
+
+    path = Path(args.work) / f"reranker-k4-t{temperature:g}"
+    if (path / "reranker.json").is_file():
+        return path
+    champion = load_reranker(default_reranker_dir(temperature))
+    learned = set(champion.card_["training_prompts"])
+    prompts = [p for p in read_prompts(spec_bench_path()) if prompt_digest(p.text) in learned]
+    prompts = [p for p in prompts if p.prompt_id not in set(trained_on(args.drafter, prompts) or ())]
+    work = Path(args.work) / f"train-k4-t{temperature:g}"
+    prompts_file = work / "prompts.jsonl"
+    text = "".join(json.dumps({"question_id": p.prompt_id, "category": p.task, "turns": [p.text]}, ensure_ascii=False)
+                   + "\n" for p in prompts)
+    if not prompts_file.is_file():
+        work.mkdir(parents=True, exist_ok=True)
+        atomic_write(prompts_file, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    tree_config(args, "sglang_default", temperature, prompts_file, len(prompts), "none", work)
+    run_dir = work / "recordings" / "topk4-depth5"
+    name = champion.card_["reranker"]
+    model = fit_champion(name, run_dir, engine_visible(featurize_run(run_dir)), tune_trials=0, seed=0, n_jobs=1)
+    model.card_ = {"reranker": name, "temperature": float(temperature), "data": "spec_bench.jsonl",
+                   "prompts": len(prompts), "topk": 4, "view": "engine",
+                   "chosen_by": "the shipped champion's kind, refitted on topk-4 pools of its training prompts",
+                   "command": "benchmarks/bench_sglang.py (topk4_reranker)",
+                   "training_prompts": sorted(prompt_digest(p.text) for p in prompts)}
+    model.save(path)
+    return path
+
+
+def predict(args, name: str, temperature: float, prompts_file: Path) -> dict:
+    """tree-config's draft and plugin acceptance lengths for one setting and temperature."""
+    import pandas as pd
+
+    topk, steps, n, reranker = SETTINGS[name]
+    if reranker == TOPK4:
+        reranker = str(topk4_reranker(args, temperature))
+    out = Path(args.work) / f"{name}-t{temperature:g}"
+    tree_config(args, name, temperature, prompts_file, args.limit, reranker, out)
     row = pd.read_parquet(out / "tree_config_table.parquet").set_index("setting").loc[f"k{topk}-s{steps}-n{n}"]
     keys = ("draft_length", "draft_low", "draft_high", "draft_run_low", "draft_run_high", "plugin_length",
             "plugin_low", "plugin_high", "plugin_run_low", "plugin_run_high", "plugin_gain", "plugin_gain_low",
@@ -277,7 +342,7 @@ def run_engine(args, prompts) -> dict:
             "dtype": args.dtype, "attention_backend": args.attention_backend, "max_new_tokens": args.max_new_tokens,
             "prompts": encoded}
     out = check | {"ran": True, "dtype": args.dtype, "attention_backend": args.attention_backend,
-                   "threads": args.threads, "setting": "champion_b8",
+                   "threads": args.threads, "settings": args.settings,
                    "champion": {f"t{t:g}": str(default_reranker_dir(t)) for t in (0.0, 1.0)}}
     for t in [float(x) for x in args.engine_temperatures.split(",")]:
         # Without --sampling-verify the CPU engine verifies greedily at every temperature (eagle_sample): the greedy
@@ -286,24 +351,24 @@ def run_engine(args, prompts) -> dict:
         law, seeded = (t, False) if args.sampling_verify else (0.0, True)
         req = base | {"temperature": t, "seeded": seeded}
         runs = {} if args.gain_only else {"plain": engine_run(args, f"plain-t{t:g}", req | {"head": None}, None, t)}
-        runs |= {"sglang": engine_run(args, f"sglang-t{t:g}", req | {"head": str(head)}, None, t),
-                 "plugin": engine_run(args, f"plugin-t{t:g}", req | {"head": str(head)}, "reranker:default", law)}
+        for name in args.settings:
+            topk, steps, n, reranker = SETTINGS[name]
+            shape = {"head": str(head), "topk": topk, "num_steps": steps, "num_draft_tokens": n}
+            reranker = str(topk4_reranker(args, law)) if reranker == TOPK4 else reranker
+            own, plugin = ENGINE_KEYS[name]
+            runs[own] = engine_run(args, f"{own.replace('_', '-')}-t{t:g}", req | shape, None, t)
+            runs[plugin] = engine_run(args, f"{plugin.replace('_', '-')}-t{t:g}", req | shape, reranker, law)
         failed = {k: v for k, v in runs.items() if "failed" in v}
         if failed:
             out[f"t{t:g}"] = {"failed": failed}
             continue
         plain = runs.get("plain") if t == 0 else None  # greedy identity: at T = 0, where plain decoding ran
         fig = {k: engine_figures(v, plain if k != "plain" else None) for k, v in runs.items()}
-        fig["plugin_gain"] = paired_gain(runs["sglang"], runs["plugin"])
-        fig["plugin_speed_ratio"] = fig["plugin"]["tokens_per_s"] / fig["sglang"]["tokens_per_s"]
-        fig["plugin_ms_per_step"] = fig["plugin"]["ms_per_step"] - fig["sglang"]["ms_per_step"]
-        if args.gain_only:
-            out[f"t{t:g}"] = fig
-            continue
-        dk, ds, dn, _ = SETTINGS["sglang_default"]
-        default = engine_run(args, f"sglang-default-t{t:g}", req | {"head": str(head), "topk": dk, "num_steps": ds,
-                                                                     "num_draft_tokens": dn}, None, t)
-        fig["sglang_default"] = default if "failed" in default else engine_figures(default, plain)
+        for name in args.settings:
+            own, plugin = ENGINE_KEYS[name]
+            fig[f"{plugin}_gain"] = paired_gain(runs[own], runs[plugin])
+            fig[f"{plugin}_speed_ratio"] = fig[plugin]["tokens_per_s"] / fig[own]["tokens_per_s"]
+            fig[f"{plugin}_ms_per_step"] = fig[plugin]["ms_per_step"] - fig[own]["ms_per_step"]
         out[f"t{t:g}"] = fig
     return out
 
@@ -324,37 +389,39 @@ def earlier_engine(args, figures: dict) -> dict:
 
 
 def inside_predicted(figures: dict) -> None:
-    """Mark, at each temperature both parts cover, whether the engine's measured plugin gain (and SGLang's accept
-    length at its default shape) lies inside tree-config's predicted interval and inside its run interval, and the
-    other way round: whether the predicted gain lies inside the measured one. The predicted interval resamples the
-    prompts of rounds scored by their exact acceptance expectations: it bounds the expected gain. The run interval
-    widens it by the sampling spread of each run's accept counts: where one engine run's gain should fall."""
+    """Mark, for each setting and temperature both parts cover, whether the engine's measured plugin gain lies
+    inside tree-config's predicted interval and inside its run interval, and the other way round: whether the
+    predicted gain lies inside the measured one; and whether each measured accept length lies inside its predicted
+    interval. The predicted interval resamples the prompts of rounds scored by their exact acceptance
+    expectations: it bounds the expected gain. The run interval widens it by the sampling spread of each run's
+    accept counts: where one engine run's gain should fall. The champion's marks carry no prefix, the default
+    shape's ``default_``."""
     for t in ("t0", "t1"):
-        pred = figures["predicted"].get(f"champion_b8_{t}")
         fig = figures["engine"].get(t, {})
-        if pred and "plugin_gain" in fig:
-            measured = fig["plugin_gain"]
-            fig["gain_inside_predicted_interval"] = pred["plugin_gain_low"] <= measured["gain"] <= \
-                pred["plugin_gain_high"]
-            fig["predicted_gain_inside_measured_interval"] = measured["low"] <= pred["plugin_gain"] <= \
-                measured["high"]
-            if "plugin_gain_run_low" in pred:  # where one run's gain should fall: tree-config's run interval
-                fig["gain_inside_predicted_run_interval"] = pred["plugin_gain_run_low"] <= measured["gain"] <= \
-                    pred["plugin_gain_run_high"]
-            for name, key in (("sglang", "draft"), ("plugin", "plugin")):
-                if "accept_length" in fig.get(name, {}):
-                    fig[name]["inside_predicted_interval"] = \
-                        pred[f"{key}_low"] <= fig[name]["accept_length"] <= pred[f"{key}_high"]
-        default = figures["predicted"].get(f"sglang_default_{t}")
-        if default and "accept_length" in fig.get("sglang_default", {}):
-            fig["sglang_default"]["inside_predicted_interval"] = \
-                default["draft_low"] <= fig["sglang_default"]["accept_length"] <= default["draft_high"]
+        for name, (own, plugin) in ENGINE_KEYS.items():
+            pred = figures["predicted"].get(f"{name}_{t}")
+            if not pred:
+                continue
+            mark = "" if name == "champion_b8" else "default_"
+            if f"{plugin}_gain" in fig and "plugin_gain" in pred:
+                measured = fig[f"{plugin}_gain"]
+                fig[f"{mark}gain_inside_predicted_interval"] = \
+                    pred["plugin_gain_low"] <= measured["gain"] <= pred["plugin_gain_high"]
+                fig[f"{mark}predicted_gain_inside_measured_interval"] = \
+                    measured["low"] <= pred["plugin_gain"] <= measured["high"]
+                if "plugin_gain_run_low" in pred:  # where one run's gain should fall: tree-config's run interval
+                    fig[f"{mark}gain_inside_predicted_run_interval"] = \
+                        pred["plugin_gain_run_low"] <= measured["gain"] <= pred["plugin_gain_run_high"]
+            for run, key in ((own, "draft"), (plugin, "plugin")):
+                if "accept_length" in fig.get(run, {}) and f"{key}_low" in pred:
+                    fig[run]["inside_predicted_interval"] = \
+                        pred[f"{key}_low"] <= fig[run]["accept_length"] <= pred[f"{key}_high"]
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     prompts, prompts_file = held_out(args)
-    settings = ["champion_b8"] if args.gain_only else list(SETTINGS)
+    settings = args.settings
     figures = {"cpu_model": cpu_model(), "prompts": len(prompts), "prompts_file": prompts_file.name,
                "prompt_ids": [p.prompt_id for p in prompts], "max_prompt_tokens": args.max_prompt_tokens,
                "max_new_tokens": args.max_new_tokens,

@@ -169,3 +169,28 @@ def test_an_earlier_engine_run_is_checked_against_the_prediction_only_on_the_sam
     with pytest.raises(SystemExit) as refused:
         parse_args(["--part", "engine", "--engine-results", "eng"])
     assert refused.value.code == 2 and "only with --part predict" in capsys.readouterr().err
+
+
+def test_the_default_shape_is_checked_beside_the_champion_and_an_unknown_setting_is_refused(capsys):
+    """The plugin at SGLang's default shape gets its own marks (``default_``), and SGLang's tree and the plugin
+    there each get theirs, independent of the champion's; ``--settings`` names only known settings."""
+    pred = {"plugin_gain": 0.02, "plugin_gain_low": 0.01, "plugin_gain_high": 0.03, "plugin_gain_run_low": -0.01,
+            "plugin_gain_run_high": 0.05, "draft_low": 1.6, "draft_high": 1.7, "plugin_low": 1.62, "plugin_high": 1.72}
+    engine = {"t0": {"sglang_default": {"accept_length": 1.65}, "plugin_default": {"accept_length": 1.75},
+                     "plugin_default_gain": {"gain": 0.04, "low": 0.0, "high": 0.08}}}
+    both = {"predicted": {"sglang_default_t0": pred}, "engine": engine}
+    inside_predicted(both)
+    fig = both["engine"]["t0"]
+    assert fig["default_gain_inside_predicted_interval"] is False  # 0.04 above [0.01, 0.03]
+    assert fig["default_gain_inside_predicted_run_interval"] is True  # inside [-0.01, 0.05]
+    assert fig["default_predicted_gain_inside_measured_interval"] is True
+    assert fig["sglang_default"]["inside_predicted_interval"] and not fig["plugin_default"]["inside_predicted_interval"]
+    assert "gain_inside_predicted_interval" not in fig  # the champion's mark: no champion figures here
+
+    assert parse_args(["--gain-only"]).settings == ["champion_b8"]
+    assert parse_args([]).settings == ["sglang_default", "champion_b8"]
+    assert parse_args(["--gain-only", "--settings", "sglang_default"]).settings == ["sglang_default"]
+    with pytest.raises(SystemExit) as refused:
+        parse_args(["--settings", "sglang_default,b16"])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "b16 is not one of" in err and len(err.strip().splitlines()) == 1
