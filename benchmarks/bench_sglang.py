@@ -113,12 +113,21 @@ def refuse(message: str) -> None:
     sys.exit(2)
 
 
-def held_out(args) -> tuple[list, Path]:
+def write_prompts(path: Path, prompts) -> None:
+    """``prompts`` as Spec-Bench JSONL at ``path``, written atomically: the form tree-config reads."""
+    from specrank.atomic import atomic_write
+
+    text = "".join(json.dumps({"question_id": p.prompt_id, "category": p.task, "turns": [p.text]}, ensure_ascii=False)
+                   + "\n" for p in prompts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def held_out(args, write: bool = True) -> tuple[list, Path]:
     """The prompts to decode and the file tree-config reads them from: the bundled held-out set, refused (exit 2)
     when the head or a champion trained on any of them; or, with ``--prompts``, the first ``--limit`` of that set in
     a study's seeded order (every prefix mixes the tasks) that neither trained on (and at most
-    ``--max-prompt-tokens`` long), written to ``WORK/held-out.jsonl``."""
-    from specrank.atomic import atomic_write
+    ``--max-prompt-tokens`` long), written to ``WORK/held-out.jsonl`` (by the caller, with ``write`` False)."""
     from specrank.decode.loading.drafters import check_unseen, trained_on
     from specrank.decode.loading.targets import load_target_tokenizer
     from specrank.decode.prompts import (default_prompts_path, encode_prompt, prompt_digest, read_prompts,
@@ -152,9 +161,8 @@ def held_out(args) -> tuple[list, Path]:
                + f", fewer than --limit {args.limit}")
     kept = kept[: args.limit]
     path = Path(args.work) / "held-out.jsonl"
-    text = "".join(json.dumps({"question_id": p.prompt_id, "category": p.task, "turns": [p.text]}, ensure_ascii=False)
-                   + "\n" for p in kept)
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    if write:
+        write_prompts(path, kept)
     return kept, path
 
 
@@ -177,7 +185,6 @@ def topk4_reranker(args, temperature: float) -> Path:
     ``WORK/reranker-k4-t{T}``: the shipped champion's kind and card fields, refitted on topk-4 pools of the
     Spec-Bench prompts that champion learned from (less any the head trained on), recorded by tree-config at that
     shape and read as the engine sees them (no prompt rows, task unknown)."""
-    from specrank.atomic import atomic_write
     from specrank.decode.loading.drafters import trained_on
     from specrank.decode.prompts import prompt_digest, read_prompts, spec_bench_path
     from specrank.featurize.engine import engine_visible
@@ -195,11 +202,8 @@ def topk4_reranker(args, temperature: float) -> Path:
     prompts = [p for p in prompts if p.prompt_id not in set(trained_on(args.drafter, prompts) or ())]
     work = Path(args.work) / f"train-k4-t{temperature:g}"
     prompts_file = work / "prompts.jsonl"
-    text = "".join(json.dumps({"question_id": p.prompt_id, "category": p.task, "turns": [p.text]}, ensure_ascii=False)
-                   + "\n" for p in prompts)
     if not prompts_file.is_file():
-        work.mkdir(parents=True, exist_ok=True)
-        atomic_write(prompts_file, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        write_prompts(prompts_file, prompts)
     tree_config(args, "sglang_default", temperature, prompts_file, len(prompts), "none", work)
     run_dir = work / "recordings" / "topk4-depth5"
     name = champion.card_["reranker"]
@@ -420,7 +424,7 @@ def inside_predicted(figures: dict) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    prompts, prompts_file = held_out(args)
+    prompts, prompts_file = held_out(args, write=False)
     settings = args.settings
     figures = {"cpu_model": cpu_model(), "prompts": len(prompts), "prompts_file": prompts_file.name,
                "prompt_ids": [p.prompt_id for p in prompts], "max_prompt_tokens": args.max_prompt_tokens,
@@ -429,6 +433,8 @@ def main(argv=None) -> int:
                "settings": {k: dict(zip(("topk", "num_steps", "num_draft_tokens", "reranker"), SETTINGS[k]))
                             for k in settings}}
     earlier = earlier_engine(args, figures) if args.engine_results else None  # checked before any model loads
+    if args.prompts is not None:  # after every refusal: a refused run leaves nothing behind
+        write_prompts(prompts_file, prompts)
     if args.part in ("predict", "all"):
         temps = [float(t) for t in args.temperatures.split(",")]
         figures["predicted"] = {f"{name}_t{t:g}": predict(args, name, t, prompts_file) for name in settings

@@ -170,6 +170,12 @@ def test_an_earlier_engine_run_is_checked_against_the_prediction_only_on_the_sam
         parse_args(["--part", "engine", "--engine-results", "eng"])
     assert refused.value.code == 2 and "only with --part predict" in capsys.readouterr().err
 
+    work = tmp_path / "work"  # refused from the command line: nothing written, not even the held-out prompts
+    with pytest.raises(SystemExit) as refused:
+        bench_sglang.main(["--part", "predict", "--prompts", "spec-bench", "--limit", "40", "--work", str(work),
+                           "--engine-results", "missing"])
+    assert refused.value.code == 2 and "no such results" in capsys.readouterr().err and not work.exists()
+
 
 def test_the_default_shape_is_checked_beside_the_champion_and_an_unknown_setting_is_refused(capsys):
     """The plugin at SGLang's default shape gets its own marks (``default_``), and SGLang's tree and the plugin
