@@ -116,9 +116,9 @@ def refuse(message: str) -> None:
 def write_prompts(path: Path, prompts) -> None:
     """``prompts`` as Spec-Bench JSONL at ``path``, written atomically: the form tree-config reads."""
     from specrank.atomic import atomic_write
+    from specrank.decode.prompts import spec_bench_text
 
-    text = "".join(json.dumps({"question_id": p.prompt_id, "category": p.task, "turns": [p.text]}, ensure_ascii=False)
-                   + "\n" for p in prompts)
+    text = spec_bench_text(prompts)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 

@@ -72,6 +72,12 @@ def _parse_form(obj, where: str) -> Prompt:
     raise PromptError(f"{where}: neither Spec-Bench ('question_id', 'turns') nor HumanEval ('task_id', 'prompt') form")
 
 
+def spec_bench_text(prompts) -> str:
+    """``prompts`` as Spec-Bench JSON Lines, one per line, the form ``read_prompts`` reads back."""
+    return "".join(json.dumps({"question_id": p.prompt_id, "category": p.task, "turns": [p.text]}, ensure_ascii=False)
+                   + "\n" for p in prompts)
+
+
 def read_prompts(path, limit: int | None = None) -> list[Prompt]:
     """Read a JSONL prompt file; errors name the file and line number."""
     if limit is not None and (not isinstance(limit, int) or limit < 1):

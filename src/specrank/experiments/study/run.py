@@ -33,7 +33,7 @@ from specrank.decode.config import DecodeConfig, check_temperature
 from specrank.decode.loading.drafters import check_unseen
 from specrank.decode.loading.model_spec import ModelSpec
 from specrank.decode.loading.targets import DEFAULT_TARGET, load_target_tokenizer
-from specrank.decode.prompts import encode_prompt, read_prompts, spec_bench_path
+from specrank.decode.prompts import encode_prompt, read_prompts, spec_bench_path, spec_bench_text
 from specrank.decode.runs.shards import SHARD, done_prompts
 from specrank.errors import require
 from specrank.evaluation import load_rounds, read_predictions
@@ -402,9 +402,7 @@ def unseen_prompts(target: str = DEFAULT_TARGET, prompts=None, *, online_prompts
 def write_study_prompts(out: Path, prompts, seed: int) -> Path:
     """``OUT/prompts.jsonl``: ``prompts`` in the study's order (``study_order``), in Spec-Bench form; an
     existing file must hold exactly these lines (the same study), else the study is refused."""
-    lines = [json.dumps({"question_id": p.prompt_id, "category": p.task, "turns": [p.text]}, ensure_ascii=False)
-             for p in study_order(prompts, seed)]
-    text = "\n".join(lines) + "\n"
+    text = spec_bench_text(study_order(prompts, seed))
     path = out / "prompts.jsonl"
     if path.is_file():
         if path.read_text(encoding="utf-8") != text:
