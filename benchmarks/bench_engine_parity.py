@@ -397,12 +397,6 @@ def vllm_speed(args, prep: dict, threads: int, k: int) -> dict:
     return out
 
 
-def engine_timing_text(plain_ms: float, steps: dict, verify: dict | None = None) -> str:
-    """``--engine-timing`` for vLLM's plain step, its steps at each k and its verify passes over n tokens (ms)."""
-    return ",".join([f"plain={plain_ms:.4f}"] + [f"k{k}={ms:.4f}" for k, ms in sorted(steps.items())]
-                    + [f"n{n}={ms:.4f}" for n, ms in sorted((verify or {}).items())])
-
-
 def vllm_verify(args, prep: dict, threads: int) -> dict:
     """vLLM's verify pass (forward and logits) over n = 1..max k + 1 tokens, each timed alone (ms)."""
     request = {"model": prep["model"], "head": None, "k": 0, "prompts": [], "max_tokens": 1, "mode": "verify",
@@ -414,7 +408,12 @@ def run_speed(args) -> int:
     import pandas as pd
 
     from specrank.decode.runs.cost import CostModel
-    from specrank.experiments.tree_config.engine_timing import engine_round_seconds, engine_scales, parse_engine_timing
+    from specrank.experiments.tree_config.engine_timing import (
+        engine_round_seconds,
+        engine_scales,
+        engine_timing_text,
+        parse_engine_timing,
+    )
     from specrank.experiments.tree_config.tables import vllm_chain
 
     threads = args.threads or 1

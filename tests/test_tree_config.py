@@ -519,16 +519,10 @@ def test_the_command_predicts_an_engines_speed_from_its_timed_steps(tmp_path, ca
     assert "engine_tokens_per_s" in capsys.readouterr().out
 
 
-def test_the_engine_benchmark_hands_vllms_steps_and_passes_to_tree_config_as_they_were_timed():
-    """``bench_engine_parity.py --part speed``: vLLM's plain step, its steps at each k and its verify passes over
-    n tokens become one ``--engine-timing`` that parses back to the same figures."""
-    import sys
-    from pathlib import Path
-
-    from specrank.experiments.tree_config.engine_timing import parse_engine_timing
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    from bench_engine_parity import engine_timing_text
+def test_an_engines_steps_and_passes_become_one_engine_timing_that_parses_back_as_they_were_timed():
+    """What ``bench_engine_parity.py --part speed`` hands tree-config: vLLM's plain step, its steps at each k and
+    its verify passes over n tokens become one ``--engine-timing`` that parses back to the same figures."""
+    from specrank.experiments.tree_config.engine_timing import engine_timing_text, parse_engine_timing
 
     text = engine_timing_text(54.8, {1: 72.3, 2: 59.8}, {1: 57.3, 2: 68.6, 3: 49.6})
     timing = parse_engine_timing(text)

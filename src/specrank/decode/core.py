@@ -30,25 +30,40 @@ class PoolShapeError(ValueError):
 
 @dataclass(frozen=True)
 class PoolShape:
-    """Pool growth parameters (EAGLE-3 shape by default)."""
+    """Pool growth parameters (EAGLE-3 shape by default): ``topk`` first-level candidates, each expanded node's
+    ``children`` best children below them (0: ``topk``), the ``expand`` best new candidates of each later level
+    expanded, ``depth`` levels. ``PoolShape(k, d, k, children=1)`` is a fan of chains: the drafter's top k first
+    tokens, each continued by the drafter's greedy chain, as an engine drafts k chains in one batched pass."""
 
     topk: int = 10
     depth: int = 8
     expand: int = 10
+    children: int = 0
 
     def __post_init__(self):
-        for name in ("topk", "depth", "expand"):
+        for name in ("topk", "depth", "expand", "children"):
             value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 1:
-                raise PoolShapeError(f"pool {name} must be a positive integer, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < (name != "children"):
+                kind = "a non-negative" if name == "children" else "a positive"
+                raise PoolShapeError(f"pool {name} must be {kind} integer, got {value!r}")
+
+    @property
+    def branching(self) -> int:
+        """Children drafted below each expanded node."""
+        return self.children or self.topk
 
     def level_sizes(self) -> tuple[list[int], list[int]]:
         """Candidates per depth and expanded nodes per depth (index 0 = depth 1)."""
         added, expanded = [self.topk], []
         for d in range(1, self.depth):
             expanded.append(added[-1] if d == 1 else min(self.expand, added[-1]))
-            added.append(expanded[-1] * self.topk)
+            added.append(expanded[-1] * self.branching)
         return added, expanded + [0]
+
+    def as_manifest(self) -> dict:
+        """The shape as a run's manifest records it (``children`` only where it differs from topk's default)."""
+        fields = {"topk": int(self.topk), "depth": int(self.depth), "expand": int(self.expand)}
+        return fields | ({"children": int(self.children)} if self.children else {})
 
     @property
     def size(self) -> int:
@@ -230,9 +245,9 @@ class Drafter:
     def _grow(self, root: RootStep, shape: PoolShape) -> DraftPool:
         # Growth stays on the drafter's device and every level's size and depth are known from the shape,
         # so the host never waits on the device before the finished pool is copied back (one sync a round).
-        k, m = shape.topk, shape.size
-        if k > len(root.logp):
-            raise PoolShapeError(f"pool topk {k} exceeds the draft vocabulary ({len(root.logp)})")
+        k, c, m = shape.topk, shape.branching, shape.size
+        if max(k, c) > len(root.logp):
+            raise PoolShapeError(f"pool topk {max(k, c)} exceeds the draft vocabulary ({len(root.logp)})")
         dev = root.logp.device
         token, parent = torch.zeros(m, dtype=torch.long, device=dev), torch.full((m,), -1, device=dev)
         edge, cum = (torch.zeros(m, dtype=torch.float32, device=dev) for _ in range(2))
@@ -254,18 +269,18 @@ class Drafter:
             logp, child_feed = self._draft_step(token[frontier], positions, self._tree_mask(sees, root.visible),
                                                 step_feed)
             used += f
-            lp, ids = logp.topk(k, dim=-1)  # (f, k)
-            new = slice(n, n + f * k)
+            lp, ids = logp.topk(c, dim=-1)  # (f, c)
+            new = slice(n, n + f * c)
             token[new], edge[new] = self._to_target(ids.reshape(-1)), lp.reshape(-1)
-            parent[new] = frontier.repeat_interleave(k)
+            parent[new] = frontier.repeat_interleave(c)
             cum[new] = cum[parent[new]] + edge[new]
             first[new] = first[parent[new]]
             if feeds is not None:
-                feeds[new] = child_feed.repeat_interleave(k, 0)
+                feeds[new] = child_feed.repeat_interleave(c, 0)
             if d < shape.depth - 1:  # ties: pool index (a stable sort)
-                ancestors[new, :used] = sees.repeat_interleave(k, 0)
+                ancestors[new, :used] = sees.repeat_interleave(c, 0)
                 frontier = n + cum[new].sort(descending=True, stable=True).indices[: shape.expand]
-            n += f * k
+            n += f * c
         # the round's one copy to the host (8-byte integers first: every array stays aligned in the packed copy)
         token, parent, first, edge, cum, q_root = host_arrays(token, parent, first, edge, cum,
                                                               self._root_row(root.logp))

@@ -73,8 +73,12 @@ class Reranker(BaseEstimator):
         self.label_kind_, self.topk_ = meta["label_kind"], int(meta["topk"])
         self.version_ = specrank.__version__
         self.rounds_digest_ = meta.get("rounds_digest")  # the recorded run it learned from (None: not known)
-        self._fit(X, labels_of(X, y, self.label_kind_))
+        self._fit(X, labels_of(X, y, self.fit_label_kind()))
         return self
+
+    def fit_label_kind(self) -> str:
+        """The label kind ``fit`` checks its labels against: the run's own (``label_kind_``)."""
+        return self.label_kind_
 
     def predict(self, X) -> np.ndarray:
         """First-factor predictions in [0, 1], one per row of ``X``."""

@@ -16,10 +16,15 @@ from specrank.featurize.columns import COLUMN
 from specrank.featurize.features import FeatureArrays
 from specrank.featurize.prior import TokenPrior
 from specrank.featurize.sets import CATEGORICAL_FEATURES, PRIOR_FEATURE, input_columns, resolve_features
-from specrank.law import Law
+from specrank.law import SAMPLING, Law
 from specrank.rerankers.base import Reranker
 
 BACKENDS = ("lightgbm", "sklearn")
+OBJECTIVES = ("pointwise", "lambdarank")
+# LambdaRank's relevance levels: a label in [0, 1] becomes round(label * RELEVANCE_LEVELS), and level i gains i, so
+# the NDCG at the top is the chosen candidate's label over the round's best (the share of exact selection's
+# first-token acceptance a choice keeps)
+RELEVANCE_LEVELS = 30
 MONOTONE_FEATURES = ("q", "log_q")  # the draft probability of the candidate
 SMALL_BATCH = 1024  # rows LightGBM scores on one thread
 MARGIN_CLIP = 1e-6  # q is clipped to [c, 1 - c] before its logit becomes the starting margin
@@ -65,6 +70,13 @@ def round_plan(features) -> RoundPlan:
                      where(PRIOR_FEATURE), where("task"))
 
 
+def round_groups(X) -> np.ndarray:
+    """(n,) each feature row's round as a dense code (its prompt and round), for a ranking objective."""
+    schema.require_columns(X.columns, ["prompt_id", "round"], "features")
+    keys = X["prompt_id"].astype(str) + "\x00" + X["round"].astype(str)
+    return np.unique(keys.to_numpy(), return_inverse=True)[1].astype(np.int64)
+
+
 class GBMReranker(Reranker):
     """Predicts each first-level candidate's target probability (sampling) or argmax indicator (greedy).
 
@@ -81,6 +93,12 @@ class GBMReranker(Reranker):
     starts boosting from the draft's log-odds logit(q) instead of a constant, so the trees learn a
     correction to the drafter's probability: with little data the prediction stays near ``q``
     instead of fitting noise.
+
+    ``objective="lambdarank"`` (LightGBM only) learns the order of a round's candidates rather than their
+    probabilities: LambdaRank grouped by round, with relevance levels from the labels (a probability, an argmax
+    indicator, or any value in [0, 1] given as ``y``, such as a chain's expected accepted tokens over its length)
+    and a gain linear in the level. Its predictions are the logistic of the ranking scores: they order a round's
+    candidates but are not probabilities.
     """
 
     _parameter_constraints = {
@@ -96,11 +114,12 @@ class GBMReranker(Reranker):
         "prior_pseudo_count": [Interval(Real, 0.0, None, closed="left")],
         "n_jobs": [Interval(Integral, 1, None, closed="left"), None],
         "random_state": [Interval(Integral, 0, None, closed="left")],
+        "objective": [StrOptions(set(OBJECTIVES))],
     }
 
     def __init__(self, features="rows", backend="lightgbm", n_estimators=100, learning_rate=0.1,
                  num_leaves=15, min_child_samples=20, reg_lambda=0.0, monotone_draft=False, boost_from_draft=False,
-                 prior_pseudo_count=20.0, n_jobs=None, random_state=0):
+                 prior_pseudo_count=20.0, n_jobs=None, random_state=0, objective="pointwise"):
         self.features = features
         self.backend = backend
         self.n_estimators = n_estimators
@@ -113,6 +132,7 @@ class GBMReranker(Reranker):
         self.prior_pseudo_count = prior_pseudo_count
         self.n_jobs = n_jobs
         self.random_state = random_state
+        self.objective = objective
 
     def _matrix(self, X, prior) -> np.ndarray:
         """(n, F) float matrix in ``features_`` order; categories coded by ``task_categories_``."""
@@ -151,6 +171,14 @@ class GBMReranker(Reranker):
         resolve_features(self.features)
         if self.boost_from_draft and self.backend != "lightgbm":
             raise ValueError("boost_from_draft needs the lightgbm backend (sklearn's boosting takes no initial margin)")
+        if self.objective == "lambdarank" and (self.backend != "lightgbm" or self.boost_from_draft):
+            raise ValueError("objective 'lambdarank' needs the lightgbm backend and no boost_from_draft")
+
+    def fit_label_kind(self) -> str:
+        """A ranking objective takes any relevance in [0, 1] (the sampling law's labels), also in a greedy run."""
+        if self.objective == "lambdarank":
+            return Law.named(SAMPLING).label_kind
+        return super().fit_label_kind()
 
     def _fit(self, X, y):
         self.features_ = resolve_features(self.features)
@@ -160,7 +188,26 @@ class GBMReranker(Reranker):
         self.prior_ = TokenPrior(self.prior_pseudo_count)
         prior = self.prior_.fit_transform(X["token"].to_numpy(), y) if PRIOR_FEATURE in self.features_ else None
         margin = draft_margin(X) if self.boost_from_draft else None
-        self.model_ = self._fit_backend(self._matrix(X, prior), y, margin)
+        m = self._matrix(X, prior)
+        if self.objective == "lambdarank":
+            self.model_ = self._fit_ranking(m, y, round_groups(X))
+        else:
+            self.model_ = self._fit_backend(m, y, margin)
+
+    def _fit_ranking(self, m, y, groups: np.ndarray):
+        """LambdaRank over the rounds ``groups`` (n,) (a round's rows need not be adjacent)."""
+        order = np.argsort(groups, kind="stable")
+        sizes = np.bincount(groups)
+        relevance = np.rint(np.clip(y, 0.0, 1.0) * RELEVANCE_LEVELS)
+        params = {"objective": "lambdarank", "label_gain": list(range(RELEVANCE_LEVELS + 1)),
+                  "lambdarank_truncation_level": int(sizes.max()), "learning_rate": self.learning_rate,
+                  "num_leaves": self.num_leaves, "min_data_in_leaf": self.min_child_samples,
+                  "lambda_l2": self.reg_lambda, "num_threads": self.n_jobs or 0, "seed": self.random_state,
+                  "deterministic": True, "verbose": -1}
+        categorical = [i for i, f in enumerate(self.features_) if f in CATEGORICAL_FEATURES]
+        data = lgb.Dataset(m[order], relevance[order], group=sizes[sizes > 0], categorical_feature=categorical,
+                           free_raw_data=True)
+        return lgb.train(params, data, num_boost_round=self.n_estimators)
 
     def margin(self, m) -> np.ndarray:
         """(n,) raw LightGBM margins of the feature matrix ``m`` (n, F)."""

@@ -189,6 +189,11 @@ def short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+# Parameters added to a class after files of format 2 were written, with the value those files were fitted with:
+# a file that lacks one reads as that value (and ``check_params`` fills it in, for the estimator built from it).
+ADDED_PARAMETERS = {"GBMReranker": {"objective": "pointwise"}}
+
+
 def check_params(where: str, cls, params: dict, features: list, classes: dict, key: str = "params") -> None:
     """``params`` (at ``key`` of ``reranker.json``) must name every parameter of ``cls.__init__`` and nothing
     else, each within the class's ``_parameter_constraints`` (scikit-learn's check, one parameter at a time so
@@ -196,6 +201,8 @@ def check_params(where: str, cls, params: dict, features: list, classes: dict, k
     reranker's parts are checked as their own classes (``classes``: name -> class)."""
     names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
     for name in names:
+        if name not in params and name in ADDED_PARAMETERS.get(cls.__name__, {}):
+            params[name] = ADDED_PARAMETERS[cls.__name__][name]  # a file written before the parameter existed
         if name not in params:
             raise RerankerFileError(f"{where}: {key}.{name}: missing")
     for name in params:

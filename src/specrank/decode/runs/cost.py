@@ -30,7 +30,7 @@ def synchronize(device) -> None:
 class CostModel:
     """Seconds per pool (topk, depth, expand), per verify pass (tokens, root included) and of host work per round."""
 
-    draft: dict = field(default_factory=dict)  # (topk, depth, expand) -> seconds
+    draft: dict = field(default_factory=dict)  # (topk, depth, expand[, children]) -> seconds
     verify: dict = field(default_factory=dict)  # num_draft_tokens -> seconds
     host: float = 0.0
     device: str = "cpu"
@@ -48,7 +48,9 @@ class CostModel:
         out = cls()
         for r in records:
             if r["part"] == "draft":
-                out.draft[(int(r["topk"]), int(r["num_steps"]), int(r["expand"]))] = float(r["seconds"])
+                children = int(r.get("children", 0) or 0)  # a fan of chains times (topk, depth, expand, 1)
+                key = (int(r["topk"]), int(r["num_steps"]), int(r["expand"])) + ((children,) if children else ())
+                out.draft[key] = float(r["seconds"])
             elif r["part"] == "verify":
                 out.verify[int(r["num_draft_tokens"])] = float(r["seconds"])
             else:
@@ -56,8 +58,8 @@ class CostModel:
         return out
 
     def rows(self) -> list[dict]:
-        out = [{"part": "draft", "topk": k, "num_steps": s, "expand": e, "num_draft_tokens": 0, "seconds": v}
-               for (k, s, e), v in sorted(self.draft.items())]
+        out = [{"part": "draft", "topk": key[0], "num_steps": key[1], "expand": key[2], "num_draft_tokens": 0,
+                "seconds": v} | ({"children": key[3]} if len(key) > 3 else {}) for key, v in sorted(self.draft.items())]
         out += [{"part": "verify", "topk": 0, "num_steps": 0, "expand": 0, "num_draft_tokens": n, "seconds": v}
                 for n, v in sorted(self.verify.items())]
         return out + [{"part": "host", "topk": 0, "num_steps": 0, "expand": 0, "num_draft_tokens": 0,
@@ -70,17 +72,17 @@ def _started(target, drafter, prompt_ids):
 
 
 def time_drafter(target, drafter, prompt_ids, shapes, repeats: int = 5, done: Callable[[], None] | None = None) -> dict:
-    """{(topk, depth, expand): mean seconds of one pool} at the prompt's context (one warm-up pool); ``done()``
-    after each pool shape."""
+    """{(topk, depth, expand[, children]): mean seconds of one pool} at the prompt's context (one warm-up pool);
+    ``done()`` after each pool shape."""
     state = _started(target, drafter, prompt_ids)
     out = {}
-    for k, s, e in shapes:
-        shape = PoolShape(k, s, e)
+    for key in shapes:
+        shape = PoolShape(*key)
         drafter.grow_pool(state.root, shape)  # warm-up: kernels, allocator
         start = time.perf_counter()
         for _ in range(repeats):
             drafter.grow_pool(state.root, shape)
-        out[(k, s, e)] = (time.perf_counter() - start) / repeats
+        out[key] = (time.perf_counter() - start) / repeats
         if done is not None:
             done()
     return out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 
 from specrank.decode.config import DecodeConfig
 from specrank.files import sha256_files
@@ -42,7 +41,7 @@ def run_manifest(identity: dict, config: DecodeConfig, prompts_path, shard_size:
 def config_manifest(config: DecodeConfig, prompts_path, shard_size: int) -> dict:
     """The manifest's fields known before any model loads: pool, budget, law, seed, prompts, shards."""
     return {
-        "pool_shape": asdict(config.shape),
+        "pool_shape": config.shape.as_manifest(),
         "pool_size": config.shape.size,
         "budget": config.budget,
         "extra_scored": config.extra,

@@ -22,14 +22,16 @@ def record_prompt(target, drafter, prompt_ids, config: DecodeConfig, prompt_id: 
                          observer=Measure(record=True), prompt_id=prompt_id, task=task, timer=timer)
 
 
-def recorder_work(target, drafter, prompts, config: DecodeConfig, verifier=None, timer: Timer | None = None):
-    """``(decode_one, tables)`` of the shard writer (``runs.shards.record_shards``) recording ``prompts``;
-    every prompt is encoded (and checked against the context) first, so a bad one fails before any output."""
+def recorder_work(target, drafter, prompts, config: DecodeConfig, verifier=None, timer: Timer | None = None,
+                  strategy=None):
+    """``(decode_one, tables)`` of the shard writer (``runs.shards.record_shards``) recording ``prompts``, each
+    round verifying ``strategy``'s tree (default: draft selection's); every prompt is encoded (and checked against
+    the context) first, so a bad one fails before any output."""
     encoded = encode_prompts(target, prompts, config)
 
     def decode_one(i):
         _, records = record_prompt(target, drafter, encoded[i], config, prompts[i].prompt_id, prompts[i].task,
-                                   verifier, timer)
+                                   verifier, timer, strategy)
         return {"rounds": records}
 
     tables = {"rounds": lambda parts: rounds_table([r for p in parts for r in p], config.shape.size, config.shape.topk)}
@@ -37,11 +39,12 @@ def recorder_work(target, drafter, prompts, config: DecodeConfig, verifier=None,
 
 
 def record_run(target, drafter, prompts, out_dir, config: DecodeConfig, manifest: dict, shard_size: int = 4,
-               verifier=None, progress: bool = True, desc: str | None = None) -> Timer:
-    """Record ``prompts`` into ``out_dir`` shard by shard, skipping finished ones; return the timer. The progress
-    bar (``desc`` its label) shows rounds, accepted tokens a round and tokens/s."""
+               verifier=None, progress: bool = True, desc: str | None = None, strategy=None) -> Timer:
+    """Record ``prompts`` into ``out_dir`` shard by shard, skipping finished ones, each round verifying
+    ``strategy``'s tree (default: draft selection's); return the timer. The progress bar (``desc`` its label)
+    shows rounds, accepted tokens a round and tokens/s."""
     timer = Timer()
-    decode_one, tables = recorder_work(target, drafter, prompts, config, verifier, timer)
+    decode_one, tables = recorder_work(target, drafter, prompts, config, verifier, timer, strategy)
     out = open_run_dir(out_dir, manifest)
 
     def postfix():

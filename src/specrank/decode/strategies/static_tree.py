@@ -21,8 +21,8 @@ class StaticTreeSelection(SelectionStrategy):
     def check(self, config, *, law: bool = True) -> None:
         shape, tree = config.shape, self.tree
         added, expanded = shape.level_sizes()
-        full = shape.topk >= max(tree.branching) and shape.depth >= tree.depth and all(
-            expanded[i] == added[i] for i in range(tree.depth - 1))
+        full = shape.topk >= tree.branching[0] and shape.branching >= max(tree.branching[1:], default=1) and (
+            shape.depth >= tree.depth and all(expanded[i] == added[i] for i in range(tree.depth - 1)))
         if not full:
             topk, depth, expand = tree.full_pool()
             raise StrategyError(f"static tree {tree.label}: the pool (topk {shape.topk}, depth {shape.depth},"

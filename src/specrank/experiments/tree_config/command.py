@@ -18,6 +18,7 @@ from specrank.decode.config import check_temperature
 from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
 from specrank.decode.loading.targets import check_target_spec, parse_device
 from specrank.decode.prompts import default_prompts_path, read_prompts
+from specrank.experiments.tree_config.chain_choice import ChainChoice
 from specrank.experiments.tree_config.engine_timing import check_timed_settings, parse_engine_timing
 from specrank.experiments.tree_config.run import CROSS_FIT, TreeConfigRun, check_recordings, summary, tree_config, write_outputs
 from specrank.engines.vllm import FIRST_WITH_TREES, LAST_WITH_TREES, parse_version, serves_static_trees, version_name
@@ -76,6 +77,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--vllm-version", default=None, metavar="VERSION",
                         help="the vLLM release served (default: a current one, 0.21.0 or later, where vLLM PR #42121"
                              " left chains only); --vllm-tree needs a release from 0.10.1 to 0.20.2")
+    parser.add_argument("--vllm-choices", type=int, default=None, metavar="K",
+                        help="also score each --vllm-tokens chain (default 1,2,3,4) with its first token chosen by"
+                             " specrank among the drafter's top K (2 or more): the drafter's chain, root selection,"
+                             " a reranker's argmax, the best of --drafted-chains chains and a ranking reranker, each"
+                             " on a fan recording of K chains (tree_config_choices.csv)")
+    parser.add_argument("--drafted-chains", type=int, default=4, metavar="M",
+                        help="chains drafted in one batched pass for the best_chain rule (default 4; <= K)")
+    parser.add_argument("--plugin-ms", type=float, default=1.0, metavar="MS",
+                        help="the plugin's cost a decode step in ms, added to a reranker's chain choice (default 1.0)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--max-new-tokens", type=at_least(1), default=48, help="tokens per prompt (default 48)")
     parser.add_argument("--seed", type=int, default=0, help="run seed; every recording decodes every prompt with it")
@@ -136,6 +146,21 @@ def grid_of(args) -> list:
     return sorted(settings, key=setting_order)
 
 
+def choices_of(args) -> tuple[ChainChoice, ...]:
+    """The chain choices ``--vllm-choices`` asks for (one per ``--vllm-tokens`` k), checked before any model
+    loads."""
+    if args.vllm_choices is None:
+        return ()
+    if not args.plugin_ms >= 0:
+        raise TreeConfigError(f"--plugin-ms: expected a cost >= 0, got {args.plugin_ms!r}")
+    tokens = int_list("--vllm-tokens")(args.vllm_tokens) if args.vllm_tokens else [1, 2, 3, 4]
+    try:
+        return tuple(ChainChoice(k, args.vllm_choices, args.drafted_chains) for k in tokens)
+    except TreeConfigError as exc:
+        raise TreeConfigError(f"--vllm-choices {args.vllm_choices} / --drafted-chains {args.drafted_chains}: {exc}"
+                              ) from None
+
+
 def _triple(text: str) -> tuple[int, int, int]:
     try:
         values = tuple(int(v) for v in text.split(","))
@@ -158,6 +183,7 @@ def _reranker(args):
 def run(args) -> int:
     check_output_dir(args.out)
     settings = grid_of(args)
+    choices = choices_of(args)
     check_temperature(args.temperature, "--temperature")
     timing = None if args.engine_timing is None else parse_engine_timing(args.engine_timing)
     if timing is not None:
@@ -170,7 +196,8 @@ def run(args) -> int:
     parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
     check_unseen(args.drafter, prompts, args.allow_training_prompts)
     spec = TreeConfigRun(prompts_path, args.temperature, args.max_new_tokens, args.seed, args.reranker,
-                         args.repeats, args.bootstrap, progress=not args.no_progress, engine_timing=timing)
+                         args.repeats, args.bootstrap, progress=not args.no_progress, engine_timing=timing,
+                         chain_choices=choices, plugin_ms=args.plugin_ms)
     check_recordings(args.out, settings, spec)
     uri = tracked.tracking_uri(args)
     if args.threads:
@@ -198,7 +225,8 @@ def _track(args, uri, result, target, drafter) -> None:
     notes = summary(result)
     tracked.log_run(uri, args.experiment, args.run_name or "tree-config", params=params, metrics=top_metrics(table),
                     tables={"tree_config": table, "tree_config_positions": result["positions"],
-                            "tree_config_reliability": result["reliability"], "tree_config_cost": result["cost"]},
+                            "tree_config_reliability": result["reliability"], "tree_config_cost": result["cost"]}
+                    | ({"tree_config_choices": result["choices"]} if result.get("choices") is not None else {}),
                     figures={"tree_config": tree_config_figure(table),
                              "reliability": reliability_figure(result["reliability"])},
                     dicts={"summary.json": notes}, description=summary_note(notes))
@@ -216,4 +244,11 @@ def _print(result: dict, out: Path) -> None:
             print(f"{name.replace('_', ' ')}: {notes[name]['setting']}")
             for engine, flags in notes[name]["flags"].items():
                 print(f"  {engine}: {flags}")
+    choices = result.get("choices")
+    if choices is not None and len(choices):
+        print("chains whose first token specrank chooses (share: % of root selection's gain at the choice):")
+        cols = [c for c in ("choice", "rule", "length", "length_low", "length_high", "share_pct", "share_low",
+                            "share_high", "first_acceptance", "tokens_per_s", "speed_over_draft",
+                            "engine_tokens_per_s", "engine_speed_over_draft") if c in choices]
+        print(choices[cols].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"tables, figures and heads in {out}")

@@ -69,6 +69,13 @@ def setting_label(key: str) -> str:
                             " k{topk}-s{steps}-n{tokens}")
 
 
+def engine_timing_text(plain_ms: float, steps: dict, verify: dict | None = None) -> str:
+    """``--engine-timing`` for an engine's plain step, its chain steps at each k and its verify passes over n
+    tokens (ms): the text ``parse_engine_timing`` reads."""
+    return ",".join([f"plain={plain_ms:.4f}"] + [f"k{k}={ms:.4f}" for k, ms in sorted(steps.items())]
+                    + [f"n{n}={ms:.4f}" for n, ms in sorted((verify or {}).items())])
+
+
 def parse_engine_timing(text: str) -> EngineTiming:
     """``"plain=25.7,k1=28.8,k4-s3-n8=41.0"``: ms a step, ``plain`` and at least one speculative setting; and
     optionally ``n1=24.1,n2=30.2,...``: the engine's passes over n tokens (``n1`` among them)."""

@@ -30,6 +30,16 @@ from specrank.decode.runs.cost import cost_parts, measure_cost
 from specrank.decode.runs.manifest import config_manifest
 from specrank.decode.runs.shards import check_same_run
 from specrank.evaluation.data import align_predictions, load_rounds
+from specrank.decode.strategies.static_tree import StaticTreeSelection
+from specrank.experiments.tree_config.chain_choice import (
+    FIRST_STEP,
+    ChainChoice,
+    choice_seconds,
+    choice_table,
+    chain_values,
+    cost_settings,
+    score_choice,
+)
 from specrank.experiments.tree_config.engine_timing import (
     EngineTiming,
     engine_round_seconds,
@@ -75,12 +85,19 @@ class TreeConfigRun:
     bootstrap: int = 2000
     progress: bool = True
     engine_timing: EngineTiming | None = None  # an engine's measured steps: its speed predicted beside ours
+    chain_choices: tuple[ChainChoice, ...] = ()  # vLLM chains whose first token specrank chooses
+    plugin_ms: float = 1.0  # the plugin's cost a step, added to a reranker's chain choice
 
     def config(self, rec=None) -> DecodeConfig:
         """The decode configuration of a planned recording (a one-node pool for None)."""
         shape = PoolShape(1, 1, 1) if rec is None else PoolShape(rec.topk, rec.depth, rec.expand)
         return DecodeConfig(shape, 1 if rec is None else rec.budget, 0, self.temperature, self.max_new_tokens,
                             self.seed)
+
+    def choice_config(self, choice: ChainChoice) -> DecodeConfig:
+        """The decode configuration of a chain choice's fan: its chains drafted, the drafter's own verified."""
+        return DecodeConfig(PoolShape(*choice.fan_shape), choice.num_speculative_tokens, 0, self.temperature,
+                            self.max_new_tokens, self.seed)
 
     def bar(self, **kwargs) -> tqdm:
         # disable=None: tqdm stays quiet when stderr is not a terminal (a log file, a pipe, a test)
@@ -90,18 +107,21 @@ class TreeConfigRun:
 def check_recordings(out, settings, run: TreeConfigRun) -> None:
     """Before any model loads: a recording already in ``out`` (a run being resumed) must be of this run's pool,
     budget, law, seed and prompts (the models' hashes are compared once they are loaded)."""
-    for name, rec in recording_plan(settings).items():
+    configs = [(name, run.config(rec)) for name, rec in recording_plan(settings).items()]
+    configs += [(c.recording, run.choice_config(c)) for c in run.chain_choices]
+    for name, config in configs:
         check_same_run(Path(out) / "recordings" / name,
-                       config_manifest(run.config(rec), run.prompts_path, RECORDING_SHARD), partial=True)
+                       config_manifest(config, run.prompts_path, RECORDING_SHARD), partial=True)
 
 
-def record(target, drafter, prompts, run: TreeConfigRun, rec, run_dir: Path) -> Path:
-    """One recording of a planned pool: every prompt under the same seed, every pool edge scored."""
+def record(target, drafter, prompts, run: TreeConfigRun, config: DecodeConfig, run_dir: Path,
+           strategy=None) -> Path:
+    """One recording of a planned pool: every prompt under the same seed, every pool edge scored, each round
+    verifying ``strategy``'s tree (default: draft selection's)."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    config = run.config(rec)
     manifest = build_manifest(target, drafter, config, run.prompts_path, RECORDING_SHARD)
     record_run(target, drafter, prompts, run_dir, config, manifest, shard_size=RECORDING_SHARD,
-               progress=run.progress, desc=f"recording {run_dir.name}")
+               progress=run.progress, desc=f"recording {run_dir.name}", strategy=strategy)
     return run_dir
 
 
@@ -151,6 +171,50 @@ def plugin_factors(rounds, run_dir, run: TreeConfigRun, reranker=None) -> Plugin
     return PluginFactors(np.asarray(align_predictions(rounds, frame)["plugin"]), deeper)
 
 
+def choice_factors(rounds, run_dir, run: TreeConfigRun, choice: ChainChoice, reranker=None):
+    """(first factors (N, K), ranking scores (N, K) or None, note) of a fan's rounds, from the features a chain
+    engine has at its first draft step (``FIRST_STEP``, as the engine sees them): a pointwise GBM and a LambdaRank
+    GBM (relevance: the chain's exact expected accepted tokens through each first token over k), both
+    cross-fitted by prompt halves; or the given reranker's first factors (no ranking)."""
+    if len(np.unique(rounds.prompt_id)) < 2:
+        return None, None, "skipped: cross-fitting needs two prompts"
+    features = engine_visible(featurize_run(run_dir))
+    keys = pd.DataFrame({k: features[k] for k in schema.FEATURE_KEYS})
+    if reranker is not None:
+        if int(getattr(reranker, "topk_", -1)) != rounds.topk:
+            return None, None, f"skipped: the reranker was trained on topk {getattr(reranker, 'topk_', '?')} pools"
+        first = align_predictions(rounds, keys.assign(r=np.asarray(reranker.predict_first_factor(features))))
+        return first["r"], None, run.reranker
+    k = choice.num_speculative_tokens
+    params = dict(features=list(FIRST_STEP), n_estimators=100, num_leaves=15, min_child_samples=10, n_jobs=1)
+    values, _ = chain_values(rounds.pool, rounds.law, k)  # (N, K), rounds' order
+    row = pd.MultiIndex.from_arrays([rounds.prompt_id, rounds.round]).get_indexer(
+        pd.MultiIndex.from_arrays([keys["prompt_id"].astype(str).to_numpy(), keys["round"].to_numpy()]))
+    relevance = values[row, keys["cand"].to_numpy(dtype=np.int64)] / k
+    pointwise = cross_fit_table(GBMReranker(**params), features).predictions
+    ranked = cross_fit_table(GBMReranker(objective="lambdarank", **params), features, relevance).predictions
+    aligned = align_predictions(rounds, keys.assign(r=np.asarray(pointwise), s=np.asarray(ranked)))
+    return aligned["r"], aligned["s"], "first-step GBM and LambdaRank GBM cross-fitted by prompt halves"
+
+
+def chain_choices(target, drafter, prompts, run: TreeConfigRun, out, reranker=None, say=None):
+    """Record each chain choice's fan into ``out/recordings`` and score every rule: ([ChoiceScore], notes)."""
+    scores, notes = [], {}
+    for choice in run.chain_choices:
+        if say is not None:
+            say(f"recording {choice.recording}: {len(prompts)} prompts, {run.max_new_tokens} tokens each")
+        run_dir = record(target, drafter, prompts, run, run.choice_config(choice),
+                         Path(out) / "recordings" / choice.recording, StaticTreeSelection(choice.chain))
+        rounds = recorded_rounds(run_dir)
+        first, ranking, note = choice_factors(rounds, run_dir, run, choice, reranker)
+        kept = np.asarray(rounds.round) > 0  # the rounds an engine drafts (``engine_rounds``)
+        first = None if first is None else np.asarray(first)[kept]
+        ranking = None if ranking is None else np.asarray(ranking)[kept]
+        scores.append(score_choice(choice, engine_rounds(rounds), rounds.law, first, ranking))
+        notes[choice.recording] = {"rounds": rounds.n_rounds, "reranker": note}
+    return scores, notes
+
+
 def host_seconds(target, drafter, prompt_ids, settings, cost, run: TreeConfigRun) -> float:
     """Host seconds per round: an online decode's round time beyond its timed pool and pass (one middle setting)."""
     beams = [s for s in settings if isinstance(s, TreeSetting)]  # the grid always holds beams; a static tree's
@@ -180,7 +244,7 @@ def tree_config(target, drafter, prompts, settings, run: TreeConfigRun, out, sta
     for name, rec in recording_plan(settings).items():
         if say is not None:
             say(f"recording {name}: {len(prompts)} prompts, {run.max_new_tokens} tokens each")
-        run_dir = record(target, drafter, prompts, run, rec, Path(out) / "recordings" / name)
+        run_dir = record(target, drafter, prompts, run, run.config(rec), Path(out) / "recordings" / name)
         rounds = recorded_rounds(run_dir)
         with run.bar(total=len(rec.settings) + 1, desc=f"scoring {name}", unit="setting") as bar:
             factor, note = first_factor(rounds, run_dir, run, reranker)
@@ -197,20 +261,55 @@ def tree_config(target, drafter, prompts, settings, run: TreeConfigRun, out, sta
                 scores.append(score_setting(pool, rounds.law, s, factor, name, plugin))
                 bar.update()
         reliability.append(reliability_table(rounds.pool, rounds.law).assign(recording=name))
+    choices, notes = chain_choices(target, drafter, prompts, run, out, reranker, say)
+    recordings.update(notes)
     config_ids = encode_prompts(target, prompts[:1], run.config())[0]
     extra = extra_widths(run.engine_timing)
-    parts = sum(map(len, cost_parts(settings, extra)))
+    timed = list(settings) + [c for choice in run.chain_choices for c in cost_settings(choice)]
+    parts = sum(map(len, cost_parts(timed, extra)))
     with run.bar(total=parts, desc="timing pools and passes", unit="part") as bar:
-        cost = measure_cost(target, drafter, config_ids, settings, run.repeats, done=bar.update, widths=extra)
+        cost = measure_cost(target, drafter, config_ids, timed, run.repeats, done=bar.update, widths=extra)
     cost.host = host_seconds(target, drafter, config_ids, settings, cost, run)
     table = setting_table(scores, {s.label: cost.round_seconds(s) for s in settings}, run.bootstrap, run.seed)
+    engine = None
     if run.engine_timing is not None:
         timing = run.engine_timing
-        table = with_engine_speed(table, engine_round_seconds(timing, cost, settings), timing)
+        engine = engine_round_seconds(timing, cost, settings)
+        table = with_engine_speed(table, engine, timing)
     return {"table": table, "positions": position_table(scores), "reliability": pooled_reliability(reliability),
             "cost": pd.DataFrame(cost.rows()), "recordings": recordings,
+            "choices": choice_speeds(choices, cost, run, table, engine) if choices else None,
             "heads": export_heads(drafter.spec, Path(stage) / "heads"), "law": Law(run.temperature).name,
             "out": Path(out)}
+
+
+def choice_speeds(scores, cost, run: TreeConfigRun, table: pd.DataFrame, engine: dict | None) -> pd.DataFrame:
+    """The chain choices' table with specrank's predicted tokens/s and, where an engine was timed, the engine's
+    (its step for vLLM's chain of k, plus the plugin's cost and the m chains' extra drafting as specrank times it)."""
+    plugin = run.plugin_ms / 1000
+    seconds = {}
+    for s in scores:
+        c = s.choice
+        verify = cost.verify[c.num_speculative_tokens + 1] + cost.host
+        seconds |= choice_seconds(c, cost.draft, verify, plugin)
+    out = choice_table(scores, seconds, run.bootstrap, run.seed)
+    if engine is None:
+        return out
+    steps = {}
+    for s in scores:
+        c, label = s.choice, f"k1-s{s.choice.num_speculative_tokens}-n{s.choice.num_speculative_tokens + 1}"
+        if label not in engine:
+            continue
+        one, many = cost_settings(c)
+        steps |= choice_seconds(c, {one.draft_shape: 0.0, many.draft_shape: cost.draft[many.draft_shape]
+                                    - cost.draft[one.draft_shape]}, engine[label], plugin)
+    rs = pd.Series([steps.get((r.choice, r.rule), np.nan) for r in out.itertuples()], index=out.index)
+    out["engine_round_seconds"] = rs
+    for suffix in ("", "_low", "_high"):
+        out[f"engine_tokens_per_s{suffix}"] = out[f"length{suffix}"] / rs
+    base = out[out["rule"] == "draft"].set_index("choice")["engine_tokens_per_s"]
+    out["engine_speed_over_draft"] = out["engine_tokens_per_s"] / out["choice"].map(base)
+    return out
 
 
 def summary(result: dict) -> dict:
@@ -224,6 +323,10 @@ def write_outputs(result: dict, out: Path) -> None:
     for name in ("table", "positions", "reliability", "cost"):
         write_parquet_atomic(result[name], out / f"tree_config_{name}.parquet")
     result["table"].to_csv(out / "tree_config_table.csv", index=False)
+    choices = result.get("choices")
+    if choices is not None and len(choices):
+        write_parquet_atomic(choices, out / "tree_config_choices.parquet")
+        atomic_write(out / "tree_config_choices.csv", lambda tmp: choices.to_csv(tmp, index=False))
     for name, fig in (("tree_config", tree_config_figure(result["table"])),
                       ("reliability", reliability_figure(result["reliability"]))):
         atomic_write(out / f"{name}.png", lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=120))
