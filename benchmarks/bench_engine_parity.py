@@ -7,7 +7,7 @@
 The target (the embedded SmolLM2-135M-Instruct, converted to float32) and the head (``specrank drafter export
 --format vllm``, fp32) are decoded by vLLM in its own environment (``--engine-python``, default ``.venv-vllm``):
 ``engine_parity_vllm.py`` runs there as a subprocess per engine setting and returns JSON. This side reads its
-counters with ``specrank.engines.vllm`` and runs tree-config in this environment.
+counters with ``specrank.engines.vllm.metrics`` and runs tree-config in this environment.
 
 ``--part acceptance`` (no lock needed; nice it): the held-out bundled prompts (``--limit``, none of the head's
 training prompts) decoded by vLLM plain and with the head at k = 1..4 (``--ks``), greedy and at T = 1, each
@@ -234,7 +234,7 @@ def measured(args, runs: list[dict], prompt_ids) -> dict:
     counts must add up to them) and the prompt-bootstrap interval of its acceptance length."""
     import numpy as np
 
-    from specrank.engines.vllm import spec_decode_counts
+    from specrank.engines.vllm.metrics import spec_decode_counts
     from specrank.selection import PromptBootstrap
 
     out = {}
@@ -375,7 +375,7 @@ def specrank_speed(args, prep: dict, threads: int) -> dict:
 
 
 def vllm_speed(args, prep: dict, threads: int, k: int) -> dict:
-    from specrank.engines.vllm import spec_decode_counts
+    from specrank.engines.vllm.metrics import spec_decode_counts
 
     request = {"model": prep["model"], "head": prep["head"] if k else None, "k": k,
                "prompts": prep["prompts"][: args.speed_prompts], "max_tokens": args.max_new_tokens, "mode": "speed"}

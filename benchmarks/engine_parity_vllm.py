@@ -1,6 +1,6 @@
 """The vLLM half of ``bench_engine_parity.py``: run in vLLM's own environment (``make engine-parity`` builds it as
 ``.venv-vllm``), it decodes the prompts of a request file with one engine setting and writes what it saw as JSON.
-It imports only vLLM and ``specrank.engines.vllm`` (found through ``src/`` beside it, which imports nothing heavy),
+It imports only vLLM and ``specrank.engines.vllm.metrics`` (found through ``src/`` beside it, which imports nothing heavy),
 so neither environment needs the other's packages.
 
     .venv-vllm/bin/python benchmarks/engine_parity_vllm.py REQUEST.json OUT.json
@@ -9,7 +9,8 @@ REQUEST: ``{"model", "head" (null: plain decoding), "k", "prompts": [{"id", "ids
 "temperatures", "mode"}``. ``mode`` ``acceptance``: each temperature's prompts in one batched ``generate``, with
 the global counters (``llm.get_metrics()``) before and after and each request's own per-step counts;
 ``speed``: greedy, one prompt at a time after a warm-up, each timed twice (one token, then ``max_tokens``) so the
-decode time excludes the prefill; ``verify`` (with ``"widths": W``, ``"head": null``): the target's forward and
+decode time excludes the prefill (with ``SPECRANK_RERANKER`` set, specrank's vLLM plugin runs and its own seconds
+are reported); ``verify`` (with ``"widths": W``, ``"head": null``): the target's forward and
 logits over 1..W tokens, each timed alone.
 
 vLLM's CPU build (0.32.0 and, at the time of writing, its main branch: vllm-project/vllm#55005, open) samples
@@ -29,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from specrank.engines.vllm import metric_records  # noqa: E402  (after the path to src/)
+from specrank.engines.vllm.metrics import metric_records  # noqa: E402  (after the path to src/)
 
 
 def engine(request: dict):
@@ -122,7 +123,8 @@ def speed(llm, request: dict) -> list[dict]:
         seconds = time.perf_counter() - start
         after = metric_records(llm.get_metrics())
         rows.append({"id": p["id"], "seconds": seconds, "prefill_seconds": prefill,
-                     "tokens": len(result[0].outputs[0].token_ids), "metrics_before": before, "metrics_after": after})
+                     "tokens": len(result[0].outputs[0].token_ids), "token_ids": list(result[0].outputs[0].token_ids),
+                     "metrics_before": before, "metrics_after": after})
     return rows
 
 
@@ -168,8 +170,20 @@ def main(argv=None) -> int:
     else:
         result["runs" if request["mode"] == "acceptance" else "speed"] = (
             acceptance(llm, request) if request["mode"] == "acceptance" else speed(llm, request))
+    result["plugin"] = plugin_timing()
     Path(argv[1]).write_text(json.dumps(result))
     return 0
+
+
+def plugin_timing() -> dict | None:
+    """specrank's vLLM plugin, when ``SPECRANK_RERANKER`` enabled it in this process: its calls and their seconds
+    (a choice before each chain, a retain after each verify pass)."""
+    if not os.environ.get("SPECRANK_RERANKER"):
+        return None
+    from specrank.engines.vllm import plugin
+
+    seconds = [] if plugin.CHOOSER is None else plugin.CHOOSER.seconds
+    return {"calls": len(seconds), "seconds": float(sum(seconds))}
 
 
 if __name__ == "__main__":  # vLLM's engine starts worker processes that import this module again

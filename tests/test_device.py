@@ -44,3 +44,115 @@ def test_missing_values_and_categories_take_lightgbms_ways():
         test = np.vstack([x[:50], [[np.nan, 0.0, 3.0], [0.5, 1.0, np.nan], [0.5, 1.0, -2.0], [0.5, 1.0, 70.0]]])
         got = forest_of(booster).margins(torch.from_numpy(test)).numpy()
         np.testing.assert_allclose(got, booster.predict(test, raw_score=True), rtol=0, atol=1e-12)
+
+
+def first_step_inputs(table, features):
+    """``FirstStepInputs`` of a rounds table's rounds (its first-level candidates, its retained rows), the
+    per-round context read from the features table (one row per candidate, round by round)."""
+    from specrank.engines.device.first_token import FirstStepInputs
+
+    frame = table.to_pandas()
+    k = int(features["cand"].max()) + 1
+    col = lambda name: np.stack(frame[name].to_numpy())[:, :k]  # noqa: E731
+    per_round = lambda name: torch.from_numpy(features[name].to_numpy(np.float64)[::k].copy())  # noqa: E731
+    rows = np.stack([col("cache_logp"), col("same_token_logp"), col("preceding_logp")], axis=1)
+    return FirstStepInputs(torch.from_numpy(col("q_edge").astype(np.float32)), torch.from_numpy(col("token")),
+                           torch.from_numpy(frame["root_token"].to_numpy(np.int64)), per_round("prompt_len"),
+                           per_round("position"), per_round("prev_accepted"), torch.from_numpy(rows.astype(np.float32)),
+                           torch.from_numpy(frame["cache_age"].to_numpy(np.float64)),
+                           torch.from_numpy(frame["prev_tree_root_token_count"].to_numpy(np.float64)))
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    """Synthetic rounds with every kind of retained-row value: absent rows (NaN), a zeroed continuation entry
+    (-inf) and absent ages and counts."""
+    import pyarrow as pa
+
+    table, manifest = synthetic_rounds(12, 20, topk=6, depth=3, expand=4, seed=5)
+    frame = table.to_pandas()
+    for i in range(0, len(frame), 7):
+        frame.at[i, "cache_logp"] = np.full(6, np.nan, np.float32)
+        frame.at[i, "cache_age"] = -1
+    for i in range(3, len(frame), 5):
+        row = np.array(frame.at[i, "preceding_logp"], np.float32)
+        row[i % 6] = -np.inf
+        row[(i + 1) % 6] = np.nan
+        frame.at[i, "preceding_logp"] = row
+        frame.at[i, "prev_tree_root_token_count"] = -1
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    return table, featurize_rounds(table, manifest)
+
+
+def test_first_step_features_on_the_device_equal_the_offline_kernels(recorded):
+    from specrank.engines.device.first_token import first_step_features
+    from specrank.featurize.sets import FIRST_STEP
+
+    table, features = recorded
+    got = first_step_features(first_step_inputs(table, features))
+    checked = [f for f in FIRST_STEP if f not in ("token_prior", "task")]
+    assert set(got) == set(checked)
+    for name in checked:  # float64 sums in candidate order; log and exp may differ from libm's by an ulp
+        np.testing.assert_allclose(got[name].reshape(-1).numpy(), features[name].to_numpy(np.float64), rtol=1e-14,
+                                   atol=0, equal_nan=True, err_msg=name)
+    assert np.isnan(features["cache_logp"]).any() and np.isinf(features["preceding_logp"]).any()
+
+
+def test_a_first_step_reranker_chooses_on_the_device_what_it_predicts_offline(recorded):
+    from specrank.engines.device.first_token import DeviceReranker, DeviceRerankerError
+    from specrank.featurize.engine import engine_visible
+
+    table, features = recorded
+    for objective in ("pointwise", "lambdarank"):
+        model = GBMReranker(features="first_step", n_estimators=40, num_leaves=7, min_child_samples=5, n_jobs=1,
+                            objective=objective).fit(features)
+        device = DeviceReranker(model, vocab_size=int(features["token"].max()) + 1)
+        got = device.probabilities(first_step_inputs(table, features)).reshape(-1).numpy()
+        unknown = engine_visible(features)["task"]  # the engine knows no task (its own rows: the table's)
+        expected = model.predict(features.assign(task=unknown))
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+        chosen = device.choose(first_step_inputs(table, features)).numpy()
+        assert (chosen == expected.reshape(-1, 6).argmax(axis=1)).all()
+    rows = GBMReranker(features="rows", n_estimators=5, n_jobs=1).fit(features)
+    with pytest.raises(DeviceRerankerError, match="subtree|child_max_q|first draft step"):
+        DeviceReranker(rows, vocab_size=1000)
+
+
+def test_retained_rows_on_the_device_read_as_the_decoders_caches_do():
+    """Two requests decoding chains side by side: each step's reads from ``DeviceRows`` equal those of specrank's
+    ``RowCaches`` driven with the same verify passes (repeated tokens, a continuation equal to the root or to a
+    drafted token, absent rows); a ring of too few rows drops the oldest token (a negative control)."""
+    from specrank.decode.engine.caches import RowCaches
+    from specrank.engines.device.rows import DeviceRows
+
+    v, k, steps, temperature = 40, 3, 30, 0.7
+    gen = torch.Generator().manual_seed(0)
+    device, small = DeviceRows(3, 64, v, temperature), DeviceRows(3, k + 1, v, temperature)
+    caches = [RowCaches(v, temperature), RowCaches(v, temperature)]
+    slot = torch.tensor([2, 0])
+    device.reset(slot)
+    small.reset(slot)
+    root = torch.randint(0, 8, (2,), generator=gen)
+    differs = False
+    for step in range(steps):
+        candidates = torch.randint(0, 8, (2, 5), generator=gen)
+        values, age, count = device.read(slot, root, candidates)
+        for b, c in enumerate(caches):
+            rows, index, want_age, want_count = c.gather(step, int(root[b]), candidates[b].numpy())
+            want = rows[:, index[:5]]
+            np.testing.assert_allclose(values[b].numpy(), want, rtol=1e-6, atol=1e-6, equal_nan=True)
+            assert age[b].item() == want_age and count[b].item() == want_count
+        differs |= not torch.allclose(small.read(slot, root, candidates)[0], values, equal_nan=True)
+        chain = torch.randint(0, 8, (2, k), generator=gen)  # small vocabulary: repeats and hits are frequent
+        tokens = torch.cat([root[:, None], chain], dim=1)
+        logits = torch.randn(2, k + 1, v, generator=gen)
+        accepted = torch.randint(0, k + 1, (2,), generator=gen)
+        continuation = torch.where(torch.rand(2, generator=gen) < 0.3, root, torch.randint(0, 8, (2,), generator=gen))
+        for b, c in enumerate(caches):
+            c.update(step, int(root[b]), logits[b], 0, chain[b].numpy(), np.arange(1, k + 1), int(accepted[b]),
+                     int(continuation[b]), -1)
+        device.update(slot, logits, tokens, accepted, continuation)
+        small.update(slot, logits, tokens, accepted, continuation)
+        root = continuation
+    assert differs  # k + 1 rows a request cannot hold what eight tokens stored
+    assert device.nbytes < 3 * 67 * v * 4 + 3 * (v + 1 + 3 * 65) * 8 + 1000

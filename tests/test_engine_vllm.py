@@ -1,4 +1,4 @@
-"""vLLM's speculative-decoding counters read without vLLM (``specrank.engines.vllm``). The fixtures are written in
+"""vLLM's speculative-decoding counters read without vLLM (``specrank.engines.vllm.metrics``). The fixtures are written in
 vLLM's own names and shapes: ``vllm/v1/metrics/reader.py`` returns ``Counter(name, labels, value: int)`` for each
 counter and engine and, for the per-position counter alone, ``Vector(name, labels, values: list[int])``
 (``vllm/v1/spec_decode/metrics.py`` registers the names). A renamed counter must fail loudly, never read as zero."""
@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 
 import pytest
 
-from specrank.engines.vllm import (
+from specrank.engines.vllm.metrics import (
     ACCEPTED_PER_POSITION,
     DRAFTS,
     EngineMetricsError,
@@ -126,7 +126,7 @@ def test_which_releases_serve_static_trees():
 
 
 def test_reading_the_counters_imports_no_engine():
-    code = "import sys, specrank.engines.vllm; sys.exit('vllm' in sys.modules or 'torch' in sys.modules)"
+    code = "import sys, specrank.engines.vllm.metrics; sys.exit('vllm' in sys.modules or 'torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 
 

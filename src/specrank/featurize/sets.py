@@ -1,5 +1,5 @@
-"""Named feature sets (docs/design.md, features and labels): ``base`` (draft, subtree, context, token prior) and
-``rows``."""
+"""Named feature sets (docs/design.md, features and labels): ``base`` (draft, subtree, context, token prior),
+``rows`` and ``first_step`` (``rows`` without the subtree: what a chain engine knows at its first draft step)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,11 @@ BASE = tuple(DRAFT_FEATURES + SUBTREE_FEATURES + CONTEXT_FEATURES + [PRIOR_FEATU
 ROWS = BASE + tuple(ROW_FEATURES)
 # The first draft factor alone (isotonic control).
 DRAFT = ("q",)
+# What a chain engine knows when it picks its first draft token: Rows without the subtree (nothing drafted below
+# the first level yet).
+FIRST_STEP = tuple(f for f in ROWS if f not in SUBTREE_FEATURES)
 
-FEATURE_SETS = {"base": BASE, "rows": ROWS, "draft": DRAFT}
+FEATURE_SETS = {"base": BASE, "rows": ROWS, "draft": DRAFT, "first_step": FIRST_STEP}
 
 # One line per feature; x is the first-level candidate, L1 the round's first level.
 DESCRIPTIONS = {
@@ -52,7 +55,7 @@ DESCRIPTIONS = {
 
 
 def resolve_features(features) -> list[str]:
-    """A feature-set name (``base``, ``rows``, ``draft``) or an explicit list -> list of names."""
+    """A feature-set name (``base``, ``rows``, ``draft``, ``first_step``) or an explicit list -> list of names."""
     if isinstance(features, str):
         if features not in FEATURE_SETS:
             raise ValueError(f"unknown feature set {features!r} (choose from {', '.join(FEATURE_SETS)})")

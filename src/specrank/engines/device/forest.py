@@ -7,8 +7,8 @@ one batched product, so a batch of rows costs a fixed, short list of tensor oper
 with static shapes a CUDA graph can capture:
 
     right (n, T, P)      = the node's test fails (LightGBM's ``NumericalDecision`` / ``CategoricalDecision``)
-    cleared (n, T, L)    = right @ left_of (T, P, L) > 0      left_of[t, p, l]: leaf l is in node p's left subtree
-    exit (n, T)          = the first leaf not cleared
+    cleared (T, n, L)    = right @ left_of (T, P, L) > 0      left_of[t, p, l]: leaf l is in node p's left subtree
+    exit (T, n)          = the first leaf not cleared
     margin (n,)          = sum over trees of the exit leaves' values (float64)
 
 Thresholds, leaf values and the comparisons are float64, as LightGBM's; the margins equal ``Booster.predict(...,
@@ -36,27 +36,31 @@ class DeviceForest:
     category_set: torch.Tensor  # (T, P) int64: bit c set when category c goes left
     left_of: torch.Tensor  # (T, P, L) float32: leaf l lies in node p's left subtree
     leaf_value: torch.Tensor  # (T, L) float64; padding 0 (never the exit: a tree's last leaf is never cleared)
+    any_missing_right: bool = True  # some node sends a missing value right
+    any_categorical: bool = True  # some node is categorical
 
     @property
     def device(self) -> torch.device:
         return self.threshold.device
 
     def to(self, device) -> DeviceForest:
-        return DeviceForest(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
+        tensors = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        return DeviceForest(**{f: t.to(device) if isinstance(t, torch.Tensor) else t for f, t in tensors.items()})
 
     def margins(self, x: torch.Tensor) -> torch.Tensor:
         """(n, F) float64 rows -> (n,) raw margins."""
         v = x[:, self.feature]  # (n, T, P)
-        missing = torch.isnan(v)
-        numeric = (v > self.threshold) | (missing & self.nan_right)
-        code = torch.nan_to_num(v, nan=-1.0).trunc()
-        inside = (code >= 0) & (code < MAX_CATEGORY)
-        goes_left = inside & ((self.category_set >> code.clamp(0, MAX_CATEGORY - 1).long()) & 1).bool()
-        right = torch.where(self.categorical, ~goes_left, numeric)
-        cleared = torch.einsum("ntp,tpl->ntl", right.float(), self.left_of) > 0
-        exit_leaf = torch.argmax((~cleared).to(torch.uint8), dim=-1)  # the first leaf not cleared
-        values = torch.gather(self.leaf_value.expand(len(x), -1, -1), 2, exit_leaf.unsqueeze(-1)).squeeze(-1)
-        return values.sum(dim=1)
+        right = v > self.threshold
+        if self.any_missing_right:  # known when the forest was built: no device read
+            right |= torch.isnan(v) & self.nan_right
+        if self.any_categorical:
+            code = torch.nan_to_num(v, nan=-1.0).trunc()
+            inside = (code >= 0) & (code < MAX_CATEGORY)
+            goes_left = inside & ((self.category_set >> code.clamp(0, MAX_CATEGORY - 1).long()) & 1).bool()
+            right = torch.where(self.categorical, ~goes_left, right)
+        cleared = torch.bmm(right.transpose(0, 1).float(), self.left_of) > 0  # (T, n, L)
+        exit_leaf = torch.argmax((~cleared).to(torch.uint8), dim=-1)  # (T, n) the first leaf not cleared
+        return torch.gather(self.leaf_value, 1, exit_leaf).sum(dim=0)
 
 
 def _clear_bits(word: int, leaves: int) -> np.ndarray:
@@ -92,4 +96,5 @@ def forest_of(booster, device="cpu") -> DeviceForest:
             category_set[t, i] = np.int64(np.uint64(bits).view(np.int64))
             left_of[t, i, : leaves[t]] = _clear_bits(clear, int(leaves[t]))
     arrays = (feature, threshold, nan_right, categorical, category_set, left_of, leaf_value)
-    return DeviceForest(*(torch.from_numpy(x).to(device) for x in arrays))
+    return DeviceForest(*(torch.from_numpy(x).to(device) for x in arrays), bool(nan_right.any()),
+                        bool(categorical.any()))

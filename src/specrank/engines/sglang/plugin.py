@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 
+from specrank.engines.environment import number_setting
 from specrank.engines.sglang import hooks
 from specrank.engines.sglang.rescorer import TreeRescorer
 from specrank.rerankers.defaults import is_default, load_default_reranker
@@ -23,15 +24,8 @@ def settings(environ=None) -> dict:
     ``ValueError`` naming its variable. An empty ``source``: the plugin is off."""
     env = os.environ if environ is None else environ
     out = {"source": env.get(RERANKER_ENV, "").strip(), "task": env.get(TASK_ENV, "")}
-    for name, key, kind, low in ((TEMPERATURE_ENV, "temperature", float, 0.0), (REQUESTS_ENV, "capacity", int, 1)):
-        text = env.get(name, "").strip()
-        try:
-            value = kind(text) if text else (0.0 if kind is float else 64)
-        except ValueError:
-            raise ValueError(f"{name}={text!r}: expected a {kind.__name__} >= {low:g}") from None
-        if value < low:
-            raise ValueError(f"{name}={text!r}: expected a {kind.__name__} >= {low:g}")
-        out[key] = value
+    out["temperature"] = number_setting(env, TEMPERATURE_ENV, float, 0.0, 0.0)
+    out["capacity"] = number_setting(env, REQUESTS_ENV, int, 64, 1)
     return out
 
 

@@ -24,7 +24,7 @@ is the exact expected accepted draft tokens of the chain below it, the sum of th
 
 Features are those known at the chain engine's first draft step: the first level, the context and the retained
 rows, without the subtree below each candidate (``FIRST_STEP``), as the engine sees them (no prompt rows, task
-unknown: ``featurize.engine.engine_visible``).
+unknown: ``featurize.engine.engine_visible``), the feature set ``first_step``.
 """
 
 from __future__ import annotations
@@ -35,15 +35,11 @@ import numpy as np
 import pandas as pd
 
 from specrank.experiments.tree_config.tables import TreeConfigError, accepted_variance
-from specrank.featurize.sets import ROWS
-from specrank.featurize.subtree import SUBTREE_FEATURES
 from specrank.selection.pool import PoolBatch
 from specrank.selection.static_tree import StaticTree, static_columns
 from specrank.selection.stats import PromptBootstrap
 
 CHOICE_RULES = ("draft", "root", "reranked", "best_chain", "ranking")
-# what a chain engine knows when it picks the first token: no pool below the first level yet
-FIRST_STEP = tuple(f for f in ROWS if f not in SUBTREE_FEATURES)
 
 
 @dataclass(frozen=True, order=True)
@@ -96,7 +92,8 @@ class DraftCost:
 def cost_settings(choice: ChainChoice) -> tuple[DraftCost, DraftCost]:
     """(vLLM's one chain, the m chains ``best_chain`` drafts in one batched pass) as the cost model times them."""
     k, m = choice.num_speculative_tokens, choice.drafted_chains
-    return DraftCost((1, k, 1), k + 1), DraftCost((m, k, m, 1) if m > 1 else (1, k, 1), k + 1)
+    one = DraftCost((1, k, 1), k + 1)  # chains of one token are the root's step alone, however many are kept
+    return one, DraftCost((m, k, m, 1), k + 1) if m > 1 and k > 1 else one
 
 
 def chain_columns(pool: PoolBatch, k: int) -> np.ndarray:

@@ -21,7 +21,7 @@ from specrank.decode.prompts import default_prompts_path, read_prompts
 from specrank.experiments.tree_config.chain_choice import ChainChoice
 from specrank.experiments.tree_config.engine_timing import check_timed_settings, parse_engine_timing
 from specrank.experiments.tree_config.run import CROSS_FIT, TreeConfigRun, check_recordings, summary, tree_config, write_outputs
-from specrank.engines.vllm import FIRST_WITH_TREES, LAST_WITH_TREES, parse_version, serves_static_trees, version_name
+from specrank.engines.vllm.metrics import FIRST_WITH_TREES, LAST_WITH_TREES, parse_version, serves_static_trees, version_name
 from specrank.experiments.tree_config.tables import (
     TreeConfigError,
     eagle_setting,

@@ -32,7 +32,6 @@ from specrank.decode.runs.shards import check_same_run
 from specrank.evaluation.data import align_predictions, load_rounds
 from specrank.decode.strategies.static_tree import StaticTreeSelection
 from specrank.experiments.tree_config.chain_choice import (
-    FIRST_STEP,
     ChainChoice,
     choice_seconds,
     choice_table,
@@ -186,7 +185,7 @@ def choice_factors(rounds, run_dir, run: TreeConfigRun, choice: ChainChoice, rer
         first = align_predictions(rounds, keys.assign(r=np.asarray(reranker.predict_first_factor(features))))
         return first["r"], None, run.reranker
     k = choice.num_speculative_tokens
-    params = dict(features=list(FIRST_STEP), n_estimators=100, num_leaves=15, min_child_samples=10, n_jobs=1)
+    params = dict(features="first_step", n_estimators=100, num_leaves=15, min_child_samples=10, n_jobs=1)
     values, _ = chain_values(rounds.pool, rounds.law, k)  # (N, K), rounds' order
     row = pd.MultiIndex.from_arrays([rounds.prompt_id, rounds.round]).get_indexer(
         pd.MultiIndex.from_arrays([keys["prompt_id"].astype(str).to_numpy(), keys["round"].to_numpy()]))

@@ -1,0 +1,146 @@
+"""Benchmark specrank's vLLM plugin (docs/vllm.md): vLLM's EAGLE-3 chains with the shipped head, with and without a
+first-step reranker choosing each chain's first token, greedy, one prompt at a time, in vLLM's own environment.
+
+    python benchmarks/bench_vllm_reranker.py --reranker DIR                 # the bundled prompts, k = 1..4
+    python benchmarks/bench_vllm_reranker.py --reranker DIR --ks 3 --limit 8 --max-new-tokens 32   # a smoke run
+
+``--prompts FILE``: JSON Lines with a ``prompt`` field or Spec-Bench's ``turns``. vLLM runs from ``--engine-python``
+(``make .venv-vllm/.installed``, with specrank installed into it: ``.venv-vllm/bin/pip install --no-deps -e .`` and
+the reranker's libraries), through ``engine_parity_vllm.py --mode speed``: decode seconds exclude the prefill.
+For each k: the acceptance length and tokens/s of the head alone and with the plugin, per prompt; their paired
+prompt-bootstrap ratio; whether the greedy text is identical on every prompt; the plugin's ms a step. Goals: text
+identical; tokens/s with the plugin over the head alone >= 1.03 at the best k with its interval above 1; the plugin
+<= 1 ms a step. Writes benchmarks/results/vllm_reranker.json (``--name``), exits 1 when a goal is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from record import ROOT, write_results  # benchmarks/record.py, beside this script
+
+GOAL_SPEED = 1.03
+GOAL_MS = 1.0
+
+
+def prepare(args) -> dict:
+    """The converted target, the head exported for vLLM (fp32) and the encoded prompts."""
+    from specrank.decode.loading.drafters import check_unseen, head_directory
+    from specrank.decode.loading.eagle3_export import export_head
+    from specrank.decode.loading.targets import load_target_tokenizer, resolve_target
+    from specrank.decode.prompts import encode_prompt, read_prompts
+
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    prompts = read_prompts(args.prompts, limit=args.limit)
+    check_unseen("eagle3:default", prompts)
+    model, exported = resolve_target("smollm2"), work / "head-vllm"
+    if not (exported / "config.json").is_file():
+        export_head(head_directory("eagle3:default"), exported, "vllm", "fp32", str(model))
+    tokenizer, _ = load_target_tokenizer("smollm2")
+    return {"model": str(model), "head": str(exported),
+            "prompts": [{"id": p.prompt_id, "ids": encode_prompt(tokenizer, p.text), "seed": 0} for p in prompts]}
+
+
+def engine_run(args, prep: dict, k: int, reranker: str | None) -> dict:
+    """One setting decoded by ``engine_parity_vllm.py`` (mode ``speed``) in vLLM's environment."""
+    work, name = Path(args.work), f"k{k}-{'plugin' if reranker else 'head'}"
+    request = {"model": prep["model"], "head": prep["head"], "k": k, "prompts": prep["prompts"],
+               "max_tokens": args.max_new_tokens, "mode": "speed"}
+    (work / f"{name}.request.json").write_text(json.dumps(request))
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+           "OMP_NUM_THREADS": str(args.threads), "TQDM_DISABLE": "1", "SPECRANK_TEMPERATURE": "0"}
+    env.pop("PYTHONPATH", None)
+    env.pop("SPECRANK_RERANKER", None)
+    if reranker:
+        env["SPECRANK_RERANKER"] = str(Path(reranker).resolve())
+    with open(work / f"{name}.log", "w") as log:
+        rc = subprocess.run([args.engine_python, str(ROOT / "benchmarks/engine_parity_vllm.py"),
+                             str(work / f"{name}.request.json"), str(work / f"{name}.json")], env=env, stdout=log,
+                            stderr=subprocess.STDOUT, timeout=7200).returncode
+    if rc != 0:
+        sys.exit(f"vLLM run {name} failed (exit {rc}); see {work / f'{name}.log'}")
+    return json.loads((work / f"{name}.json").read_text())
+
+
+def per_prompt(run: dict) -> dict:
+    """Per prompt: tokens, decode seconds, verify steps and accepted tokens (vLLM's counters), token ids."""
+    from specrank.engines.vllm.metrics import spec_decode_counts
+
+    rows = run["speed"]
+    counts = [spec_decode_counts(r["metrics_after"]) - spec_decode_counts(r["metrics_before"]) for r in rows]
+    return {"tokens": np.array([r["tokens"] for r in rows], float), "seconds": np.array([r["seconds"] for r in rows]),
+            "drafts": np.array([c.drafts for c in counts], float),
+            "accepted": np.array([c.accepted_tokens for c in counts], float), "ids": [r["token_ids"] for r in rows]}
+
+
+def compare(head: dict, plugin: dict, n_boot: int, seed: int = 0) -> dict:
+    """The plugin against the head alone on the same prompts: acceptance lengths, tokens/s and their paired
+    prompt-bootstrap ratio (95%)."""
+    from specrank.selection.stats import PromptBootstrap
+
+    cols = {f"{w}|{c}": d[c] for w, d in (("head", head), ("plugin", plugin)) for c in ("tokens", "seconds", "drafts",
+                                                                                          "accepted")}
+    tot = PromptBootstrap(np.arange(len(head["tokens"])).astype(str), n_resamples=n_boot, seed=seed).totals(cols)
+    at = lambda name: (tot.point[tot.names.index(name)], tot.boot[:, tot.names.index(name)])  # noqa: E731
+    out = {}
+    for who in ("head", "plugin"):
+        (t, tb), (s, sb), (d, db), (a, ab) = (at(f"{who}|{c}") for c in ("tokens", "seconds", "drafts", "accepted"))
+        out[f"{who}_tokens_per_s"], out[f"{who}_acceptance_length"] = t / s, 1 + a / d
+        out[f"_{who}"] = (tb / sb, 1 + ab / db)
+    ratio = out["_plugin"][0] / out["_head"][0]
+    gain = out["_plugin"][1] - out["_head"][1]
+    out["speed_ratio"] = out["plugin_tokens_per_s"] / out["head_tokens_per_s"]
+    out["speed_ratio_interval"] = [float(np.percentile(ratio, 2.5)), float(np.percentile(ratio, 97.5))]
+    out["acceptance_gain"] = out["plugin_acceptance_length"] - out["head_acceptance_length"]
+    out["acceptance_gain_interval"] = [float(np.percentile(gain, 2.5)), float(np.percentile(gain, 97.5))]
+    out["identical_text"] = all(a == b for a, b in zip(head["ids"], plugin["ids"]))
+    return {k: float(v) if isinstance(v, (np.floating, float)) else v for k, v in out.items() if not k.startswith("_")}
+
+
+def main(argv=None) -> int:
+    from specrank.decode.prompts import default_prompts_path
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reranker", required=True, help="a first-step reranker (format-2 directory or zip)")
+    parser.add_argument("--prompts", default=str(default_prompts_path()))
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--ks", default="1,2,3,4", help="num_speculative_tokens (default 1,2,3,4)")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--bootstrap", type=int, default=2000)
+    parser.add_argument("--engine-python", default=str(ROOT / ".venv-vllm/bin/python"))
+    parser.add_argument("--work", default=str(ROOT / "runs/bench-vllm-reranker"))
+    parser.add_argument("--name", default="vllm_reranker")
+    args = parser.parse_args(argv)
+
+    prep = prepare(args)
+    settings = {}
+    for k in (int(v) for v in args.ks.split(",")):
+        head, with_plugin = engine_run(args, prep, k, None), engine_run(args, prep, k, args.reranker)
+        row = compare(per_prompt(head), per_prompt(with_plugin), args.bootstrap)
+        steps = per_prompt(with_plugin)["drafts"].sum() + len(prep["prompts"])  # every verify step, and each prompt's
+        timing = with_plugin["plugin"] or {"calls": 0, "seconds": 0.0}  # first draft step (after its prefill)
+        row["plugin_ms_per_step"] = 1000 * timing["seconds"] / max(steps, 1)
+        settings[str(k)] = row
+    best = max(settings, key=lambda k: settings[k]["speed_ratio"])
+    figures = {"settings": settings, "best_k": int(best), "prompts": len(prep["prompts"]), "prompt_file": args.prompts,
+               "max_new_tokens": args.max_new_tokens, "threads": args.threads, "reranker": args.reranker,
+               "goal_speed_ratio": GOAL_SPEED, "goal_ms_per_step": GOAL_MS}
+    write_results(args.name, figures)
+    print(json.dumps(figures, indent=2))
+    b = settings[best]
+    met = (all(s["identical_text"] for s in settings.values()) and b["speed_ratio_interval"][0] > 1.0
+           and b["speed_ratio"] >= GOAL_SPEED and max(s["plugin_ms_per_step"] for s in settings.values()) <= GOAL_MS)
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
