@@ -8,7 +8,9 @@ first-step reranker choosing each chain's first token, greedy, one prompt at a t
 (``make .venv-vllm/.installed``, with specrank installed into it: ``.venv-vllm/bin/pip install --no-deps -e .`` and
 the reranker's libraries), through ``engine_parity_vllm.py --mode speed``: decode seconds exclude the prefill.
 For each k: the acceptance length and tokens/s of the head alone and with the plugin, per prompt; their paired
-prompt-bootstrap ratio; whether the greedy text is identical on every prompt; the plugin's ms a step. Goals: text
+prompt-bootstrap ratio; whether the greedy text is identical on every prompt; the plugin's ms a step; tree-config's
+prediction for the same reranker on the same prompts (``predicted``) and whether the measured gain lies inside its
+interval. Goals: text
 identical; tokens/s with the plugin over the head alone >= 1.03 at the best k with its interval above 1; the plugin
 <= 1 ms a step. Writes benchmarks/results/vllm_reranker.json (``--name``), exits 1 when a goal is missed.
 """
@@ -105,6 +107,39 @@ def compare(head: dict, plugin: dict, n_boot: int, seed: int = 0) -> dict:
     return {k: float(v) if isinstance(v, (np.floating, float)) else v for k, v in out.items() if not k.startswith("_")}
 
 
+def predicted(args, ks) -> dict:
+    """tree-config's prediction for the same reranker, prompts and chains (greedy; ``--vllm-choices`` with the
+    reranker given): per k the head's chain and the reranked chain's acceptance lengths and the gain, with their
+    paired prompt-bootstrap intervals. Its recordings stay in ``--work`` and a rerun resumes them."""
+    import tempfile
+
+    import torch
+
+    from specrank.decode import load_drafter, load_target
+    from specrank.decode.prompts import read_prompts
+    from specrank.experiments.tree_config.chain_choice import ChainChoice
+    from specrank.experiments.tree_config.run import TreeConfigRun, tree_config
+    from specrank.experiments.tree_config.tables import vllm_chain
+    from specrank.rerankers.loader import load_reranker
+
+    torch.set_num_threads(args.threads)
+    target = load_target("smollm2")
+    drafter = load_drafter("eagle3:default", target)
+    reranker = load_reranker(args.reranker)
+    choices = tuple(ChainChoice(k, int(reranker.topk_), 1) for k in ks)
+    run = TreeConfigRun(args.prompts, 0.0, args.max_new_tokens, 0, reranker=args.reranker, repeats=1,
+                        bootstrap=args.bootstrap, chain_choices=choices)
+    with tempfile.TemporaryDirectory() as stage:
+        table = tree_config(target, drafter, read_prompts(args.prompts, limit=args.limit), [vllm_chain(k) for k in ks],
+                            run, Path(args.work) / "tree-config", Path(stage), reranker)["choices"]
+    out = {}
+    for k in ks:
+        rows = table[table["num_speculative_tokens"] == k].set_index("rule")
+        out[str(k)] = {f"{rule}_{c}": float(rows.loc[rule, c]) for rule in ("draft", "reranked")
+                       for c in ("length", "length_low", "length_high", "gain", "gain_low", "gain_high")}
+    return out
+
+
 def main(argv=None) -> int:
     from specrank.decode.prompts import default_prompts_path
 
@@ -130,6 +165,10 @@ def main(argv=None) -> int:
         timing = with_plugin["plugin"] or {"calls": 0, "seconds": 0.0}  # first draft step (after its prefill)
         row["plugin_ms_per_step"] = 1000 * timing["seconds"] / max(steps, 1)
         settings[str(k)] = row
+    for k, p in predicted(args, [int(v) for v in settings]).items():
+        row = settings[k]
+        row["predicted"] = p
+        row["gain_inside_prediction"] = p["reranked_gain_low"] <= row["acceptance_gain"] <= p["reranked_gain_high"]
     best = max(settings, key=lambda k: settings[k]["speed_ratio"])
     figures = {"settings": settings, "best_k": int(best), "prompts": len(prep["prompts"]), "prompt_file": args.prompts,
                "max_new_tokens": args.max_new_tokens, "threads": args.threads, "reranker": args.reranker,
