@@ -34,10 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from specrank.experiments.tree_config.tables import TreeConfigError, accepted_variance
+from specrank.experiments.tree_config.tables import TreeConfigError, accepted_variance, prompt_bootstrap
 from specrank.selection.pool import PoolBatch
 from specrank.selection.static_tree import StaticTree, static_columns
-from specrank.selection.stats import PromptBootstrap
 
 CHOICE_RULES = ("draft", "root", "reranked", "best_chain", "ranking")
 
@@ -181,10 +180,7 @@ def choice_table(scores: list[ChoiceScore], seconds: dict | None = None, n_boot:
     paired prompt-bootstrap interval, the gain over the drafter's chain, the share of root selection's gain at
     the chain's choice (%), the chosen first token's acceptance, and predicted tokens/s from ``seconds``
     ({(label, rule): seconds a round}; root at the drafter's cost, a ceiling)."""
-    prompts = np.unique(np.concatenate([s.prompt_id for s in scores] + [np.zeros(0, str)]).astype(str))
-    if prompts.size == 0:
-        raise TreeConfigError("rounds: no chain choice holds a recorded round")
-    boot = PromptBootstrap(prompts, n_resamples=n_boot, seed=seed, level=level)
+    prompts, boot = prompt_bootstrap([s.prompt_id for s in scores], n_boot, seed, level)
     columns = {}
     for s in scores:
         idx = np.searchsorted(prompts, s.prompt_id.astype(str))

@@ -443,16 +443,21 @@ def run_interval(prefix: str, interval, variances, level: float) -> dict:
             f"{prefix}_high": interval.point + np.sqrt((interval.high - interval.point) ** 2 + spread)}
 
 
+def prompt_bootstrap(prompt_ids: list, n_boot: int, seed: int, level: float) -> tuple[np.ndarray, PromptBootstrap]:
+    """(the sorted prompts of every scored round, one set of paired prompt resamples over them)."""
+    prompts = np.unique(np.concatenate(list(prompt_ids) + [np.zeros(0, str)]).astype(str))
+    if prompts.size == 0:
+        raise TreeConfigError("rounds: no setting holds a recorded round")
+    return prompts, PromptBootstrap(prompts, n_resamples=n_boot, seed=seed, level=level)
+
+
 def setting_table(scores: list[SettingScore], costs: dict | None = None, n_boot: int = 2000, seed: int = 0,
                   level: float = 0.95) -> pd.DataFrame:
     """One row per setting: acceptance length (1 + expected accepted draft tokens per round) of each score with
     paired prompt-bootstrap intervals (one set of prompt resamples for every setting and score), root's and the
     reranker's gain over draft, and predicted tokens/s from ``costs`` ({label: seconds per round}).
     Settings with rounds outside their recorded pool are flagged and not ranked."""
-    prompts = np.unique(np.concatenate([s.prompt_id for s in scores] + [np.zeros(0, str)]).astype(str))
-    if prompts.size == 0:
-        raise TreeConfigError("rounds: no setting holds a recorded round")
-    boot = PromptBootstrap(prompts, n_resamples=n_boot, seed=seed, level=level)
+    prompts, boot = prompt_bootstrap([s.prompt_id for s in scores], n_boot, seed, level)
     columns = {}
     for s in scores:
         idx = np.searchsorted(prompts, s.prompt_id.astype(str))
