@@ -1,8 +1,8 @@
 """Benchmark specrank's vLLM plugin (docs/vllm.md): vLLM's EAGLE-3 chains with the shipped head, with and without a
 first-step reranker choosing each chain's first token, greedy, one prompt at a time, in vLLM's own environment.
 
-    python benchmarks/bench_vllm_reranker.py --reranker DIR                 # the bundled prompts, k = 1..4
-    python benchmarks/bench_vllm_reranker.py --reranker DIR --ks 3 --limit 8 --max-new-tokens 32   # a smoke run
+    python benchmarks/bench_vllm_reranker.py                      # the shipped first-step reranker, bundled prompts
+    python benchmarks/bench_vllm_reranker.py --ks 3 --limit 8 --max-new-tokens 32   # a smoke run
 
 ``--prompts FILE``: JSON Lines with a ``prompt`` field or Spec-Bench's ``turns``. vLLM runs from ``--engine-python``
 (``make .venv-vllm/.installed``, with specrank installed into it: ``.venv-vllm/bin/pip install --no-deps -e .`` and
@@ -144,7 +144,8 @@ def main(argv=None) -> int:
     from specrank.decode.prompts import default_prompts_path
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reranker", required=True, help="a first-step reranker (format-2 directory or zip)")
+    parser.add_argument("--reranker", default="reranker:default",
+                        help="a first-step reranker (format-2 directory or zip; default: the shipped one, greedy)")
     parser.add_argument("--prompts", default=str(default_prompts_path()))
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--ks", default="1,2,3,4", help="num_speculative_tokens (default 1,2,3,4)")
@@ -156,6 +157,15 @@ def main(argv=None) -> int:
     parser.add_argument("--name", default="vllm_reranker")
     args = parser.parse_args(argv)
 
+    from specrank.rerankers.defaults import is_default, shipped_first_step_dir
+    from specrank.rerankers.loader import load_reranker
+    from specrank.workflow.champion import check_unseen_prompts
+    from specrank.decode.prompts import read_prompts
+
+    if is_default(args.reranker):  # the plugin's reranker:default, named by its file
+        args.reranker = str(shipped_first_step_dir("greedy"))
+    check_unseen_prompts(load_reranker(args.reranker), read_prompts(args.prompts, limit=args.limit),
+                         source=args.reranker)
     prep = prepare(args)
     settings = {}
     for k in (int(v) for v in args.ks.split(",")):

@@ -131,3 +131,20 @@ def test_the_plugins_settings_and_its_refusals_are_one_line_each():
     assert "\n" not in str(err.value)
     plugins = {e.name: e.value for e in entry_points(group="vllm.general_plugins")}
     assert plugins.get("specrank") == "specrank.engines.vllm.plugin:register"  # vLLM finds it where it looks
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_plugins_default_reranker_is_a_shipped_first_step_one_for_each_law(temperature):
+    """``reranker:default`` in the plugin: the shipped first-step reranker of the law, which the device path scores
+    (the study's champions read the subtree, which it refuses), its card naming the prompts it learned from."""
+    from specrank.engines.device.first_token import DeviceReranker, DeviceRerankerError
+    from specrank.law import Law
+    from specrank.rerankers.defaults import load_default_reranker, load_first_step_reranker
+
+    reranker = load_first_step_reranker(temperature)
+    assert set(reranker.features_) <= set(FIRST_STEP) and reranker.topk_ == 10
+    assert reranker.label_kind_ == Law(temperature).label_kind
+    assert len(reranker.card_["training_prompts"]) == reranker.card_["prompts"] == 160
+    DeviceReranker(reranker, vocab_size=49152)
+    with pytest.raises(DeviceRerankerError, match="first draft step"):
+        DeviceReranker(load_default_reranker(temperature), vocab_size=49152)

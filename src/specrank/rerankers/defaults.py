@@ -35,6 +35,23 @@ def shipped_reranker_dir(law: str) -> Path:
     return Path(str(resources.files("specrank") / "data" / "rerankers" / DEFAULT_PAIR / f"{law}.zip"))
 
 
+def shipped_first_step_dir(law: str) -> Path:
+    """The ``law`` first-step reranker that ships inside the package, the vLLM plugin's ``reranker:default``: the
+    champions read the pool below the first level, which a chain engine has not drafted when it picks its first
+    token (``scripts/ship_first_step.py`` writes it, its model card in its ``reranker.json``)."""
+    return Path(str(resources.files("specrank") / "data" / "rerankers" / DEFAULT_PAIR / f"first-step-{law}.zip"))
+
+
+def load_first_step_reranker(temperature: float):
+    """The shipped first-step reranker that fits ``temperature``, its file named on stderr in one line."""
+    path = shipped_first_step_dir(Law(temperature).name)
+    if not saved_reranker(path):
+        raise DefaultRerankerError(f"{DEFAULT}: no {Law(temperature).name} first-step reranker at {path}"
+                                   " (`python scripts/ship_first_step.py` writes one)")
+    print(f"{DEFAULT} (first step, {Law(temperature).name}): {path}", file=sys.stderr)
+    return load_reranker(path)
+
+
 def saved_reranker(path: Path) -> bool:
     """Whether ``path`` holds a saved reranker (a format-2 directory or zip)."""
     return (path / META).is_file() if path.suffix != ".zip" else path.is_file()

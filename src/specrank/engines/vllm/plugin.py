@@ -2,7 +2,8 @@
 settings, read from the environment (docs/vllm.md).
 
 vLLM calls ``register`` in each of its processes. With ``SPECRANK_RERANKER`` unset it does nothing. Set, it names a
-first-step reranker (a format-2 directory or zip, or an MLflow model URI: ``specrank.rerankers.loader``) and the
+first-step reranker (``reranker:default``: the shipped one of the law, ``rerankers.defaults.shipped_first_step_dir``;
+or a format-2 directory or zip: ``specrank.rerankers.loader``) and the
 plugin wraps vLLM's draft step and sampler (``hooks``): the first token of each EAGLE-3 chain is the reranker's
 choice among the head's top K, the rest of the chain the head's. Any vLLM release but ``PINNED`` is refused.
 
@@ -19,6 +20,7 @@ import os
 from specrank.engines.environment import number_setting
 from specrank.engines.vllm import hooks
 from specrank.engines.vllm.chooser import ChainChooser
+from specrank.rerankers.defaults import is_default, load_first_step_reranker
 from specrank.rerankers.loader import load_reranker
 
 logger = logging.getLogger(__name__)
@@ -70,7 +72,8 @@ def register() -> None:
     import vllm  # only inside vLLM's own processes
 
     check_version(vllm.__version__)
-    reranker = load_reranker(config["source"])
+    source = config["source"]
+    reranker = load_first_step_reranker(config["temperature"]) if is_default(source) else load_reranker(source)
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
