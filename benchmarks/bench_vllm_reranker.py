@@ -10,7 +10,8 @@ the reranker's libraries), through ``engine_parity_vllm.py --mode speed``: decod
 For each k: the acceptance length and tokens/s of the head alone and with the plugin, per prompt; their paired
 prompt-bootstrap ratio; whether the greedy text is identical on every prompt; the plugin's ms a step; tree-config's
 prediction for the same reranker on the same prompts (``predicted``) and whether the measured gain lies inside its
-interval. Goals: text
+interval. ``--sampled`` adds T = 1: the prompts in one seeded batch, the acceptance gain and its interval from
+vLLM's per-request counters, and the plugin's ms a batched step. Goals: text
 identical; tokens/s with the plugin over the head alone >= 1.03 at the best k with its interval above 1; the plugin
 <= 1 ms a step. Writes benchmarks/results/vllm_reranker.json (``--name``), exits 1 when a goal is missed.
 """
@@ -70,6 +71,55 @@ def engine_run(args, prep: dict, k: int, reranker: str | None) -> dict:
     if rc != 0:
         sys.exit(f"vLLM run {name} failed (exit {rc}); see {work / f'{name}.log'}")
     return json.loads((work / f"{name}.json").read_text())
+
+
+def sampled_run(args, prep: dict, k: int, reranker: str | None) -> dict:
+    """The prompts decoded at T = 1 in one batch (``engine_parity_vllm.py --mode acceptance``, each prompt seeded;
+    vLLM's CPU build needs its ``expand_batch_to_tokens`` fixed at T > 0, which that mode runs beside the shipped
+    one): per request the accepted tokens and steps, and the plugin's seconds."""
+    from specrank.decode.config import prompt_seed
+
+    work, name = Path(args.work), f"k{k}-t1-{'plugin' if reranker else 'head'}"
+    prompts = [{**p, "seed": prompt_seed(0, p["id"])} for p in prep["prompts"]]
+    request = {"model": prep["model"], "head": prep["head"], "k": k, "prompts": prompts,
+               "max_tokens": args.max_new_tokens, "temperatures": [1.0], "mode": "acceptance"}
+    (work / f"{name}.request.json").write_text(json.dumps(request))
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+           "OMP_NUM_THREADS": str(args.threads), "TQDM_DISABLE": "1", "SPECRANK_TEMPERATURE": "1",
+           "SPECRANK_VLLM_REQUESTS": str(len(prompts))}  # every request of the batch keeps its rows
+    env.pop("PYTHONPATH", None)
+    env.pop("SPECRANK_RERANKER", None)
+    if reranker:
+        env["SPECRANK_RERANKER"] = str(Path(reranker).resolve())
+    with open(work / f"{name}.log", "w") as log:
+        rc = subprocess.run([args.engine_python, str(ROOT / "benchmarks/engine_parity_vllm.py"),
+                             str(work / f"{name}.request.json"), str(work / f"{name}.json")], env=env, stdout=log,
+                            stderr=subprocess.STDOUT, timeout=7200).returncode
+    if rc != 0:
+        sys.exit(f"vLLM run {name} failed (exit {rc}); see {work / f'{name}.log'}")
+    out = json.loads((work / f"{name}.json").read_text())
+    run = next(r for r in out["runs"] if r["cpu_expand_fixed"])
+    steps = [r["spec"]["per_step_accepted"] for r in run["requests"]]
+    return {"accepted": np.array([sum(s) for s in steps], float), "steps": np.array([len(s) for s in steps], float),
+            "plugin": out["plugin"]}
+
+
+def sampled_compare(head: dict, plugin: dict, n_boot: int, seed: int = 0) -> dict:
+    """At T = 1: both acceptance lengths and the gain with its paired prompt-bootstrap interval (95%)."""
+    from specrank.selection.stats import PromptBootstrap
+
+    cols = {"ha": head["accepted"], "hs": head["steps"], "pa": plugin["accepted"], "ps": plugin["steps"]}
+    tot = PromptBootstrap(np.arange(len(cols["ha"])).astype(str), n_resamples=n_boot, seed=seed).totals(cols)
+    col = lambda name: tot.boot[:, tot.names.index(name)]  # noqa: E731
+    length = lambda a, s: 1 + a.sum() / s.sum()  # noqa: E731
+    gain = col("pa") / col("ps") - col("ha") / col("hs")
+    timing = plugin["plugin"] or {"calls": 0, "seconds": 0.0}
+    return {"head_acceptance_length": float(length(cols["ha"], cols["hs"])),
+            "plugin_acceptance_length": float(length(cols["pa"], cols["ps"])),
+            "acceptance_gain": float(length(cols["pa"], cols["ps"]) - length(cols["ha"], cols["hs"])),
+            "acceptance_gain_interval": [float(np.percentile(gain, 2.5)), float(np.percentile(gain, 97.5))],
+            "plugin_ms_per_batched_step": 1000 * timing["seconds"] / max(timing["calls"] / 2, 1),
+            "batch": int(len(cols["ha"]))}
 
 
 def per_prompt(run: dict) -> dict:
@@ -155,6 +205,10 @@ def main(argv=None) -> int:
     parser.add_argument("--engine-python", default=str(ROOT / ".venv-vllm/bin/python"))
     parser.add_argument("--work", default=str(ROOT / "runs/bench-vllm-reranker"))
     parser.add_argument("--name", default="vllm_reranker")
+    parser.add_argument("--sampled", action="store_true",
+                        help="also decode at T = 1, the prompts in one seeded batch, head alone and with the plugin")
+    parser.add_argument("--sampled-reranker", default=None,
+                        help="the T = 1 reranker (default: the shipped first-step reranker for sampling)")
     args = parser.parse_args(argv)
 
     from specrank.rerankers.defaults import is_default, shipped_first_step_dir
@@ -174,6 +228,11 @@ def main(argv=None) -> int:
         steps = per_prompt(with_plugin)["drafts"].sum() + len(prep["prompts"])  # every verify step, and each prompt's
         timing = with_plugin["plugin"] or {"calls": 0, "seconds": 0.0}  # first draft step (after its prefill)
         row["plugin_ms_per_step"] = 1000 * timing["seconds"] / max(steps, 1)
+        if args.sampled:
+            sampled_reranker = str(shipped_first_step_dir("sampling")) if args.sampled_reranker is None else (
+                args.sampled_reranker)
+            row["t1"] = sampled_compare(sampled_run(args, prep, k, None), sampled_run(args, prep, k, sampled_reranker),
+                                        args.bootstrap)
         settings[str(k)] = row
     for k, p in predicted(args, [int(v) for v in settings]).items():
         row = settings[k]
