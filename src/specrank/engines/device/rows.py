@@ -6,9 +6,9 @@ the same-token row and the preceding row. An engine verifying a chain computes k
 root's and each drafted token's. ``DeviceRows`` keeps the same rows from them, as tensors with fixed shapes, so
 an update and a read are a fixed list of tensor operations with no host read:
 
-- ``store`` (S, R + 1, V): each request slot's token-keyed rows (logits, as the pass returned them), R of them
-  and a scratch row that absorbs the writes a step does not keep; ``slot_of`` (S, V + 1) token -> row (-1: none);
-- ``same`` and ``preceding`` (S, V): the last step's same-token and preceding rows, with flags.
+- ``store`` (S, R + 3, V): each request slot's token-keyed rows (logits, as the pass returned them), R of them, a
+  scratch row that absorbs the writes a step does not keep, and the last step's same-token and preceding rows (a
+  read gathers its three rows in one copy); ``slot_of`` (S, V + 1) token -> row (-1: none).
 
 Memory: (S (R + 3) V) floats and S (V + R) integers: 8 requests of 64 rows at SmolLM2's 49,152 tokens hold
 about 104 MB in float32. When a request has stored more than R distinct tokens its oldest row is dropped (a
@@ -30,13 +30,13 @@ class DeviceRows:
                  dtype=torch.float32):
         s, r, v = requests, rows, vocab_size
         self.capacity, self.vocab_size, self.temperature = r, v, float(temperature or 1.0)
-        self.store = torch.zeros(s, r + 1, v, dtype=dtype, device=device)
+        self.store = torch.zeros(s, r + 3, v, dtype=dtype, device=device)  # + scratch, same-token, preceding
         self.slot_of = torch.full((s, v + 1), -1, dtype=torch.int64, device=device)
         self.token_of = torch.full((s, r + 1), v, dtype=torch.int64, device=device)  # v: no token
         self.round_of = torch.zeros(s, r + 1, dtype=torch.int64, device=device)
         self.count = torch.zeros(s, dtype=torch.int64, device=device)
-        self.same = torch.zeros(s, v, dtype=dtype, device=device)
-        self.preceding = torch.zeros(s, v, dtype=dtype, device=device)
+        self.sides = torch.tensor([r + 1, r + 2], device=device)  # the same-token and preceding rows' places
+        self.is_preceding = (torch.arange(3, device=device) == 2)[None, :, None]  # (1, 3, 1) of a read's sources
         self.has_same = torch.zeros(s, dtype=torch.bool, device=device)
         self.has_preceding = torch.zeros(s, dtype=torch.bool, device=device)
         self.continuation = torch.zeros(s, dtype=torch.int64, device=device)
@@ -65,18 +65,19 @@ class DeviceRows:
         the root token (b,) float64, -1 unknown)."""
         where = self.slot_of[slot, root]  # (b,)
         stored = where >= 0
-        sources = (self.store[slot, where.clamp_min(0)], self.same[slot], self.preceding[slot])  # (b, V) each
+        r = self.capacity
+        index = torch.stack([where.clamp_min(0), torch.full_like(where, r + 1), torch.full_like(where, r + 2)], dim=1)
+        rows = self.store[slot[:, None], index]  # (b, 3, V): the cache, same-token and preceding rows, one copy
         present = torch.stack([stored, self.has_same[slot], self.has_preceding[slot]], dim=1)  # (b, 3)
         # log r(x) = row[x] / T - logsumexp(row / T): the normalizer over each row, the rest at the K candidates
         t = self.temperature
-        scaled = (lambda r: r.float() / t) if t != 1.0 else (lambda r: r.float())  # noqa: E731 (as RowCaches)
-        lse = torch.stack([torch.logsumexp(scaled(r), -1) for r in sources], dim=1)  # (b, 3)
-        at = torch.stack([torch.gather(r, 1, candidates) for r in sources], dim=1)  # (b, 3, K)
-        values = scaled(at) - lse[:, :, None]
-        pre = values[:, 2]
-        pre = torch.where(candidates == self.continuation[slot][:, None], -math.inf, pre)  # the continuation zeroed
-        pre = torch.where(candidates == root[:, None], math.nan, pre)  # ... and missing (the root is that token)
-        values = torch.cat([values[:, :2], pre[:, None]], dim=1)
+        scaled = (lambda x: x.float() / t) if t != 1.0 else (lambda x: x.float())  # noqa: E731 (as RowCaches)
+        lse = torch.logsumexp(scaled(rows), -1)  # (b, 3)
+        values = scaled(torch.gather(rows, 2, candidates[:, None, :].expand(-1, 3, -1))) - lse[:, :, None]
+        preceding = self.is_preceding
+        continuation = (candidates == self.continuation[slot][:, None])[:, None]  # (b, 1, K)
+        values = torch.where(preceding & continuation, -math.inf, values)  # the continuation's entry is zeroed
+        values = torch.where(preceding & (candidates == root[:, None])[:, None], math.nan, values)  # ... missing
         values = torch.where(present[:, :, None], values, torch.full_like(values, math.nan))
         age = torch.where(stored, (self.rounds[slot] - self.round_of[slot, where.clamp_min(0)]).double(),
                           torch.full_like(self.prev_count[slot], -1.0))
@@ -96,10 +97,11 @@ class DeviceRows:
         is_root = root == continuation
         # the root's row when the root is the continuation, else the first (highest-ranked) chain node's
         first_hit = torch.where(hits.any(dim=1) & ~is_root, hits.int().argmax(dim=1) + 1, torch.zeros_like(root))
-        self.same[slot] = rows[torch.arange(b, device=rows.device), first_hit]
+        batch = torch.arange(b, device=rows.device)
+        self.store[slot[:, None], self.sides] = torch.stack(
+            [rows[batch, first_hit], rows[batch, accepted]], dim=1).to(self.store.dtype)  # same-token, preceding
         self.has_same[slot] = is_root | hits.any(dim=1)
         self.prev_count[slot] = (hits.sum(dim=1) + is_root.long()).double()
-        self.preceding[slot] = rows[torch.arange(b, device=rows.device), accepted]
         self.has_preceding[slot] = True
         self.continuation[slot] = continuation
         # stored: the root, and each chain token's first occurrence that is not the root's token
