@@ -52,14 +52,13 @@ def prepare(args) -> dict:
             "prompts": [{"id": p.prompt_id, "ids": encode_prompt(tokenizer, p.text), "seed": 0} for p in prompts]}
 
 
-def engine_run(args, prep: dict, k: int, reranker: str | None) -> dict:
-    """One setting decoded by ``engine_parity_vllm.py`` (mode ``speed``) in vLLM's environment."""
-    work, name = Path(args.work), f"k{k}-{'plugin' if reranker else 'head'}"
-    request = {"model": prep["model"], "head": prep["head"], "k": k, "prompts": prep["prompts"],
-               "max_tokens": args.max_new_tokens, "mode": "speed"}
+def vllm_run(args, name: str, request: dict, reranker: str | None, env: dict) -> dict:
+    """``request`` decoded by ``engine_parity_vllm.py`` in vLLM's environment, the plugin on with ``reranker``;
+    ``env``: the plugin's settings. Its JSON."""
+    work = Path(args.work)
     (work / f"{name}.request.json").write_text(json.dumps(request))
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-           "OMP_NUM_THREADS": str(args.threads), "TQDM_DISABLE": "1", "SPECRANK_TEMPERATURE": "0"}
+           "OMP_NUM_THREADS": str(args.threads), "TQDM_DISABLE": "1", **env}
     env.pop("PYTHONPATH", None)
     env.pop("SPECRANK_RERANKER", None)
     if reranker:
@@ -73,31 +72,24 @@ def engine_run(args, prep: dict, k: int, reranker: str | None) -> dict:
     return json.loads((work / f"{name}.json").read_text())
 
 
+def engine_run(args, prep: dict, k: int, reranker: str | None) -> dict:
+    """One greedy setting decoded one prompt at a time (``engine_parity_vllm.py --mode speed``)."""
+    request = {"model": prep["model"], "head": prep["head"], "k": k, "prompts": prep["prompts"],
+               "max_tokens": args.max_new_tokens, "mode": "speed"}
+    return vllm_run(args, f"k{k}-{'plugin' if reranker else 'head'}", request, reranker, {"SPECRANK_TEMPERATURE": "0"})
+
+
 def sampled_run(args, prep: dict, k: int, reranker: str | None) -> dict:
     """The prompts decoded at T = 1 in one batch (``engine_parity_vllm.py --mode acceptance``, each prompt seeded;
     vLLM's CPU build needs its ``expand_batch_to_tokens`` fixed at T > 0, which that mode runs beside the shipped
     one): per request the accepted tokens and steps, and the plugin's seconds."""
     from specrank.decode.config import prompt_seed
 
-    work, name = Path(args.work), f"k{k}-t1-{'plugin' if reranker else 'head'}"
     prompts = [{**p, "seed": prompt_seed(0, p["id"])} for p in prep["prompts"]]
     request = {"model": prep["model"], "head": prep["head"], "k": k, "prompts": prompts,
                "max_tokens": args.max_new_tokens, "temperatures": [1.0], "mode": "acceptance"}
-    (work / f"{name}.request.json").write_text(json.dumps(request))
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-           "OMP_NUM_THREADS": str(args.threads), "TQDM_DISABLE": "1", "SPECRANK_TEMPERATURE": "1",
-           "SPECRANK_VLLM_REQUESTS": str(len(prompts))}  # every request of the batch keeps its rows
-    env.pop("PYTHONPATH", None)
-    env.pop("SPECRANK_RERANKER", None)
-    if reranker:
-        env["SPECRANK_RERANKER"] = str(Path(reranker).resolve())
-    with open(work / f"{name}.log", "w") as log:
-        rc = subprocess.run([args.engine_python, str(ROOT / "benchmarks/engine_parity_vllm.py"),
-                             str(work / f"{name}.request.json"), str(work / f"{name}.json")], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, timeout=7200).returncode
-    if rc != 0:
-        sys.exit(f"vLLM run {name} failed (exit {rc}); see {work / f'{name}.log'}")
-    out = json.loads((work / f"{name}.json").read_text())
+    settings = {"SPECRANK_TEMPERATURE": "1", "SPECRANK_VLLM_REQUESTS": str(len(prompts))}  # the whole batch's rows
+    out = vllm_run(args, f"k{k}-t1-{'plugin' if reranker else 'head'}", request, reranker, settings)
     run = next(r for r in out["runs"] if r["cpu_expand_fixed"])
     steps = [r["spec"]["per_step_accepted"] for r in run["requests"]]
     return {"accepted": np.array([sum(s) for s in steps], float), "steps": np.array([len(s) for s in steps], float),

@@ -106,37 +106,36 @@ def chain_columns(pool: PoolBatch, k: int) -> np.ndarray:
     return columns.reshape(len(columns), k, n_first)
 
 
-def chain_values(pool: PoolBatch, law: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+def chain_values(pool: PoolBatch, law: str, k: int, cols: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(values (N, K) the exact expected accepted draft tokens of the chain below each first token, path
-    probabilities (N, k, K) of each chain's nodes)."""
-    cols = chain_columns(pool, k)
+    probabilities (N, k, K) of each chain's nodes); ``cols``: the pool's ``chain_columns``, when known."""
+    cols = chain_columns(pool, k) if cols is None else cols
     n = len(cols)
     path = np.take_along_axis(pool.path_prob(law), cols.reshape(n, -1), axis=1).reshape(cols.shape)
     return path.sum(axis=1), path
 
 
-def estimated_values(pool: PoolBatch, first: np.ndarray, k: int) -> np.ndarray:
-    """(N, K) expected accepted draft tokens of each chain estimated with first factor ``first`` (N, K) and the
-    drafter's deeper factors: r(x1) (1 + q2 + q2 q3 + ...)."""
-    cols = chain_columns(pool, k)
+def estimated_values(pool: PoolBatch, first: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """(N, K) expected accepted draft tokens of each chain (``cols``: the pool's ``chain_columns``) estimated with
+    first factor ``first`` (N, K) and the drafter's deeper factors: r(x1) (1 + q2 + q2 q3 + ...)."""
     n = len(cols)
     q = np.take_along_axis(pool.q_edge.astype(np.float64), cols.reshape(n, -1), axis=1).reshape(cols.shape)
     q[:, 0] = first
     return np.cumprod(q, axis=1).sum(axis=1)
 
 
-def choose(choice: ChainChoice, pool: PoolBatch, law: str, first: np.ndarray | None,
-           ranking: np.ndarray | None) -> dict[str, np.ndarray]:
-    """{rule: (N,) chosen first-level column} for every rule whose input is given (ties: the drafter's order)."""
-    n = pool.n_rounds
-    k, m = choice.num_speculative_tokens, choice.drafted_chains
+def choose(choice: ChainChoice, pool: PoolBatch, law: str, first: np.ndarray | None, ranking: np.ndarray | None,
+           cols: np.ndarray) -> dict[str, np.ndarray]:
+    """{rule: (N,) chosen first-level column} for every rule whose input is given (ties: the drafter's order);
+    ``cols``: the pool's ``chain_columns``."""
+    n, m = pool.n_rounds, choice.drafted_chains
     picks = {"draft": np.zeros(n, dtype=np.int64),
              "root": np.argmax(pool.first_draw_prob(law), axis=1)}
     if first is not None:
         first = np.asarray(first, dtype=np.float64)
         picks["reranked"] = np.argmax(first, axis=1)
         drafted = np.argsort(-first, axis=1, kind="stable")[:, :m]  # the m chains drafted
-        estimate = np.take_along_axis(estimated_values(pool, first, k), drafted, axis=1)
+        estimate = np.take_along_axis(estimated_values(pool, first, cols), drafted, axis=1)
         picks["best_chain"] = np.take_along_axis(drafted, np.argmax(estimate, axis=1)[:, None], axis=1)[:, 0]
     if ranking is not None:
         picks["ranking"] = np.argmax(np.asarray(ranking, dtype=np.float64), axis=1)
@@ -162,10 +161,11 @@ def score_choice(choice: ChainChoice, pool: PoolBatch, law: str, first: np.ndarr
     k = choice.num_speculative_tokens
     if pool.n_first < choice.first_choices:
         raise TreeConfigError(f"chain choice {choice.label}: the recording has {pool.n_first} first tokens")
-    values, path = chain_values(pool, law, k)
+    cols = chain_columns(pool, k)
+    _, path = chain_values(pool, law, k, cols)
     depth = np.arange(1, k + 1)
     accepted, variance, first_acceptance = {}, {}, {}
-    for rule, pick in choose(choice, pool, law, first, ranking).items():
+    for rule, pick in choose(choice, pool, law, first, ranking, cols).items():
         on_chain = np.take_along_axis(path, pick[:, None, None].repeat(k, axis=1), axis=2)[:, :, 0]  # (N, k)
         accepted[rule] = on_chain.sum(axis=1)
         variance[rule] = accepted_variance(on_chain, depth)
