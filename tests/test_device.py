@@ -44,6 +44,13 @@ def test_missing_values_and_categories_take_lightgbms_ways():
         test = np.vstack([x[:50], [[np.nan, 0.0, 3.0], [0.5, 1.0, np.nan], [0.5, 1.0, -2.0], [0.5, 1.0, 70.0]]])
         got = forest_of(booster).margins(torch.from_numpy(test)).numpy()
         np.testing.assert_allclose(got, booster.predict(test, raw_score=True), rtol=0, atol=1e-12)
+        for column, value in ((2, 3.0), (2, 1.0), (2, np.nan), (0, np.nan), (0, 0.5)):  # a column held fixed
+            fixed = test.copy()
+            fixed[:, column] = value
+            folded = forest_of(booster).fold(column, value)
+            assert not folded.any_categorical or column != 2
+            got = folded.margins(torch.from_numpy(test)).numpy()  # the folded trees never read the column
+            np.testing.assert_allclose(got, booster.predict(fixed, raw_score=True), rtol=0, atol=1e-12)
 
 
 def first_step_inputs(table, features):
@@ -59,8 +66,13 @@ def first_step_inputs(table, features):
     return FirstStepInputs(torch.from_numpy(col("q_edge").astype(np.float32)), torch.from_numpy(col("token")),
                            torch.from_numpy(frame["root_token"].to_numpy(np.int64)), per_round("prompt_len"),
                            per_round("position"), per_round("prev_accepted"), torch.from_numpy(rows.astype(np.float32)),
-                           torch.from_numpy(frame["cache_age"].to_numpy(np.float64)),
-                           torch.from_numpy(frame["prev_tree_root_token_count"].to_numpy(np.float64)))
+                           unknown_as_nan(frame["cache_age"]), unknown_as_nan(frame["prev_tree_root_token_count"]))
+
+
+def unknown_as_nan(column) -> torch.Tensor:
+    """A rounds table's age or count, -1 where unknown, as the device path holds it (NaN)."""
+    x = column.to_numpy(np.float64)
+    return torch.from_numpy(np.where(x >= 0, x, np.nan))
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +111,7 @@ def test_first_step_features_on_the_device_equal_the_offline_kernels(recorded):
 
 
 def test_a_first_step_reranker_chooses_on_the_device_what_it_predicts_offline(recorded):
-    from specrank.engines.device.first_token import DeviceReranker, DeviceRerankerError
+    from specrank.engines.device.first_token import DeviceReranker, DeviceRerankerError, HostReranker
     from specrank.featurize.engine import engine_visible
 
     table, features = recorded
@@ -113,25 +125,34 @@ def test_a_first_step_reranker_chooses_on_the_device_what_it_predicts_offline(re
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
         chosen = device.choose(first_step_inputs(table, features)).numpy()
         assert (chosen == expected.reshape(-1, 6).argmax(axis=1)).all()
+        host = HostReranker(model)  # the CPU's path: the decoder's round kernel
+        np.testing.assert_allclose(host.probabilities(first_step_inputs(table, features)).reshape(-1), expected,
+                                   rtol=0, atol=1e-12)
+        assert (host.choose(first_step_inputs(table, features)).numpy() == chosen).all()
     rows = GBMReranker(features="rows", n_estimators=5, n_jobs=1).fit(features)
     with pytest.raises(DeviceRerankerError, match="subtree|child_max_q|first draft step"):
         DeviceReranker(rows, vocab_size=1000)
+    with pytest.raises(DeviceRerankerError, match="subtree|child_max_q|first draft step"):
+        HostReranker(rows)
 
 
-def test_retained_rows_on_the_device_read_as_the_decoders_caches_do():
-    """Two requests decoding chains side by side: each step's reads from ``DeviceRows`` equal those of specrank's
-    ``RowCaches`` driven with the same verify passes (repeated tokens, a continuation equal to the root or to a
-    drafted token, absent rows); a ring of too few rows drops the oldest token (a negative control)."""
+@pytest.mark.parametrize("host", [False, True], ids=["tensors", "kernels"])
+def test_retained_rows_on_the_device_read_as_the_decoders_caches_do(host):
+    """Two requests decoding chains side by side: each step's reads from ``DeviceRows`` (tensor operations, or the
+    CPU's numba kernels) equal those of specrank's ``RowCaches`` driven with the same verify passes (repeated
+    tokens, a continuation equal to the root or to a drafted token, absent rows); a ring of too few rows drops the
+    oldest token (a negative control), the same way on both paths."""
     from specrank.decode.engine.caches import RowCaches
     from specrank.engines.device.rows import DeviceRows
 
     v, k, steps, temperature = 40, 3, 30, 0.7
     gen = torch.Generator().manual_seed(0)
-    device, small = DeviceRows(3, 64, v, temperature), DeviceRows(3, k + 1, v, temperature)
+    device, small = DeviceRows(3, 64, v, temperature, host=host), DeviceRows(3, k + 1, v, temperature, host=host)
+    other = DeviceRows(3, k + 1, v, temperature, host=not host)  # the other path, wrapping its ring as often
     caches = [RowCaches(v, temperature), RowCaches(v, temperature)]
     slot = torch.tensor([2, 0])
-    device.reset(slot)
-    small.reset(slot)
+    for rows in (device, small, other):
+        rows.reset(slot)
     root = torch.randint(0, 8, (2,), generator=gen)
     differs = False
     for step in range(steps):
@@ -141,8 +162,12 @@ def test_retained_rows_on_the_device_read_as_the_decoders_caches_do():
             rows, index, want_age, want_count = c.gather(step, int(root[b]), candidates[b].numpy())
             want = rows[:, index[:5]]
             np.testing.assert_allclose(values[b].numpy(), want, rtol=1e-6, atol=1e-6, equal_nan=True)
-            assert age[b].item() == want_age and count[b].item() == want_count
-        differs |= not torch.allclose(small.read(slot, root, candidates)[0], values, equal_nan=True)
+            assert [age[b].item(), count[b].item()] == [x if x >= 0 else pytest.approx(np.nan, nan_ok=True)
+                                                        for x in (want_age, want_count)]
+        few = small.read(slot, root, candidates)
+        differs |= not torch.allclose(few[0], values, equal_nan=True)
+        for got, want in zip(few, other.read(slot, root, candidates)):
+            assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
         chain = torch.randint(0, 8, (2, k), generator=gen)  # small vocabulary: repeats and hits are frequent
         tokens = torch.cat([root[:, None], chain], dim=1)
         logits = torch.randn(2, k + 1, v, generator=gen)
@@ -151,8 +176,10 @@ def test_retained_rows_on_the_device_read_as_the_decoders_caches_do():
         for b, c in enumerate(caches):
             c.update(step, int(root[b]), logits[b], 0, chain[b].numpy(), np.arange(1, k + 1), int(accepted[b]),
                      int(continuation[b]), -1)
-        device.update(slot, logits, tokens, accepted, continuation)
-        small.update(slot, logits, tokens, accepted, continuation)
+        for rows in (device, small, other):
+            rows.update(slot, rows.log_probabilities(logits), tokens, accepted, continuation)
         root = continuation
     assert differs  # k + 1 rows a request cannot hold what eight tokens stored
-    assert device.nbytes < 3 * 67 * v * 4 + 3 * (v + 1 + 3 * 65) * 8 + 1000
+    for name in ("store", "slot_of", "token_of", "round_of", "state"):
+        assert torch.equal(getattr(small, name).nan_to_num(), getattr(other, name).nan_to_num()), name
+    assert device.nbytes < 3 * 73 * v * 4 + 3 * (v + 1 + 2 * 73 + 7) * 8 + 1000

@@ -49,11 +49,11 @@ class ChainEngineEmulator(Measure):
         rid, root = [st.prompt_id], torch.tensor([st.root])
         x = self.chooser.inputs(rid, head_row, root, [len(st.prompt_ids)], [len(st.output)])
         self.seen[(st.prompt_id, st.rounds)] = {k: v[0].numpy() for k, v in first_step_features(x).items()}
-        self.picked[(st.prompt_id, st.rounds)] = int(torch.gather(x.token, 1, self.chooser.device_reranker.choose(x)[:, None]))
+        self.picked[(st.prompt_id, st.rounds)] = int(torch.gather(x.token, 1, self.chooser.scorer.choose(x)[:, None]))
         chain = np.flatnonzero(view.tree)  # the verified chain, in pool (depth) order
         rows = view.logits[torch.as_tensor([0] + [int(view.scored.row_of[c]) for c in chain])]
         tokens = torch.as_tensor(np.concatenate([[st.root], pool.token[chain]]))[None]
-        self.chooser.retain(rid, rows[None], tokens, torch.tensor([len(view.accepted)]),
+        self.chooser.retain(rid, self.chooser.log_probabilities(rows[None]), tokens, torch.tensor([len(view.accepted)]),
                             torch.tensor([int(view.continuation)]))
         return record
 
@@ -73,10 +73,12 @@ def reranker(pair):
     return GBMReranker(features="first_step", n_estimators=30, num_leaves=7, min_child_samples=3, n_jobs=1).fit(features)
 
 
-@pytest.fixture(scope="module")
-def emulated(pair, reranker):
+@pytest.fixture(scope="module", params=[True, False], ids=["host", "device"])
+def emulated(pair, reranker, request):
+    """The chooser scoring on the host (the CPU's round kernel) or with the device path's tensors."""
     target, _ = pair
-    observer = ChainEngineEmulator(record=True, chooser=ChainChooser(reranker, target.vocab_size, 0.0, rows=64))
+    chooser = ChainChooser(reranker, target.vocab_size, 0.0, rows=64, host=request.param)
+    observer = ChainEngineEmulator(record=True, chooser=chooser)
     records = []
     for i, ids in enumerate(PROMPTS[4:]):
         records += decode_prompt_online(*pair, ids, CONFIG, CHAIN, prompt_id=f"p{i}", task="t", measure=observer)[1]

@@ -7,8 +7,8 @@ one batched product, so a batch of rows costs a fixed, short list of tensor oper
 with static shapes a CUDA graph can capture:
 
     right (n, T, P)      = the node's test fails (LightGBM's ``NumericalDecision`` / ``CategoricalDecision``)
-    cleared (T, n, L)    = right @ left_of (T, P, L) > 0      left_of[t, p, l]: leaf l is in node p's left subtree
-    exit (T, n)          = the first leaf not cleared
+    cleared (T, n, L)    = right @ left_of (T, P, L)          left_of[t, p, l]: leaf l is in node p's left subtree
+    exit (T, n)          = the first leaf cleared by no node (argmin: the first minimum, 0)
     margin (n,)          = sum over trees of the exit leaves' values (float64)
 
 Thresholds, leaf values and the comparisons are float64, as LightGBM's; the margins equal ``Booster.predict(...,
@@ -49,6 +49,12 @@ class DeviceForest:
 
     def margins(self, x: torch.Tensor) -> torch.Tensor:
         """(n, F) float64 rows -> (n,) raw margins."""
+        right = self.decisions(x)
+        exit_leaf = torch.bmm(right.transpose(0, 1).float(), self.left_of).argmin(dim=-1)  # (T, n)
+        return torch.gather(self.leaf_value, 1, exit_leaf).sum(dim=0)
+
+    def decisions(self, x: torch.Tensor) -> torch.Tensor:
+        """(n, F) float64 rows -> (n, T, P) bool: each node sends the row right."""
         v = x[:, self.feature]  # (n, T, P)
         right = v > self.threshold
         if self.any_missing_right:  # known when the forest was built: no device read
@@ -58,9 +64,26 @@ class DeviceForest:
             inside = (code >= 0) & (code < MAX_CATEGORY)
             goes_left = inside & ((self.category_set >> code.clamp(0, MAX_CATEGORY - 1).long()) & 1).bool()
             right = torch.where(self.categorical, ~goes_left, right)
-        cleared = torch.bmm(right.transpose(0, 1).float(), self.left_of) > 0  # (T, n, L)
-        exit_leaf = torch.argmax((~cleared).to(torch.uint8), dim=-1)  # (T, n) the first leaf not cleared
-        return torch.gather(self.leaf_value, 1, exit_leaf).sum(dim=0)
+        return right
+
+    def fold(self, feature: int, value: float) -> DeviceForest:
+        """The same trees for rows whose ``feature`` always holds ``value`` (an engine's unknown task): each node
+        testing it sends every row one way, decided here, so a step skips the test (and, when only that feature
+        was categorical, every categorical test)."""
+        on = (self.feature == feature).cpu().numpy()
+        if not on.any():
+            return self
+        f = {name: getattr(self, name).cpu().numpy().copy() for name in ("threshold", "nan_right", "categorical",
+                                                                          "category_set")}
+        x = torch.full((1, int(self.feature.max()) + 1), value, dtype=torch.float64)
+        goes_right = self.to("cpu").decisions(x)[0].numpy() & on  # (T, P)
+        f["threshold"][on] = np.where(goes_right[on], -np.inf, np.inf)  # -inf: always right (NaN too, below)
+        f["nan_right"][on] = goes_right[on]
+        f["categorical"][on] = False
+        fields = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        fields |= {name: torch.from_numpy(a).to(self.device) for name, a in f.items()}
+        return DeviceForest(**{**fields, "any_missing_right": bool(f["nan_right"].any()),
+                               "any_categorical": bool(f["categorical"].any())})
 
 
 def _clear_bits(word: int, leaves: int) -> np.ndarray:

@@ -107,22 +107,24 @@ def around_sample(original, chooser_of):
             return original(self, logits, spec_decode_metadata, *args, **kwargs)
         counts = list(spec_decode_metadata.num_draft_tokens)
         k = counts[0] if counts else 0
-        kept = logits.clone() if k and all(c == k for c in counts) else None  # the sampler may scale in place
+        kept = None
+        if k and all(c == k for c in counts):  # the rows' log-probabilities, before the sampler scales them in place
+            chooser = chooser_of(int(logits.shape[-1]), logits.device)
+            kept = chooser.log_probabilities(logits.view(len(counts), k + 1, -1))
         out = original(self, logits, spec_decode_metadata, *args, **kwargs)
         if kept is not None:
-            retain(chooser_of(int(kept.shape[-1]), kept.device), self, kept, spec_decode_metadata, out, k)
+            retain(chooser, self, kept, spec_decode_metadata, out, k)
         return out
     return hook
 
 
-def retain(chooser, runner, logits: torch.Tensor, metadata, out, k: int) -> None:
+def retain(chooser, runner, logp: torch.Tensor, metadata, out, k: int) -> None:
     """Each request's verify rows into the chooser (``ChainChooser.retain``); requests of other chain lengths in
     the same step (one finishing) are not kept that step."""
     b = len(metadata.num_draft_tokens)
-    rows = logits.view(b, k + 1, -1)
     tokens = runner.input_ids.gpu[metadata.logits_indices].view(b, k + 1).long()  # root, then the chain
     sampled = out.sampled_token_ids[:b, : k + 1]
     emitted = (sampled != PLACEHOLDER).sum(dim=1)  # accepted + 1
     accepted = emitted - 1
     continuation = torch.gather(sampled, 1, accepted[:, None].clamp_min(0))[:, 0]
-    chooser.retain(list(runner.input_batch.req_ids[:b]), rows, tokens, accepted, continuation)
+    chooser.retain(list(runner.input_batch.req_ids[:b]), logp, tokens, accepted, continuation)
