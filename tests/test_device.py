@@ -183,3 +183,50 @@ def test_retained_rows_on_the_device_read_as_the_decoders_caches_do(host):
     for name in ("store", "slot_of", "token_of", "round_of", "state"):
         assert torch.equal(getattr(small, name).nan_to_num(), getattr(other, name).nan_to_num()), name
     assert device.nbytes < 3 * 73 * v * 4 + 3 * (v + 1 + 2 * 73 + 7) * 8 + 1000
+
+
+class HostReads:
+    """Counts the calls that make the host wait for a device (``.item()``, ``.cpu()``, ``.tolist()``, ``.numpy()``
+    and ``int`` / ``float`` / ``bool`` of a tensor) while ``inside``."""
+
+    WAITS = ("item", "cpu", "tolist", "numpy", "__int__", "__float__", "__bool__", "__index__")
+
+    def __init__(self, monkeypatch):
+        self.inside, self.count = False, 0
+        for name in self.WAITS:
+            monkeypatch.setattr(torch.Tensor, name, self.counted(getattr(torch.Tensor, name)))
+
+    def counted(self, fn):
+        def call(*args, **kwargs):
+            self.count += self.inside
+            return fn(*args, **kwargs)
+        return call
+
+
+@pytest.mark.parametrize("reads", [False, True], ids=["as-shipped", "negative-control"])
+def test_a_chain_step_on_the_device_path_reads_nothing_on_the_host(monkeypatch, reads):
+    """The plugin's steps as a GPU runs them (the tensor path): a choice, the rows' log-probabilities and their
+    retention, for three requests over 12 steps, with no host read; a step that reads a value is counted."""
+    from specrank.engines.vllm.chooser import ChainChooser
+
+    features = featurize_rounds(*synthetic_rounds(12, 20, topk=6, depth=3, expand=4, seed=5))
+    model = GBMReranker(features="first_step", n_estimators=20, num_leaves=7, min_child_samples=5, n_jobs=1).fit(features)
+    v, k, gen = 50, 3, torch.Generator().manual_seed(1)
+    chooser = ChainChooser(model, v, 1.0, requests=4, rows=16, host=False)
+    ids = ["a", "b", "c"]
+    chooser.slots_of(ids)  # a request's first step finds it a slot: host bookkeeping of the engine's request ids
+    counter = HostReads(monkeypatch)
+    root = torch.randint(0, v, (3,), generator=gen)
+    for step in range(12):
+        counter.inside = True
+        first = chooser.choose(ids, torch.randn(3, v, generator=gen), root, torch.full((3,), 9.0),
+                               torch.full((3,), float(step)))
+        if reads:
+            first.sum().item()
+        logp = chooser.log_probabilities(torch.randn(3, k + 1, v, generator=gen))
+        tokens = torch.cat([root[:, None], first[:, None], torch.randint(0, v, (3, k - 1), generator=gen)], dim=1)
+        continuation = torch.randint(0, v, (3,), generator=gen)
+        chooser.retain(ids, logp, tokens, torch.randint(0, k + 1, (3,), generator=gen), continuation)
+        counter.inside = False
+        root = continuation
+    assert counter.count == (12 if reads else 0)

@@ -40,7 +40,7 @@ class ChainChooser:
         self.source, self.topk = source, int(reranker.topk_)
         host = torch.device(device).type == "cpu" if host is None else host
         self.scorer = HostReranker(reranker) if host else DeviceReranker(reranker, vocab_size, device)
-        self.rows = DeviceRows(requests, rows, vocab_size, temperature, device)
+        self.rows = DeviceRows(requests, rows, vocab_size, temperature, device, host=host)
         self.slots: OrderedDict[str, int] = OrderedDict()  # request id -> slot, least recently used first
         self.seconds: list[float] = []  # a choice's, then a verify pass's (its rows and their retention)
         self.last_ids, self.last_slots, self.rows_seconds = None, None, 0.0
