@@ -294,3 +294,65 @@ def test_retention_reads_eagle_sample_as_sglang_v0_5_18_returns_it():
     wrong = Recorder()
     retain_batch(wrong, verify, batch, logits, drafts_only)
     assert [c[3] for c in wrong.calls] != [acc_a, acc_b]
+
+
+def test_the_plugins_rows_read_as_the_decoders_bit_for_bit():
+    """``RetainedRows`` (the plugin's CPU rows: each distinct row normalized once in a shared scratch block, the values
+    subtracted at the candidates only) against ``RowCaches`` driven by the same verify passes: equal bit for bit at
+    T = 1 with one thread and at T = 0.7 with two (a single row's sum split across threads would differ), through
+    repeated tokens, a continuation equal to the root or to a verified token, a NaN row, an infinite logit, and a
+    read of another root than the continuation."""
+    from specrank.decode.engine.caches import RowCaches, TokenRows
+    from specrank.engines.sglang.rows import BlockPool, RetainedRows, Scratch
+
+    v, n = 40_000, 6  # above the size torch reduces on one thread
+    gen, rng, threads = torch.Generator().manual_seed(0), np.random.default_rng(0), torch.get_num_threads()
+    kinds = []
+    try:
+        for temperature, t in ((1.0, 1), (0.7, 2)):
+            torch.set_num_threads(t)
+            ref = RowCaches(v, temperature)
+            ref.token_rows = TokenRows(v, 4)
+            got = RetainedRows(v, temperature, Scratch(v), BlockPool(), 4)
+            root = 3
+            for r in range(14):
+                rows = torch.randn(n, v, generator=gen) * 4
+                rows[2] = float("nan") if r == 5 else rows[2]
+                rows[0, 9] = float("inf") if r == 7 else rows[0, 9]
+                tokens = rng.integers(0, 12, n - 1)  # repeated tokens, the root's among them
+                tree = 1 + rng.permutation(n - 1)  # rank order
+                continuation = (root, int(tokens[0]), int(rng.integers(12, 15)))[r % 3]
+                kinds.append(r % 3)
+                for c in (ref, got):
+                    c.update(r, root, rows, 0, tokens, tree, int(tree[0]) if r % 2 else 0, continuation, -1)
+                candidates = rng.integers(0, 15, 10)
+                candidates[0] = continuation
+                for read in (continuation, 4, continuation):
+                    (a, ia, *rest_a), (b, ib, *rest_b) = (c.gather(r + 1, read, candidates) for c in (ref, got))
+                    assert np.array_equal(a[:, ia], b[:, ib], equal_nan=True) and rest_a == rest_b, (r, read)
+                root = continuation
+    finally:
+        torch.set_num_threads(threads)
+    assert set(kinds) == {0, 1, 2}
+
+
+def test_a_finished_requests_row_blocks_serve_the_next_request(reranker):
+    """A request whose ``Req`` SGLang has let go is dropped when the next request arrives, and its token rows' blocks
+    serve that request (new memory costs a page fault per 4 KB); a request SGLang still holds keeps its rows."""
+    class Req:
+        pass
+
+    rescorer = TreeRescorer(reranker, "test")
+    rows, held = torch.randn(5, 300), Req()
+    first = rescorer.state("a", held)
+    first.caches = rescorer.new_caches(rows)
+    first.caches.update(0, 1, rows, 0, np.array([5, 6, 7, 8]), np.arange(1, 5), 0, 9, -1)
+    blocks = [blk.data_ptr() for blk in first.caches.token_rows.blocks]
+    rescorer.state("b", Req())  # its Req is let go at once
+    assert "a" in rescorer.states and not rescorer.pool.free
+    del held
+    nxt = rescorer.state("c", Req())
+    assert list(rescorer.states) == ["c"] and [blk.data_ptr() for blk in rescorer.pool.free] == blocks
+    nxt.caches = rescorer.new_caches(rows)
+    nxt.caches.update(0, 2, rows, 0, np.array([5, 6, 7, 8]), np.arange(1, 5), 0, 9, -1)
+    assert [blk.data_ptr() for blk in nxt.caches.token_rows.blocks] == blocks and not rescorer.pool.free

@@ -61,7 +61,7 @@ class TokenRows:
         self.slot_of[new] = self.count + np.arange(len(new))
         self.count += len(new)
         while self.adopted + (len(self.blocks) - int(self.adopted > 0)) * self.block < self.count:
-            self.blocks.append(torch.empty(self.block, self.vocab_size, dtype=rows.dtype, device=rows.device))
+            self.blocks.append(self.new_block(rows))
         if len(self.round_of) < self.count:
             self.round_of = np.concatenate([self.round_of, np.zeros(self.count - len(self.round_of), np.int64)])
         slots = self.slot_of[tokens]
@@ -69,9 +69,11 @@ class TokenRows:
         block, offset = self.locate(slots)
         for b in np.unique(block):  # one or two blocks per store
             on = block == b
-            src = to_device(torch.from_numpy(index[on]), rows.device)
-            self.blocks[b].index_copy_(0, to_device(torch.from_numpy(offset[on]), rows.device),
-                                       rows.index_select(0, src))
+            copy_rows(self.blocks[b], offset[on], rows, index[on])
+
+    def new_block(self, like: torch.Tensor) -> torch.Tensor:
+        """An empty (block, V) block for rows like ``like``."""
+        return torch.empty(self.block, self.vocab_size, dtype=like.dtype, device=like.device)
 
     def get(self, token: int):
         """(row (V,), round stored) or (None, -1)."""
@@ -80,6 +82,18 @@ class TokenRows:
             return None, -1
         block, offset = self.locate(np.array([slot]))
         return self.blocks[int(block[0])][int(offset[0])], int(self.round_of[slot])
+
+
+def copy_rows(dest: torch.Tensor, at: np.ndarray, rows: torch.Tensor, index: np.ndarray) -> None:
+    """``dest[at] = rows[index]``. On the CPU row by row: a gathered copy would be a new (n, V) tensor, and the
+    host pays a page fault per 4 KB of a new tensor of a few MB, more than the copy; elsewhere one gather and one
+    scatter (a kernel a row would cost more)."""
+    if rows.device.type == "cpu":
+        for a, i in zip(at.tolist(), index.tolist()):
+            dest[a].copy_(rows[i])
+        return
+    src = to_device(torch.from_numpy(index), rows.device)
+    dest.index_copy_(0, to_device(torch.from_numpy(at), rows.device), rows.index_select(0, src))
 
 
 def log_probabilities(rows: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -137,6 +151,14 @@ def prompt_positions(prompt_tokens: np.ndarray) -> np.ndarray:
 def first_unique(tokens: np.ndarray) -> np.ndarray:
     """Indices of the first occurrence of each distinct token."""
     return np.unique(tokens, return_index=True)[1]
+
+
+def stored_rows(root_token: int, root: int, tree_tokens: np.ndarray, tree: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, row indices) a round keeps under their tokens: each verified token's highest-ranked prefix
+    (``tree_tokens``, ``tree`` in rank order), then the root's row, which wins over them all."""
+    idx = first_unique(tree_tokens)
+    idx = idx[tree_tokens[idx] != root_token]
+    return np.append(tree_tokens[idx], root_token), np.append(tree[idx], root)
 
 
 def tv_and_agree(row: torch.Tensor | None, root: torch.Tensor | None) -> tuple[float, float]:
@@ -244,7 +266,6 @@ class RowCaches:
             self.same_token = rows[int(tree[hits[0]])].clone() if len(hits) else None
         self.prev_tree_count = len(hits) + int(root_token == continuation)
         self.preceding, self.continuation = rows[last_accepted].clone(), continuation
-        idx = first_unique(tree_tokens)  # highest-ranked prefix wins per token, the root's row over them all
-        idx = idx[tree_tokens[idx] != root_token]
-        self.token_rows.put(np.append(tree_tokens[idx], root_token), rows, round_, np.append(tree[idx], root))
+        tokens, index = stored_rows(root_token, root, tree_tokens, tree)
+        self.token_rows.put(tokens, rows, round_, index)
         self.prepare(continuation)  # the next round's root

@@ -9,7 +9,8 @@ maps), and each verify pass's target rows are kept per request, by token and by 
 decoder keeps them (``rescorer``). Nothing here imports SGLang before ``register`` runs.
 
 Modules: ``plugin`` (settings, entry point), ``hooks`` (SGLang's side), ``rescorer`` (the work, engine-free),
-``score`` (the path score, shared with ``specrank tree-config``), ``layout`` (SGLang's tensors as a pool).
+``score`` (the path score, shared with ``specrank tree-config``), ``layout`` (SGLang's tensors as a pool), ``rows``
+(a request's retained CPU rows, ``RowCaches``' reads without its full-vocabulary temporaries).
 
 Settings (environment): ``SPECRANK_RERANKER`` the reranker; ``SPECRANK_TEMPERATURE`` the law it was trained for
 (default 0, greedy: SGLang's CPU verify is greedy at any temperature); ``SPECRANK_TASK`` the requests' task, if the

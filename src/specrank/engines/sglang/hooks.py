@@ -36,7 +36,7 @@ def draft_requests(batch, rescorer: TreeRescorer) -> list[DraftRequest]:
     for b, req in enumerate(batch.reqs):
         output = list(getattr(req, "output_ids", []) or [])
         root = int(roots[b]) if roots is not None and b < len(roots) else (output[-1] if output else -1)
-        out.append(DraftRequest(str(req.rid), root, len(req.origin_input_ids), len(output)))
+        out.append(DraftRequest(str(req.rid), root, len(req.origin_input_ids), len(output), req))
     return out
 
 

@@ -15,6 +15,7 @@ replays: each level after the one above it, parents before their children.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -30,7 +31,7 @@ class DraftTree:
     depth: np.ndarray  # (C,) int64, 1 for the first level
     topk: int
 
-    @property
+    @cached_property  # read by the features and by the score: computed once a tree
     def q_edge(self) -> np.ndarray:
         """(b, C) float32 each candidate's own draft factor: its score over its parent's (SGLang keeps products)."""
         above = np.take_along_axis(self.score, np.maximum(self.parent, 0), axis=1)
@@ -38,7 +39,7 @@ class DraftTree:
             q = np.where(self.parent < 0, self.score, self.score / above)
         return np.nan_to_num(q, nan=0.0).astype(np.float32)
 
-    @property
+    @cached_property
     def draft_logp(self) -> np.ndarray:
         """(b, C) float32 cumulative draft log-probability."""
         with np.errstate(divide="ignore"):

@@ -1,6 +1,9 @@
 """The plugin's work without SGLang: rescore a batch's draft tree (``layout.DraftTree``) with a specrank reranker,
 and keep each request's retained target rows from its verify passes, as specrank's decoder keeps them
-(``decode.engine.caches.RowCaches``: by token, the same-token row, the preceding row).
+(``decode.engine.caches.RowCaches``: by token, the same-token row, the preceding row; on the CPU as
+``rows.RetainedRows``, the same reads without full-vocabulary temporaries). A request whose ``Req`` SGLang has let
+go is dropped when the next request arrives, and its rows' memory serves that request: first writes to new memory
+cost the host more than the copies themselves.
 
 Features are computed by the offline featurizer's own kernel (``featurize.round_features``) from the draft scores
 SGLang hands over and the request's caches, so they equal ``featurize_rounds`` on the same tree
@@ -10,6 +13,7 @@ no prompt rows, and the request's task is unknown unless named.
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -19,6 +23,7 @@ import torch
 from specrank.decode.engine.caches import RowCaches, TokenRows
 from specrank.decode.strategies.reranked import RerankedSelection
 from specrank.engines.sglang.layout import DraftTree
+from specrank.engines.sglang.rows import BlockPool, RetainedRows, Scratch
 from specrank.engines.sglang.score import plugin_score
 from specrank.featurize import RoundInputs, round_features
 from specrank.featurize.absent import NO_ANCESTOR, NO_ROWS
@@ -43,6 +48,7 @@ class DraftRequest:
     root_token: int  # the last emitted token, the tree's root
     prompt_len: int
     position: int  # tokens emitted before this step
+    owner: object = field(default=None, compare=False, repr=False)  # SGLang's Req, held weakly by the request's state
 
 
 @dataclass
@@ -50,6 +56,7 @@ class RequestState:
     """One request's retained rows (none before its first verify pass) and history between verify passes."""
 
     caches: RowCaches | None = None
+    owner: weakref.ref | None = None  # SGLang's Req: once collected, the request is gone (not merely paused)
     rounds: int = 0
     prev_accepted: float = float("nan")
     ranked: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # verified slots 1..n-1, best first
@@ -67,6 +74,8 @@ class TreeRescorer:
                               f" temperature {temperature:g} ({self.law.label_kind})")
         self.topk, self.deeper = int(reranker.topk_), self.strategy.deeper
         self.capacity, self.states = capacity, OrderedDict()
+        self.scratch: Scratch | None = None  # where CPU rows are normalized, made with the first caches
+        self.pool = BlockPool()  # the token-row blocks of requests gone, for the next ones
         self.strategy.prepare()
 
     def check(self, tree: DraftTree) -> None:
@@ -74,35 +83,56 @@ class TreeRescorer:
             raise PluginError(f"--speculative-eagle-topk {tree.topk}: the reranker {self.strategy.source} was"
                               f" trained on pools of topk {self.topk}; serve with --speculative-eagle-topk {self.topk}")
 
-    def state(self, rid: str) -> RequestState:
-        """The request's state, made on first use, most recent last; the oldest beyond ``capacity`` is dropped
-        (a finished request is never seen again)."""
+    def state(self, rid: str, owner=None) -> RequestState:
+        """The request's state, made on first use (``owner``: SGLang's ``Req``), most recent last. A new request
+        first releases the states of requests SGLang no longer holds; the oldest beyond ``capacity`` is dropped (a
+        finished request is never seen again)."""
         st = self.states.get(rid)
         if st is None:
-            st = self.states[rid] = RequestState()
+            self.release_gone()
+            st = self.states[rid] = RequestState(owner=weak(owner))
             while len(self.states) > self.capacity:
-                self.states.popitem(last=False)
+                self.drop(next(iter(self.states)))
         self.states.move_to_end(rid)
         return st
 
-    def new_caches(self, vocab_size: int) -> RowCaches:
-        caches = RowCaches(vocab_size, self.temperature or 1.0)  # greedy runs keep rows at T = 1, as recorded
-        caches.token_rows = TokenRows(vocab_size, ROW_BLOCK)
-        return caches
+    def drop(self, rid: str) -> None:
+        """Forget a request; its token rows' blocks go to the pool."""
+        st = self.states.pop(rid)
+        if isinstance(st.caches, RetainedRows):
+            st.caches.release()
+
+    def release_gone(self) -> None:
+        """Drop the states whose ``Req`` SGLang has let go: a finished request (a paused one SGLang still holds)."""
+        for rid in [rid for rid, st in self.states.items() if st.owner is not None and st.owner() is None]:
+            self.drop(rid)
+
+    def new_caches(self, rows: torch.Tensor) -> RowCaches:
+        """A request's caches for verify rows like ``rows`` (n, V); greedy runs keep rows at T = 1, as recorded. CPU
+        rows: ``rows.RetainedRows`` (no full-vocabulary temporaries); a GPU's: ``RowCaches``, whose read block is
+        copied to the host while the next round drafts."""
+        vocab, temperature = int(rows.shape[-1]), self.temperature or 1.0
+        if rows.device.type != "cpu":
+            caches = RowCaches(vocab, temperature)
+            caches.token_rows = TokenRows(vocab, ROW_BLOCK)
+            return caches
+        if self.scratch is None or self.scratch.block.shape[-1] != vocab:
+            self.scratch = Scratch(vocab)
+        return RetainedRows(vocab, temperature, self.scratch, self.pool, ROW_BLOCK)
 
     def inputs(self, tree: DraftTree, b: int, req: DraftRequest, rows: bool = True) -> RoundInputs:
         """The features kernel's inputs of request ``b``'s tree (``featurize.RoundInputs``), its retained rows read
         from its caches when ``rows`` and the request has a state."""
-        st = self.state(req.rid)
+        st = self.state(req.rid, req.owner)
         block, index, has_rows, age, count = NO_ROWS, NO_ANCESTOR, False, -1, -1
         token = np.ascontiguousarray(tree.token[b])
         if rows and st.caches is not None:
-            block, index, age, count = st.caches.gather(st.rounds, req.root_token, token)  # read at [:topk]
+            block, index, age, count = st.caches.gather(st.rounds, req.root_token, token[: self.topk])
             has_rows = True
         elif rows:  # a request's first step: no verify pass yet, every row absent
-            block, index, has_rows = np.full((3, len(token)), np.nan, np.float32), np.arange(len(token)), True
+            block, index, has_rows = np.full((3, self.topk), np.nan, np.float32), np.arange(self.topk), True
         return RoundInputs(token, np.ascontiguousarray(tree.parent[b]), tree.depth, tree.q_edge[b],
-                           tree.draft_logp[b].astype(np.float32), self.topk, int(req.root_token),
+                           tree.draft_logp[b], self.topk, int(req.root_token),
                            float(req.prompt_len), float(req.position), st.prev_accepted, block, index, has_rows,
                            float(age), float(count), NO_ANCESTOR)
 
@@ -146,11 +176,19 @@ class TreeRescorer:
         if not len(st.ranked):
             return
         if st.caches is None:
-            st.caches = self.new_caches(int(rows.shape[-1]))
+            st.caches = self.new_caches(rows)
         ranked, st.ranked = st.ranked, np.zeros(0, np.int64)
         st.caches.update(st.rounds, int(tokens[0]), rows, 0, tokens[ranked], ranked, int(accepted[-1]),
                          int(continuation), -1)
         st.rounds, st.prev_accepted = st.rounds + 1, float(len(accepted) - 1)
+
+
+def weak(owner) -> weakref.ref | None:
+    """A weak reference to ``owner`` (None: none, or an object that takes none)."""
+    try:
+        return None if owner is None else weakref.ref(owner)
+    except TypeError:
+        return None
 
 
 def pool_batch(tree: DraftTree) -> PoolBatch:
