@@ -6,12 +6,14 @@ so neither environment needs the other's packages.
     .venv-vllm/bin/python benchmarks/engine_parity_vllm.py REQUEST.json OUT.json
 
 REQUEST: ``{"model", "head" (null: plain decoding), "k", "prompts": [{"id", "ids", "seed"}], "max_tokens",
-"temperatures", "mode"}``. ``mode`` ``acceptance``: each temperature's prompts in one batched ``generate``, with
+"temperatures", "mode"}``; optional ``"max_num_seqs"``. ``mode`` ``acceptance``: each temperature's prompts in one batched ``generate``, with
 the global counters (``llm.get_metrics()``) before and after and each request's own per-step counts;
 ``speed``: greedy, one prompt at a time after a warm-up, each timed twice (one token, then ``max_tokens``) so the
 decode time excludes the prefill (with ``SPECRANK_RERANKER`` set, specrank's vLLM plugin runs and its own seconds
 are reported); ``verify`` (with ``"widths": W``, ``"head": null``): the target's forward and
-logits over 1..W tokens, each timed alone.
+logits over 1..W tokens, each timed alone; ``law`` (with ``"samples": n``, optional ``"wrong_rule": "redraw"``): the
+first prompt decoded ``n`` times at the first temperature, seeds 0..n-1, in one batch, each decode's tokens (the
+law's check: ``bench_vllm_law.py``).
 
 vLLM's CPU build (0.32.0 and, at the time of writing, its main branch: vllm-project/vllm#55005, open) samples
 T > 0 rounds of speculative decoding from garbage: its CPU stand-in for ``expand_kernel`` fills an int64 copy of
@@ -44,6 +46,8 @@ def engine(request: dict):
               # every prompt of a batch prefilled whole: a prompt split over two steps makes the CPU build rewind
               # its seeded generator, which a CPU torch.Generator cannot ("does not use offset")
               "max_num_batched_tokens": 32768}
+    if request.get("max_num_seqs"):
+        kwargs["max_num_seqs"] = int(request["max_num_seqs"])
     if request.get("head"):
         kwargs["speculative_config"] = {"method": "eagle3", "model": request["head"],
                                         "num_speculative_tokens": int(request["k"])}
@@ -128,6 +132,42 @@ def speed(llm, request: dict) -> list[dict]:
     return rows
 
 
+def law(llm, request: dict) -> list[list[int]]:
+    """The first prompt decoded ``samples`` times (seeds 0..n-1) at the first temperature, the CPU expansion fixed;
+    with ``wrong_rule`` the rejection rule is broken first (``redraw_after_rejection``)."""
+    cpu_expand(True)
+    prompt = {"prompt_token_ids": request["prompts"][0]["ids"]}
+    n, temperature = int(request["samples"]), float(request["temperatures"][0])
+    params = [sampling(temperature, request["max_tokens"], seed) for seed in range(n)]
+    results = llm.generate([prompt] * n, params, use_tqdm=False)
+    return [list(r.outputs[0].token_ids) for r in results]
+
+
+def redraw_after_rejection() -> None:
+    """Deliberately wrong, the negative control of the law's check: when a chain's first draft token is rejected,
+    the token emitted instead is drawn afresh from the target's whole row (the rejected token included) rather
+    than from the residual vLLM's rejection sampler draws from. Installed before the engine is built, under the
+    plugin's own wrapper."""
+    import torch
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    original = GPUModelRunner._sample
+
+    def sample(self, logits, spec_decode_metadata, *args, **kwargs):
+        kept = None if spec_decode_metadata is None or logits is None else logits.clone()
+        out = original(self, logits, spec_decode_metadata, *args, **kwargs)
+        if kept is None:
+            return out
+        row, draft = 0, 0  # each request's first verify row and first draft token
+        for i, count in enumerate(spec_decode_metadata.num_draft_tokens):
+            if count and out.sampled_token_ids[i, 0] != spec_decode_metadata.draft_token_ids[draft]:
+                out.sampled_token_ids[i, 0] = int(torch.multinomial(torch.softmax(kept[row].float(), -1), 1))
+            row, draft = row + count + 1, draft + count
+        return out
+
+    GPUModelRunner._sample = sample
+
+
 def verify_passes(llm, request: dict) -> dict:
     """The target's forward pass and logits over n tokens, n = 1..``widths``, timed alone in the engine: the
     fastest of ``repeats`` after a warm-up (ms). vLLM's own dummy batch (``GPUModelRunner._dummy_run``, which the
@@ -162,11 +202,15 @@ def main(argv=None) -> int:
     request = json.loads(Path(argv[0]).read_text())
     import vllm
 
+    if request.get("wrong_rule") == "redraw":
+        redraw_after_rejection()
     llm = engine(request)
     result = {"vllm": vllm.__version__, "k": request.get("k"), "head": request.get("head"), "mode": request["mode"],
               "threads": os.environ.get("OMP_NUM_THREADS"), "bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND")}
     if request["mode"] == "verify":
         result["verify_ms"] = verify_passes(llm, request)
+    elif request["mode"] == "law":
+        result["tokens"] = law(llm, request)
     else:
         result["runs" if request["mode"] == "acceptance" else "speed"] = (
             acceptance(llm, request) if request["mode"] == "acceptance" else speed(llm, request))

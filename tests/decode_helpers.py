@@ -6,12 +6,12 @@ import weakref
 
 import numpy as np
 import torch
-from scipy.stats import chisquare
 
 from specrank.decode.config import DecodeConfig
 from specrank.decode.core import PoolShape
 from specrank.decode.loading.standalone import CausalLMDrafter
 from specrank.decode.loading.targets import Target
+from specrank.decode.output_law import pooled_chisquare
 from specrank.decode.strategies import RootDrawSelection
 from specrank.decode.verify import ExhaustiveVerifier
 from specrank.testing import save_tiny_llama, tiny_llama, tiny_tokenizer
@@ -86,16 +86,6 @@ def first_two_law(target, prompt, temperature):
     exact = (p1[:, None] * p2).double()
     exact[EOS], exact[EOS, EOS] = 0.0, p1[EOS]
     return exact.numpy()
-
-
-def pooled_chisquare(observed, expected):
-    """Chi-square over (x1, x2) cells; cells expecting < 5 are pooled per x1, then into one bin."""
-    keep = expected >= 5
-    row_obs, row_exp = np.where(keep, 0, observed).sum(1), np.where(keep, 0, expected).sum(1)
-    row_keep = row_exp >= 5
-    obs = np.concatenate([observed[keep], row_obs[row_keep], [row_obs[~row_keep].sum()]])
-    exp = np.concatenate([expected[keep], row_exp[row_keep], [max(row_exp[~row_keep].sum(), 1e-9)]])
-    return chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
 
 
 class RedrawVerifier(ExhaustiveVerifier):
