@@ -1,17 +1,21 @@
 """Benchmark specrank's vLLM plugin (docs/vllm.md): vLLM's EAGLE-3 chains with the shipped head, with and without a
 first-step reranker choosing each chain's first token, greedy, one prompt at a time, in vLLM's own environment.
 
-    python benchmarks/bench_vllm_reranker.py                      # the shipped first-step reranker, bundled prompts
-    python benchmarks/bench_vllm_reranker.py --ks 3 --limit 8 --max-new-tokens 32   # a smoke run
+    python benchmarks/bench_vllm_reranker.py       # the shipped first-step rerankers, 102 held-out prompts, k = 1..4
+    python benchmarks/bench_vllm_reranker.py --ks 3 --limit 8 --spec-bench 0 --max-new-tokens 32   # a smoke run
 
-``--prompts FILE``: JSON Lines with a ``prompt`` field or Spec-Bench's ``turns``. vLLM runs from ``--engine-python``
+``--prompts FILE``: JSON Lines with a ``prompt`` field or Spec-Bench's ``turns`` (default: the bundled held-out
+prompts), joined by ``--spec-bench N`` unseen Spec-Bench prompts (default 46: spread over those outside every
+third, which the shipped first-step rerankers learned from). vLLM runs from ``--engine-python``
 (``make .venv-vllm/.installed``, with specrank installed into it: ``.venv-vllm/bin/pip install --no-deps -e .`` and
-the reranker's libraries), through ``engine_parity_vllm.py --mode speed``: decode seconds exclude the prefill.
+the reranker's libraries), through ``engine_parity_vllm.py --mode speed``: decode seconds exclude the prefill, and each prompt is decoded with
+the plugin off and on in turns in one engine.
 For each k: the acceptance length and tokens/s of the head alone and with the plugin, per prompt; their paired
 prompt-bootstrap ratio; whether the greedy text is identical on every prompt; the plugin's ms a step; tree-config's
 prediction for the same reranker on the same prompts (``predicted``) and whether the measured gain lies inside its
-interval. ``--sampled`` adds T = 1: the prompts in one seeded batch, the acceptance gain and its interval from
-vLLM's per-request counters, and the plugin's ms a batched step. Goals: text
+interval (on ``--prompts`` alone, at ``--predict-ks``: its recordings are the costly part). vLLM without a drafter
+is timed once (``plain_tokens_per_s``). At T = 1 (``--no-sampled`` skips it): the prompts in one seeded batch,
+the acceptance gain and its interval from vLLM's per-request counters, and the plugin's ms a batched step. Goals: text
 identical; tokens/s with the plugin over the head alone >= 1.03 at the best k with its interval above 1; the plugin
 <= 1 ms a step. Writes benchmarks/results/vllm_reranker.json (``--name``), exits 1 when a goal is missed.
 """
@@ -73,10 +77,28 @@ def vllm_run(args, name: str, request: dict, reranker: str | None, env: dict) ->
 
 
 def engine_run(args, prep: dict, k: int, reranker: str | None) -> dict:
-    """One greedy setting decoded one prompt at a time (``engine_parity_vllm.py --mode speed``)."""
-    request = {"model": prep["model"], "head": prep["head"], "k": k, "prompts": prep["prompts"],
-               "max_tokens": args.max_new_tokens, "mode": "speed"}
-    return vllm_run(args, f"k{k}-{'plugin' if reranker else 'head'}", request, reranker, {"SPECRANK_TEMPERATURE": "0"})
+    """One greedy setting decoded one prompt at a time (``engine_parity_vllm.py --mode speed``); k = 0: vLLM
+    without a drafter. With ``reranker``, each prompt is decoded with the plugin off and on in turns, in one engine
+    (``interleave``): both share its state and the machine's, so drift between two runs does not enter the ratio."""
+    request = {"model": prep["model"], "head": prep["head"] if k else None, "k": k, "prompts": prep["prompts"],
+               "max_tokens": args.max_new_tokens, "mode": "speed", "interleave": bool(reranker)}
+    name = f"k{k}-{'interleaved' if reranker else 'head'}" if k else "plain"
+    return vllm_run(args, name, request, reranker, {"SPECRANK_TEMPERATURE": "0"})
+
+
+def prompt_set(args) -> str:
+    """``--prompts`` joined by ``--spec-bench`` unseen Spec-Bench prompts, written into ``--work``: its path."""
+    from specrank.decode.prompts import read_prompts, spec_bench_path, spec_bench_text
+
+    if not args.spec_bench:
+        return args.prompts
+    unseen = [p for i, p in enumerate(read_prompts(spec_bench_path())) if i % 3]  # every third: learned from
+    step = max(1, len(unseen) // args.spec_bench)
+    prompts = read_prompts(args.prompts, limit=args.limit) + unseen[::step][: args.spec_bench]
+    path = Path(args.work) / "prompts.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(spec_bench_text(prompts), encoding="utf-8")
+    return str(path)
 
 
 def sampled_run(args, prep: dict, k: int, reranker: str | None) -> dict:
@@ -114,15 +136,21 @@ def sampled_compare(head: dict, plugin: dict, n_boot: int, seed: int = 0) -> dic
             "batch": int(len(cols["ha"]))}
 
 
-def per_prompt(run: dict) -> dict:
-    """Per prompt: tokens, decode seconds, verify steps and accepted tokens (vLLM's counters), token ids."""
+def per_prompt(run: dict, mode: str | None = None) -> dict:
+    """Per prompt: tokens, decode seconds, verify steps and accepted tokens (vLLM's counters), token ids; ``mode``
+    (``off`` or ``on``): an interleaved run's decodes with the plugin off or on."""
     from specrank.engines.vllm.metrics import spec_decode_counts
 
-    rows = run["speed"]
+    rows = run["speed"] if mode is None else [r[mode] for r in run["speed"]]
     counts = [spec_decode_counts(r["metrics_after"]) - spec_decode_counts(r["metrics_before"]) for r in rows]
     return {"tokens": np.array([r["tokens"] for r in rows], float), "seconds": np.array([r["seconds"] for r in rows]),
             "drafts": np.array([c.drafts for c in counts], float),
             "accepted": np.array([c.accepted_tokens for c in counts], float), "ids": [r["token_ids"] for r in rows]}
+
+
+def subset(run: dict, n: int) -> dict:
+    """A ``per_prompt`` record's first ``n`` prompts."""
+    return {name: values[:n] for name, values in run.items()}
 
 
 def compare(head: dict, plugin: dict, n_boot: int, seed: int = 0) -> dict:
@@ -197,8 +225,12 @@ def main(argv=None) -> int:
     parser.add_argument("--engine-python", default=str(ROOT / ".venv-vllm/bin/python"))
     parser.add_argument("--work", default=str(ROOT / "runs/bench-vllm-reranker"))
     parser.add_argument("--name", default="vllm_reranker")
-    parser.add_argument("--sampled", action="store_true",
-                        help="also decode at T = 1, the prompts in one seeded batch, head alone and with the plugin")
+    parser.add_argument("--spec-bench", type=int, default=46,
+                        help="unseen Spec-Bench prompts joining --prompts (default 46; 0: none)")
+    parser.add_argument("--predict-ks", default="3",
+                        help="the ks tree-config predicts, on --prompts alone (default 3; empty: none)")
+    parser.add_argument("--no-sampled", dest="sampled", action="store_false",
+                        help="skip T = 1 (the prompts in one seeded batch, head alone and with the plugin)")
     parser.add_argument("--sampled-reranker", default=None,
                         help="the T = 1 reranker (default: the shipped first-step reranker for sampling)")
     args = parser.parse_args(argv)
@@ -210,15 +242,19 @@ def main(argv=None) -> int:
 
     if is_default(args.reranker):  # the plugin's reranker:default, named by its file
         args.reranker = str(shipped_first_step_dir("greedy"))
-    check_unseen_prompts(load_reranker(args.reranker), read_prompts(args.prompts, limit=args.limit),
-                         source=args.reranker)
-    prep = prepare(args)
+    measured = prompt_set(args)
+    check_unseen_prompts(load_reranker(args.reranker), read_prompts(measured), source=args.reranker)
+    given = len(read_prompts(args.prompts, limit=args.limit))  # the first prompts measured: tree-config's
+    prep = prepare(argparse.Namespace(**{**vars(args), "prompts": measured, "limit": None}))
+    plain = engine_run(args, prep, 0, None)["speed"]  # no drafter: tokens and seconds only
     settings = {}
     for k in (int(v) for v in args.ks.split(",")):
-        head, with_plugin = engine_run(args, prep, k, None), engine_run(args, prep, k, args.reranker)
-        row = compare(per_prompt(head), per_prompt(with_plugin), args.bootstrap)
-        steps = per_prompt(with_plugin)["drafts"].sum() + len(prep["prompts"])  # every verify step, and each prompt's
-        timing = with_plugin["plugin"] or {"calls": 0, "seconds": 0.0}  # first draft step (after its prefill)
+        run = engine_run(args, prep, k, args.reranker)
+        head, with_plugin = per_prompt(run, "off"), per_prompt(run, "on")
+        row = compare(head, with_plugin, args.bootstrap)
+        row["given_prompts"] = compare(subset(head, given), subset(with_plugin, given), args.bootstrap)
+        steps = with_plugin["drafts"].sum() + len(prep["prompts"])  # every verify step, and each prompt's
+        timing = run["plugin"] or {"calls": 0, "seconds": 0.0}  # first draft step (after its prefill)
         row["plugin_ms_per_step"] = 1000 * timing["seconds"] / max(steps, 1)
         if args.sampled:
             sampled_reranker = str(shipped_first_step_dir("sampling")) if args.sampled_reranker is None else (
@@ -226,12 +262,20 @@ def main(argv=None) -> int:
             row["t1"] = sampled_compare(sampled_run(args, prep, k, None), sampled_run(args, prep, k, sampled_reranker),
                                         args.bootstrap)
         settings[str(k)] = row
-    for k, p in predicted(args, [int(v) for v in settings]).items():
+    ks = [int(v) for v in args.predict_ks.split(",") if v]
+    for k, p in (predicted(args, ks) if ks else {}).items():
         row = settings[k]
-        row["predicted"] = p
-        row["gain_inside_prediction"] = p["reranked_gain_low"] <= row["acceptance_gain"] <= p["reranked_gain_high"]
+        row["predicted"] = p  # on the given prompts: compared with the gain measured on them
+        gain = row["given_prompts"]["acceptance_gain"]
+        row["gain_inside_prediction"] = p["reranked_gain_low"] <= gain <= p["reranked_gain_high"]
     best = max(settings, key=lambda k: settings[k]["speed_ratio"])
-    figures = {"settings": settings, "best_k": int(best), "prompts": len(prep["prompts"]), "prompt_file": args.prompts,
+    fastest_head = max(settings, key=lambda k: settings[k]["head_tokens_per_s"])
+    plain_speed = sum(r["tokens"] for r in plain) / sum(r["seconds"] for r in plain)
+    figures = {"settings": settings, "best_k": int(best), "fastest_head_k": int(fastest_head),
+               "plain_tokens_per_s": plain_speed,
+               "plugin_best_over_fastest_head": settings[best]["plugin_tokens_per_s"] / settings[fastest_head][
+                   "head_tokens_per_s"],
+               "prompts": len(prep["prompts"]), "given_prompts": given, "prompt_file": measured,
                "max_new_tokens": args.max_new_tokens, "threads": args.threads, "reranker": args.reranker,
                "goal_speed_ratio": GOAL_SPEED, "goal_ms_per_step": GOAL_MS}
     write_results(args.name, figures)

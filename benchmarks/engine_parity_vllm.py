@@ -10,8 +10,10 @@ REQUEST: ``{"model", "head" (null: plain decoding), "k", "prompts": [{"id", "ids
 the global counters (``llm.get_metrics()``) before and after and each request's own per-step counts;
 ``speed``: greedy, one prompt at a time after a warm-up, each timed twice (one token, then ``max_tokens``) so the
 decode time excludes the prefill (with ``SPECRANK_RERANKER`` set, specrank's vLLM plugin runs and its own seconds
-are reported); ``verify`` (with ``"widths": W``, ``"head": null``): the target's forward and
-logits over 1..W tokens, each timed alone; ``law`` (with ``"samples": n``, optional ``"wrong_rule": "redraw"``): the
+are reported; with ``"interleave": true`` as well, each prompt is decoded with the plugin off and on, in turns
+whose order alternates, so both see the same engine and machine state); ``verify`` (with ``"widths": W``, ``"head": null``): the target's forward and
+logits over 1..W tokens, each timed alone; ``law`` (with ``"samples": n``, optional ``"wrong_rule": "redraw"`` or
+``"draft_rule": "second"``): the
 first prompt decoded ``n`` times at the first temperature, seeds 0..n-1, in one batch, each decode's tokens (the
 law's check: ``bench_vllm_law.py``).
 
@@ -115,21 +117,34 @@ def acceptance(llm, request: dict) -> list[dict]:
 def speed(llm, request: dict) -> list[dict]:
     first = {"prompt_token_ids": request["prompts"][0]["ids"]}
     llm.generate([first], sampling(0.0, request["max_tokens"], None), use_tqdm=False)  # warm-up
+    if not request.get("interleave"):
+        return [{"id": p["id"], **timed(llm, p, request["max_tokens"])} for p in request["prompts"]]
+    from specrank.engines.vllm import plugin
+
     rows = []
-    for p in request["prompts"]:
-        prompt = {"prompt_token_ids": p["ids"]}
-        start = time.perf_counter()
-        llm.generate([prompt], sampling(0.0, 1, None), use_tqdm=False)
-        prefill = time.perf_counter() - start
-        before = metric_records(llm.get_metrics())
-        start = time.perf_counter()
-        result = llm.generate([prompt], sampling(0.0, request["max_tokens"], None), use_tqdm=False)
-        seconds = time.perf_counter() - start
-        after = metric_records(llm.get_metrics())
-        rows.append({"id": p["id"], "seconds": seconds, "prefill_seconds": prefill,
-                     "tokens": len(result[0].outputs[0].token_ids), "token_ids": list(result[0].outputs[0].token_ids),
-                     "metrics_before": before, "metrics_after": after})
+    for i, p in enumerate(request["prompts"]):
+        row = {"id": p["id"]}
+        for on in ((False, True) if i % 2 == 0 else (True, False)):
+            plugin.set_active(on)
+            row["on" if on else "off"] = timed(llm, p, request["max_tokens"])
+        rows.append(row)
+    plugin.set_active(True)
     return rows
+
+
+def timed(llm, p: dict, max_tokens: int) -> dict:
+    """One prompt's greedy decode, timed without its prefill, with the engine's counters around it."""
+    prompt = {"prompt_token_ids": p["ids"]}
+    start = time.perf_counter()
+    llm.generate([prompt], sampling(0.0, 1, None), use_tqdm=False)
+    prefill = time.perf_counter() - start
+    before = metric_records(llm.get_metrics())
+    start = time.perf_counter()
+    result = llm.generate([prompt], sampling(0.0, max_tokens, None), use_tqdm=False)
+    seconds = time.perf_counter() - start
+    after = metric_records(llm.get_metrics())
+    return {"seconds": seconds, "prefill_seconds": prefill, "tokens": len(result[0].outputs[0].token_ids),
+            "token_ids": list(result[0].outputs[0].token_ids), "metrics_before": before, "metrics_after": after}
 
 
 def law(llm, request: dict) -> list[list[int]]:
@@ -168,6 +183,20 @@ def redraw_after_rejection() -> None:
     GPUModelRunner._sample = sample
 
 
+def second_choice() -> None:
+    """The plugin drafting every chain's first token as the head's second choice (its chooser replaced; its hooks
+    and rows as they are): a rule far from the head's own, moving every first token, which keeps vLLM's law as any
+    drafted token does."""
+    import torch
+
+    from specrank.engines.vllm.chooser import ChainChooser
+
+    def choose(self, request_ids, logits, root, prompt_len, position):
+        return torch.topk(logits, 2, dim=-1).indices[:, 1]
+
+    ChainChooser.choose = choose
+
+
 def verify_passes(llm, request: dict) -> dict:
     """The target's forward pass and logits over n tokens, n = 1..``widths``, timed alone in the engine: the
     fastest of ``repeats`` after a warm-up (ms). vLLM's own dummy batch (``GPUModelRunner._dummy_run``, which the
@@ -204,6 +233,8 @@ def main(argv=None) -> int:
 
     if request.get("wrong_rule") == "redraw":
         redraw_after_rejection()
+    if request.get("draft_rule") == "second":
+        second_choice()
     llm = engine(request)
     result = {"vllm": vllm.__version__, "k": request.get("k"), "head": request.get("head"), "mode": request["mode"],
               "threads": os.environ.get("OMP_NUM_THREADS"), "bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND")}

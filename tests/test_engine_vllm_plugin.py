@@ -150,3 +150,34 @@ def test_the_plugins_default_reranker_is_a_shipped_first_step_one_for_each_law(t
     DeviceReranker(reranker, vocab_size=49152)
     with pytest.raises(DeviceRerankerError, match="first draft step"):
         DeviceReranker(load_default_reranker(temperature), vocab_size=49152)
+
+
+def test_the_plugin_switched_off_passes_vllms_calls_through(monkeypatch):
+    """``plugin.set_active(False)`` (a benchmark's plugin-off turns, in one engine): the wrapped draft step returns
+    vLLM's own token and the wrapped sampler keeps no rows; on again, the chooser is asked."""
+    from types import SimpleNamespace
+
+    from specrank.engines.vllm import hooks
+    from specrank.engines.vllm.plugin import set_active
+
+    asked = []
+    chooser_of = lambda vocab, device: asked.append(vocab) or SimpleNamespace(  # noqa: E731
+        log_probabilities=lambda logits: logits, choose=lambda *a: torch.tensor([7]))
+    greedy = hooks.around_greedy_sample(lambda self, hidden: torch.tensor([3]), chooser_of)
+    sample = hooks.around_sample(lambda self, logits, meta, *a, **k: "vllm's", chooser_of)
+    proposer = SimpleNamespace(model=SimpleNamespace(compute_logits=lambda h: torch.zeros(1, 11)))
+    runner = SimpleNamespace(input_batch=SimpleNamespace(num_prompt_tokens=np.array([4]), req_ids=["r"],
+                                                         num_tokens_no_spec=np.array([5])))
+    meta = SimpleNamespace(num_draft_tokens=[2])
+    monkeypatch.setattr(hooks, "retain", lambda *a: asked.append("retained"))
+    step = hooks._step.set(hooks.DraftStep(runner, torch.tensor([1]), torch.tensor([1.0])))
+    try:
+        set_active(False)
+        assert int(greedy(proposer, None)[0]) == 3 and sample(None, torch.zeros(3, 11), meta) == "vllm's"
+        assert asked == []
+        set_active(True)
+        assert int(greedy(proposer, None)[0]) == 7 and sample(None, torch.zeros(3, 11), meta) == "vllm's"
+        assert asked == [11, 11, "retained"]
+    finally:
+        set_active(True)
+        hooks._step.reset(step)

@@ -1,7 +1,8 @@
 """The ``specrank`` command line: one subcommand per pipeline stage.
 
-Each subcommand lives in ``specrank.commands.<name>`` and exposes ``add_arguments(parser)`` and
-``run(args) -> int``; its one-line help is in ``COMMANDS``. Only the module of the command being run is
+Each subcommand lives in the module ``COMMANDS`` names (a stage's in ``specrank.commands``, an experiment's
+beside it in ``specrank.experiments``) and exposes ``add_arguments(parser)`` and ``run(args) -> int``; its
+one-line help is in ``COMMANDS``. Only the module of the command being run is
 imported (it imports what it uses at its top): ``specrank --help`` imports none, and a stage that needs
 torch does not slow down one that does not.
 

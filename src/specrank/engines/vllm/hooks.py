@@ -40,6 +40,7 @@ class DraftStep:
     first: bool = True
 
 
+ACTIVE = True  # the hooks pass everything through while False (``plugin.set_active``)
 _runner: contextvars.ContextVar = contextvars.ContextVar("specrank_vllm_runner", default=None)
 _step: contextvars.ContextVar = contextvars.ContextVar("specrank_vllm_step", default=None)
 
@@ -90,7 +91,7 @@ def around_greedy_sample(original, chooser_of):
     """``chooser_of(vocab_size, device)``: the plugin's chooser (built on first use, when the vocabulary is known)."""
     def hook(self, hidden_states):
         step = _step.get()
-        if step is None or not step.first or getattr(self, "use_heterogeneous_vocab", False):
+        if not ACTIVE or step is None or not step.first or getattr(self, "use_heterogeneous_vocab", False):
             return original(self, hidden_states)
         step.first = False
         logits = self.model.compute_logits(hidden_states)  # (b, V) target vocabulary, -inf outside the head's
@@ -103,7 +104,7 @@ def around_greedy_sample(original, chooser_of):
 
 def around_sample(original, chooser_of):
     def hook(self, logits, spec_decode_metadata, *args, **kwargs):
-        if spec_decode_metadata is None or logits is None:
+        if not ACTIVE or spec_decode_metadata is None or logits is None:
             return original(self, logits, spec_decode_metadata, *args, **kwargs)
         counts = list(spec_decode_metadata.num_draft_tokens)
         k = counts[0] if counts else 0

@@ -52,6 +52,12 @@ def check_version(version: str) -> None:
                                  f" 'specrank[vllm]' (vllm=={PINNED}) or unset {RERANKER_ENV}")
 
 
+def set_active(on: bool) -> None:
+    """Turn the plugin's work on or off between requests, in a running engine (a benchmark times vLLM with and
+    without it prompt by prompt, in one process). A request decoded while it is off keeps no rows."""
+    hooks.ACTIVE = bool(on)
+
+
 def chooser_factory(reranker, config: dict):
     """``chooser_of(vocab_size, device)``: the process's ``ChainChooser``, built on its first call."""
     def chooser_of(vocab_size: int, device):
