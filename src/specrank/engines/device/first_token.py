@@ -146,10 +146,11 @@ class HostReranker:
 
     def probabilities(self, x: FirstStepInputs) -> np.ndarray:
         """(b, K) the reranker's first factors, request by request."""
-        q, token, root = x.q.numpy(), x.token.numpy(), x.root.numpy()
+        # the types the decoder's rounds compiled the kernel for (no copy when they are): no compile mid-decode
+        q, rows = (np.ascontiguousarray(t.numpy(), dtype=np.float32) for t in (x.q, x.rows))
+        token, root = np.ascontiguousarray(x.token.numpy(), dtype=np.int64), x.root.numpy()
         log_q = np.log(q)
         context = [t.numpy() for t in (x.prompt_len, x.position, x.prev_accepted, x.cache_age, x.prev_count)]
-        rows = x.rows.numpy()
         out = np.empty(q.shape)
         for i in range(q.shape[0]):
             prompt_len, position, prev_accepted, age, count = (float(c[i]) for c in context)
