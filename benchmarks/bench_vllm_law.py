@@ -22,8 +22,8 @@ import json
 import sys
 from pathlib import Path
 
-from bench_vllm_reranker import prepare, vllm_run  # beside this script
-from record import ROOT, write_results
+from bench_vllm_reranker import engine_arguments, prepare, vllm_run  # beside this script
+from record import write_results
 
 ALPHA = 1e-3
 
@@ -48,10 +48,7 @@ def main(argv=None) -> int:
                              " same, and whose next two vary)")
     parser.add_argument("--samples", type=int, default=3000)
     parser.add_argument("--k", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--engine-python", default=str(ROOT / ".venv-vllm/bin/python"))
-    parser.add_argument("--work", default=str(ROOT / "runs/bench-vllm-law"))
-    parser.add_argument("--name", default="vllm_law")
+    engine_arguments(parser, "vllm_law", threads=1)
     args = parser.parse_args(argv)
     args.limit = None
 

@@ -210,6 +210,15 @@ def predicted(args, ks) -> dict:
     return out
 
 
+def engine_arguments(parser, name: str, threads: int) -> None:
+    """The options every vLLM benchmark here shares: vLLM's interpreter, threads, the work directory, the results'
+    name."""
+    parser.add_argument("--threads", type=int, default=threads)
+    parser.add_argument("--engine-python", default=str(ROOT / ".venv-vllm/bin/python"))
+    parser.add_argument("--work", default=str(ROOT / f"runs/bench-{name.replace('_', '-')}"))
+    parser.add_argument("--name", default=name)
+
+
 def main(argv=None) -> int:
     from specrank.decode.prompts import default_prompts_path
 
@@ -220,11 +229,8 @@ def main(argv=None) -> int:
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--ks", default="1,2,3,4", help="num_speculative_tokens (default 1,2,3,4)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--bootstrap", type=int, default=2000)
-    parser.add_argument("--engine-python", default=str(ROOT / ".venv-vllm/bin/python"))
-    parser.add_argument("--work", default=str(ROOT / "runs/bench-vllm-reranker"))
-    parser.add_argument("--name", default="vllm_reranker")
+    engine_arguments(parser, "vllm_reranker", threads=1)
     parser.add_argument("--spec-bench", type=int, default=46,
                         help="unseen Spec-Bench prompts joining --prompts (default 46; 0: none)")
     parser.add_argument("--predict-ks", default="3",
