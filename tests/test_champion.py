@@ -22,6 +22,15 @@ def test_the_best_mean_gain_over_the_budgets_wins():
     assert choice["by_budget"] == {"8": "rows+per_depth", "59": "rows"}  # the budgets disagree: the mean decides
 
 
+def test_the_top1_choice_is_reported_but_does_not_vote():
+    f = figures({"rows": (10, 4), "ranking": (6, 2)})
+    top1 = {r: {**e, "gain_pct": [g, g - 1, g + 1]} for (r, e), g in zip(f["budgets"]["8"]["scores"].items(), (1, 90))}
+    f["budgets"] = {"1": {"scores": top1}, **f["budgets"]}
+    choice = choose_champion(f)
+    assert choice["reranker"] == "rows" and choice["mean_gain_pct"] == pytest.approx(7)  # B = 1's 90% left out
+    assert choice["by_budget"] == {"1": "ranking", "8": "rows", "59": "rows"}
+
+
 def test_a_tie_goes_to_the_simpler_reranker():
     choice = choose_champion(figures({"rows+per_depth": (5, 5), "rows": (5, 5), "base": (4, 6)}))
     assert choice["reranker"] == "base"  # equal means: base is simpler than rows and rows + per-depth

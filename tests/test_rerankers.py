@@ -169,3 +169,23 @@ def test_gbm_boosting_from_the_draft_starts_at_q(sampling, greedy):
     assert err(fitted.predict(sampling)) < err(sampling["q"].to_numpy())
     with pytest.raises(ValueError, match="lightgbm"):
         GBMReranker("rows", backend="sklearn", boost_from_draft=True).fit(sampling)
+
+
+def test_the_ranking_reranker_is_calibrated_without_changing_its_order(sampling, monkeypatch):
+    from specrank.rerankers import ranking
+    from specrank.workflow.rerankers import make_reranker
+
+    model = make_reranker("ranking", n_jobs=1, n_estimators=40, num_leaves=7)
+    assert model.features == "rows" and model.objective == "lambdarank"
+    model.fit(sampling)
+    pred, label = model.predict(sampling), sampling["label"].to_numpy()
+    # Platt's intercept makes the mean estimate the mean label on the training matrix (whose token prior is fitted
+    # out of sample, so the prediction matrix differs a little)
+    assert abs(pred.mean() - label.mean()) < 0.01
+    monkeypatch.setattr(ranking, "platt", lambda score, y: (1.0, 0.0))  # the same ranking, uncalibrated
+    raw = clone(model).fit(sampling)
+    assert abs(raw.predict(sampling).mean() - label.mean()) > 0.05  # negative control: a ranking score is no probability
+    m = model._matrix(sampling, model.prior_of(sampling))
+    a, b = np.polyfit(raw.margin(m), model.margin(m), 1)
+    np.testing.assert_allclose(model.margin(m), a * raw.margin(m) + b, atol=1e-9)
+    assert a > 0  # an increasing map: every round's order is the ranking's

@@ -81,10 +81,11 @@ def test_study_writes_every_figure(reference):
         r = results["temperatures"][t]
         assert r["rounds"] >= goal or r["prompts_decoded"] == len(WORDS)  # stopped at the first chunk past the goal
         assert r["prompts_decoded"] % 4 == 0  # whole shards
-        for b in ("8", "59"):
+        assert list(r["budgets"]) == ["1", "8", "59"]  # the top-1 choice beside the trees
+        for b in ("1", "8", "59"):
             f = r["budgets"][b]
-            assert set(f["scores"]) >= {"draft", "isotonic", "per_depth", "base", "rows", "rows+per_depth", "root",
-                                       "oracle"}
+            assert set(f["scores"]) >= {"draft", "isotonic", "per_depth", "base", "rows", "ranking", "rows+per_depth",
+                                       "ranking+per_depth", "root", "oracle"}
             for score, entry in f["scores"].items():
                 if score not in ("draft", "root"):
                     low, high = entry["root_share"][1:]
@@ -93,9 +94,11 @@ def test_study_writes_every_figure(reference):
         assert [p["fraction"] for p in r["learning_curve"]] == [0.25, 0.5, 1.0]
         rounds = [p["training_rounds"] for p in r["learning_curve"]]
         assert rounds == sorted(rounds) and rounds[0] < rounds[-1]
-        assert set(r["first_factor"]) == {"draft", "isotonic", "per_depth", "base", "rows"}
+        assert set(r["first_factor"]) == {"draft", "isotonic", "per_depth", "base", "rows", "ranking"}
+        assert r["tasks"] and all(set(e["budgets"]) == {"1", "8"} for e in r["tasks"].values())
+        assert sum(e["rounds"] for e in r["tasks"].values()) == r["rounds"]
     page = (reference / "results.md").read_text()
-    assert "Rows − Base" in page and "arXiv 2610.29210" in page
+    assert "Rows − Base" in page and "arXiv 2610.29210" in page and "### By task" in page
     assert (reference / "learning-curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -110,7 +113,7 @@ def test_the_study_saves_a_champion_and_decodes_unseen_prompts_online(reference)
     assert reserved == len(WORDS) // 4  # a quarter of the prompts at most
     for t, name in (("1", "t1"), ("0", "greedy")):
         r = results["temperatures"][t]
-        assert r["champion"]["reranker"] in DEPLOYABLE and set(r["champion"]["by_budget"]) == {"8", "59"}
+        assert r["champion"]["reranker"] in DEPLOYABLE and set(r["champion"]["by_budget"]) == {"1", "8", "59"}
         champion = load_reranker(reference / r["champion"]["path"])
         recorded = order[: r["prompts_decoded"]]
         assert set(champion.card_["training_prompts"]) == {prompt_digest(p.text) for p in recorded}

@@ -18,13 +18,10 @@ from specrank.featurize.prior import TokenPrior
 from specrank.featurize.sets import CATEGORICAL_FEATURES, PRIOR_FEATURE, input_columns, resolve_features
 from specrank.law import SAMPLING, Law
 from specrank.rerankers.base import Reranker
+from specrank.rerankers.ranking import fit_ranking, round_groups
 
 BACKENDS = ("lightgbm", "sklearn")
 OBJECTIVES = ("pointwise", "lambdarank")
-# LambdaRank's relevance levels: a label in [0, 1] becomes round(label * RELEVANCE_LEVELS), and level i gains i, so
-# the NDCG at the top is the chosen candidate's label over the round's best (the share of exact selection's
-# first-token acceptance a choice keeps)
-RELEVANCE_LEVELS = 30
 MONOTONE_FEATURES = ("q", "log_q")  # the draft probability of the candidate
 SMALL_BATCH = 1024  # rows LightGBM scores on one thread
 MARGIN_CLIP = 1e-6  # q is clipped to [c, 1 - c] before its logit becomes the starting margin
@@ -70,13 +67,6 @@ def round_plan(features) -> RoundPlan:
                      where(PRIOR_FEATURE), where("task"))
 
 
-def round_groups(X) -> np.ndarray:
-    """(n,) each feature row's round as a dense code (its prompt and round), for a ranking objective."""
-    schema.require_columns(X.columns, ["prompt_id", "round"], "features")
-    keys = X["prompt_id"].astype(str) + "\x00" + X["round"].astype(str)
-    return np.unique(keys.to_numpy(), return_inverse=True)[1].astype(np.int64)
-
-
 class GBMReranker(Reranker):
     """Predicts each first-level candidate's target probability (sampling) or argmax indicator (greedy).
 
@@ -97,8 +87,9 @@ class GBMReranker(Reranker):
     ``objective="lambdarank"`` (LightGBM only) learns the order of a round's candidates rather than their
     probabilities: LambdaRank grouped by round, with relevance levels from the labels (a probability, an argmax
     indicator, or any value in [0, 1] given as ``y``, such as a chain's expected accepted tokens over its length)
-    and a gain linear in the level. Its predictions are the logistic of the ranking scores: they order a round's
-    candidates but are not probabilities.
+    and a gain linear in the level. The ranking scores are then calibrated onto the label's scale by a logistic
+    of an increasing affine map folded into the leaves (``rerankers.ranking``): the predictions order a round's
+    candidates as the ranking does, and read as probabilities as the pointwise objective's do.
     """
 
     _parameter_constraints = {
@@ -195,19 +186,12 @@ class GBMReranker(Reranker):
             self.model_ = self._fit_backend(m, y, margin)
 
     def _fit_ranking(self, m, y, groups: np.ndarray):
-        """LambdaRank over the rounds ``groups`` (n,) (a round's rows need not be adjacent)."""
-        order = np.argsort(groups, kind="stable")
-        sizes = np.bincount(groups)
-        relevance = np.rint(np.clip(y, 0.0, 1.0) * RELEVANCE_LEVELS)
-        params = {"objective": "lambdarank", "label_gain": list(range(RELEVANCE_LEVELS + 1)),
-                  "lambdarank_truncation_level": int(sizes.max()), "learning_rate": self.learning_rate,
-                  "num_leaves": self.num_leaves, "min_data_in_leaf": self.min_child_samples,
-                  "lambda_l2": self.reg_lambda, "num_threads": self.n_jobs or 0, "seed": self.random_state,
-                  "deterministic": True, "verbose": -1}
+        """LambdaRank over the rounds ``groups`` (n,), calibrated onto the label's scale (``rerankers.ranking``)."""
+        params = {"learning_rate": self.learning_rate, "num_leaves": self.num_leaves,
+                  "min_data_in_leaf": self.min_child_samples, "lambda_l2": self.reg_lambda,
+                  "num_threads": self.n_jobs or 0, "seed": self.random_state, "deterministic": True, "verbose": -1}
         categorical = [i for i, f in enumerate(self.features_) if f in CATEGORICAL_FEATURES]
-        data = lgb.Dataset(m[order], relevance[order], group=sizes[sizes > 0], categorical_feature=categorical,
-                           free_raw_data=True)
-        return lgb.train(params, data, num_boost_round=self.n_estimators)
+        return fit_ranking(m, y, groups, params, self.n_estimators, categorical)
 
     def margin(self, m) -> np.ndarray:
         """(n,) raw LightGBM margins of the feature matrix ``m`` (n, F)."""

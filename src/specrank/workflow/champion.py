@@ -2,7 +2,8 @@
 every round of one temperature and saved as one reranker with its model card.
 
 Choice. Each deployable reranker is judged by its gain over draft selection in % of draft's value (the cross-fitted
-offline figure), averaged over the study's budgets, so that each budget weighs the same on a relative scale; when
+offline figure), averaged over the study's tree budgets, so that each budget weighs the same on a relative scale (the
+top-1 choice, B = 1, is a chain's choice, not a tree's: its winner is recorded, it does not vote); when
 the budgets' own winners disagree, that mean decides (both winners are recorded). A tie (equal means to 1e-9) goes
 to the simpler reranker, in the order of ``DEPLOYABLE``: fewer fitted parts, fewer features. A budget where the
 gain is undefined (draft selection's value is zero there, as on a drafter that is never accepted) does not vote; with
@@ -34,7 +35,7 @@ def choose_champion(figures: dict, rerankers=DEPLOYABLE) -> dict:
     """``{"reranker", "mean_gain_pct", "by_budget"}``: the reranker of ``rerankers`` with the highest mean over the budgets of
     ``figures["budgets"][b]["scores"][name]["gain_pct"]`` (a temperature's study figures), its mean, and each
     budget's own winner."""
-    budgets = list(figures["budgets"])
+    budgets = [b for b in figures["budgets"] if int(b) > 1] or list(figures["budgets"])
     present = [r for r in rerankers if all(r in figures["budgets"][b]["scores"] for b in budgets)]
     if not present:
         raise ValueError(f"no deployable reranker among the study's figures (looked for {', '.join(rerankers)})")
@@ -45,7 +46,7 @@ def choose_champion(figures: dict, rerankers=DEPLOYABLE) -> dict:
     means = {r: float(np.nanmean(g)) if np.isfinite(g := [gain(r, b) for b in budgets]).any() else float("nan")
              for r in present}
     name = simplest_best(present, means)
-    by_budget = {b: simplest_best(present, {r: gain(r, b) for r in present}) for b in budgets}
+    by_budget = {b: simplest_best(present, {r: gain(r, b) for r in present}) for b in figures["budgets"]}
     return {"reranker": name, "mean_gain_pct": means[name], "by_budget": by_budget}
 
 

@@ -27,8 +27,8 @@ from specrank.workflow.tracking import Tracking
 
 log = logging.getLogger(__name__)
 
-RERANKER_NAMES = ("isotonic", "base", "rows", "per_depth")
-TUNED = ("base", "rows")  # the rerankers with hyper-parameters worth a search
+RERANKER_NAMES = ("isotonic", "base", "rows", "ranking", "per_depth")
+TUNED = ("base", "rows", "ranking")  # the rerankers with hyper-parameters worth a search
 GBM_SETTINGS = ("backend", "n_estimators", "learning_rate", "num_leaves", "monotone_draft", "boost_from_draft")
 
 
@@ -73,11 +73,14 @@ class Rerankers:
 
 
 def make_reranker(name: str, *, seed: int = 0, n_jobs: int | None = None, **gbm):
-    """The reranker called ``name``; Base and Rows take ``GBMReranker``'s boosting settings (``gbm``)."""
+    """The reranker called ``name``; Base, Rows and Ranking (Rows' features, ranked by round) take ``GBMReranker``'s
+    boosting settings (``gbm``)."""
     if name == "isotonic":
         return IsotonicFirstFactor()
     if name == "per_depth":
         return PerDepthCalibration()
+    if name == "ranking":
+        return GBMReranker("rows", objective="lambdarank", n_jobs=n_jobs, random_state=seed, **gbm)
     return GBMReranker(name, n_jobs=n_jobs, random_state=seed, **gbm)
 
 
@@ -188,7 +191,7 @@ def check_inputs(names, feats, edges) -> None:
     """Refuse a features (or edges) table that lacks a column some reranker or the predictions table reads."""
     needed = FEATURE_KEYS + ["prompt_index", "fold", "q"]
     for name in (n for n in names if n in TUNED):
-        needed += input_columns(resolve_features(name))
+        needed += input_columns(resolve_features(make_reranker(name).features))
     require_columns(feats.columns, list(dict.fromkeys(needed)), "features")
     if edges is not None:
         require_columns(edges.columns, ["prompt_id", "round", "node", "depth", "fold", "q_edge"], "edges")

@@ -483,7 +483,7 @@ def analyse(run_dir: Path, tracking: Tracking | None, pipeline: str, settings: S
     stages = Stages(run_dir / "stages.json")
     stages.run("featurize", directory_hash(run_dir / "rounds"), features,
                lambda: log.info(featurize(run_dir, tracking=staged("featurize")).summary))
-    stages.run("train", file_hash(features), predictions,
+    stages.run("train", f"{file_hash(features)}:{','.join(RERANKERS)}", predictions,
                lambda: cross_fit(Features(features), rerankers=RERANKERS, out=rerankers,
                                  tune_trials=settings.tune_trials, seed=settings.seed, n_jobs=threads,
                                  gbm={"n_estimators": settings.trees},
@@ -496,7 +496,7 @@ def analyse(run_dir: Path, tracking: Tracking | None, pipeline: str, settings: S
     rounds = load_rounds(run_dir)
     table = read_rounds_table(run_dir, ["prompt_id", "round", "covered", "accepted"]).to_pandas()
     fitted = Rerankers.open(rerankers)
-    fold_models = {n: fitted.models(n) for n in ("base", "rows")}
+    fold_models = {n: fitted.models(n) for n in ("base", "rows", "ranking") if n in fitted.names}
     figures = temperature_results(rounds, read_predictions(predictions), read_features(features), table,
                                   fold_models, settings.bootstrap, settings.seed)
     figures["realized_accepted_per_round"] = float(table["accepted"].mean())

@@ -26,15 +26,18 @@ from specrank.evaluation.values import per_depth_edges, score_inputs, score_valu
 from specrank.featurize.context import previous_acceptance, prompt_index
 from specrank.featurize.rows import ROW_SOURCES
 from specrank.law import GREEDY, Law
+from specrank.markdown import interval_cell as _ci
+from specrank.experiments.study.tasks import task_figures, task_section
 from specrank.folds import fold_splits
 from specrank.rerankers import cross_fit_table
 from specrank.selection import stacked_factors
 from specrank.selection.stats import PromptBootstrap
 
-STUDY_BUDGETS = (8, 59)
-RERANKERS = ("isotonic", "base", "rows")
+# B = 1 is the top-1 choice: the single first token a chain drafts from (serving engines' chains choose exactly that)
+STUDY_BUDGETS = (1, 8, 59)
+RERANKERS = ("isotonic", "base", "rows", "ranking")
 STUDY_SCORES = (*of_kind("draft", "control", "reranker"), "root", "oracle")
-STACKED = {"rows+per_depth": "rows"}  # a reranker's first factor, every deeper factor calibrated per depth
+STACKED = {"rows+per_depth": "rows", "ranking+per_depth": "ranking"}  # a reranker's first factor, every deeper factor calibrated per depth
 CURVE_FRACTIONS = (0.25, 0.5, 1.0)
 CURVE_SCORES = ("draft", "base", "rows", "root")
 ESTIMATES = of_kind("draft", "control", "reranker")
@@ -198,7 +201,7 @@ def temperature_results(rounds: Rounds, predictions: pd.DataFrame, features: pd.
     values = study_values(rounds, first_factors, edges, budgets)
     boot = PromptBootstrap(rounds.prompt_id, n_resamples=n_boot, seed=seed)
     available = row_availability(rounds, covered)
-    gbm = {name: [fold_models[name][f] for f in sorted(fold_models[name])] for name in ("base", "rows")}
+    gbm = {name: [models[f] for f in sorted(models)] for name, models in fold_models.items()}
     return {
         "law": rounds.law,
         "rounds": rounds.n_rounds,
@@ -206,6 +209,7 @@ def temperature_results(rounds: Rounds, predictions: pd.DataFrame, features: pd.
         "pool_size": int(rounds.pool.shape[1]),
         "budgets": budget_figures(boot, values, budgets, masks={"full_address_rounds": available["full_address"]}),
         "first_factor": estimate_errors(boot, rounds, first_factors, edges),
+        "tasks": task_figures(boot, rounds.task, rounds.prompt_id, values, budgets),
         "learning_curve": learning_curve(rounds, features, fold_models, predictions, edges, n_boot, seed,
                                          budgets=budgets),
         "row_availability_pct": {k: float(100.0 * v.mean()) for k, v in available.items()},
@@ -244,12 +248,6 @@ def learning_curve_figure(results: dict, path) -> None:
 
 # ----------------------------------------------------------------------------------------------------------
 # The Markdown page
-
-
-def _ci(x, digits: int = 2, sign: bool = True) -> str:
-    point, low, high = x
-    f = f"{{:{'+' if sign else ''}.{digits}f}}"
-    return f"{f.format(point)} [{f.format(low)}, {f.format(high)}]"
 
 
 def temperature_name(t: str) -> str:
@@ -342,12 +340,15 @@ def _temperature_section(t: str, r: dict) -> list[str]:
         rb = figures.get("rows_minus_base")
         if rb:
             low = PAPER["rows_minus_base_low_min"].get(b)
+            paper = f" (paper: lower end ≥ {low:g}% in every run)" if low is not None else ""
             out.append(f"**Rows − Base: {_ci(rb['gain'], 4)} tokens a round, {_ci(rb['gain_pct_of_draft'], 2)}% of "
-                       f"draft selection's value** (paper: lower end ≥ {low:g}% in every run).")
+                       f"draft selection's value**{paper}.")
         if "root_share_in_full_address_rounds" in figures:
             out.append(f"Root selection's gain made in rounds that hold the exact next-root row (the previous round "
                        f"was covered): {_ci(figures['root_share_in_full_address_rounds'], 1, sign=False)}% of it.")
         out.append("")
+    if r.get("tasks"):
+        out += task_section(r["tasks"], r.get("champion", {}).get("reranker", "rows")) + [""]
     out += ["### First-factor estimates: held-out squared error", "",
             "| Estimate | squared error / candidate [95% CI] | % of draft's [95% CI] | top-1 hit % |", "|---|---|---|---|"]
     for name, e in r["first_factor"].items():
