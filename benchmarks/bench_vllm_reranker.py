@@ -241,12 +241,12 @@ def main(argv=None) -> int:
                         help="the T = 1 reranker (default: the shipped first-step reranker for sampling)")
     args = parser.parse_args(argv)
 
-    from specrank.rerankers.defaults import is_default, shipped_first_step_dir
+    from specrank.rerankers.defaults import champion_name, shipped_first_step_dir
     from specrank.rerankers.loader import load_reranker
     from specrank.workflow.champion import check_unseen_prompts
     from specrank.decode.prompts import read_prompts
 
-    if is_default(args.reranker):  # the plugin's reranker:default, named by its file
+    if champion_name(args.reranker) == "default":  # the plugin's reranker:default, named by its file
         args.reranker = str(shipped_first_step_dir("greedy"))
     measured = prompt_set(args)
     check_unseen_prompts(load_reranker(args.reranker), read_prompts(measured), source=args.reranker)

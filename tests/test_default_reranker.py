@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specrank.decode.decoder import uses_default_reranker
+from specrank.decode.decoder import named_champion
 from specrank.decode.strategies import StrategyError
 from specrank.featurize.features import META_KEY
 from specrank.rerankers import IsotonicFirstFactor
@@ -46,16 +46,22 @@ def test_without_a_cached_champion_the_shipped_one_or_a_one_line_error(tmp_path,
     monkeypatch.setenv("SPECRANK_CACHE", str(tmp_path))
     for law, t in (("sampling", 1.0), ("greedy", 0.0)):
         assert default_reranker_dir(t) == shipped_reranker_dir(law)  # a format-2 zip in the package
-    monkeypatch.setattr(defaults, "shipped_reranker_dir", lambda law: tmp_path / "none" / f"{law}.zip")
+    monkeypatch.setattr(defaults, "shipped_reranker_dir", lambda law, name="default": tmp_path / "none" / f"{law}.zip")
     for law, t in (("sampling", 1.0), ("greedy", 0.0)):
         with pytest.raises(DefaultRerankerError, match=f"no {law} champion"):
             default_reranker_dir(t)
+    with pytest.raises(DefaultRerankerError, match=r"^reranker:gemma3-270m: no greedy champion .*`make study-gemma3`"):
+        default_reranker_dir(0.0, "gemma3-270m")  # a missing champion names the make target that installs one
+    with pytest.raises(DefaultRerankerError, match="no such named champion .*reranker:gemma3-270m"):
+        defaults.champion_name("reranker:llama")
 
 
-def test_reranked_without_a_reranker_takes_the_default_only_with_the_shipped_head():
-    assert uses_default_reranker("reranked", None, Spec("eagle3:default"))
-    assert uses_default_reranker("reranked", DEFAULT, Spec("eagle3:default"))
-    assert not uses_default_reranker("draft", None, Spec("early-exit:8"))
-    assert not uses_default_reranker("reranked", tiny_isotonic("argmax"), Spec("early-exit:8"))
+def test_reranked_without_a_reranker_takes_the_champions_of_its_named_head():
+    assert named_champion("reranked", None, Spec("eagle3:default")) == "default"
+    assert named_champion("reranked", DEFAULT, Spec("eagle3:default")) == "default"
+    assert named_champion("reranked", None, Spec("eagle3:gemma3-270m")) == "gemma3-270m"  # by the pair it fits
+    assert named_champion("reranked", "reranker:gemma3-270m", Spec("early-exit:8")) == "gemma3-270m"  # as named
+    assert named_champion("draft", None, Spec("early-exit:8")) is None
+    assert named_champion("reranked", tiny_isotonic("argmax"), Spec("early-exit:8")) is None
     with pytest.raises(StrategyError, match=r"needs a reranker \(reranker=\) for drafter early-exit:8"):
-        uses_default_reranker("reranked", None, Spec("early-exit:8"))
+        named_champion("reranked", None, Spec("early-exit:8"))

@@ -31,7 +31,7 @@ from specrank.decode.verify import ExhaustiveVerifier
 from specrank.files import names_a_uri
 from specrank.law import Law
 from specrank.rerankers import load_reranker
-from specrank.rerankers.defaults import (DEFAULT, DEFAULT_DRAFTER, default_reranker_dir, is_default,
+from specrank.rerankers.defaults import (CHAMPIONS, champion_for, champion_name, default_reranker_dir,
                                          load_default_reranker)
 
 
@@ -112,7 +112,8 @@ class Decoder:
         self.target, self.drafter, self.verifier = target, drafter, verifier
         self.temperature = temperature
         self.config = DecodeConfig(shape, budget, extra=0, temperature=0.0 if temperature is None else temperature)
-        self.champions = {} if uses_default_reranker(strategy, reranker, drafter) else None  # law -> strategy
+        self.champion = named_champion(strategy, reranker, drafter)  # reranker:NAME's NAME, or None
+        self.champions = {} if self.champion is not None else None  # law -> strategy
         if self.champions is None:
             self.strategy = resolve_strategy(strategy, reranker)
             self.strategy.check(self.config, law=temperature is not None)
@@ -147,8 +148,9 @@ class Decoder:
         """``reranked`` with the default champion that fits ``config``'s temperature (loaded once per law)."""
         law = Law(config.temperature).name
         if law not in self.champions:
-            path = default_reranker_dir(config.temperature)
-            self.champions[law] = make_strategy("reranked", load_default_reranker(config.temperature), str(path))
+            path = default_reranker_dir(config.temperature, self.champion)
+            self.champions[law] = make_strategy("reranked", load_default_reranker(config.temperature, self.champion),
+                                                str(path))
         return self.champions[law]
 
     def _encode(self, prompt, config: DecodeConfig, prompt_id: str) -> list[int]:
@@ -205,16 +207,22 @@ def is_batch(prompt) -> bool:
     return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and isinstance(prompt[0], (str, list, tuple))
 
 
-def uses_default_reranker(strategy, reranker, drafter) -> bool:
-    """Whether ``reranked`` takes ``reranker:default``: named, or no reranker given with the shipped head (the pair
-    the default champions were trained with); another drafter without a reranker is refused in one line."""
-    if strategy != "reranked" or (reranker is not None and not is_default(reranker)):
-        return False
+def named_champion(strategy, reranker, drafter) -> str | None:
+    """``NAME`` when ``reranked`` takes the champions ``reranker:NAME``: named, or no reranker given with a named head
+    (``eagle3:default``, ``eagle3:gemma3-270m``: the pair its champions were trained with); another drafter without
+    a reranker is refused in one line. None: the strategy takes no named champion."""
+    if strategy != "reranked":
+        return None
+    named = champion_name(reranker)
+    if reranker is not None and named is None:
+        return None
     spec = getattr(drafter, "spec", "") or type(drafter).__name__
-    if spec != DEFAULT_DRAFTER:
-        raise StrategyError(f"strategy reranked needs a reranker (reranker=) for drafter {spec}: {DEFAULT} was "
-                            f"trained with {DEFAULT_DRAFTER} on the default target")
-    return True
+    named = named or champion_for(spec)
+    if named is None:
+        pairs = "; ".join(f"reranker:{n} with {p.drafter}" for n, p in CHAMPIONS.items())
+        raise StrategyError(f"strategy reranked needs a reranker (reranker=) for drafter {spec}: the named champions "
+                            f"were trained with other drafters ({pairs})")
+    return named
 
 
 def resolve_strategy(strategy, reranker) -> SelectionStrategy:

@@ -4,15 +4,15 @@ Specs: ``standalone:PATH`` (a causal LM directory sharing the target's tokenizer
 ``early-exit:K`` or ``early-exit:K:HEAD`` (the target's first K layers, optionally with a
 fitted linear exit head), ``eagle3:DIR`` or ``eagle3:ORG/NAME[@REVISION]`` (an EAGLE-3 head in its
 published format, local or a hub id;
-``eagle3:default`` is the head ``make drafter`` trains for the embedded default target, ``eagle3:gemma3-270m`` the
-one ``make drafter-gemma3`` trains for Gemma 3 270M).
+``eagle3:default`` is the head for the embedded default target, ``eagle3:gemma3-270m`` the one for Gemma 3 270M: each
+ships in the package, and ``make drafter`` / ``make drafter-gemma3`` train one into the cache that wins).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from specrank.decode.loading.eagle3 import TRAINED_HEADS, default_head_dir, has_default_head, head_dir, load_eagle3
+from specrank.decode.loading.eagle3 import NAMED_HEADS, head_dir, load_eagle3, missing_named_head
 from specrank.decode.loading.early_exit import check_exit_head_file, load_early_exit
 from specrank.decode.loading.standalone import load_standalone
 from specrank.decode.loading.targets import ModelLoadError, check_model_dir
@@ -43,12 +43,9 @@ def parse_drafter_spec(spec, eagle3_layers=None, specforge_norm_output=None) -> 
         if head:
             check_exit_head_file(head)
     elif kind == "eagle3" and rest:
-        if rest == "default" and not has_default_head():
-            raise FileNotFoundError(f"no default EAGLE-3 head in {default_head_dir()}: run `make drafter`")
-        if rest in TRAINED_HEADS and not Path(head_dir(rest), "config.json").is_file():
-            raise FileNotFoundError(f"no EAGLE-3 head {rest} in {head_dir(rest)}: run `{TRAINED_HEADS[rest][1]}` "
-                                    "(trains it into the cache)")
-        if rest != "default":
+        if rest in NAMED_HEADS and (missing := missing_named_head(rest)):
+            raise FileNotFoundError(missing)
+        if rest not in NAMED_HEADS:
             directory = head_dir(rest)
             if not Path(directory, "config.json").is_file():
                 raise FileNotFoundError(f"EAGLE-3 checkpoint not found: no config.json in {rest}")

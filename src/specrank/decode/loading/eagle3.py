@@ -51,41 +51,45 @@ from specrank.decode.loading.targets import ModelLoadError, cache_keyword
 from specrank.files import cache_root, sha256_files
 
 DEFAULT_HEAD = "smollm2-eagle3"
+# The heads named by their target (``eagle3:NAME``): their folder, in the cache and in the package, and the make
+# target that trains one into the cache (which wins over the shipped one).
+NAMED_HEADS = {"default": (DEFAULT_HEAD, "make drafter"), "gemma3-270m": ("gemma3-270m-eagle3", "make drafter-gemma3")}
 
 
-def cached_head_dir() -> Path:
-    """Where ``make drafter`` trains the embedded default target's head: ``$SPECRANK_CACHE/drafters/smollm2-eagle3``."""
-    return cache_root() / "drafters" / DEFAULT_HEAD
+def cached_head_dir(name: str = "default") -> Path:
+    """Where the head ``eagle3:NAME`` is trained into the cache: ``$SPECRANK_CACHE/drafters/<folder>``."""
+    return cache_root() / "drafters" / NAMED_HEADS[name][0]
 
 
-def shipped_head_dir() -> Path:
-    """The head that ships inside the package (bf16, its model card in ``README.md`` beside it)."""
-    return Path(str(resources.files("specrank") / "data" / "heads" / DEFAULT_HEAD))
+def shipped_head_dir(name: str = "default") -> Path:
+    """The head ``eagle3:NAME`` that ships inside the package (bf16, its model card in ``README.md`` beside it)."""
+    return Path(str(resources.files("specrank") / "data" / "heads" / NAMED_HEADS[name][0]))
+
+
+def named_head_dir(name: str) -> Path:
+    """``eagle3:NAME``: the head its make target trained into the cache when there is one, else the shipped head."""
+    cached = cached_head_dir(name)
+    return cached if (cached / "config.json").is_file() else shipped_head_dir(name)
 
 
 def default_head_dir() -> Path:
-    """``eagle3:default``: the head `make drafter` trained into the cache when there is one, else the shipped head."""
-    cached = cached_head_dir()
-    return cached if (cached / "config.json").is_file() else shipped_head_dir()
+    """``eagle3:default``: the embedded default target's head (``named_head_dir``)."""
+    return named_head_dir("default")
 
 
-# Heads trained into the cache by a make target and named by their target (``eagle3:NAME``): over the 16 MB a
-# packaged head may weigh (the Gemma 3 270M head is 17.1 MiB in bf16).
-TRAINED_HEADS = {"gemma3-270m": ("gemma3-270m-eagle3", "make drafter-gemma3")}
-
-
-def trained_head_dir(name: str) -> Path:
-    """Where ``eagle3:NAME`` (``TRAINED_HEADS``) is trained: ``$SPECRANK_CACHE/drafters/<directory>``."""
-    return cache_root() / "drafters" / TRAINED_HEADS[name][0]
+def missing_named_head(name: str) -> str | None:
+    """The one-line error for ``eagle3:NAME`` when neither the cache nor the package holds it (None: it is there)."""
+    if (named_head_dir(name) / "config.json").is_file():
+        return None
+    return (f"no EAGLE-3 head eagle3:{name} in {cached_head_dir(name)} nor in {shipped_head_dir(name)}: run "
+            f"`{NAMED_HEADS[name][1]}` (trains it into the cache)")
 
 
 def head_dir(spec) -> Path:
-    """The local directory of an ``eagle3:`` spec's rest: ``default``, a ``TRAINED_HEADS`` name, a path, or a hub id
-    (its snapshot)."""
-    if str(spec) == "default":
-        return default_head_dir()
-    if str(spec) in TRAINED_HEADS:
-        return trained_head_dir(str(spec))
+    """The local directory of an ``eagle3:`` spec's rest: a ``NAMED_HEADS`` name, a path, or a hub id (its
+    snapshot)."""
+    if str(spec) in NAMED_HEADS:
+        return named_head_dir(str(spec))
     if parse_hub_id(spec) is not None:
         return snapshot(spec, "EAGLE-3 head")
     return Path(spec)
@@ -388,9 +392,8 @@ def load_eagle3(directory, target, spec: str = "", eagle3_layers=None, specforge
     ``eagle3_formats``; ``eagle3_layers`` (``hidden_states`` indices) overrides the config's choice and
     ``specforge_norm_output`` says which SpecForge wrote ``norm_output``. Says once, on stderr, which dialect and
     which target layers were chosen."""
-    if str(directory) == "default" and not has_default_head():
-        raise FileNotFoundError(f"no default EAGLE-3 head in {default_head_dir()} nor in {shipped_head_dir()}: "
-                                "run `make drafter`")
+    if str(directory) in NAMED_HEADS and (missing := missing_named_head(str(directory))):
+        raise FileNotFoundError(missing)
     named, directory = str(directory), head_dir(directory)
     ckpt = read_head(directory, specforge_norm_output)
     config = eagle3_config(ckpt.config)

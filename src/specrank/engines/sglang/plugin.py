@@ -9,7 +9,7 @@ import os
 from specrank.engines.environment import number_setting
 from specrank.engines.sglang import hooks
 from specrank.engines.sglang.rescorer import TreeRescorer
-from specrank.rerankers.defaults import is_default, load_default_reranker
+from specrank.rerankers.defaults import champion_name, load_default_reranker
 from specrank.rerankers.loader import load_reranker
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,8 @@ def load_rescorer(environ=None) -> TreeRescorer | None:
     if not config["source"]:
         return None
     source = config["source"]
-    reranker = load_default_reranker(config["temperature"]) if is_default(source) else load_reranker(source)
+    named = champion_name(source)
+    reranker = load_default_reranker(config["temperature"], named) if named else load_reranker(source)
     return TreeRescorer(reranker, source, config["temperature"], config["task"], config["capacity"])
 
 

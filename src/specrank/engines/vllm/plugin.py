@@ -20,7 +20,7 @@ import os
 from specrank.engines.environment import number_setting
 from specrank.engines.vllm import hooks
 from specrank.engines.vllm.chooser import ChainChooser
-from specrank.rerankers.defaults import is_default, load_first_step_reranker
+from specrank.rerankers.defaults import champion_name, load_first_step_reranker
 from specrank.rerankers.loader import load_reranker
 
 logger = logging.getLogger(__name__)
@@ -79,7 +79,8 @@ def register() -> None:
 
     check_version(vllm.__version__)
     source = config["source"]
-    reranker = load_first_step_reranker(config["temperature"]) if is_default(source) else load_reranker(source)
+    named = champion_name(source)
+    reranker = load_first_step_reranker(config["temperature"], named) if named else load_reranker(source)
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 

@@ -9,7 +9,7 @@ from specrank.decode import DecodeConfig, PoolShape
 from specrank.decode.prompts import default_prompts_path, read_prompts
 from specrank.decode.pipeline import WorkerError
 from specrank.errors import CommandError
-from specrank.rerankers.defaults import is_default, load_default_reranker
+from specrank.rerankers.defaults import champion_name, load_default_reranker
 from specrank.outputs import check_output_dir
 from specrank.workflow import Tracking
 from specrank.experiments.online.run import Protocol, compare_online
@@ -51,8 +51,8 @@ def run(args) -> int:
     config = DecodeConfig(PoolShape(args.topk, args.depth, args.expand), args.budget, 0, args.temperature,
                           args.max_new_tokens, args.seed)
     reranker = None
-    if is_default(args.reranker):
-        reranker = load_default_reranker(args.temperature)
+    if champion_name(args.reranker):
+        reranker = load_default_reranker(args.temperature, champion_name(args.reranker))
     elif args.reranker:
         reranker = tracked.resolve_reranker(args.reranker, args.tracking_uri)
     tracking = None if args.no_tracking else Tracking(args.tracking_uri, args.experiment, args.run_name)

@@ -45,7 +45,7 @@ from specrank.files import directory_hash, file_hash
 from specrank.law import Law
 from specrank.outputs import check_output_dir
 from specrank.rerankers import GBMReranker, load_reranker, save_reranker
-from specrank.rerankers.defaults import DEFAULT, DEFAULT_DRAFTER, cached_reranker_dir
+from specrank.rerankers.defaults import cached_reranker_dir, champion_for
 from specrank.workflow.champion import choose_champion, fit_champion, model_card
 from specrank.workflow.evaluation import evaluate
 from specrank.workflow.features import Features, featurize
@@ -255,7 +255,7 @@ def plan_study(models: ModelSpec, prompts, out: Path, settings: StudySettings,
 def temperature_stage(plan: StudyPlan, temp: float, recorder: Recorder, tracking: Tracking | None, command: str,
                       default: bool) -> dict:
     """One temperature of the study: record to its round target, analyse, choose and refit the champion (installed
-    as ``reranker:default`` for the default pair on the default prompts), then the online phase; its figures."""
+    as ``reranker:NAME`` for a named pair on the default prompts), then the online phase; its figures."""
     s, models, name = plan.settings, plan.models, Law(temp).folder
     run_dir = plan.out / name
     goal = s.greedy_rounds if Law(temp).greedy else s.rounds
@@ -267,8 +267,9 @@ def temperature_stage(plan: StudyPlan, temp: float, recorder: Recorder, tracking
     recorded = read_prompts(plan.study_prompts, limit=decoded)
     figures["champion"] = champion_stage(run_dir, figures, recorded, temp, s, models.threads,
                                          prompts_path=plan.prompts_path, command=command)
-    if models.target == DEFAULT_TARGET and models.drafter == DEFAULT_DRAFTER and default:
-        install_champion(run_dir / "champion", temp)
+    named = champion_for(models.drafter, models.target)
+    if named is not None and default:
+        install_champion(run_dir / "champion", temp, named)
     if plan.reserved:
         other = min(s.online_other_prompts, plan.reserved)
         goal_prompts = plan.reserved if temp == plan.goal_temperature else other
@@ -309,13 +310,13 @@ def champion_stage(run_dir: Path, figures: dict, recorded, temp: float, settings
     return {**choice, "path": str(path.relative_to(run_dir.parent))}
 
 
-def install_champion(path: Path, temp: float) -> Path:
-    """Copy the default study's champion into the cache, where ``reranker:default`` finds it before the shipped
-    one (as a head ``make drafter`` trains into the cache wins over the shipped head)."""
-    target = cached_reranker_dir(Law(temp).name)
+def install_champion(path: Path, temp: float, name: str = "default") -> Path:
+    """Copy a named pair's study champion into the cache, where ``reranker:NAME`` finds it before the shipped one
+    (as a head ``make drafter`` trains into the cache wins over the shipped head)."""
+    target = cached_reranker_dir(Law(temp).name, name)
     target.parent.mkdir(parents=True, exist_ok=True)
     installed = save_reranker(load_reranker(path), target)
-    log.info(f"champion installed as {DEFAULT} ({Law(temp).name}): {installed}")
+    log.info(f"champion installed as reranker:{name} ({Law(temp).name}): {installed}")
     return installed
 
 

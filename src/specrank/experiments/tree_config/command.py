@@ -35,7 +35,7 @@ from specrank.experiments.tree_config.tables import (
     vllm_tree,
 )
 from specrank.outputs import check_output_dir, staged
-from specrank.rerankers.defaults import is_default, load_default_reranker
+from specrank.rerankers.defaults import champion_name, load_default_reranker
 
 
 def int_list(flag: str, low: int = 1):
@@ -175,8 +175,8 @@ def _reranker(args):
     """None (cross-fit or none) or the loaded reranker, refused before any model loads."""
     if args.reranker in (CROSS_FIT, "none"):
         return None
-    if is_default(args.reranker):  # the champion of --temperature's law
-        return load_default_reranker(args.temperature)
+    if champion_name(args.reranker):  # the champion of --temperature's law
+        return load_default_reranker(args.temperature, champion_name(args.reranker))
     return tracked.resolve_reranker(args.reranker, args.tracking_uri)
 
 
