@@ -171,6 +171,24 @@ def test_rerunning_a_finished_study_redoes_no_stage(models, reference, capsys):
     assert "online:" not in printed  # the online phase's saved tables are read back
 
 
+def test_a_study_carried_without_its_recordings_gives_the_same_results(models, reference, capsys):
+    """A study moved to another machine with its small files only (prompts, each temperature's figures, champion and
+    online tables) records nothing again and writes the same results; other settings are refused."""
+    out = models[0] / "carried"
+    out.mkdir()
+    shutil.copy2(reference / "prompts.jsonl", out / "prompts.jsonl")
+    for name in ("t1", "greedy"):
+        for part in ("champion", "online"):
+            shutil.copytree(reference / name / part, out / name / part)
+        shutil.copy2(reference / name / "figures.json", out / name / "figures.json")
+    assert main(study_args(models, out)) == 0
+    printed = capsys.readouterr().out
+    assert "record:" not in printed and printed.count("its offline figures and champion are carried") == 2
+    assert comparable(out / "results.json") == comparable(reference / "results.json")
+    assert main(study_args(models, out, "--rounds", "91")) == 2  # the carried figures answer other settings
+    assert "carried figures of other settings" in capsys.readouterr().err
+
+
 def test_another_study_in_the_same_directory_is_refused(models, reference, capsys):
     assert main(study_args(models, reference, "--seed", "1")) == 2
     err = capsys.readouterr().err.strip().splitlines()

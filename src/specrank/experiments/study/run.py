@@ -41,7 +41,7 @@ from specrank.experiments.online.run import OnlineComparison, Protocol, compare_
 from specrank.experiments.study.tables import RERANKERS, learning_curve_figure, render_results, temperature_results
 from specrank.featurize import read_features
 from specrank.featurize.storage import read_rounds_table
-from specrank.files import directory_hash, file_hash
+from specrank.files import directory_hash, file_hash, read_json
 from specrank.law import Law
 from specrank.outputs import check_output_dir
 from specrank.rerankers import GBMReranker, load_reranker, save_reranker
@@ -67,6 +67,7 @@ DEFAULT_ONLINE_PROMPTS = 100  # unseen prompts of the online goal cell (first sa
 DEFAULT_ONLINE_OTHER_PROMPTS = 40  # of the other cells (other temperatures, B = 59)
 ONLINE_BUDGETS = (8, 59)
 ONLINE_STRATEGIES = ("draft", "reranked", "root", "root_draw")
+FIGURES = "figures.json"  # a temperature's offline figures and champion choice, what a carried study keeps
 GPU_ROUND_MS = 14.5  # an SGLang round of an 8B target on an H200: the round a reranker's cost is weighed against
 EXPERIMENT = "specrank-study"
 log = logging.getLogger(__name__)
@@ -260,13 +261,19 @@ def temperature_stage(plan: StudyPlan, temp: float, recorder: Recorder, tracking
     run_dir = plan.out / name
     goal = s.greedy_rounds if Law(temp).greedy else s.rounds
     pipeline = _pipeline_name(tracking, temp)
-    decode = Tracking.stage(tracking.uri, tracking.experiment, pipeline, "decode") if tracking else None
-    decoded = recorder.until(plan.study_prompts, plan.kept - plan.reserved, run_dir, temp, goal, s, decode)
-    figures = analyse(run_dir, tracking, pipeline, s, models.threads)
-    figures["prompts_decoded"] = decoded
-    recorded = read_prompts(plan.study_prompts, limit=decoded)
-    figures["champion"] = champion_stage(run_dir, figures, recorded, temp, s, models.threads,
-                                         prompts_path=plan.prompts_path, command=command)
+    figures = carried_figures(run_dir, s)
+    if figures is not None and tracking is not None:
+        raise StudyDirError(f"{run_dir}: a carried temperature (its recording is not here) has nothing to log to "
+                            "MLflow; rerun with --no-tracking")
+    if figures is None:
+        decode = Tracking.stage(tracking.uri, tracking.experiment, pipeline, "decode") if tracking else None
+        decoded = recorder.until(plan.study_prompts, plan.kept - plan.reserved, run_dir, temp, goal, s, decode)
+        figures = analyse(run_dir, tracking, pipeline, s, models.threads)
+        figures["prompts_decoded"] = decoded
+        recorded = read_prompts(plan.study_prompts, limit=decoded)
+        figures["champion"] = champion_stage(run_dir, figures, recorded, temp, s, models.threads,
+                                             prompts_path=plan.prompts_path, command=command)
+        write_json_atomic(run_dir / FIGURES, {"settings": offline_settings(s), "figures": figures})
     named = champion_for(models.drafter, models.target)
     if named is not None and default:
         install_champion(run_dir / "champion", temp, named)
@@ -277,6 +284,25 @@ def temperature_stage(plan: StudyPlan, temp: float, recorder: Recorder, tracking
                                          models, s, goal_prompts=goal_prompts, other_prompts=other,
                                          progress=recorder.progress)
     return figures
+
+
+def offline_settings(settings: StudySettings) -> dict:
+    """The settings a temperature's offline figures depend on (every one but the online phase's)."""
+    return {k: v for k, v in asdict(settings).items() if not k.startswith("online") and k != "temperatures"}
+
+
+def carried_figures(run_dir: Path, settings: StudySettings) -> dict | None:
+    """A carried temperature's offline figures: ``run_dir/figures.json`` and its champion kept without the recording
+    they came from (``rounds/``: gone, as on another machine), made with these settings; None otherwise (the
+    temperature is recorded and analysed as usual)."""
+    path = run_dir / FIGURES
+    if (run_dir / "rounds").is_dir() or not path.is_file() or not (run_dir / "champion").exists():
+        return None
+    kept = read_json(path, "a study's carried figures")
+    if kept.get("settings") != offline_settings(settings):
+        raise StudyDirError(f"{path}: carried figures of other settings ({kept.get('settings')}); use a new --out")
+    log.info(f"\n{run_dir.name}: its recording is not here; its offline figures and champion are carried ({path})")
+    return kept["figures"]
 
 
 def online_reserve(n_prompts: int, online_prompts: int) -> int:
