@@ -299,3 +299,40 @@ def test_decoding_takes_a_fitted_reranker_or_a_file_not_an_mlflow_uri(pair):
         Decoder(target, drafter, "reranked", reranker="models:/demo-t1@champion", shape=SHAPE, budget=4)
     code = "import sys, specrank.decode.decoder; assert 'mlflow' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT / "src")})
+
+
+def test_generate_leaves_the_decoder_unchanged_and_a_champion_is_resolved_when_it_is_built(pair, monkeypatch):
+    """The champions of each law the decoder serves are loaded when it is built; generating at either temperature
+    reassigns nothing on it (its attributes are the same objects after)."""
+    import specrank.decode.decoder as decoder_module
+
+    target, drafter = pair
+    champions = {"greedy": fitted(pair, 0.0, cls=IsotonicFirstFactor), "sampling": fitted(pair, 1.0, cls=IsotonicFirstFactor)}
+    loaded = []
+
+    def load(temperature, name):
+        loaded.append((temperature, name))
+        return champions["greedy" if temperature == 0 else "sampling"]
+
+    monkeypatch.setattr(decoder_module, "named_champion", lambda strategy, reranker, drafter: "default")
+    monkeypatch.setattr(decoder_module, "load_default_reranker", load)
+    monkeypatch.setattr(decoder_module, "default_reranker_dir", lambda temperature, name: Path(f"/{name}/{temperature}"))
+    dec = Decoder(target, drafter, "reranked", config=DecodeConfig(SHAPE, budget=4, extra=0))
+    assert loaded == [(0.0, "default")]  # a decoder built at T = 0 serves the greedy law only
+    both = Decoder(target, drafter, "reranked", shape=SHAPE, budget=4)
+    assert loaded[1:] == [(0.0, "default"), (1.0, "default")] and set(both.strategies) == {"greedy", "sampling"}
+    before = {k: (id(v), v) for k, v in vars(both).items()}
+    for t in (1.0, 0.0, 1.0):
+        assert both.generate(PROMPT, max_new_tokens=4, temperature=t).stats.rounds >= 1
+    assert {k: (id(v), v) for k, v in vars(both).items()} == before and len(loaded) == 3  # nothing reloaded
+    assert both.strategy_for(DecodeConfig(SHAPE, 4, 0, 1.0)).reranker is champions["sampling"]
+    with pytest.raises(StrategyError, match="built for T = 0"):
+        dec.generate(PROMPT, max_new_tokens=4, temperature=1.0)  # the law it was not built for, in one line
+
+
+def test_the_keywords_fold_into_one_config(pair):
+    target, drafter = pair
+    base = DecodeConfig(SHAPE, budget=4, extra=0, temperature=1.0)
+    dec = Decoder(target, drafter, config=base, budget=3)
+    assert dec.config == DecodeConfig(SHAPE, budget=3, extra=0, temperature=1.0) and dec.temperature == 1.0
+    assert Decoder(target, drafter, shape=SHAPE, budget=4).temperature is None  # serves any temperature

@@ -94,10 +94,13 @@ class Decoder:
     (format 2, read as data); an MLflow model URI is resolved above decoding, by
     ``specrank.tracking.resolve_reranker``. With the shipped head (``eagle3:default``) and no reranker, ``reranked``
     uses ``reranker:default``: the default study's champion that fits the temperature each ``generate`` decodes at.
-    ``budget`` is the verified tree
-    size B (root excluded), ``shape`` the pool's growth. ``temperature`` is the default of ``generate`` (0 = greedy; None:
-    greedy unless ``generate`` says otherwise). A reranker is checked against the temperature it decodes at:
-    here when one is given, else when ``generate`` or ``rounds`` starts, before any model pass.
+    ``config`` (a ``DecodeConfig``) holds the verified tree size B (``budget``, root excluded), the pool's growth
+    (``shape``) and the temperature, the default of ``generate`` (0 = greedy); the keywords ``budget``, ``shape`` and
+    ``temperature`` are sugar folded into it once. Without a temperature (neither in ``config`` nor as a keyword),
+    the decoder serves any: greedy unless ``generate`` says otherwise. A reranker is checked against the temperature
+    it decodes at: here when one is known, else when ``generate`` or ``rounds`` starts, before any model pass. The
+    champions ``reranker:NAME`` are loaded here, for each law the decoder serves; ``generate`` changes nothing on
+    the decoder.
 
     ``pipeline=True`` moves the drafter into its own worker process (on ``drafter_device``, default its own device, with
     ``drafter_threads`` torch threads), where it drafts while the target runs the root pass (target-row reuse, arXiv
@@ -105,20 +108,21 @@ class Decoder:
     states (EAGLE-3 heads) are refused (``PipelineError``).
     """
 
-    def __init__(self, target, drafter, strategy="draft", *, reranker=None,
-                 budget: int = 59, shape: PoolShape = PoolShape(), temperature: float | None = None, verifier=None,
-                 pipeline: bool = False, drafter_device=None,
-                 drafter_threads: int | None = None):
+    def __init__(self, target, drafter, strategy="draft", *, reranker=None, config: DecodeConfig | None = None,
+                 budget: int | None = None, shape: PoolShape | None = None, temperature: float | None = None,
+                 verifier=None, pipeline: bool = False, drafter_device=None, drafter_threads: int | None = None):
         self.target, self.drafter, self.verifier = target, drafter, verifier
-        self.temperature = temperature
-        self.config = DecodeConfig(shape, budget, extra=0, temperature=0.0 if temperature is None else temperature)
+        given = {k: v for k, v in (("budget", budget), ("shape", shape), ("temperature", temperature)) if v is not None}
+        self.config = replace(config or DecodeConfig(extra=0), **given)  # the keywords folded in, once
+        # None: the decoder serves any temperature (greedy unless ``generate`` says otherwise)
+        self.temperature = self.config.temperature if config is not None or temperature is not None else None
         self.champion = named_champion(strategy, reranker, drafter)  # reranker:NAME's NAME, or None
-        self.champions = {} if self.champion is not None else None  # law -> strategy
-        if self.champions is None:
-            self.strategy = resolve_strategy(strategy, reranker)
-            self.strategy.check(self.config, law=temperature is not None)
-        else:  # the champion that fits the temperature, once it is known
-            self.strategy = self._champion(self.config) if temperature is not None else None
+        if self.champion is None:
+            self.strategies = {None: resolve_strategy(strategy, reranker)}
+            self.strategies[None].check(self.config, law=self.temperature is not None)
+        else:  # the champion of each law the decoder serves, resolved now
+            laws = [self.config.temperature] if self.temperature is not None else [0.0, 1.0]
+            self.strategies = {Law(t).name: self._champion(t) for t in laws}
         if pipeline:
             self.drafter = PipelinedDrafter(drafter, drafter_device, drafter_threads)
         elif drafter_device is not None or drafter_threads is not None:
@@ -135,23 +139,31 @@ class Decoder:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    @property
+    def strategy(self) -> SelectionStrategy:
+        """The strategy at the decoder's own temperature (greedy when it has none)."""
+        return self.strategy_for(self.config)
+
+    def strategy_for(self, config: DecodeConfig) -> SelectionStrategy:
+        """The strategy that decodes under ``config``: the decoder's one, or the champion of its law."""
+        if self.champion is None:
+            return self.strategies[None]
+        if config.law not in self.strategies:
+            raise StrategyError(f"this decoder was built for T = {self.config.temperature:g} (reranker:{self.champion}"
+                                f", {self.config.law}); build one without a temperature to decode at both laws")
+        return self.strategies[config.law]
+
     def _config(self, max_new_tokens: int, temperature: float | None, seed: int) -> DecodeConfig:
         """The decoding's configuration at ``temperature`` (None: the decoder's), its strategy checked against it."""
         t = next((x for x in (temperature, self.temperature) if x is not None), 0.0)
         config = replace(self.config, temperature=t, max_new_tokens=max_new_tokens, seed=seed)
-        if self.champions is not None:
-            self.strategy = self._champion(config)
-        self.strategy.check(config)
+        self.strategy_for(config).check(config)
         return config
 
-    def _champion(self, config: DecodeConfig) -> SelectionStrategy:
-        """``reranked`` with the default champion that fits ``config``'s temperature (loaded once per law)."""
-        law = Law(config.temperature).name
-        if law not in self.champions:
-            path = default_reranker_dir(config.temperature, self.champion)
-            self.champions[law] = make_strategy("reranked", load_default_reranker(config.temperature, self.champion),
-                                                str(path))
-        return self.champions[law]
+    def _champion(self, temperature: float) -> SelectionStrategy:
+        """``reranked`` with the named champion that fits ``temperature``."""
+        path = default_reranker_dir(temperature, self.champion)
+        return make_strategy("reranked", load_default_reranker(temperature, self.champion), str(path))
 
     def _encode(self, prompt, config: DecodeConfig, prompt_id: str) -> list[int]:
         if isinstance(prompt, str):
@@ -176,7 +188,7 @@ class Decoder:
         config = self._config(max_new_tokens, temperature, seed)
         ids = self._encode(prompt, config, prompt_id or "0")
         timer, counter = Timer(), AcceptedCounter()
-        tokens, _ = decode_prompt(self.target, self.drafter, ids, config, self.strategy, verifier=self.verifier,
+        tokens, _ = decode_prompt(self.target, self.drafter, ids, config, self.strategy_for(config), verifier=self.verifier,
                                   observer=counter, prompt_id=prompt_id or "0", timer=timer)
         stats = GenerationStats(timer.rounds, counter.accepted, timer.passes, len(tokens), timer.decoding,
                                 timer.split())
@@ -188,13 +200,13 @@ class Decoder:
         config = self._config(max_new_tokens, temperature, seed)
         ids = self._encode(prompt, config, prompt_id)
         verifier = self.verifier or ExhaustiveVerifier(config.temperature)
-        timer, measure = Timer(), Measure()
+        timer, measure, strategy = Timer(), Measure(), self.strategy_for(config)
 
         def round_fn(state):
-            return decode_round(self.target, self.drafter, state, config, verifier, self.strategy, timer, measure)
+            return decode_round(self.target, self.drafter, state, config, verifier, strategy, timer, measure)
 
         yield from iter_rounds(self.target, self.drafter, ids, config, round_fn, prompt_id=prompt_id, timer=timer,
-                               with_rows=self.strategy.needs_rows)
+                               with_rows=strategy.needs_rows)
 
     def decode_text(self, tokens) -> str:
         """The text of generated token ids (special tokens left out)."""
