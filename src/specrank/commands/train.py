@@ -15,7 +15,8 @@ from pathlib import Path
 
 from specrank.commands.args import at_least, experiment_name
 from specrank.rerankers import GBMReranker
-from specrank.workflow import RERANKER_NAMES, Features, Tracking, cross_fit
+from specrank.rerankers.registry import KINDS
+from specrank.workflow import Features, Tracking, cross_fit
 from specrank.workflow.rerankers import GBM_SETTINGS
 
 
@@ -23,7 +24,7 @@ from specrank.workflow.rerankers import GBM_SETTINGS
 def add_arguments(parser) -> None:
     parser.add_argument("features", help="features Parquet file written by `specrank featurize`")
     parser.add_argument("--rerankers", default="isotonic,base,rows",
-                        help=f"comma-separated names among {', '.join(RERANKER_NAMES)} (default: isotonic,base,rows)")
+                        help=f"comma-separated reranker kinds among {', '.join(KINDS)} (default: isotonic,base,rows)")
     parser.add_argument("--out-dir", help="output directory (default: next to FEATURES, in rerankers/)")
     parser.add_argument("--edges", help="edges table (`featurize --edges-out`), needed by per_depth")
     parser.add_argument("--backend", choices=("lightgbm", "sklearn"), default="lightgbm")

@@ -1,7 +1,8 @@
 """The registry of evaluated scores: each one's name, its short label (report, figures, headline table), its full
 label (results page), what kind of score it is, and the reading order built from them.
 
-The score functions themselves are ``specrank.selection.scores``; an evaluated score is one of them with its
+The reranker kinds' names and labels come from their registry (``specrank.rerankers.registry``). The score
+functions themselves are ``specrank.selection.scores``; an evaluated score is one of them with its
 inputs (a reranker's column, the cross-fitted per-depth factors, a retained row), named as the tables name it.
 A reranker column the registry does not know keeps its own name as its label.
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
+
+from specrank.rerankers.registry import KINDS, ROLES
 
 
 @dataclass(frozen=True)
@@ -29,13 +32,16 @@ def _registry(*entries: EvaluatedScore) -> MappingProxyType:
     return MappingProxyType({e.name: e for e in entries})
 
 
+def kind_scores() -> list[EvaluatedScore]:
+    """The registered reranker kinds as evaluated scores (``rerankers.registry``): controls, then rerankers, each in
+    registration order; a kind fitted on the edges is computed by the evaluation itself (built in)."""
+    kinds = sorted(KINDS.values(), key=lambda k: ROLES.index(k.role))
+    return [EvaluatedScore(k.name, k.label, k.full_label, k.role, k.table == "edges") for k in kinds]
+
+
 SCORE_NAMES = _registry(
     EvaluatedScore("draft", "Draft", "Draft selection", "draft", True),
-    EvaluatedScore("isotonic", "Isotonic", "Isotonic first factor", "control", False),
-    EvaluatedScore("per_depth", "Per-depth", "Per-depth calibration", "control", True),
-    EvaluatedScore("base", "Base", "Base reranker", "reranker", False),
-    EvaluatedScore("rows", "Rows", "Rows reranker", "reranker", False),
-    EvaluatedScore("ranking", "Ranking", "Ranking reranker", "reranker", False),
+    *kind_scores(),
     EvaluatedScore("rows+per_depth", "Rows + per-depth", "Rows + per-depth", "stacked", False),
     EvaluatedScore("ranking+per_depth", "Ranking + per-depth", "Ranking + per-depth", "stacked", False),
     EvaluatedScore("root", "Root", "Root selection", "exact", True),
@@ -66,6 +72,8 @@ def label(name: str) -> str:
     its parts' labels)."""
     if name in SCORE_NAMES:
         return SCORE_NAMES[name].label
+    if name in KINDS:  # a kind registered after this module was imported
+        return KINDS[name].label
     if "+" in name:
         return " + ".join(label(part) for part in name.split("+"))
     return name
@@ -76,6 +84,8 @@ def full_label(name: str) -> str:
     stacked score, ``a+b``, joins its parts' labels)."""
     if name in SCORE_NAMES:
         return SCORE_NAMES[name].full_label
+    if name in KINDS:
+        return KINDS[name].full_label
     if "+" in name:
         return " + ".join(label(part) for part in name.split("+"))
     return name

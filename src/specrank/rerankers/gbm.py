@@ -17,6 +17,7 @@ from specrank.featurize.features import FeatureArrays
 from specrank.featurize.prior import TokenPrior
 from specrank.featurize.sets import CATEGORICAL_FEATURES, PRIOR_FEATURE, input_columns, resolve_features
 from specrank.law import SAMPLING, Law
+from specrank.rerankers.state import GBM
 from specrank.rerankers.base import Reranker
 from specrank.rerankers.ranking import fit_ranking, round_groups
 
@@ -92,6 +93,7 @@ class GBMReranker(Reranker):
     candidates as the ranking does, and read as probabilities as the pointwise objective's do.
     """
 
+    codec = GBM  # format 2
     _parameter_constraints = {
         "features": [str, list, tuple],  # a set name or feature names: resolve_features checks them
         "backend": [StrOptions(set(BACKENDS))],

@@ -10,6 +10,7 @@ from sklearn.utils._param_validation import Interval
 
 from specrank import schema
 from specrank.featurize.features import FeatureArrays
+from specrank.rerankers.state import ISOTONIC, PER_DEPTH
 from specrank.rerankers.base import Reranker, unit_interval
 
 
@@ -38,6 +39,7 @@ class IsotonicFirstFactor(Reranker):
     """Replaces q1 by an isotonic estimate of the target probability (200 equal-count bins)."""
 
     _parameter_constraints = {"n_bins": [Interval(Integral, 1, None, closed="left")]}
+    codec = ISOTONIC  # format 2
 
     def __init__(self, n_bins: int = 200):
         self.n_bins = n_bins
@@ -60,6 +62,7 @@ class PerDepthCalibration(Reranker):
     """
 
     _parameter_constraints = {"n_bins": [Interval(Integral, 1, None, closed="left")]}
+    codec = PER_DEPTH  # format 2
 
     def __init__(self, n_bins: int = 200):
         self.n_bins = n_bins

@@ -7,9 +7,7 @@ import json
 import zipfile
 from pathlib import Path
 
-from specrank.featurize.prior import TokenPrior
-from specrank.rerankers.gbm import GBMReranker
-from specrank.rerankers.isotonic import IsotonicFirstFactor, PerDepthCalibration
+from specrank.rerankers.registry import CLASSES
 from specrank.rerankers.stacked import StackedReranker
 from specrank.rerankers.persist import (
     FORMAT,
@@ -26,26 +24,11 @@ from specrank.rerankers.persist import (
     read_members,
     short,
 )
-from specrank.rerankers.state import (
-    ARRAYS,
-    LIGHTGBM,
-    PARTS,
-    SKLEARN,
-    STACKED,
-    StateError,
-    check_state,
-    isotonic_from,
-    npz_arrays,
-    read_booster,
-    read_skops,
-)
-
-CLASSES = {c.__name__: c for c in (IsotonicFirstFactor, PerDepthCalibration, GBMReranker, StackedReranker)}
-
+from specrank.rerankers.state import ARRAYS, PARTS, STACKED, StateError, check_state, npz_arrays
 
 def decode(name: str, params: dict, state: dict, arrays: dict, files: dict[str, bytes], meta: dict):
-    """The estimator of class ``name`` (one of ``CLASSES``) with ``params``, its checked fitted state
-    (``check_state``) and the metadata of ``reranker.json``."""
+    """The estimator of class ``name`` (one of ``registry.CLASSES``) with ``params``, its checked fitted state
+    (``check_state``, read back by the class's codec) and the metadata of ``reranker.json``."""
     if name == STACKED:
         parts = {part: decode(params[part]["class"], params[part]["params"], state[part],
                               {k.removeprefix(f"{part}."): v for k, v in arrays.items() if k.startswith(f"{part}.")},
@@ -55,17 +38,7 @@ def decode(name: str, params: dict, state: dict, arrays: dict, files: dict[str, 
     est = CLASSES[name](**params)
     est.features_, est.label_kind_, est.topk_ = list(meta["features"]), meta["label_kind"], int(meta["topk"])
     est.version_, est.rounds_digest_ = meta["version"], meta.get("rounds_digest")
-    if name == "IsotonicFirstFactor":
-        est.iso_ = isotonic_from(arrays, "iso", state["iso"])
-    elif name == "PerDepthCalibration":
-        est.maps_ = {int(d): isotonic_from(arrays, f"depth{d}", state["iso"]) for d in state["depths"]}
-    else:
-        est.task_categories_ = list(state["task_categories"])
-        est.prior_ = TokenPrior(state["prior_pseudo_count"])
-        if "prior.tokens" in arrays:
-            est.prior_.tokens_, est.prior_.means_ = arrays["prior.tokens"], arrays["prior.means"]
-            est.prior_.mean_ = float(arrays["prior.mean"])
-        est.model_ = read_booster(files[LIGHTGBM]) if est.backend == "lightgbm" else read_skops(files[SKLEARN])
+    CLASSES[name].codec.decode(est, state, arrays, files)
     return est
 
 
@@ -93,13 +66,13 @@ def load_format2(path) -> object:
         raise RerankerFileError(f"{where}: class: unknown reranker class {short(meta['class'])} "
                                 f"(format 2 knows {', '.join(CLASSES)})")
     check_params(where, CLASSES[meta["class"]], meta["params"], meta["features"], CLASSES)
-    check_files(path, meta, files)
+    check_files(path, meta, files, CLASSES)
     check_version(path, meta["version"])
     if feature_schema_hash(meta["features"], meta["label_kind"], meta["topk"]) != meta["feature_schema_hash"]:
         raise RerankerFileError(f"{where}: feature_schema_hash does not match its features, label_kind and topk")
     try:
         arrays = npz_arrays(files[ARRAYS])
-        check_state(meta["class"], meta["params"], meta["state"], arrays)
+        check_state(meta["class"], meta["params"], meta["state"], arrays, CLASSES)
         est = decode(meta["class"], meta["params"], meta["state"], arrays, files, meta)
     except StateError as exc:
         raise RerankerFileError(f"{path}: {exc}") from None

@@ -244,18 +244,19 @@ def check_part(where: str, key: str, part, allowed) -> None:
         raise RerankerFileError(f"{where}: {key}.params: must be an object; got {short(part['params'])}")
 
 
-def check_files(path, meta: dict, files: dict[str, bytes]) -> None:
+def check_files(path, meta: dict, files: dict[str, bytes], classes: dict) -> None:
     """Closed integrity: the files present are exactly those listed, each with its sha256, and exactly the
-    files of the class (and backend) that ``reranker.json`` names."""
+    files of the class (and backend) that ``reranker.json`` names (``classes``: name -> class, whose ``codec``
+    says them)."""
     listed, present = set(meta["files"]), set(files) - {META}
     trees, params = tree_part(meta["class"], meta["params"])  # params checked already (check_params)
     backend = "params.first_factor.params.backend" if meta["class"] == STACKED else "params.backend"
-    needed = required_files(trees, params.get("backend"))
+    needed = required_files(classes[trees].codec, params)
     for name in sorted(needed - listed):
-        why = f" ({backend} is {params.get('backend')!r})" if trees == "GBMReranker" else ""
+        why = f" ({backend} is {params.get('backend')!r})" if "backend" in params else ""
         raise RerankerFileError(f"{path}/{META}: files: {name} is not listed, and a {meta['class']} needs it{why}")
     for name in sorted(listed - needed):
-        why = f" with {backend} {params.get('backend')!r}" if trees == "GBMReranker" else ""
+        why = f" with {backend} {params.get('backend')!r}" if "backend" in params else ""
         raise RerankerFileError(f"{path}/{META}: files: {name} is not a file of a {meta['class']}{why}")
     for name in sorted(present - listed):
         raise RerankerFileError(f"{path}: {name} is not listed in {META} (a file nothing vouches for)")

@@ -3,25 +3,28 @@ sklearn's histogram boosting through skops with an explicit list of trusted type
 
 Nothing here unpickles: arrays are read with ``allow_pickle=False``, the LightGBM text is parsed by
 LightGBM, skops rebuilds only the types named in ``SKOPS_TRUSTED`` (besides its safe defaults), and the
-estimator class comes from ``rerankers.loader.CLASSES``, never from a name in the file.
+estimator class comes from ``rerankers.registry.CLASSES``, never from a name in the file. Each class's ``Codec``
+says what it stores (``GBMReranker.codec`` is ``GBM``, and so on).
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import lightgbm as lgb
 import numpy as np
 import sklearn
 from sklearn.isotonic import IsotonicRegression
 
+from specrank.featurize.prior import TokenPrior
 from specrank.featurize.sets import PRIOR_FEATURE, resolve_features
 
 ARRAYS = "arrays.npz"
 LIGHTGBM = "lightgbm.txt"
 SKLEARN = "sklearn.skops"
 STACKED = "StackedReranker"
-CLASS_NAMES = ("IsotonicFirstFactor", "PerDepthCalibration", "GBMReranker", STACKED)  # the classes format 2 knows
 # A stacked reranker's parts: parameter -> the classes it may be; each part's state is stored under its name, its
 # arrays prefixed with it, its other files (a first factor's booster) as they are.
 PARTS = {"first_factor": ("IsotonicFirstFactor", "GBMReranker"), "per_depth": ("PerDepthCalibration",)}
@@ -70,6 +73,22 @@ def isotonic_from(arrays: dict, prefix: str, params: dict) -> IsotonicRegression
     return iso
 
 
+@dataclass(frozen=True)
+class Codec:
+    """How format 2 stores one estimator class's fitted state (the class names it: ``cls.codec``).
+
+    ``encode(est) -> (state, arrays, files)``: JSON state, numeric arrays, other files; ``decode(est, state, arrays,
+    files)`` sets the fitted attributes on ``est`` (built from its saved params; ``features_`` and the metadata set
+    already); ``state``: each key of ``state`` -> (description, predicate), checked before anything is built;
+    ``arrays(params, state)``: the names of the arrays it needs; ``files(params)``: its files besides the arrays."""
+
+    encode: Callable
+    decode: Callable
+    state: dict
+    arrays: Callable = lambda params, state: []
+    files: Callable = lambda params: set()
+
+
 def encode(est) -> tuple[dict, dict[str, np.ndarray], dict[str, bytes]]:
     """(JSON state, arrays, other files) of a fitted reranker."""
     name = type(est).__name__  # by name: the classes sit above this module
@@ -80,41 +99,65 @@ def encode(est) -> tuple[dict, dict[str, np.ndarray], dict[str, bytes]]:
             arrays.update({f"{part}.{k}": v for k, v in own.items()})
             files.update(more)
         return state, arrays, files
-    if name == "IsotonicFirstFactor":
-        return {"iso": est.iso_.get_params()}, isotonic_arrays(est.iso_, "iso"), {}
-    if name == "PerDepthCalibration":
-        depths = sorted(int(d) for d in est.maps_)
-        arrays = {k: v for d in depths for k, v in isotonic_arrays(est.maps_[d], f"depth{d}").items()}
-        return {"depths": depths, "iso": est.maps_[depths[0]].get_params()}, arrays, {}
-    if name == "GBMReranker":
-        arrays = {}
-        if hasattr(est.prior_, "tokens_"):
-            arrays = {"prior.tokens": est.prior_.tokens_, "prior.means": est.prior_.means_,
-                      "prior.mean": np.float64(est.prior_.mean_)}
-        state = {"task_categories": list(est.task_categories_), "prior_pseudo_count": est.prior_.pseudo_count}
-        if est.backend == "lightgbm":
-            return state, arrays, {LIGHTGBM: est.model_.model_to_string().encode()}
+    codec = getattr(type(est), "codec", None)
+    if codec is None:
+        raise StateError(f"cannot save a {name}: it has no format-2 codec (rerankers.registry, \"Adding a reranker\")")
+    return codec.encode(est)
 
-        import skops.io  # skops imports torch when it is installed: only where a model is written
 
-        return state, arrays, {SKLEARN: skops.io.dumps(est.model_)}
-    raise StateError(f"cannot save a {type(est).__name__} (format 2 knows {', '.join(CLASS_NAMES)})")
+def encode_isotonic(est):
+    return {"iso": est.iso_.get_params()}, isotonic_arrays(est.iso_, "iso"), {}
+
+
+def decode_isotonic(est, state, arrays, files) -> None:
+    est.iso_ = isotonic_from(arrays, "iso", state["iso"])
+
+
+def encode_per_depth(est):
+    depths = sorted(int(d) for d in est.maps_)
+    arrays = {k: v for d in depths for k, v in isotonic_arrays(est.maps_[d], f"depth{d}").items()}
+    return {"depths": depths, "iso": est.maps_[depths[0]].get_params()}, arrays, {}
+
+
+def decode_per_depth(est, state, arrays, files) -> None:
+    est.maps_ = {int(d): isotonic_from(arrays, f"depth{d}", state["iso"]) for d in state["depths"]}
+
+
+def encode_gbm(est):
+    arrays = {}
+    if hasattr(est.prior_, "tokens_"):
+        arrays = {"prior.tokens": est.prior_.tokens_, "prior.means": est.prior_.means_,
+                  "prior.mean": np.float64(est.prior_.mean_)}
+    state = {"task_categories": list(est.task_categories_), "prior_pseudo_count": est.prior_.pseudo_count}
+    if est.backend == "lightgbm":
+        return state, arrays, {LIGHTGBM: est.model_.model_to_string().encode()}
+
+    import skops.io  # skops imports torch when it is installed: only where a model is written
+
+    return state, arrays, {SKLEARN: skops.io.dumps(est.model_)}
+
+
+def decode_gbm(est, state, arrays, files) -> None:
+    est.task_categories_ = list(state["task_categories"])
+    est.prior_ = TokenPrior(state["prior_pseudo_count"])
+    if "prior.tokens" in arrays:
+        est.prior_.tokens_, est.prior_.means_ = arrays["prior.tokens"], arrays["prior.means"]
+        est.prior_.mean_ = float(arrays["prior.mean"])
+    est.model_ = read_booster(files[LIGHTGBM]) if est.backend == "lightgbm" else read_skops(files[SKLEARN])
 
 
 def tree_part(name: str, params: dict) -> tuple[str, dict]:
-    """(class, params) of the part that holds the trees: a stacked reranker's first factor (its params checked
+    """(class, params) of the part that holds the files: a stacked reranker's first factor (its params checked
     already), else the reranker itself."""
     if name == STACKED:
         return params["first_factor"]["class"], params["first_factor"]["params"]
     return name, params
 
 
-def required_files(name: str, backend) -> set[str]:
-    """The files (besides ``reranker.json``) a saved reranker of class ``name`` (a stacked one's: of its first
-    factor, ``tree_part``) consists of, no more."""
-    if name != "GBMReranker":
-        return {ARRAYS}
-    return {ARRAYS, LIGHTGBM if backend == "lightgbm" else SKLEARN}
+def required_files(codec: Codec, params: dict) -> set[str]:
+    """The files (besides ``reranker.json``) a saved reranker of a class with ``codec`` (a stacked one's: of its
+    first factor, ``tree_part``) consists of, no more."""
+    return {ARRAYS} | set(codec.files(params))
 
 
 def _is_number(v) -> bool:
@@ -129,19 +172,38 @@ ISO_STATE = {
     "y_min": ("a finite number or null", lambda v: v is None or _is_number(v)),
     "y_max": ("a finite number or null", lambda v: v is None or _is_number(v)),
 }
-STATE = {
-    "IsotonicFirstFactor": {"iso": ("an object", lambda v: isinstance(v, dict))},
-    "PerDepthCalibration": {
-        "depths": ("a non-empty list of distinct integers >= 1",
-                   lambda v: isinstance(v, list) and v and len(set(map(repr, v))) == len(v)
-                   and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in v)),
-        "iso": ("an object", lambda v: isinstance(v, dict)),
-    },
-    "GBMReranker": {
-        "task_categories": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v)),
-        "prior_pseudo_count": ("a finite number >= 0", lambda v: _is_number(v) and v >= 0),
-    },
+ISOTONIC_STATE = {"iso": ("an object", lambda v: isinstance(v, dict))}
+PER_DEPTH_STATE = {
+    "depths": ("a non-empty list of distinct integers >= 1",
+               lambda v: isinstance(v, list) and v and len(set(map(repr, v))) == len(v)
+               and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in v)),
+    "iso": ("an object", lambda v: isinstance(v, dict)),
 }
+GBM_STATE = {
+    "task_categories": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v)),
+    "prior_pseudo_count": ("a finite number >= 0", lambda v: _is_number(v) and v >= 0),
+}
+
+
+def isotonic_tables(params: dict, state: dict) -> list[str]:
+    return [f"iso.{k}" for k in ISOTONIC_FITTED]
+
+
+def per_depth_tables(params: dict, state: dict) -> list[str]:
+    return [f"depth{d}.{k}" for d in state["depths"] for k in ISOTONIC_FITTED]
+
+
+def gbm_arrays(params: dict, state: dict) -> list[str]:
+    return ["prior.tokens", "prior.means", "prior.mean"] if PRIOR_FEATURE in resolve_features(params["features"]) else []
+
+
+def gbm_files(params: dict) -> set[str]:
+    return {LIGHTGBM if params.get("backend") == "lightgbm" else SKLEARN}
+
+
+ISOTONIC = Codec(encode_isotonic, decode_isotonic, ISOTONIC_STATE, isotonic_tables)
+PER_DEPTH = Codec(encode_per_depth, decode_per_depth, PER_DEPTH_STATE, per_depth_tables)
+GBM = Codec(encode_gbm, decode_gbm, GBM_STATE, gbm_arrays, gbm_files)
 
 
 def _check_keys(where: str, got: dict, checks: dict) -> None:
@@ -157,27 +219,24 @@ def _check_keys(where: str, got: dict, checks: dict) -> None:
             raise StateError(f"{where}.{key}: must be {expected}; got {got[key]!r}")
 
 
-def wanted_arrays(name: str, params: dict, state: dict, where: str = "state", prefix: str = "") -> list[str]:
-    """The arrays a ``state`` of class ``name`` needs, once the state's keys are checked (a stacked reranker's
-    part: its state under ``where``, its arrays named ``prefix`` + key)."""
+def wanted_arrays(name: str, params: dict, state: dict, classes: dict, where: str = "state",
+                  prefix: str = "") -> list[str]:
+    """The arrays a ``state`` of class ``name`` (``classes``: name -> class) needs, once the state's keys are
+    checked (a stacked reranker's part: its state under ``where``, its arrays named ``prefix`` + key)."""
     if name == STACKED:
         _check_keys(where, state, {part: ("an object", lambda v: isinstance(v, dict)) for part in PARTS})
         return [key for part in PARTS for key in wanted_arrays(params[part]["class"], params[part]["params"],
-                                                                state[part], f"{where}.{part}", f"{part}.")]
-    _check_keys(where, state, STATE[name])
-    tables = []
-    if "iso" in state:
+                                                                state[part], classes, f"{where}.{part}", f"{part}.")]
+    codec = classes[name].codec
+    _check_keys(where, state, codec.state)
+    if "iso" in state and isinstance(state["iso"], dict):
         _check_keys(f"{where}.iso", state["iso"], ISO_STATE)
-        tables = ["iso"] if name == "IsotonicFirstFactor" else [f"depth{d}" for d in state["depths"]]
-    wanted = [f"{prefix}{t}.{k}" for t in tables for k in ISOTONIC_FITTED]
-    if name == "GBMReranker" and PRIOR_FEATURE in resolve_features(params["features"]):
-        wanted = [f"{prefix}prior.tokens", f"{prefix}prior.means", f"{prefix}prior.mean"]
-    return wanted
+    return [f"{prefix}{key}" for key in codec.arrays(params, state)]
 
 
-def check_state(name: str, params: dict, state: dict, arrays: dict) -> None:
+def check_state(name: str, params: dict, state: dict, arrays: dict, classes: dict) -> None:
     """Refuse a ``state`` (or arrays) that does not describe a fitted ``name``, naming the key."""
-    wanted = wanted_arrays(name, params, state)
+    wanted = wanted_arrays(name, params, state, classes)
     missing = [k for k in wanted if k not in arrays]
     if missing:
         raise StateError(f"{ARRAYS}: no array {missing[0]!r}")
@@ -202,6 +261,8 @@ ARRAY_SHAPES = {
 
 
 def _check_array(key: str, value: np.ndarray) -> None:
+    if key.rsplit(".", 1)[1] not in ARRAY_SHAPES:  # another class's array: its codec's decode checks it
+        return
     ndim, kinds = ARRAY_SHAPES[key.rsplit(".", 1)[1]]
     if value.ndim != ndim or value.dtype.kind not in kinds or (ndim and not len(value) and "thresholds" in key):
         shape = "a scalar" if ndim == 0 else "a non-empty vector" if "thresholds" in key else "a vector"

@@ -14,11 +14,10 @@ The commands ``specrank decode``, ``featurize``, ``train`` and ``evaluate`` are 
 from specrank.workflow.evaluation import evaluate
 from specrank.workflow.features import Features, featurize
 from specrank.workflow.recording import Lossy, Recording, record
-from specrank.workflow.rerankers import RERANKER_NAMES, Rerankers, cross_fit, make_reranker
+from specrank.workflow.rerankers import Rerankers, cross_fit, make_reranker
 from specrank.workflow.tracking import Tracking
 
 __all__ = [
-    "RERANKER_NAMES",
     "Features",
     "Lossy",
     "Recording",

@@ -18,7 +18,8 @@ from specrank.featurize.features import META_KEY
 from specrank.featurize.sets import input_columns, resolve_features
 from specrank.featurize.storage import check_same_rounds, rounds_of
 from specrank.outputs import check_distinct, check_output_dir, staged
-from specrank.rerankers import GBMReranker, IsotonicFirstFactor, PerDepthCalibration, load_reranker
+from specrank.rerankers import GBMReranker, load_reranker
+from specrank.rerankers.registry import KINDS, kind
 from specrank.rerankers import cross_fit_table
 from specrank.rerankers import tune
 from specrank.schema import FEATURE_KEYS, require_columns
@@ -27,8 +28,6 @@ from specrank.workflow.tracking import Tracking
 
 log = logging.getLogger(__name__)
 
-RERANKER_NAMES = ("isotonic", "base", "rows", "ranking", "per_depth")
-TUNED = ("base", "rows", "ranking")  # the rerankers with hyper-parameters worth a search
 GBM_SETTINGS = ("backend", "n_estimators", "learning_rate", "num_leaves", "monotone_draft", "boost_from_draft")
 
 
@@ -73,26 +72,25 @@ class Rerankers:
 
 
 def make_reranker(name: str, *, seed: int = 0, n_jobs: int | None = None, **gbm):
-    """The reranker called ``name``; Base, Rows and Ranking (Rows' features, ranked by round) take ``GBMReranker``'s
-    boosting settings (``gbm``)."""
-    if name == "isotonic":
-        return IsotonicFirstFactor()
-    if name == "per_depth":
-        return PerDepthCalibration()
-    if name == "ranking":
-        return GBMReranker("rows", objective="lambdarank", n_jobs=n_jobs, random_state=seed, **gbm)
-    return GBMReranker(name, n_jobs=n_jobs, random_state=seed, **gbm)
+    """An unfitted reranker of the registered kind ``name`` (``rerankers.registry``); the kinds that boost take
+    ``GBMReranker``'s settings (``gbm``)."""
+    return kind(name).make(seed=seed, n_jobs=n_jobs, **gbm)
 
 
 def reranker_names(names) -> list[str]:
-    """``names`` (a comma-separated string or a sequence), each checked among ``RERANKER_NAMES``."""
+    """``names`` (a comma-separated string or a sequence), each a registered kind."""
     text = names if isinstance(names, str) else ",".join(names)
     names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in RERANKER_NAMES]
-    if unknown or not names:
-        raise ValueError(f"unknown reranker {unknown[0] if unknown else text!r} "
-                         f"(choose from {', '.join(RERANKER_NAMES)})")
+    if not names:
+        raise ValueError(f"unknown reranker {text!r} (choose from {', '.join(KINDS)})")
+    for name in names:
+        kind(name)
     return names
+
+
+def on_edges(name: str) -> bool:
+    """Whether the kind ``name`` is fitted on the pool's edges (per-depth calibration), not the first level."""
+    return kind(name).table == "edges"
 
 
 def cross_fit(features: Features | str | Path, *, rerankers=("isotonic", "base", "rows"), out=None,
@@ -111,8 +109,9 @@ def cross_fit(features: Features | str | Path, *, rerankers=("isotonic", "base",
     names = reranker_names(rerankers)
     gbm = dict(gbm or {})
     check_register(register, register_reranker, names, tracking)
-    if "per_depth" in names and features.edges_path is None:
-        raise ValueError("per_depth needs --edges (write it with `specrank featurize --edges-out`)")
+    edged = [n for n in names if on_edges(n)]
+    if edged and features.edges_path is None:
+        raise ValueError(f"{edged[0]} needs --edges (write it with `specrank featurize --edges-out`)")
     for name in names:
         make_reranker(name, seed=seed, n_jobs=n_jobs, **gbm).check_params()  # refused before any work
     out_dir = check_output_dir(out or features.path.parent / "rerankers", "--out-dir")
@@ -123,7 +122,7 @@ def cross_fit(features: Features | str | Path, *, rerankers=("isotonic", "base",
     if tracking is not None:  # an unreachable store fails here, before any output
         tracker = _tracker(tracking.checked(), prefix)
     feats = features.table()
-    edges = features.edges() if "per_depth" in names else None
+    edges = features.edges() if edged else None
     check_inputs(names, feats, edges)
     if edges is not None:
         check_same_rounds(f"--edges {features.edges_path}", rounds_of(edges), rounds_of(feats),
@@ -190,7 +189,7 @@ class _Plan:
 def check_inputs(names, feats, edges) -> None:
     """Refuse a features (or edges) table that lacks a column some reranker or the predictions table reads."""
     needed = FEATURE_KEYS + ["prompt_index", "fold", "q"]
-    for name in (n for n in names if n in TUNED):
+    for name in (n for n in names if kind(n).tuned):
         needed += input_columns(resolve_features(make_reranker(name).features))
     require_columns(feats.columns, list(dict.fromkeys(needed)), "features")
     if edges is not None:
@@ -210,7 +209,7 @@ def _params(features: Features, feats, names, settings) -> dict:
 
 def _fit(name, table, tracker, plan: _Plan):
     """Cross-fit the reranker ``name`` on ``table`` (its trials tracked when tuned)."""
-    trials = plan.tune_trials if name in TUNED else 0
+    trials = plan.tune_trials if kind(name).tuned else 0
     hook = tracker.tune_callbacks(name) if tracker and trials else None
     return cross_fit_table(plan.make(name), table, tune_trials=trials, tune_seed=plan.seed, tune_callbacks=hook,
                               tune_study=f"{plan.prefix}-{name}")
@@ -219,9 +218,9 @@ def _fit(name, table, tracker, plan: _Plan):
 def _refit(name, feats, edges, plan: _Plan, callbacks):
     """The registered reranker fitted on every prompt (tuned first on all of them, study ``<prefix>-<name>-all``):
     (model, the table it was fitted on, tuned parameters)."""
-    table = edges if name == "per_depth" else feats
+    table = edges if on_edges(name) else feats
     model, tuned = plan.make(name), {}
-    if plan.tune_trials and name in TUNED:
+    if plan.tune_trials and kind(name).tuned:
         tuned = tune(model, table, n_trials=plan.tune_trials, seed=plan.seed, callbacks=callbacks,
                      study_name=f"{plan.prefix}-{name}-all")
         model.set_params(**tuned)
@@ -242,15 +241,16 @@ def _cross_fit_all(names, feats, edges, tracker, plan: _Plan):
     keys = FEATURE_KEYS + ["prompt_index", "fold"] + (["label"] if "label" in feats else [])
     preds = feats[keys].assign(draft=feats["q"].to_numpy())
     fits, edge_preds = {}, None
-    for name in (n for n in names if n != "per_depth"):
+    for name in (n for n in names if not on_edges(n)):
         fits[name] = _fit(name, feats, tracker, plan)
         preds[name] = fits[name].predictions
         log.info(f"{name}: cross-fitted on {len(feats)} rows")
     if edges is not None:
-        fits["per_depth"] = _fit("per_depth", edges, tracker, plan)
         edge_preds = edges[["prompt_id", "round", "node", "depth", "fold"]].copy()
-        edge_preds["per_depth"] = fits["per_depth"].predictions
-        first = edge_preds[edge_preds.depth == 1].set_index(["prompt_id", "round", "node"])["per_depth"]
         at = pd.MultiIndex.from_arrays([preds.prompt_id, preds["round"], preds.cand])
-        preds["per_depth"] = first.reindex(at).to_numpy()
+        for name in (n for n in names if on_edges(n)):  # the first level's column: the depth-1 edges' predictions
+            fits[name] = _fit(name, edges, tracker, plan)
+            edge_preds[name] = fits[name].predictions
+            first = edge_preds[edge_preds.depth == 1].set_index(["prompt_id", "round", "node"])[name]
+            preds[name] = first.reindex(at).to_numpy()
     return fits, preds, edge_preds

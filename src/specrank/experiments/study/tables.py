@@ -30,12 +30,13 @@ from specrank.markdown import interval_cell as _ci
 from specrank.experiments.study.tasks import task_figures, task_section
 from specrank.folds import fold_splits
 from specrank.rerankers import cross_fit_table
+from specrank.rerankers.registry import KINDS
 from specrank.selection import stacked_factors
 from specrank.selection.stats import PromptBootstrap
 
 # B = 1 is the top-1 choice: the single first token a chain drafts from (serving engines' chains choose exactly that)
 STUDY_BUDGETS = (1, 8, 59)
-RERANKERS = ("isotonic", "base", "rows", "ranking")
+RERANKERS = tuple(n for n, k in KINDS.items() if k.table == "features")  # cross-fitted here; per-depth from the edges
 STUDY_SCORES = (*of_kind("draft", "control", "reranker"), "root", "oracle")
 STACKED = {"rows+per_depth": "rows", "ranking+per_depth": "ranking"}  # a reranker's first factor, every deeper factor calibrated per depth
 CURVE_FRACTIONS = (0.25, 0.5, 1.0)
