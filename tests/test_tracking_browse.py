@@ -89,9 +89,9 @@ def test_experiment_is_a_model_training_experiment(demo):
 
 def test_every_run_has_few_metrics_a_description_and_the_code_version(demo):
     client, exp, runs, *_ = demo
-    assert len(runs) == 13  # pipeline, 4 stages, 6 fold models, 2 evaluation folds (the champion is the pipeline's)
+    assert len(runs) == 15  # pipeline, 4 stages, 8 fold models, 2 evaluation folds (the champion is the pipeline's)
     for run in runs:
-        assert len(run.data.metrics) <= 60, (run.info.run_name, len(run.data.metrics))
+        assert len(run.data.metrics) <= 72, (run.info.run_name, len(run.data.metrics))  # 3 budgets x 2 figures x 10 scores + 12
         assert run.data.tags.get("mlflow.note.content", "").strip(), run.info.run_name
         assert run.data.tags["specrank.version"]
     pipeline = by_name(runs, "demo-t1")
@@ -99,6 +99,12 @@ def test_every_run_has_few_metrics_a_description_and_the_code_version(demo):
     assert children == {"demo-t1/1-decode", "demo-t1/2-featurize", "demo-t1/3-train", "demo-t1/4-evaluate"}
     evaluate = by_name(runs, "demo-t1/4-evaluate")
     assert "| Score | B=8 value" in evaluate.data.tags["mlflow.note.content"]
+    # the study's table, the champion's row in it (a stacked champion is no evaluate-stage score), in the pipeline
+    # run's description and first in its report
+    assert " (champion) | " in pipeline.data.tags["mlflow.note.content"]
+    report = Path(client.download_artifacts(pipeline.info.run_id, "report.html")).read_text()
+    assert "the study&#x27;s figures" in report or "the study's figures" in report
+    assert report.index("(champion)") < report.index("Offline evaluation")
     # one name for one number, on the pipeline run and on the evaluate run
     assert pipeline.data.metrics["root_share.rows.b8"] == pytest.approx(evaluate.data.metrics["root_share.rows.b8"])
     curated = {k for k in pipeline.data.metrics if not k.startswith(("root_share.", "gain_pct."))}
@@ -136,11 +142,12 @@ def test_the_champion_is_the_studys_choice_registered_from_the_pipeline_run(demo
     assert version.run_id == pipeline.info.run_id  # the pipeline run lists it under "Registered models"
     chosen = version.tags["specrank.reranker"]
     assert chosen == figures["champion"]["reranker"]
-    means = {r: np.mean([figures["budgets"][b]["scores"][r]["gain_pct"][0] for b in figures["budgets"]])
+    trees = [b for b in figures["budgets"] if b != "1"]  # the top-1 choice does not vote
+    means = {r: np.mean([figures["budgets"][b]["scores"][r]["gain_pct"][0] for b in trees])
              for r in DEPLOYABLE if r in figures["budgets"]["8"]["scores"]}
     assert means[chosen] == pytest.approx(max(means.values()))  # one rule: the mean cross-fitted gain over draft
     assert "champion_heldout_mse" not in pipeline.data.metrics
-    assert pipeline.data.metrics["champion.gain_pct"] == pytest.approx(means[chosen])
+    assert pipeline.data.metrics["champion.mean_gain_pct"] == pytest.approx(means[chosen])
     local = pd.read_parquet(run_dir / "features.parquet")
     from specrank.rerankers import load_reranker
     from specrank.tracking.models import resolve_reranker
@@ -200,7 +207,7 @@ def test_models_are_named_by_run_reranker_and_fold(demo):
     folds = {f"models:/{m.model_id}" for m in models if not m.name.endswith("-champion")}
     listed = pd.read_json(client.download_artifacts(evaluate.info.run_id, "tables/evaluated_models.json"),
                           orient="split")
-    assert set(listed["uri"]) == folds and len(evaluate.data.params["evaluated_models"].split(",")) == 6
+    assert set(listed["uri"]) == folds and len(evaluate.data.params["evaluated_models"].split(",")) == 2 * len(RERANKERS)
     assert "per_depth" in evaluate.data.params["evaluation.scores"]  # every evaluated score, not the first factors
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(client.tracking_uri)
@@ -233,7 +240,7 @@ def test_studies_are_distinct_and_reproducible_and_champion_loads_elsewhere(demo
                                                                              capsys):
     client, exp, runs, models, run_dir = demo
     first = _trials(client, exp.experiment_id)
-    assert set(first) == {f"demo-t1-{r}-fold{f}" for r in ("base", "rows") for f in (0, 1)}
+    assert set(first) == {f"demo-t1-{r}-fold{f}" for r in ("base", "rows", "ranking") for f in (0, 1)}
     assert first["demo-t1-rows-fold0"][0] != first["demo-t1-rows-fold1"][0]  # distinct seeds per study
     assert first["demo-t1-base-fold0"][0] != first["demo-t1-rows-fold0"][0]
     # the demo's train stage again, into another experiment, registering the reranker it is told to
@@ -331,7 +338,7 @@ def test_the_printed_runs_link_opens_the_headline_as_columns(demo):
     shown = {("metrics", k) for k in pipeline.data.metrics} | {("tags", k) for k in pipeline.data.tags}
     columns = [tuple(c.rstrip("`").split(".`", 1)) for c in view["selectedColumns"]]
     assert columns and set(columns) <= shown  # every column is a number (or tag) the pipeline run has
-    assert ("tags", "specrank.headline") in columns and ("metrics", "champion.gain_pct") in columns
+    assert ("tags", "specrank.headline") in columns and ("metrics", "champion.mean_gain_pct") in columns
     link = f"/#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning&viewStateShareKey=specrank-headline"
     assert f"then open http://127.0.0.1:5000{link}" in models["printed"]
 
@@ -395,7 +402,7 @@ def test_the_demo_logs_to_its_own_store_by_default(demo, tmp_path, monkeypatch):
     assert store.is_file() and not (tmp_path / "mlflow.db").exists()
     assert f"MLflow store: sqlite:///{store} (experiment 'specrank-demo')" in printed.getvalue()
     # the study's own table, the champion among its rows (a stacked champion is no evaluate-stage score)
-    assert printed.getvalue().count(" (champion) | ") == 2  # B = 8 and 59
+    assert printed.getvalue().count(" (champion) | ") == 3  # B = 1, 8 and 59
     client = MlflowClient(f"sqlite:///{store}")
     exp = client.get_experiment_by_name("specrank-demo")
     assert [r.info.run_name for r in client.search_runs([exp.experiment_id], "tags.mlflow.parentRunId IS NULL")] == [

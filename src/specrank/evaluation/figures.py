@@ -212,7 +212,7 @@ def root_share_figure(budgets: dict, meta: dict | None = None, champion: str | N
     every = [s for f in budgets.values() for s, entry in f["scores"].items() if "root_share" in entry]
     scores, colors = ordered(every), _colors(every)
     y = np.arange(len(scores))
-    fig, axes = new_figure(len(budgets), (4.6 * len(budgets), 1.2 + 0.4 * len(scores)), sharex=True,
+    fig, axes = new_figure(len(budgets), (4.0 * len(budgets), 1.4 + 0.42 * len(scores)), sharex=True,
                            sharey=True)
     panels = []
     for ax, (b, figures) in zip(axes[0], budgets.items()):
@@ -224,11 +224,11 @@ def root_share_figure(budgets: dict, meta: dict | None = None, champion: str | N
         ax.barh(y[bar], share[bar], 0.7, color=[colors[s] for s, keep in zip(scores, bar) if keep],
                 edgecolor=edges, linewidth=1.6)
         ax.set_yticks(y)
-        ax.set_yticklabels([f"\u2605 {label(s)}" if s == champion else label(s) for s in scores], fontsize=9)
+        ax.set_yticklabels([f"\u2605 {label(s)}" if s == champion else label(s) for s in scores], fontsize=11)
         ax.axvline(0.0, color="black", lw=0.8)
         ax.axvline(100.0, color="grey", ls=":", lw=1.0)
-        ax.set_title(f"B = {b}", fontsize=11)
-        ax.set_xlabel("share of root selection's gain (%)")
+        ax.set_title(f"B = {b}", fontsize=13)
+        ax.set_xlabel("share of root selection's gain (%)", fontsize=11)
         ax.grid(axis="x", alpha=0.3)
         panels.append((ax, share, low, high))
     axes[0, 0].invert_yaxis()  # reading order, top to bottom
@@ -239,7 +239,7 @@ def root_share_figure(budgets: dict, meta: dict | None = None, champion: str | N
     caption = ("Share of root selection's gain over draft; whiskers: 95% prompt-bootstrap intervals\n(an arrow: the "
                "interval runs past the panel, its end written); dotted: 100%" + ("; \u2605 the champion" if champion
                                                                                else ""))
-    fig.suptitle(_caption(meta, caption), fontsize=10)
+    fig.suptitle(_caption(meta, caption), fontsize=11)
     fig.tight_layout()
     return fig
 
@@ -265,6 +265,6 @@ def _whiskers(ax, y, share, low, high, lo: float, hi: float) -> None:
             if cut:
                 ax.plot([edge], [y[row]], marker=marker, color="black", ms=5)
                 ax.annotate(f"{end:.0f}%", (edge, y[row]), xytext=(-4 if align == "right" else 4, 6),
-                            textcoords="offset points", ha=align, fontsize=7)
+                            textcoords="offset points", ha=align, fontsize=10)  # legible at the UI's preview size
             else:
                 ax.plot([end, end], [y[row] - 0.15, y[row] + 0.15], color="black", lw=0.9)

@@ -16,9 +16,9 @@ import pandas as pd
 
 from specrank.evaluation.figures import root_share_figure
 from specrank.evaluation.names import label, ordered
-from specrank.evaluation.report import headline_table
+from specrank.evaluation.html import report_html
 from specrank.featurize import read_features
-from specrank.markdown import markdown_table
+from specrank.markdown import interval_cell, markdown_table
 from specrank.rerankers import load_reranker
 from specrank.tracking.lineage import log_dataset, rounds_dataset
 from specrank.tracking.models import log_reranker, signature_columns
@@ -41,13 +41,14 @@ ALIAS = "champion"
 SHARED_VIEW_TAG = "mlflow.sharedViewState."
 VIEW_KEY = "specrank-headline"
 VIEW_COLUMNS = {f"tags.`{HEADLINE_TAG}`": 600, f"tags.`{CHAMPION_RERANKER_TAG}`": 150,
-                "metrics.`champion.gain_pct`": 150, "metrics.`champion.root_share.b8`": 180}  # column -> width, px
+                "metrics.`champion.mean_gain_pct`": 190}  # column -> width, px
+HEADLINE_BUDGET = "8"  # the budget the headline line reads (the first budget when a study has no B = 8)
 UNITS = ("Metrics: `value.draft.b<B>` is draft selection's expected accepted draft tokens per round at budget B; "
          "`gain_pct.<score>.b<B>` a score's gain over it in % of draft's value (in tokens: the evaluate run's "
          "`gain_tokens.<score>.b<B>`), `root_share.<score>.b<B>` the % of root selection's gain it recovers (held out, "
          "cross-fitted; their 95% prompt-bootstrap intervals are in `tables/headline.json` and the figure); "
-         "`champion.*` the same for the champion, `champion.gain_pct` its mean over the budgets (the rule that chose "
-         "it); `wall_s` this run's seconds, `stages_s` those of its stage runs, `outside_stages_s` the rest.")
+         "the champion's are its score's (named in the tag `specrank.champion_reranker`), and `champion.mean_gain_pct` "
+         "is its gain averaged over the tree budgets, the number the rule that chose it compares; `wall_s` this run's seconds, `stages_s` those of its stage runs, `outside_stages_s` the rest.")
 
 
 def pipeline_name(tracking: Tracking, folder: str) -> str:
@@ -70,7 +71,8 @@ def pipeline_run(tracking: Tracking, name: str, temp: float, drafter: str):
 def headline_metrics(figures: dict) -> dict[str, float]:
     """The pipeline run's metrics from a temperature's ``figures`` (``temperature_results``' form), points only
     (intervals go to the table, the figure and the description): for each budget, draft's value and every score's
-    gain in % of draft's value and share of root's gain; Rows - Base; the champion's (``champion.*``); the rounds
+    gain in % of draft's value and share of root's gain; Rows - Base; the champion's mean gain over the tree budgets
+    (its other figures are its score's, each logged once); the rounds
     and prompts; with an online phase, each strategy's realized accepted tokens a round and gain over draft."""
     out = {k: figures[f] for k, f in (("n_rounds", "rounds"), ("n_prompts", "prompts")) if f in figures}
     champion = (figures.get("champion") or {}).get("reranker")
@@ -84,11 +86,8 @@ def headline_metrics(figures: dict) -> dict[str, float]:
                     out[f"{quantity}.{metric_key(score)}.b{b}"] = entry[quantity][0]
         if "rows_minus_base" in at:
             out[f"rows_minus_base.b{b}"] = at["rows_minus_base"]["gain_pct_of_draft"][0]
-        if champion in scores:
-            out.update({f"champion.{q}.b{b}": scores[champion][q][0] for q in ("gain_pct", "root_share")
-                        if q in scores[champion]})
     if champion:
-        out["champion.gain_pct"] = figures["champion"]["mean_gain_pct"]
+        out["champion.mean_gain_pct"] = figures["champion"]["mean_gain_pct"]
     for b, f in ((figures.get("online") or {}).get("budgets") or {}).items():
         for strategy, e in f["strategies"].items():
             out[f"online.realized.{strategy}.b{b}"] = e["realized"][0]
@@ -98,10 +97,11 @@ def headline_metrics(figures: dict) -> dict[str, float]:
 
 
 def headline_line(figures: dict) -> str:
-    """The champion in one line: its gain over draft at the first budget with its interval and its share of root's
-    gain (the runs table's headline column)."""
+    """The champion in one line: its gain over draft at B = 8 (else the first budget) with its interval and its share
+    of root's gain (the runs table's headline column)."""
     champion = figures["champion"]
-    name, budget = champion["reranker"], next(iter(figures["budgets"]))
+    budget = HEADLINE_BUDGET if HEADLINE_BUDGET in figures["budgets"] else next(iter(figures["budgets"]))
+    name = champion["reranker"]
     entry = figures["budgets"][budget]["scores"][name]
     gain, share = entry["gain_pct"], entry.get("root_share")
     text = f"{label(name)}: {gain[0]:+.1f}% of draft's value [{gain[1]:+.1f}, {gain[2]:+.1f}] at B = {budget}"
@@ -142,14 +142,15 @@ def log_temperature(figures: dict, run_dir: Path, name: str, temp: float, drafte
     log_dataset(rounds_dataset(run_dir), "pipeline")
     log_headline(figures)
     champion = figures["champion"]["reranker"]
-    report = run_dir / "evaluation" / "report.html"
-    if report.is_file():
-        log_report(report.read_text(encoding="utf-8"), "report.html")
+    report = run_dir / "evaluation" / "report.md"
+    if report.is_file():  # the study's own table first: the evaluate stage scores no stacked reranker
+        study = f"# {name}: the study's figures\n\n{figures_table(figures)}\n\n"
+        log_report(report_html(study + report.read_text(encoding="utf-8"), report.parent), "report.html")
     version = register_champion(run_dir, figures, name)
     uri = f"models:/{version.name}/{version.version}"
     line = headline_line(figures)
     mlflow.set_tags({CHAMPION_TAG: uri, CHAMPION_RERANKER_TAG: champion, HEADLINE_TAG: line})
-    set_description(pipeline_note(figures, run_dir, name, temp, drafter, version, line))
+    set_description(pipeline_note(figures, name, temp, drafter, version, line))
     return f"models:/{name}@{ALIAS}"
 
 
@@ -187,19 +188,38 @@ def champion_note(figures: dict, name: str, version) -> str:
             f"(`specrank.tracking.resolve_reranker(\"{uri}\", tracking_uri=...)` or `specrank online --reranker {uri}`).")
 
 
-def pipeline_note(figures: dict, run_dir: Path, name: str, temp: float, drafter: str, version, line: str) -> str:
-    """The pipeline run's description: who won and by how much first (above the UI's fade), then the table."""
-    summary = pd.read_parquet(run_dir / "evaluation" / "summary.parquet")
-    budgets = [int(b) for b in figures["budgets"]]
+def pipeline_note(figures: dict, name: str, temp: float, drafter: str, version, line: str) -> str:
+    """The pipeline run's description: who won and by how much first (above the UI's fade), then the study's table
+    (every score, the stacked ones and the champion included)."""
     link = f"[models:/{version.name}/{version.version}](#/models/{version.name}/versions/{version.version})"
     return "\n".join([
-        f"**Champion {line}** — {link} (chosen by its mean gain over the budgets, "
+        f"**Champion {line}** — {link} (chosen by its mean gain over the tree budgets, "
         f"{figures['champion']['mean_gain_pct']:+.1f}%)", "",
         f"{name}: T = {temp:g}, drafter {drafter}, {figures['rounds']} rounds of {figures['prompts']} prompts; nested "
         "runs decode -> featurize -> train -> evaluate. Each score's share of root selection's gain: "
         "`figures/root_share.png`; every figure with its interval: `tables/headline.json`; the report: `report.html`.",
         "", "Expected accepted draft tokens per round, held out (95% prompt-bootstrap intervals):", "",
-        headline_table(summary, budgets), "", UNITS])
+        figures_table(figures), "", UNITS])
+
+
+def figures_table(figures: dict) -> str:
+    """Scores x budgets of a temperature's study figures: value, gain over draft in tokens with its interval, in % of
+    draft's value, and share of root's gain with its interval; the champion's row marked."""
+    budgets = list(figures["budgets"])
+    champion = (figures.get("champion") or {}).get("reranker")
+    header = ["Score"] + [f"B={b} {q}" for b in budgets for q in ("value", "gain [95% CI]", "gain % of draft",
+                                                                   "root share % [95% CI]")]
+    rows = []
+    for score in ordered([s for b in budgets for s in figures["budgets"][b]["scores"]]):
+        cells = [label(score) + (" (champion)" if score == champion else "")]
+        for b in budgets:
+            e = figures["budgets"][b]["scores"].get(score, {})
+            cells += [f"{e['mean'][0]:.3f}" if "mean" in e else "–",
+                      interval_cell(e["gain"], 3) if "gain" in e else "–",
+                      f"{e['gain_pct'][0]:+.1f}" if "gain_pct" in e else "–",
+                      interval_cell(e["root_share"], 1, sign=False) if "root_share" in e else "–"]
+        rows.append(cells)
+    return markdown_table(header, rows)
 
 
 def finish(tracking: Tracking, pipelines: dict[str, str], champions: dict[str, str], title: str) -> list[str]:
