@@ -20,20 +20,20 @@ import sys
 from pathlib import Path
 
 from specrank.atomic import write_json_atomic
-from specrank.experiments.study.run import FIGURES
+from specrank.layout import RunLayout
 from specrank.rerankers import load_reranker, save_reranker
 
 
 def carry(out: Path, piece: dict, champion) -> Path:
     """Write ``piece`` (``{"folder", "settings", "figures"}``) and ``champion`` into ``out/<folder>``; its folder."""
-    run_dir = Path(out) / piece["folder"]
-    if (run_dir / "rounds").exists():
-        raise ValueError(f"{run_dir} holds a recording: it is no carried temperature")
+    run = RunLayout(Path(out) / piece["folder"])
+    if run.rounds.exists():
+        raise ValueError(f"{run.root} holds a recording: it is no carried temperature")
     model = load_reranker(champion)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_reranker(model, run_dir / "champion")
-    write_json_atomic(run_dir / FIGURES, {"settings": piece["settings"], "figures": piece["figures"]})
-    return run_dir
+    run.root.mkdir(parents=True, exist_ok=True)
+    save_reranker(model, run.champion)
+    write_json_atomic(run.figures, {"settings": piece["settings"], "figures": piece["figures"]})
+    return run.root
 
 
 def main(argv=None) -> int:

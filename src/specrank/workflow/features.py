@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from specrank.featurize import edges_run, featurize_run, read_features, write_features
+from specrank.layout import RunLayout
 from specrank.outputs import check_distinct, check_output_file, restoring_files
 from specrank.workflow.recording import Recording
 from specrank.workflow.tracking import Tracking
@@ -46,7 +47,7 @@ def featurize(recording: Recording | str | Path, *, out=None, edges_out=None,
     run_dir = recording.path if isinstance(recording, Recording) else Path(recording)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"no run directory {run_dir}")
-    out = check_output_file(out or run_dir / "features.parquet")
+    out = check_output_file(out or RunLayout(run_dir).features)
     edges_out = check_output_file(edges_out, "--edges-out") if edges_out else None
     run_files = sorted(run_dir.glob("*.json")) + sorted(Path(run_dir, "rounds").glob("*"))
     check_distinct({"--out": out, "--edges-out": edges_out},

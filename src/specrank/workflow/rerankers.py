@@ -17,6 +17,7 @@ from specrank.featurize import features_meta, read_features, write_features
 from specrank.featurize.features import META_KEY
 from specrank.featurize.sets import input_columns, resolve_features
 from specrank.featurize.storage import check_same_rounds, rounds_of
+from specrank.layout import RunLayout, rerankers_predictions
 from specrank.outputs import check_distinct, check_output_dir, staged
 from specrank.rerankers import GBMReranker, load_reranker
 from specrank.rerankers.registry import KINDS, kind
@@ -48,7 +49,7 @@ class Rerankers:
     def open(cls, path) -> Rerankers:
         """The rerankers in folder ``path``."""
         path = Path(path)
-        if not (path / "predictions.parquet").is_file():
+        if not rerankers_predictions(path).is_file():
             raise FileNotFoundError(f"{path}: no cross-fitted rerankers (no predictions.parquet)")
         folds = sorted((path / "models").glob("*-fold*"))
         names = tuple(dict.fromkeys(p.name.rsplit("-fold", 1)[0] for p in folds))
@@ -56,7 +57,7 @@ class Rerankers:
 
     @property
     def predictions_path(self) -> Path:
-        return self.path / "predictions.parquet"
+        return rerankers_predictions(self.path)
 
     def predictions(self) -> pd.DataFrame:
         return read_features(self.predictions_path)
@@ -114,8 +115,8 @@ def cross_fit(features: Features | str | Path, *, rerankers=("isotonic", "base",
         raise ValueError(f"{edged[0]} needs --edges (write it with `specrank featurize --edges-out`)")
     for name in names:
         make_reranker(name, seed=seed, n_jobs=n_jobs, **gbm).check_params()  # refused before any work
-    out_dir = check_output_dir(out or features.path.parent / "rerankers", "--out-dir")
-    check_distinct({"--out-dir": out_dir, "--out-dir predictions": out_dir / "predictions.parquet"},
+    out_dir = check_output_dir(out or RunLayout(features.path.parent).rerankers, "--out-dir")
+    check_distinct({"--out-dir": out_dir, "--out-dir predictions": rerankers_predictions(out_dir)},
                    {"features": features.path, "--edges": features.edges_path})
     prefix = model_prefix or (tracking.run_name if tracking else None) or features.path.resolve().parent.name
     tracker = None
@@ -136,7 +137,7 @@ def cross_fit(features: Features | str | Path, *, rerankers=("isotonic", "base",
         fitted.fits = fits
         _write_fits(stage, fits, preds, edge_preds, feats, edges)
         if tracker:
-            fitted.logged = tracker.log_training(fits, preds, feats, stage / "predictions.parquet")
+            fitted.logged = tracker.log_training(fits, preds, feats, rerankers_predictions(stage))
             if register:
                 def refit(name, callbacks):
                     return _refit(name, feats, edges, plan, callbacks)
@@ -170,7 +171,7 @@ def _write_fits(stage: Path, fits: dict, preds, edge_preds, feats, edges) -> Non
         for fold, model in fit.models.items():
             model.save(stage / "models" / f"{name}-fold{fold}")
     preds.attrs = {META_KEY: features_meta(feats)}
-    write_features(preds, stage / "predictions.parquet")
+    write_features(preds, rerankers_predictions(stage))
     if edge_preds is not None:
         edge_preds.attrs = {META_KEY: features_meta(edges)}
         write_features(edge_preds, stage / "edge_predictions.parquet")

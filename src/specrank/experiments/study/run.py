@@ -43,6 +43,7 @@ from specrank.featurize import read_features
 from specrank.featurize.storage import read_rounds_table
 from specrank.files import directory_hash, file_hash, read_json
 from specrank.law import Law
+from specrank.layout import RunLayout, StudyLayout
 from specrank.outputs import check_output_dir
 from specrank.rerankers import GBMReranker, load_reranker, save_reranker
 from specrank.rerankers.defaults import cached_reranker_dir, champion_for
@@ -67,7 +68,6 @@ DEFAULT_ONLINE_PROMPTS = 100  # unseen prompts of the online goal cell (first sa
 DEFAULT_ONLINE_OTHER_PROMPTS = 40  # of the other cells (other temperatures, B = 59)
 ONLINE_BUDGETS = (8, 59)
 ONLINE_STRATEGIES = ("draft", "reranked", "root", "root_draw")
-FIGURES = "figures.json"  # a temperature's offline figures and champion choice, what a carried study keeps
 GPU_ROUND_MS = 14.5  # an SGLang round of an 8B target on an H200: the round a reranker's cost is weighed against
 EXPERIMENT = "specrank-study"
 log = logging.getLogger(__name__)
@@ -90,9 +90,10 @@ class StudyResult:
     def open(cls, path) -> StudyResult:
         """The finished study in directory ``path``."""
         path = Path(path)
-        if not (path / "results.json").is_file():
+        results = StudyLayout(path).results
+        if not results.is_file():
             raise FileNotFoundError(f"{path}: no finished study (no results.json)")
-        return cls(path, json.loads((path / "results.json").read_text(encoding="utf-8")))
+        return cls(path, json.loads(results.read_text(encoding="utf-8")))
 
     def headline(self) -> list[str]:
         """One line per temperature and budget: the Rows share of root's gain and Rows - Base."""
@@ -257,8 +258,8 @@ def temperature_stage(plan: StudyPlan, temp: float, recorder: Recorder, tracking
                       default: bool) -> dict:
     """One temperature of the study: record to its round target, analyse, choose and refit the champion (installed
     as ``reranker:NAME`` for a named pair on the default prompts), then the online phase; its figures."""
-    s, models, name = plan.settings, plan.models, Law(temp).folder
-    run_dir = plan.out / name
+    s, models = plan.settings, plan.models
+    run_dir = StudyLayout(plan.out).run(temp).root
     goal = s.greedy_rounds if Law(temp).greedy else s.rounds
     pipeline = _pipeline_name(tracking, temp)
     figures = carried_figures(run_dir, s)
@@ -273,10 +274,10 @@ def temperature_stage(plan: StudyPlan, temp: float, recorder: Recorder, tracking
         recorded = read_prompts(plan.study_prompts, limit=decoded)
         figures["champion"] = champion_stage(run_dir, figures, recorded, temp, s, models.threads,
                                              prompts_path=plan.prompts_path, command=command)
-        write_json_atomic(run_dir / FIGURES, {"settings": offline_settings(s), "figures": figures})
+        write_json_atomic(RunLayout(run_dir).figures, {"settings": offline_settings(s), "figures": figures})
     named = champion_for(models.drafter, models.target)
     if named is not None and default:
-        install_champion(run_dir / "champion", temp, named)
+        install_champion(RunLayout(run_dir).champion, temp, named)
     if plan.reserved:
         other = min(s.online_other_prompts, plan.reserved)
         goal_prompts = plan.reserved if temp == plan.goal_temperature else other
@@ -295,8 +296,9 @@ def carried_figures(run_dir: Path, settings: StudySettings) -> dict | None:
     """A carried temperature's offline figures: ``run_dir/figures.json`` and its champion kept without the recording
     they came from (``rounds/``: gone, as on another machine), made with these settings; None otherwise (the
     temperature is recorded and analysed as usual)."""
-    path = run_dir / FIGURES
-    if (run_dir / "rounds").is_dir() or not path.is_file() or not (run_dir / "champion").exists():
+    run = RunLayout(run_dir)
+    path = run.figures
+    if run.rounds.is_dir() or not path.is_file() or not run.champion.exists():
         return None
     kept = read_json(path, "a study's carried figures")
     if kept.get("settings") != offline_settings(settings):
@@ -320,8 +322,8 @@ def champion_stage(run_dir: Path, figures: dict, recorded, temp: float, settings
     """Choose the champion from ``figures``, refit it on every round of ``run_dir`` and save it with its card in
     ``run_dir/champion`` (redone only when the features or the choice changed); returns the choice and its path."""
     choice = choose_champion(figures)
-    features = run_dir / "features.parquet"
-    path = run_dir / "champion"
+    run = RunLayout(run_dir)
+    features, path = run.features, run.champion
 
     def fit_and_save():
         model = fit_champion(choice["reranker"], run_dir, read_features(features), tune_trials=settings.tune_trials,
@@ -331,7 +333,7 @@ def champion_stage(run_dir: Path, figures: dict, recorded, temp: float, settings
         model.save(path)
         log.info(f"champion {choice['reranker']} (mean gain over draft {choice['mean_gain_pct']:+.2f}% of draft's value) -> {path}")
 
-    Stages(run_dir / "stages.json").run("champion", f"{file_hash(features)}:{choice['reranker']}", path / "reranker.json",
+    Stages(run.stages).run("champion", f"{file_hash(features)}:{choice['reranker']}", path / "reranker.json",
                                         fit_and_save, clear=path)
     return {**choice, "path": str(path.relative_to(run_dir.parent))}
 
@@ -340,10 +342,9 @@ def install_champion(path: Path, temp: float, name: str = "default") -> Path:
     """Copy a named pair's study champion into the cache, where ``reranker:NAME`` finds it before the shipped one
     (as a head ``make drafter`` trains into the cache wins over the shipped head)."""
     target = cached_reranker_dir(Law(temp).name, name)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    installed = save_reranker(load_reranker(path), target)
-    log.info(f"champion installed as reranker:{name} ({Law(temp).name}): {installed}")
-    return installed
+    with timed(f"install: the champion as reranker:{name} ({Law(temp).name}), outside --out -> {target}"):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return save_reranker(load_reranker(path), target)
 
 
 def online_stage(run_dir: Path, figures: dict, unseen, temp: float, models: ModelSpec, settings: StudySettings, *,
@@ -351,12 +352,13 @@ def online_stage(run_dir: Path, figures: dict, unseen, temp: float, models: Mode
     """Draft, the champion, root and root-draw selection decoded in the loop on ``unseen`` prompts at each of the
     online budgets (``goal_prompts`` of them at B = 8, ``other_prompts`` at the others), each beside the
     offline prediction for the same score; the tables are kept in ``run_dir/online/B<budget>``."""
-    champion = load_reranker(run_dir / "champion")
+    run = RunLayout(run_dir)
+    champion = load_reranker(run.champion)
     name = figures["champion"]["reranker"]
     loaded = models.load()
     pipelined = ("root_draw",) if loaded.drafter.hidden_layers is None else ()
     out = {"reranker": name, "root_draw_pipelined": bool(pipelined), "budgets": {}}
-    folders = {budget: run_dir / "online" / f"B{budget}" for budget in settings.online_budgets}
+    folders = {budget: run.online(budget) for budget in settings.online_budgets}
     todo = [b for b, folder in folders.items() if not (folder / "online_speed.parquet").is_file()]
     with kept_worker(loaded, bool(pipelined and todo)):  # one worker for every budget
         for budget, folder in folders.items():
@@ -368,7 +370,7 @@ def online_stage(run_dir: Path, figures: dict, unseen, temp: float, models: Mode
                                       max_new_tokens=settings.max_new_tokens, seed=settings.seed)
                 with timed(f"online: {n} unseen prompts at T = {temp:g}, B = {budget} -> {folder}"):
                     comparison = compare_online(loaded, unseen[:n], strategies=ONLINE_STRATEGIES, reranker=champion,
-                                                reranker_source=str(run_dir / "champion"), config=config,
+                                                reranker_source=str(run.champion), config=config,
                                                 protocol=Protocol(bootstrap=settings.bootstrap, pipeline=pipelined),
                                                 out=folder, progress=progress)
             out["budgets"][str(budget)] = online_figures(comparison, figures["budgets"].get(str(budget)), name,
@@ -430,7 +432,7 @@ def write_study_prompts(out: Path, prompts, seed: int) -> Path:
     """``OUT/prompts.jsonl``: ``prompts`` in the study's order (``study_order``), in Spec-Bench form; an
     existing file must hold exactly these lines (the same study), else the study is refused."""
     text = spec_bench_text(study_order(prompts, seed))
-    path = out / "prompts.jsonl"
+    path = StudyLayout(out).prompts
     if path.is_file():
         if path.read_text(encoding="utf-8") != text:
             raise StudyDirError(f"{out} holds another study (its prompts.jsonl differs); use a new --out")
@@ -491,7 +493,7 @@ def recorded_rounds(run_dir: Path, below: int) -> int:
     """Rounds of prompts ``0..below-1`` in the run directory's finished shards (from the Parquet footers); a shard
     of later prompts, left by an interrupted call, does not count."""
     total = 0
-    for f in sorted(Path(run_dir, "rounds").glob("shard-*.parquet")):
+    for f in sorted(RunLayout(Path(run_dir)).rounds.glob("shard-*.parquet")):
         m = SHARD.fullmatch(f.name)
         if m and int(m.group(2)) < below:
             total += pq.ParquetFile(f).metadata.num_rows
@@ -505,10 +507,10 @@ def analyse(run_dir: Path, tracking: Tracking | None, pipeline: str, settings: S
     def staged(stage: str) -> Tracking | None:
         return Tracking.stage(tracking.uri, tracking.experiment, pipeline, stage) if tracking else None
 
-    features, rerankers = run_dir / "features.parquet", run_dir / "rerankers"
-    predictions = rerankers / "predictions.parquet"
-    stages = Stages(run_dir / "stages.json")
-    stages.run("featurize", directory_hash(run_dir / "rounds"), features,
+    run = RunLayout(run_dir)
+    features, rerankers, predictions = run.features, run.rerankers, run.predictions
+    stages = Stages(run.stages)
+    stages.run("featurize", directory_hash(run.rounds), features,
                lambda: log.info(featurize(run_dir, tracking=staged("featurize")).summary))
     stages.run("train", f"{file_hash(features)}:{','.join(RERANKERS)}", predictions,
                lambda: cross_fit(Features(features), rerankers=RERANKERS, out=rerankers,
@@ -516,10 +518,10 @@ def analyse(run_dir: Path, tracking: Tracking | None, pipeline: str, settings: S
                                  gbm={"n_estimators": settings.trees},
                                  tracking=staged("train"), model_prefix=pipeline if tracking else None),
                clear=rerankers)
-    stages.run("evaluate", file_hash(predictions), run_dir / "evaluation" / "meta.json",
-               lambda: evaluate(run_dir, predictions, out=run_dir / "evaluation", bootstrap=settings.bootstrap,
+    stages.run("evaluate", file_hash(predictions), run.evaluation / "meta.json",
+               lambda: evaluate(run_dir, predictions, out=run.evaluation, bootstrap=settings.bootstrap,
                                 seed=settings.seed, tracking=staged("evaluate")),
-               clear=run_dir / "evaluation")
+               clear=run.evaluation)
     rounds = load_rounds(run_dir)
     table = read_rounds_table(run_dir, ["prompt_id", "round", "covered", "accepted"]).to_pandas()
     fitted = Rerankers.open(rerankers)
@@ -532,10 +534,11 @@ def analyse(run_dir: Path, tracking: Tracking | None, pipeline: str, settings: S
 
 def write_results(out: Path, results: dict) -> None:
     """``results.json``, ``results.md`` and ``learning-curve.png`` in ``out`` (each written atomically)."""
-    write_json_atomic(out / "results.json", results)
-    atomic_write(out / "learning-curve.png", lambda p: learning_curve_figure(results, p))
-    text = render_results(results, "learning-curve.png")
-    atomic_write(out / "results.md", lambda p: Path(p).write_text(text, encoding="utf-8"))
+    study = StudyLayout(out)
+    write_json_atomic(study.results, results)
+    atomic_write(study.curve, lambda p: learning_curve_figure(results, p))
+    text = render_results(results, study.curve.name)
+    atomic_write(study.page, lambda p: Path(p).write_text(text, encoding="utf-8"))
 
 
 def source_commit() -> str:

@@ -18,6 +18,7 @@ from specrank.evaluation.figures import root_share_figure
 from specrank.evaluation.names import label, ordered
 from specrank.evaluation.html import report_html
 from specrank.featurize import read_features
+from specrank.layout import RunLayout
 from specrank.markdown import interval_cell, markdown_table
 from specrank.rerankers import load_reranker
 from specrank.tracking.lineage import log_dataset, rounds_dataset
@@ -142,7 +143,7 @@ def log_temperature(figures: dict, run_dir: Path, name: str, temp: float, drafte
     log_dataset(rounds_dataset(run_dir), "pipeline")
     log_headline(figures)
     champion = figures["champion"]["reranker"]
-    report = run_dir / "evaluation" / "report.md"
+    report = RunLayout(run_dir).evaluation / "report.md"
     if report.is_file():  # the study's own table first: the evaluate stage scores no stacked reranker
         study = f"# {name}: the study's figures\n\n{figures_table(figures)}\n\n"
         log_report(report_html(study + report.read_text(encoding="utf-8"), report.parent), "report.html")
@@ -157,8 +158,8 @@ def log_temperature(figures: dict, run_dir: Path, name: str, temp: float, drafte
 def register_champion(run_dir: Path, figures: dict, name: str):
     """Log the study's champion (``run_dir/champion``, refitted on every round) in the active pipeline run and
     register it as a new version of ``name`` with alias ``champion``; its description says how it was chosen."""
-    model = load_reranker(run_dir / "champion")
-    example = read_features(run_dir / "features.parquet").head(20)
+    model = load_reranker(RunLayout(run_dir).champion)
+    example = read_features(RunLayout(run_dir).features).head(20)
     choice = figures["champion"]
     tags = {"specrank.reranker": choice["reranker"], "specrank.fold": "all",
             "specrank.training_rounds": figures["rounds"], "specrank.training_prompts": figures["prompts"],
