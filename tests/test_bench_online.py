@@ -96,27 +96,19 @@ def test_the_default_mode_still_fits_four_rerankers_and_writes_the_same_figures(
     assert set(printed["budgets"]["4"]["inference_ms"]) == {"rows", "base"}
 
 
-def test_the_champion_mode_refuses_another_drafter_and_a_prompt_the_champion_learned_from(cache, monkeypatch, capsys):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    from bench_online import main
+def bench_online(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_online.py"), *args], capture_output=True,
+                          text=True, timeout=300)
 
+
+def test_the_champion_mode_refuses_another_drafter_and_a_prompt_the_champion_learned_from(cache):
     nowhere = str(cache / "no-target")  # a refusal comes before any model loads
-    with pytest.raises(SystemExit) as exit_:
-        main(["--champion", "--target", nowhere, "--drafter", "early-exit:1", "--prompts", str(HELD_OUT)])
-    assert exit_.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1].endswith("--champion: reranker:default was trained with "
-                                                             "eagle3:default, not early-exit:1 (pass --drafter "
-                                                             "eagle3:default)")
+    out = bench_online("--champion", "--target", nowhere, "--drafter", "early-exit:1", "--prompts", str(HELD_OUT))
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[-1].endswith("--champion: reranker:default was trained with eagle3:default, not "
+                                                "early-exit:1 (pass --drafter eagle3:default)")
     install_champion("greedy", read_prompts(default_prompts_path())[1:3])  # the second held-out prompt among them
-    with pytest.raises(SystemExit) as exit_:
-        main(["--champion", "--target", nowhere, "--drafter", "eagle3:default", "--prompts", str(HELD_OUT)])
-    assert exit_.value.code == 2
-    assert "reranker reranker:default learned from 1 of these 2 prompts" in capsys.readouterr().err.splitlines()[-1]
-
-
-def test_the_champion_mode_names_its_results_by_the_law(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    from bench_online import champion_name
-
-    assert [champion_name(t) for t in (0.0, 1.0, 0.7)] == [
-        "bench_online_champion_greedy", "bench_online_champion_t1", "bench_online_champion_t0.7"]
+    out = bench_online("--champion", "--target", nowhere, "--drafter", "eagle3:default", "--prompts", str(HELD_OUT))
+    assert out.returncode == 2
+    assert "reranker reranker:default learned from 1 of these 2 prompts" in out.stderr.splitlines()[-1]
+    assert not list(Path(os.environ["SPECRANK_BENCH_RESULTS"]).glob("bench_online_champion_greedy*"))  # nothing written

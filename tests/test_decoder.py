@@ -145,9 +145,8 @@ def test_gpu_benchmark_runs_at_a_tiny_shape_on_cpu():
         x > 0 for x in result["graphs_speedup"]["8"].values())
 
 
-def test_device_busy_time_is_the_union_of_the_device_intervals_inside_a_span(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    from bench_gpu import busy_within, merged
+def test_device_busy_time_is_the_union_of_the_device_intervals_inside_a_span():
+    from specrank.decode.runs.timeline import busy_within, merged
 
     busy = merged([(5.0, 8.0), (0.0, 2.0), (1.0, 3.0), (7.0, 10.0)])  # two streams overlap: busy once
     assert busy == [(0.0, 3.0), (5.0, 10.0)]
