@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from bench_vllm_reranker import engine_arguments, prepare, vllm_run  # beside this script
 from record import write_results
