@@ -48,7 +48,7 @@ def needed_share(rows) -> float:
 def run_temperature(args, temperature: float, target, drafter) -> list[dict]:
     from specrank.experiments.tree_config.chain_choice import ChainChoice
     from specrank.experiments.tree_config.run import TreeConfigRun, tree_config
-    from specrank.experiments.tree_config.tables import vllm_chain
+    from specrank.engines.vllm.token_trees import vllm_chain
     from specrank.decode.prompts import read_prompts
 
     tokens = [int(t) for t in args.tokens.split(",")]

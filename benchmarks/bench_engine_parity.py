@@ -176,7 +176,9 @@ def predictions(args, out: Path, ks) -> dict:
     import numpy as np
 
     from specrank.experiments.tree_config.run import recorded_rounds
-    from specrank.experiments.tree_config.tables import engine_rounds, position_table, score_setting, setting_table, vllm_chain
+    from specrank.engines.vllm.token_trees import engine_rounds, vllm_chain
+    from specrank.experiments.tree_config.setting_scores import score_setting
+    from specrank.experiments.tree_config.setting_table import position_table, setting_table
 
     result = {}
     deepest = recorded_rounds(out / "recordings" / f"topk1-depth{max(ks)}")
@@ -210,7 +212,8 @@ def round_by_round(out: Path, k: int, run: dict) -> dict:
     import numpy as np
 
     from specrank.experiments.tree_config.run import recorded_rounds
-    from specrank.experiments.tree_config.tables import score_setting, vllm_chain
+    from specrank.engines.vllm.token_trees import vllm_chain
+    from specrank.experiments.tree_config.setting_scores import score_setting
 
     rounds = recorded_rounds(out / "recordings" / f"topk1-depth{k}")
     accepted = score_setting(rounds.pool, rounds.law, vllm_chain(k)).accepted["draft"].round().astype(int)
@@ -414,7 +417,7 @@ def run_speed(args) -> int:
         engine_timing_text,
         parse_engine_timing,
     )
-    from specrank.experiments.tree_config.tables import vllm_chain
+    from specrank.engines.vllm.token_trees import vllm_chain
 
     threads = args.threads or 1
     prep = prepare(args)

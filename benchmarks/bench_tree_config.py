@@ -94,7 +94,7 @@ def check_online(args, table) -> dict:
     from specrank.decode import Decoder, PoolShape, StaticTreeSelection, load_drafter, load_target
     from specrank.decode.config import DecodeConfig
     from specrank.decode.prompts import default_prompts_path, encode_prompts, read_prompts
-    from specrank.experiments.tree_config.tables import StaticTreeSetting, row_setting
+    from specrank.engines.tree_settings import row_setting, StaticTreeSetting
     from specrank.selection import PromptBootstrap
 
     def online(row):

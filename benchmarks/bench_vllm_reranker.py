@@ -189,7 +189,7 @@ def predicted(args, ks) -> dict:
     from specrank.decode.prompts import read_prompts
     from specrank.experiments.tree_config.chain_choice import ChainChoice
     from specrank.experiments.tree_config.run import TreeConfigRun, tree_config
-    from specrank.experiments.tree_config.tables import vllm_chain
+    from specrank.engines.vllm.token_trees import vllm_chain
     from specrank.rerankers.loader import load_reranker
 
     torch.set_num_threads(args.threads)

@@ -18,7 +18,7 @@ from specrank.experiments.tree_config.chain_choice import (
     chain_values,
     score_choice,
 )
-from specrank.experiments.tree_config.tables import TreeConfigError
+from specrank.engines.tree_settings import TreeConfigError
 from specrank.featurize import featurize_rounds
 from specrank.featurize.synthetic import synthetic_rounds
 from specrank.rerankers import GBMReranker

@@ -21,7 +21,9 @@ from specrank.decode.strategies.base import round_batch
 from specrank.engines.sglang.plugin import settings
 from specrank.engines.sglang.layout import draft_tree
 from specrank.engines.sglang.rescorer import DraftRequest, PluginError, TreeRescorer
-from specrank.experiments.tree_config.tables import PluginFactors, TreeSetting, beam_subpool, score_setting
+from specrank.engines.sglang.beam import beam_subpool
+from specrank.engines.tree_settings import TreeSetting
+from specrank.experiments.tree_config.setting_scores import PluginFactors, score_setting
 from specrank.featurize import featurize_rounds
 from specrank.featurize.engine import engine_visible
 from specrank.featurize.features import GROUP_COLUMNS

@@ -12,10 +12,12 @@ from scipy.stats import chisquare
 from specrank.decode import Decoder, PoolShape
 from specrank.decode.config import DecodeConfig
 from specrank.decode.runs import record_prompt, rounds_table
-from specrank.experiments.tree_config.tables import (
-    TreeConfigError, TreeSetting, beam_subpool, eagle_setting, position_table, recording_plan, score_setting,
-    setting_table, sglang_setting, tree_grid, vllm_chain,
-)
+from specrank.engines.sglang.beam import beam_subpool, eagle_setting, sglang_setting, tree_grid
+from specrank.engines.tree_settings import TreeConfigError, TreeSetting
+from specrank.engines.vllm.token_trees import vllm_chain
+from specrank.experiments.tree_config.recording_plan import recording_plan
+from specrank.experiments.tree_config.setting_scores import score_setting
+from specrank.experiments.tree_config.setting_table import position_table, setting_table
 from specrank.selection import PoolBatch
 from decode_helpers import PROMPT, tiny_pair
 
@@ -265,7 +267,8 @@ def test_recordings_of_another_run_in_out_are_refused_before_any_model_loads(tmp
 
 
 def test_vllm_static_trees_are_read_as_vllm_drafts_them():
-    from specrank.experiments.tree_config.tables import StaticTreeSetting, vllm_tree
+    from specrank.engines.tree_settings import StaticTreeSetting
+    from specrank.engines.vllm.token_trees import vllm_tree
     from specrank.selection import StaticTree, StaticTreeError
 
     tree = StaticTree.from_choices("[(0,), (1,), (0, 0), (1, 0)]")
@@ -294,7 +297,7 @@ def test_vllm_static_trees_are_read_as_vllm_drafts_them():
 
 
 def test_a_hand_worked_static_tree_and_one_outside_the_recorded_pool():
-    from specrank.experiments.tree_config.tables import StaticTreeSetting
+    from specrank.engines.tree_settings import StaticTreeSetting
     from specrank.selection import StaticTree
 
     pool = hand_pool()  # both depth-1 candidates expanded, only candidate 4 at depth 2
@@ -329,7 +332,7 @@ def static_recorded(pair, tree, temperature, seed=0, tokens=24):
 
 def test_a_static_tree_greedy_prediction_equals_the_decoder_round_by_round(pair):
     from specrank.decode import StaticTreeSelection, StrategyError
-    from specrank.experiments.tree_config.tables import StaticTreeSetting
+    from specrank.engines.tree_settings import StaticTreeSetting
     from specrank.selection import StaticTree
 
     target, drafter = pair
@@ -351,7 +354,7 @@ def test_a_static_tree_greedy_prediction_equals_the_decoder_round_by_round(pair)
 def test_a_static_tree_sampled_law_matches_the_decoder_and_a_narrower_tree_fails(pair):
     """The law of accepted tokens predicted for the static tree fits the realized counts; the law of a tree
     verifying two first tokens fewer (what a misread ``speculative_token_tree`` would score) must not."""
-    from specrank.experiments.tree_config.tables import StaticTreeSetting
+    from specrank.engines.tree_settings import StaticTreeSetting
     from specrank.selection import StaticTree
 
     tree, narrower = StaticTree((4, 1)), StaticTreeSetting(StaticTree((2, 1)))
@@ -370,7 +373,7 @@ def test_a_static_tree_sampled_law_matches_the_decoder_and_a_narrower_tree_fails
 def test_the_plugin_score_is_sglangs_tree_rescored_by_the_reranker():
     """SGLang with the plugin ranks r(x1) prod g_d(q_d) over the beam it grew by draft scores: with g_d the identity
     it is the reranked score; a per-depth map that reorders the deeper candidates changes the tree it verifies."""
-    from specrank.experiments.tree_config.tables import PluginFactors
+    from specrank.experiments.tree_config.setting_scores import PluginFactors
 
     pool, setting = hand_pool(), TreeSetting(2, 2, 4)
     first = np.array([[0.2, 0.9]])  # the reranker prefers candidate 1 (draft 0.3) to candidate 0 (draft 0.6)
@@ -536,7 +539,7 @@ def test_the_accepted_tokens_variance_is_that_of_their_exact_distribution():
     a tree (two first-level nodes of 0.4 and 0.3, a child of 0.2 under the first) 0..2 with 0.3, 0.5, 0.2. Greedy
     rows (path probabilities 0 or 1) have none. Negative control: the depths as independent coins
     (sum of p(1 - p)) is another number."""
-    from specrank.experiments.tree_config.tables import accepted_variance
+    from specrank.experiments.tree_config.setting_scores import accepted_variance
 
     def exact(counts, probs):
         counts, probs = np.asarray(counts, float), np.asarray(probs, float)
@@ -557,7 +560,8 @@ def test_one_sampled_runs_accept_length_falls_in_the_run_interval_as_often_as_it
     on rounds known to the last digit) almost never: the negative control."""
     from types import SimpleNamespace
 
-    from specrank.experiments.tree_config.tables import accepted_variance, run_interval
+    from specrank.experiments.tree_config.setting_scores import accepted_variance
+    from specrank.experiments.tree_config.setting_table import run_interval
 
     rng = np.random.default_rng(0)
     n = 300

@@ -8,7 +8,7 @@ With topk k and num_steps s, per request: ``score_list[0]`` (1, k) holds the fir
 k children of each of the k frontier nodes; ``token_list`` the same candidates' tokens; ``parents_list[0]`` is
 ``arange(-1, k)`` and ``parents_list[i]`` (k,) the flattened indices of the k candidates of step i that step i + 1
 expands (the best by cumulative score, best first). Flattened, the k + (s - 1) k^2 candidates are
-specrank's beam pool of ``PoolShape(k, s, k)`` in the order ``experiments.tree_config.tables.beam_subpool``
+specrank's beam pool of ``PoolShape(k, s, k)`` in the order ``engines.sglang.beam.beam_subpool``
 replays: each level after the one above it, parents before their children.
 """
 

@@ -1,5 +1,5 @@
 """The path score SGLang ranks with specrank's plugin, shared by the plugin and ``specrank tree-config``'s offline
-scoring of the same setting (``experiments.tree_config.tables``), so the two cannot drift apart."""
+scoring of the same setting (``experiments.tree_config.setting_scores``), so the two cannot drift apart."""
 
 from __future__ import annotations
 

@@ -34,7 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from specrank.experiments.tree_config.tables import TreeConfigError, accepted_variance, prompt_bootstrap
+from specrank.engines.tree_settings import TreeConfigError
+from specrank.experiments.tree_config.setting_scores import accepted_variance
+from specrank.experiments.tree_config.setting_table import prompt_bootstrap
 from specrank.selection.pool import PoolBatch
 from specrank.selection.static_tree import StaticTree, static_columns
 

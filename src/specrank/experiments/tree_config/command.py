@@ -22,18 +22,11 @@ from specrank.experiments.tree_config.chain_choice import ChainChoice
 from specrank.experiments.tree_config.engine_timing import check_timed_settings, parse_engine_timing
 from specrank.experiments.tree_config.run import CROSS_FIT, TreeConfigRun, check_recordings, summary, tree_config, write_outputs
 from specrank.engines.vllm.metrics import FIRST_WITH_TREES, LAST_WITH_TREES, parse_version, serves_static_trees, version_name
-from specrank.experiments.tree_config.tables import (
-    TreeConfigError,
-    eagle_setting,
-    reliability_figure,
-    setting_order,
-    summary_note,
-    top_metrics,
-    tree_config_figure,
-    tree_grid,
-    vllm_chain,
-    vllm_tree,
-)
+from specrank.engines.sglang.beam import eagle_setting, tree_grid
+from specrank.engines.tree_settings import setting_order, TreeConfigError
+from specrank.engines.vllm.token_trees import vllm_chain, vllm_tree
+from specrank.experiments.tree_config.setting_figures import reliability_figure, tree_config_figure
+from specrank.experiments.tree_config.setting_table import summary_note, top_metrics
 from specrank.outputs import check_output_dir, staged
 from specrank.rerankers.defaults import champion_name, load_default_reranker
 

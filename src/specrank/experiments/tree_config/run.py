@@ -1,6 +1,6 @@
 """Serving-engine tree settings measured with a target and a drafter (``specrank tree-config``,
 docs/tree-config.md): one recording per planned pool, every setting scored exactly on its recording
-(``experiments.tree_config.tables``), the cost model timed on the models' device, and the outputs written.
+(``experiments.tree_config.setting_scores``), the cost model timed on the models' device, and the outputs written.
 
 Recordings go to ``OUT/recordings`` directly, not through a stage: a run stopped midway keeps its finished
 shards, and the same call resumes them (``record_run`` refuses a recording of another configuration).
@@ -45,18 +45,16 @@ from specrank.experiments.tree_config.engine_timing import (
     extra_widths,
     with_engine_speed,
 )
-from specrank.experiments.tree_config.tables import (
-    PluginFactors,
-    TreeSetting,
-    engine_rounds,
+from specrank.engines.tree_settings import TreeSetting
+from specrank.engines.vllm.token_trees import engine_rounds
+from specrank.experiments.tree_config.recording_plan import recording_plan
+from specrank.experiments.tree_config.setting_figures import reliability_figure, tree_config_figure
+from specrank.experiments.tree_config.setting_scores import PluginFactors, score_setting
+from specrank.experiments.tree_config.setting_table import (
     pooled_reliability,
     position_table,
-    recording_plan,
-    reliability_figure,
     reliability_table,
-    score_setting,
     setting_table,
-    tree_config_figure,
     tree_config_summary,
 )
 from specrank.featurize.engine import engine_visible
