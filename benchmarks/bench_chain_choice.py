@@ -17,10 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
-from record import ROOT, write_results  # benchmarks/record.py, beside this script
+from harness import ROOT, write_results  # benchmarks/harness.py, beside this script
 
 GOAL_SHARE = 35.0
 GOAL_SPEED = 1.03
@@ -47,21 +46,19 @@ def needed_share(rows) -> float:
 
 def run_temperature(args, temperature: float, target, drafter) -> list[dict]:
     from specrank.experiments.tree_config.chain_choice import ChainChoice
-    from specrank.experiments.tree_config.run import TreeConfigRun, tree_config
+    from specrank.decode.loading.model_spec import Models
+    from specrank.experiments.tree_config.configure import TreeConfigSettings, tree_config
     from specrank.engines.vllm.token_trees import vllm_chain
-    from specrank.decode.prompts import read_prompts
 
     tokens = [int(t) for t in args.tokens.split(",")]
     choices = tuple(ChainChoice(k, args.choices, args.drafted_chains) for k in tokens)
-    run = TreeConfigRun(args.prompts, temperature, args.max_new_tokens, 0, repeats=args.repeats,
-                        bootstrap=args.bootstrap, engine_timing=vllm_timing(Path(args.engine_results), tokens),
-                        chain_choices=choices, plugin_ms=args.plugin_ms)
-    prompts = read_prompts(args.prompts, limit=args.limit)
-    with tempfile.TemporaryDirectory() as stage:
-        result = tree_config(target, drafter, prompts, [vllm_chain(k) for k in tokens], run,
-                             Path(args.work) / f"choice-t{temperature:g}", Path(stage),
-                             say=lambda line: print(line, file=sys.stderr, flush=True))
-    table = result["choices"]
+    run = TreeConfigSettings(args.prompts, temperature, args.max_new_tokens, 0, repeats=args.repeats,
+                             bootstrap=args.bootstrap, engine_timing=vllm_timing(Path(args.engine_results), tokens),
+                             chain_choices=choices, plugin_ms=args.plugin_ms, limit=args.limit,
+                             trees=tuple(vllm_chain(k) for k in tokens))
+    result = tree_config(Models(target, drafter), run, out=Path(args.work) / f"choice-t{temperature:g}",
+                         say=lambda line: print(line, file=sys.stderr, flush=True))
+    table = result.choices
     out = []
     for label, rows in table.groupby("choice", sort=False):
         record = {"choice": label, "temperature": temperature, "needed_share_pct": needed_share(rows),

@@ -22,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from record import write_results  # benchmarks/record.py, beside this script
+from harness import write_results  # benchmarks/harness.py, beside this script
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="smollm2")
     parser.add_argument("--drafter", default="early-exit:8")
@@ -36,7 +36,11 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=int, default=59, help="B, the verified tree size")
     parser.add_argument("--max-bookkeeping-ms", type=float, default=5.0)
     parser.add_argument("--name", default="bench_decode", help="the results file's name")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
 
     import torch
 
@@ -55,10 +59,18 @@ def main(argv=None) -> int:
         timer = record_run(target, drafter, prompts, out, config, manifest, shard_size=1)
         wall = time.perf_counter() - wall
         disk = sum(f.stat().st_size for f in Path(out).rglob("*.parquet"))
-    result = {
+    result = figures(args, target, config, len(prompts), timer, wall, disk)
+    print(json.dumps(result, indent=2))
+    write_results(args.name, result)
+    return int(result["ms_per_round"]["bookkeeping"] > args.max_bookkeeping_ms)
+
+
+def figures(args, target, config, prompts: int, timer, wall: float, disk: int) -> dict:
+    """The recorded run's figures: its rate, time split, peak memory and disk, against the bookkeeping goal."""
+    return {
         "target": args.target, "drafter": args.drafter, "vocab_size": target.vocab_size, "budget": args.budget,
         "extra": config.extra, "temperature": args.temperature,
-        "prompts": len(prompts),
+        "prompts": prompts,
         "rounds": timer.rounds,
         "tokens": timer.tokens,
         "rounds_per_s": timer.rounds / timer.total,
@@ -76,9 +88,6 @@ def main(argv=None) -> int:
         "disk_bytes_per_round": disk / timer.rounds,
         "ms_per_round_total": 1000 * timer.total / timer.rounds,
     }
-    print(json.dumps(result, indent=2))
-    write_results(args.name, result)
-    return int(result["ms_per_round"]["bookkeeping"] > args.max_bookkeeping_ms)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ shows on both, what it memorised only on the training rows.
 
 from __future__ import annotations
 
-from record import write_results  # benchmarks/record.py, beside this script
+from harness import greedy_decode, write_results  # benchmarks/harness.py, beside this script
 import argparse
 import json
 import statistics
@@ -70,28 +70,6 @@ def step_costs(target, drafter, prompt_ids, nodes: int = 10, repeats: int = 20) 
         target.commit(cache, n, torch.zeros(0, dtype=torch.long))
 
     return median_ms(draft_step, repeats), median_ms(target_step, repeats)
-
-
-def greedy_decode(target, drafter, prompts, max_new_tokens: int, budget: int = 59) -> dict:
-    """Tokens per target pass and first-token agreement (drafter top-1 = target root argmax)."""
-    from specrank.decode import DecodeConfig
-    from specrank.decode.engine.timer import Timer
-    from specrank.decode.prompts import encode_prompt
-    from specrank.decode.runs import record_prompt
-
-    config, timer, records = DecodeConfig(budget=budget, max_new_tokens=max_new_tokens), Timer(), []
-    for p in prompts:
-        records += record_prompt(target, drafter, encode_prompt(target.tokenizer, p.text), config, p.prompt_id,
-                                 p.task, timer=timer)[1]
-    accepted = np.array([r["accepted"] for r in records])
-    agree = np.array([r["token"][0] == r["root_argmax"] for r in records])
-    return {
-        "rounds": len(records),
-        "tokens_per_pass": float(accepted.mean() + 1),
-        "first_token_agreement": float(agree.mean()),
-        "draft_ms_per_round": 1000 * timer.draft / max(1, timer.rounds),
-        "target_ms_per_round": 1000 * timer.target / max(1, timer.rounds),
-    }
 
 
 def plot_curve(curve, path: Path) -> None:

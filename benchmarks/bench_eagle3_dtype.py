@@ -17,22 +17,18 @@ The files' ratio is above 0.5 by the 176 KiB of integer tables every engine read
 
 from __future__ import annotations
 
-from record import write_results  # benchmarks/record.py, beside this script
+from harness import greedy_decode, write_results  # benchmarks/harness.py, beside this script
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_drafter import greedy_decode  # noqa: E402
-
 
 def sizes(directory: Path) -> tuple[int, int]:
     """(bytes of the whole directory's head files, bytes of its floating-point tensors)."""
-    from specrank.decode.loading.eagle3 import read_state
+    from specrank.decode.loading.eagle3_formats import read_state
 
     files = sum((directory / n).stat().st_size for n in ("config.json", "model.safetensors") if (directory / n).exists())
     floats = sum(v.numel() * v.element_size() for v in read_state(directory).values() if v.is_floating_point())

@@ -6,7 +6,7 @@
 
 The target (the embedded SmolLM2-135M-Instruct, converted to float32) and the head (``specrank drafter export
 --format vllm``, fp32) are decoded by vLLM in its own environment (``--engine-python``, default ``.venv-vllm``):
-``engine_parity_vllm.py`` runs there as a subprocess per engine setting and returns JSON. This side reads its
+``specrank.engines.vllm.runner`` runs there as a subprocess per engine setting and returns JSON. This side reads its
 counters with ``specrank.engines.vllm.metrics`` and runs tree-config in this environment.
 
 ``--part acceptance`` (no lock needed; nice it): the held-out bundled prompts (``--limit``, none of the head's
@@ -49,7 +49,7 @@ import sys
 import time
 from pathlib import Path
 
-from record import ROOT, write_results  # benchmarks/record.py, beside this script
+from harness import ROOT, write_results  # benchmarks/harness.py, beside this script
 
 GOAL_LENGTH_REL = 0.03
 GOAL_POSITION_ABS = 0.02
@@ -105,7 +105,8 @@ def prepare(args) -> dict:
     from specrank.decode.config import prompt_seed
     from specrank.decode.loading.drafters import check_unseen, head_directory
     from specrank.decode.loading.eagle3_export import export_head
-    from specrank.decode.loading.targets import load_target_tokenizer, resolve_target
+    from specrank.decode.loading.target_spec import resolve_target
+    from specrank.decode.loading.targets import load_target_tokenizer
     from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
 
     work = Path(args.work)
@@ -125,7 +126,9 @@ def prepare(args) -> dict:
 
 
 def engine_run(args, request: dict, threads: int, name: str) -> dict:
-    """One engine setting decoded by vLLM in its own environment (``engine_parity_vllm.py``): its JSON."""
+    """One engine setting decoded by vLLM in its own environment (``specrank.engines.vllm.runner``): its JSON."""
+    from specrank.engines.vllm import runner
+
     work = Path(args.work)
     req, out = work / f"{name}.request.json", work / f"{name}.json"
     text = json.dumps(request)
@@ -137,8 +140,8 @@ def engine_run(args, request: dict, threads: int, name: str) -> dict:
            "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(threads), "TQDM_DISABLE": "1"}
     env.pop("PYTHONPATH", None)
     with open(work / f"{name}.log", "w") as log:
-        rc = subprocess.run([args.engine_python, str(Path(__file__).parent / "engine_parity_vllm.py"), str(req),
-                             str(out)], env=env, stdout=log, stderr=subprocess.STDOUT, timeout=3600).returncode
+        rc = subprocess.run([args.engine_python, runner.__file__, str(req), str(out)], env=env, stdout=log,
+                            stderr=subprocess.STDOUT, timeout=3600).returncode
     if rc != 0:
         sys.exit(f"vLLM run {name} failed (exit {rc}); see {work / f'{name}.log'}")
     return json.loads(out.read_text())
@@ -175,7 +178,7 @@ def predictions(args, out: Path, ks) -> dict:
     recording, every round). {variant: {k: {length, interval, positions, rounds, rounds_per_prompt}}}."""
     import numpy as np
 
-    from specrank.experiments.tree_config.run import recorded_rounds
+    from specrank.workflow.recording import recorded_rounds
     from specrank.engines.vllm.token_trees import engine_rounds, vllm_chain
     from specrank.experiments.tree_config.setting_scores import score_setting
     from specrank.experiments.tree_config.setting_table import position_table, setting_table
@@ -211,7 +214,7 @@ def round_by_round(out: Path, k: int, run: dict) -> dict:
     later rounds start a token later than vLLM's."""
     import numpy as np
 
-    from specrank.experiments.tree_config.run import recorded_rounds
+    from specrank.workflow.recording import recorded_rounds
     from specrank.engines.vllm.token_trees import vllm_chain
     from specrank.experiments.tree_config.setting_scores import score_setting
 
@@ -263,60 +266,79 @@ def measured(args, runs: list[dict], prompt_ids) -> dict:
 def run_acceptance(args) -> int:
     threads = args.threads or 1
     prep = prepare(args)
-    base = {"model": prep["model"], "prompts": prep["prompts"], "max_tokens": args.max_new_tokens,
-            "temperatures": args.temperatures, "mode": "acceptance"}
     start = time.perf_counter()
-    plain = engine_run(args, base | {"head": None, "k": 0}, threads, "acceptance-plain")
-    engine = {}
-    for k in args.ks:
-        engine[k] = engine_run(args, base | {"head": prep["head"], "k": k}, threads, f"acceptance-k{k}")
+    plain, engine = acceptance_runs(args, prep, threads)
     vllm_minutes = (time.perf_counter() - start) / 60
     plain_greedy = {q["id"]: q["tokens"] for run in plain["runs"] if run["temperature"] == 0
                     for q in run["requests"]}
     settings = []
     for temperature in args.temperatures:
-        out = tree_config(args, temperature, threads, 1)
-        predicted = predictions(args, out, args.ks)
-        for k in args.ks:
-            runs = [r for r in engine[k]["runs"] if r["temperature"] == temperature]
-            meas = measured(args, runs, prep["prompt_ids"])
-            for key, m in meas.items():
-                row = {"k": k, "temperature": temperature, "engine": f"vllm-cpu {engine[k]['vllm']}",
-                       "cpu_expand_fixed": key.endswith("-fixed"), "measured": m,
-                       "predicted": {v: predicted[v][k] for v in predicted}}
-                for v in predicted:
-                    p = predicted[v][k]
-                    rel = abs(p["length"] - m["acceptance_length"]) / m["acceptance_length"]
-                    pos = max(abs(a - b) for a, b in zip(p["positions"], m["position_rates"]))
-                    row[f"check_{v}"] = {"inside_interval": p["interval"][0] <= m["acceptance_length"] <= p["interval"][1],
-                                         "relative_gap": rel, "within_3pct": rel <= GOAL_LENGTH_REL,
-                                         "max_position_gap": pos, "positions_within_0.02": pos <= GOAL_POSITION_ABS,
-                                         "rounds_gap": sum(p["rounds_per_prompt"].values()) - m["drafts"]}
-                if temperature == 0:
-                    row["round_by_round"] = round_by_round(out, k, runs[0])
-                    ids = {q["id"]: q["tokens"] for q in runs[0]["requests"]}
-                    row["greedy_identical"] = [p for p in prep["prompt_ids"] if ids[p] != plain_greedy[p]] == []
-                    row["greedy_differs_on"] = [p for p in prep["prompt_ids"] if ids[p] != plain_greedy[p]]
-                settings.append(row)
-    # the goals: the engine as it is meant to run (T > 0 with the CPU sampling fix; the shipped build is reported)
-    judged = [s for s in settings if s["temperature"] == 0 or s["cpu_expand_fixed"]]
-    c = "check_tree_config"
+        settings += temperature_rows(args, prep, engine, plain_greedy, temperature, threads)
     result = {
         "prompts": len(prep["prompts"]), "prompt_set": "bundled held-out (data/prompts.jsonl), none of the head's"
         " training prompts", "max_new_tokens": args.max_new_tokens, "ks": args.ks, "temperatures": args.temperatures,
         "seed": args.seed, "threads": threads, "target": args.target, "target_dir": prep["model"],
         "drafter": args.drafter, "head": prep["head_source"], "engine": f"vllm-cpu {plain['vllm']}",
-        "vllm_minutes": vllm_minutes, "settings": settings,
-        "goals": {
-            "greedy_identical": all(s.get("greedy_identical", True) for s in settings),
-            "length_inside_interval": all(s[c]["inside_interval"] for s in judged),
-            "length_within_3pct": all(s[c]["within_3pct"] for s in judged),
-            "positions_within_0.02": all(s[c]["positions_within_0.02"] for s in judged)},
+        "vllm_minutes": vllm_minutes, "settings": settings, "goals": acceptance_goals(settings),
     }
     result["goals_met"] = all(result["goals"].values())
     print(json.dumps(summary(result), indent=2))
     write_results("engine_parity", result)
     return 0 if result["goals_met"] else 1
+
+
+def acceptance_runs(args, prep: dict, threads: int) -> tuple[dict, dict]:
+    """vLLM's acceptance runs: plain decoding, and with the head at each k ({k: run})."""
+    base = {"model": prep["model"], "prompts": prep["prompts"], "max_tokens": args.max_new_tokens,
+            "temperatures": args.temperatures, "mode": "acceptance"}
+    plain = engine_run(args, base | {"head": None, "k": 0}, threads, "acceptance-plain")
+    engine = {}
+    for k in args.ks:
+        engine[k] = engine_run(args, base | {"head": prep["head"], "k": k}, threads, f"acceptance-k{k}")
+    return plain, engine
+
+
+def temperature_rows(args, prep: dict, engine: dict, plain_greedy: dict, temperature: float, threads: int) -> list:
+    """One temperature's rows: per k and per run of vLLM (shipped, and with the CPU sampling fix at T > 0), what it
+    measured against both predictions; greedy, round by round and its text against plain decoding's."""
+    out = tree_config(args, temperature, threads, 1)
+    predicted = predictions(args, out, args.ks)
+    rows = []
+    for k in args.ks:
+        runs = [r for r in engine[k]["runs"] if r["temperature"] == temperature]
+        for key, m in measured(args, runs, prep["prompt_ids"]).items():
+            row = {"k": k, "temperature": temperature, "engine": f"vllm-cpu {engine[k]['vllm']}",
+                   "cpu_expand_fixed": key.endswith("-fixed"), "measured": m,
+                   "predicted": {v: predicted[v][k] for v in predicted}}
+            row |= {f"check_{v}": prediction_check(predicted[v][k], m) for v in predicted}
+            if temperature == 0:
+                row["round_by_round"] = round_by_round(out, k, runs[0])
+                ids = {q["id"]: q["tokens"] for q in runs[0]["requests"]}
+                row["greedy_identical"] = [p for p in prep["prompt_ids"] if ids[p] != plain_greedy[p]] == []
+                row["greedy_differs_on"] = [p for p in prep["prompt_ids"] if ids[p] != plain_greedy[p]]
+            rows.append(row)
+    return rows
+
+
+def prediction_check(p: dict, m: dict) -> dict:
+    """One prediction against what vLLM measured: inside its interval, the relative gap, the per-position gap."""
+    rel = abs(p["length"] - m["acceptance_length"]) / m["acceptance_length"]
+    pos = max(abs(a - b) for a, b in zip(p["positions"], m["position_rates"]))
+    return {"inside_interval": p["interval"][0] <= m["acceptance_length"] <= p["interval"][1],
+            "relative_gap": rel, "within_3pct": rel <= GOAL_LENGTH_REL,
+            "max_position_gap": pos, "positions_within_0.02": pos <= GOAL_POSITION_ABS,
+            "rounds_gap": sum(p["rounds_per_prompt"].values()) - m["drafts"]}
+
+
+def acceptance_goals(settings: list) -> dict:
+    """The acceptance part's goals, judged on the engine as it is meant to run (T > 0 with the CPU sampling fix;
+    the shipped build is reported beside it)."""
+    judged = [s for s in settings if s["temperature"] == 0 or s["cpu_expand_fixed"]]
+    c = "check_tree_config"
+    return {"greedy_identical": all(s.get("greedy_identical", True) for s in settings),
+            "length_inside_interval": all(s[c]["inside_interval"] for s in judged),
+            "length_within_3pct": all(s[c]["within_3pct"] for s in judged),
+            "positions_within_0.02": all(s[c]["positions_within_0.02"] for s in judged)}
 
 
 def summary(result: dict) -> dict:
@@ -408,17 +430,6 @@ def vllm_verify(args, prep: dict, threads: int) -> dict:
 
 
 def run_speed(args) -> int:
-    import pandas as pd
-
-    from specrank.decode.runs.cost import CostModel
-    from specrank.experiments.tree_config.engine_timing import (
-        engine_round_seconds,
-        engine_scales,
-        engine_timing_text,
-        parse_engine_timing,
-    )
-    from specrank.engines.vllm.token_trees import vllm_chain
-
     threads = args.threads or 1
     prep = prepare(args)
     result = {"prompts": args.speed_prompts, "max_new_tokens": args.max_new_tokens, "threads": threads,
@@ -431,49 +442,7 @@ def run_speed(args) -> int:
     result["vllm_passes_decode_tokens_per_s"] = {k: [p[k]["decode_tokens_per_s"] for p in passes] for k in passes[0]}
     result["vllm_verify_ms"] = vllm_verify(args, prep, threads)
     result["specrank"] = specrank_speed(args, prep, threads)
-    # vLLM's own steps fix the cost model's two scales (docs/tree-config.md, "Predicting an engine's speed"), on
-    # rounds recorded from the same prompts: tree-config is given every step; each k's prediction is then the one
-    # the scales fitted on plain and the other k give it (leave one out), the all-steps fit kept beside it
-    plain_ms = result["vllm"]["0"]["decode_ms_per_step"]
-    steps = {k: result["vllm"][str(k)]["decode_ms_per_step"] for k in args.ks}
-    verify = result["vllm_verify_ms"]
-    timed = engine_timing_text(plain_ms, steps, verify)
-    out = tree_config(args, 0.0, threads, args.repeats, limit=args.speed_prompts, engine_timing=timed,
-                      name="tree-config-speed")
-    table = pd.read_parquet(out / "tree_config_table.parquet").set_index("setting")
-    cost = CostModel.from_rows(pd.read_parquet(out / "tree_config_cost.parquet"))
-    settings = [vllm_chain(k) for k in args.ks]
-    scales = engine_scales(parse_engine_timing(timed), cost, settings)
-    plain = result["vllm"]["0"]["decode_tokens_per_s"]
-    result["engine_timing"] = timed
-    result["engine_scales"] = {"growth": scales.growth, "draft": scales.draft}
-    checks = {}
-    for k, s in zip(args.ks, settings):
-        rest = {j: ms for j, ms in steps.items() if j != k}
-        others = parse_engine_timing(engine_timing_text(plain_ms, rest, verify))
-        round_s = engine_round_seconds(others, cost, settings)[s.label]
-        # the same leave-one-out fit without vLLM's timed verify passes: they grow as specrank's do
-        growth = parse_engine_timing(engine_timing_text(plain_ms, rest))
-        growth_s = engine_round_seconds(growth, cost, settings)[s.label]
-        row, v = table.loc[s.label], result["vllm"][str(k)]
-        measured, length = v["decode_tokens_per_s"], float(row["draft_length"])
-        predicted = length / round_s
-        checks[str(k)] = {"predicted_tokens_per_s": predicted,
-                          "predicted_interval": [float(row["draft_low"]) / round_s, float(row["draft_high"]) / round_s],
-                          "predicted_ms_per_round": 1000 * round_s,
-                          "fitted_on": others.labels,
-                          "all_steps_fit_ms_per_round": 1000 * float(row["engine_round_seconds"]),
-                          "predicted_length": length,
-                          "measured_decode_tokens_per_s": measured,
-                          "measured_ms_per_step": v["decode_ms_per_step"],
-                          "measured_length": v["acceptance_length"],
-                          "ratio": predicted / measured,
-                          "growth_model_ratio": length / growth_s / measured,
-                          # specrank's own passes, unscaled: what the cost model says of specrank's loop
-                          "own_passes_tokens_per_s": float(row["tokens_per_s"]),
-                          "own_passes_ratio": float(row["tokens_per_s"]) / measured,
-                          "speedup_over_plain": measured / plain}
-        checks[str(k)]["within_15pct"] = bool(abs(checks[str(k)]["ratio"] - 1) <= GOAL_SPEED_REL)
+    checks = cost_model_checks(args, result, threads)
     result["cost_model"] = checks
     result["load_average_after"] = os.getloadavg()[0]  # the 1-minute load: about `threads` on a quiet machine
     result["goals_met"] = all(c["within_15pct"] for c in checks.values())
@@ -484,6 +453,73 @@ def run_speed(args) -> int:
     path = write_results("engine_parity_speed", result)
     print(speed_markdown(result, path), file=sys.stderr)
     return 0 if result["goals_met"] else 1
+
+
+def cost_model_checks(args, result: dict, threads: int) -> dict:
+    """tree-config's cost model against vLLM's decode tokens/s, per k (``result`` gains the engine timing given and
+    the scales fitted on every step).
+
+    vLLM's own steps fix the cost model's two scales (docs/tree-config.md, "Predicting an engine's speed"), on
+    rounds recorded from the same prompts: tree-config is given every step; each k's prediction is then the one
+    the scales fitted on plain and the other k give it (leave one out), the all-steps fit kept beside it."""
+    import pandas as pd
+
+    from specrank.decode.runs.cost import CostModel
+    from specrank.experiments.tree_config.engine_timing import (
+        engine_round_seconds,
+        engine_scales,
+        engine_timing_text,
+        parse_engine_timing,
+    )
+    from specrank.engines.vllm.token_trees import vllm_chain
+
+    plain_ms = result["vllm"]["0"]["decode_ms_per_step"]
+    steps = {k: result["vllm"][str(k)]["decode_ms_per_step"] for k in args.ks}
+    verify = result["vllm_verify_ms"]
+    timed = engine_timing_text(plain_ms, steps, verify)
+    out = tree_config(args, 0.0, threads, args.repeats, limit=args.speed_prompts, engine_timing=timed,
+                      name="tree-config-speed")
+    table = pd.read_parquet(out / "tree_config_table.parquet").set_index("setting")
+    cost = CostModel.from_rows(pd.read_parquet(out / "tree_config_cost.parquet"))
+    settings = [vllm_chain(k) for k in args.ks]
+    scales = engine_scales(parse_engine_timing(timed), cost, settings)
+    result["engine_timing"] = timed
+    result["engine_scales"] = {"growth": scales.growth, "draft": scales.draft}
+    checks = {}
+    for k, s in zip(args.ks, settings):
+        rest = {j: ms for j, ms in steps.items() if j != k}
+        others = parse_engine_timing(engine_timing_text(plain_ms, rest, verify))
+        round_s = engine_round_seconds(others, cost, settings)[s.label]
+        # the same leave-one-out fit without vLLM's timed verify passes: they grow as specrank's do
+        growth = parse_engine_timing(engine_timing_text(plain_ms, rest))
+        growth_s = engine_round_seconds(growth, cost, settings)[s.label]
+        checks[str(k)] = speed_check(table.loc[s.label], result["vllm"][str(k)], round_s, growth_s,
+                                     result["vllm"]["0"]["decode_tokens_per_s"], others.labels)
+        checks[str(k)]["within_15pct"] = bool(abs(checks[str(k)]["ratio"] - 1) <= GOAL_SPEED_REL)
+    return checks
+
+
+def speed_check(row, v: dict, round_s: float, growth_s: float, plain: float, fitted_on) -> dict:
+    """One k: the cost model's tokens/s (its round's seconds ``round_s``, fitted on the steps ``fitted_on``; its
+    acceptance length ``row``'s) against vLLM's measured ``v``; ``growth_s`` the round's seconds fitted without
+    vLLM's verify passes; ``plain`` vLLM's decode tokens/s without a drafter."""
+    measured, length = v["decode_tokens_per_s"], float(row["draft_length"])
+    predicted = length / round_s
+    return {"predicted_tokens_per_s": predicted,
+            "predicted_interval": [float(row["draft_low"]) / round_s, float(row["draft_high"]) / round_s],
+            "predicted_ms_per_round": 1000 * round_s,
+            "fitted_on": fitted_on,
+            "all_steps_fit_ms_per_round": 1000 * float(row["engine_round_seconds"]),
+            "predicted_length": length,
+            "measured_decode_tokens_per_s": measured,
+            "measured_ms_per_step": v["decode_ms_per_step"],
+            "measured_length": v["acceptance_length"],
+            "ratio": predicted / measured,
+            "growth_model_ratio": length / growth_s / measured,
+            # specrank's own passes, unscaled: what the cost model says of specrank's loop
+            "own_passes_tokens_per_s": float(row["tokens_per_s"]),
+            "own_passes_ratio": float(row["tokens_per_s"]) / measured,
+            "speedup_over_plain": measured / plain}
 
 
 def speed_markdown(f: dict, path: Path) -> str:

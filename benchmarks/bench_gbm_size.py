@@ -18,8 +18,7 @@ paired gain's lower end above -0.5% of draft selection's value); exits 1 otherwi
 
 from __future__ import annotations
 
-from bench_online import best_ms, gbm_size  # beside this script
-from record import write_results  # benchmarks/record.py, beside this script
+from harness import best_ms, gbm_size, write_results  # benchmarks/harness.py, beside this script
 import argparse
 import json
 import tempfile

@@ -43,8 +43,7 @@ import argparse
 import json
 import sys
 import time
-from bench_online import gbm_size  # beside this script
-from record import write_results  # benchmarks/record.py, beside this script
+from harness import gbm_size, write_results  # benchmarks/harness.py, beside this script
 
 from specrank.decode.runs.timeline import span_table
 
@@ -84,7 +83,7 @@ def build_target(shape: str, device, dtype, layers: int | None = None):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from specrank.decode.loading.targets import Target
+    from specrank.decode.loading.target_passes import Target
 
     fields = {**SHAPES[shape], **({"num_hidden_layers": layers} if layers else {})}
     config = LlamaConfig(**fields, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None)
@@ -102,7 +101,8 @@ def build_head(target, shape: str, device, dtype):
     """A random EAGLE-3 head for ``target`` (draft vocabulary of the published heads' size)."""
     import torch
 
-    from specrank.decode.loading.eagle3 import Eagle3Drafter, Eagle3Head, eagle3_config
+    from specrank.decode.loading.eagle3 import Eagle3Drafter
+    from specrank.decode.loading.eagle3_head import Eagle3Head, eagle3_config
 
     cfg = {k: v for k, v in SHAPES[shape].items() if k != "num_hidden_layers"}
     cfg.update(num_hidden_layers=1, draft_vocab_size=DRAFT_VOCAB[shape], tie_word_embeddings=False)
@@ -302,7 +302,7 @@ def span_lines(table: dict) -> list[str]:
     return lines
 
 
-def main(argv=None) -> int:
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
@@ -328,11 +328,17 @@ def main(argv=None) -> int:
                              "without, 'graphs_speedup' the ratio); default both on cuda, off elsewhere")
     parser.add_argument("--max-bookkeeping-ms", type=float, default=5.0)
     parser.add_argument("--max-rerank-ms", type=float, default=0.15)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
 
     import torch
 
-    from specrank.decode.loading.targets import parse_device, parse_dtype
+    from specrank.decode.core import parse_device
+    from specrank.decode.loading.targets import parse_dtype
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -368,46 +374,65 @@ def main(argv=None) -> int:
         result["record"] = record_rounds(target, drafter, prompt, args.record_rounds, 8, sync)
         result["record"]["peak_mib"] = peak_memory_mib(device)
     for budget in args.budget or [59, 8]:
-        for on in modes:  # graphs on first: "budgets" keeps the figures the docs read
-            use_graphs(target, drafter, on)
-            reset_peak(device)
-            decoders = make_decoders(target, drafter, names, rerankers, budget)
-            timed = time_decoders(decoders, prompt, args.rounds, args.warmup_rounds, sync)
-            key = "budgets" if on == modes[0] else "budgets_no_graphs"
-            result.setdefault(key, {})[budget] = timed | {"peak_mib": peak_memory_mib(device)}
-        if len(modes) == 2:
-            speedup = graphs_speedup(result["budgets"][budget], result["budgets_no_graphs"][budget], decoders)
-            result.setdefault("graphs_speedup", {})[budget] = speedup
-            print(f"B = {budget} graphs speedup (round ms without / with): "
-                  + ", ".join(f"{n} {x:.2f}x" for n, x in speedup.items()), file=sys.stderr)
-            use_graphs(target, drafter, modes[0])
-        if args.profile_rounds:
-            first = next(iter(decoders))
-            profiled = bookkeeping_profile(decoders[first], prompt, args.profile_rounds, sync)
-            result.setdefault("bookkeeping_profile", {})[budget] = {"decoder": first, **profiled}
-            print(f"B = {budget} {first}: {profiled['ops_per_round']:.0f} operations a round outside the spans, "
-                  f"{profiled['host_us_per_round'] / 1000:.2f} ms of host time", file=sys.stderr)
-            print("\n".join(span_lines(profiled["spans"])), file=sys.stderr)
-        for kind in rerankers:
-            split = result["budgets"][budget][reranked_name(kind)]["split"]
-            share = result["reranker_share_of_round"].setdefault(budget, {})
-            share[kind] = split["rerank"] / split["total"]
-            print(f"B = {budget} {kind}: reranker {split['rerank']:.3f} ms of a {split['total']:.2f} ms round "
-                  f"({100 * share[kind]:.2f}%), host bookkeeping {split['bookkeeping']:.2f} ms", file=sys.stderr)
-        if "draft" in decoders:
-            split = result["budgets"][budget]["draft"]["split"]
-            print(f"B = {budget} draft: {split['total']:.2f} ms a round, host bookkeeping "
-                  f"{split['bookkeeping']:.2f} ms", file=sys.stderr)
+        decoders = time_budget(args, result, (target, drafter, device, sync), names, rerankers, modes, budget, prompt)
+        say_budget(result, budget, rerankers, decoders)
+    mark_goals(args, result, names, rerankers)
+    print(json.dumps(result, indent=2))
+    # a CPU run (8B width, 2 layers) must not stand in for the GPU figures the docs quote
+    write_results("bench_gpu" if device.type == "cuda" else f"bench_gpu_{device.type}_{args.shape}", result)
+    return 0
+
+
+def mark_goals(args, result: dict, names, rerankers: dict) -> None:
+    """The goals and whether the worst host bookkeeping and the slowest reranker, over every budget, met them."""
     result["goals"] = {"bookkeeping_ms_per_round": args.max_bookkeeping_ms, "rerank_ms_per_round": args.max_rerank_ms}
     runs = [r for b in result["budgets"].values() for name, r in b.items() if name in names]
     worst = max(r["split"]["bookkeeping"] for r in runs)
     rerank = max((b[reranked_name(k)]["split"]["rerank"] for b in result["budgets"].values() for k in rerankers),
                  default=0.0)
     result["met"] = {"bookkeeping": worst <= args.max_bookkeeping_ms, "rerank": rerank <= args.max_rerank_ms}
-    print(json.dumps(result, indent=2))
-    # a CPU run (8B width, 2 layers) must not stand in for the GPU figures the docs quote
-    write_results("bench_gpu" if device.type == "cuda" else f"bench_gpu_{device.type}_{args.shape}", result)
-    return 0
+
+
+def time_budget(args, result: dict, built: tuple, names, rerankers: dict, modes, budget: int, prompt) -> dict:
+    """One budget's decoders timed in each graphs mode (``result``'s ``budgets``, ``budgets_no_graphs`` and
+    ``graphs_speedup``), then profiled when asked (``bookkeeping_profile``): the decoders of the last mode timed."""
+    target, drafter, device, sync = built
+    for on in modes:  # graphs on first: "budgets" keeps the figures the docs read
+        use_graphs(target, drafter, on)
+        reset_peak(device)
+        decoders = make_decoders(target, drafter, names, rerankers, budget)
+        timed = time_decoders(decoders, prompt, args.rounds, args.warmup_rounds, sync)
+        key = "budgets" if on == modes[0] else "budgets_no_graphs"
+        result.setdefault(key, {})[budget] = timed | {"peak_mib": peak_memory_mib(device)}
+    if len(modes) == 2:
+        speedup = graphs_speedup(result["budgets"][budget], result["budgets_no_graphs"][budget], decoders)
+        result.setdefault("graphs_speedup", {})[budget] = speedup
+        print(f"B = {budget} graphs speedup (round ms without / with): "
+              + ", ".join(f"{n} {x:.2f}x" for n, x in speedup.items()), file=sys.stderr)
+        use_graphs(target, drafter, modes[0])
+    if args.profile_rounds:
+        first = next(iter(decoders))
+        profiled = bookkeeping_profile(decoders[first], prompt, args.profile_rounds, sync)
+        result.setdefault("bookkeeping_profile", {})[budget] = {"decoder": first, **profiled}
+        print(f"B = {budget} {first}: {profiled['ops_per_round']:.0f} operations a round outside the spans, "
+              f"{profiled['host_us_per_round'] / 1000:.2f} ms of host time", file=sys.stderr)
+        print("\n".join(span_lines(profiled["spans"])), file=sys.stderr)
+    return decoders
+
+
+def say_budget(result: dict, budget: int, rerankers: dict, decoders: dict) -> None:
+    """One budget's split on stderr: each reranker's share of the round (kept in ``reranker_share_of_round``) and
+    draft selection's host bookkeeping."""
+    for kind in rerankers:
+        split = result["budgets"][budget][reranked_name(kind)]["split"]
+        share = result["reranker_share_of_round"].setdefault(budget, {})
+        share[kind] = split["rerank"] / split["total"]
+        print(f"B = {budget} {kind}: reranker {split['rerank']:.3f} ms of a {split['total']:.2f} ms round "
+              f"({100 * share[kind]:.2f}%), host bookkeeping {split['bookkeeping']:.2f} ms", file=sys.stderr)
+    if "draft" in decoders:
+        split = result["budgets"][budget]["draft"]["split"]
+        print(f"B = {budget} draft: {split['total']:.2f} ms a round, host bookkeeping "
+              f"{split['bookkeeping']:.2f} ms", file=sys.stderr)
 
 
 if __name__ == "__main__":

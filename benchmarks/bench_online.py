@@ -42,10 +42,9 @@ each budget (``complete`` false until the last), and exits 1 when the in-loop go
 
 from __future__ import annotations
 
-from record import ROOT, write_results  # benchmarks/record.py, beside this script
+from harness import ROOT, best_ms, gbm_size, write_results  # benchmarks/harness.py, beside this script
 import argparse
 import json
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -72,29 +71,6 @@ def fit_rerankers(run_dir, gbm: dict | None = None):
             "base": GBMReranker(features="base", n_jobs=1, **gbm).fit(features),
             "isotonic": IsotonicFirstFactor().fit(features),
             "per-depth": PerDepthCalibration().fit(edge_frame(read_rounds(run_dir), manifest))}, features
-
-
-def gbm_size(text: str) -> dict:
-    """``TREESxLEAVES@RATE`` -> GBMReranker parameters."""
-    match = re.fullmatch(r"(\d+)x(\d+)@([0-9.]+)", text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"{text!r} is not TREESxLEAVES@RATE (e.g. 400x63@0.05)")
-    return {"n_estimators": int(match[1]), "num_leaves": int(match[2]), "learning_rate": float(match[3])}
-
-
-def best_ms(fn, repeat: int = 200) -> float:
-    """Median milliseconds of ``fn()`` over ``repeat`` calls, after one warm-up call."""
-    import time
-
-    import numpy as np
-
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * float(np.median(times))
 
 
 def inference_ms(reranker, features, topk: int) -> dict:
@@ -194,7 +170,7 @@ def finish(result: dict, name: str, reranked: list[dict], max_rerank_ms: float) 
     return int(not result["met"])
 
 
-def main(argv=None) -> int:
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="smollm2")
     parser.add_argument("--drafter", default="early-exit:8")
@@ -226,6 +202,11 @@ def main(argv=None) -> int:
     parser.add_argument("--name", default=None, help="results file benchmarks/results/NAME.json (default "
                                                       "bench_online; with --champion bench_online_champion_greedy, "
                                                       "_t1, ...)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.study_unseen and not args.champion:
         parser.error("--study-unseen holds out the study's prompts for --champion (the default mode trains on the "
@@ -235,14 +216,16 @@ def main(argv=None) -> int:
         return run_champion(args, parser)
     args.name = args.name or "bench_online"
     args.prompts = args.prompts or 14
+    return run_rerankers(args)
 
+
+def run_rerankers(args) -> int:
+    """The default mode: per budget, the four rerankers fitted on rounds recorded from training prompts, decoded
+    against draft selection on the held-out prompts."""
     import torch
 
-    from specrank.decode import DecodeConfig, load_drafter, load_target, make_strategy
+    from specrank.decode import load_drafter, load_target
     from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
-    from specrank.decode.runs import build_manifest, record_run, run_protocol
-    from specrank.experiments.online.tables import online_tables
-    from specrank.experiments.online.run import OnlineComparison
 
     torch.set_num_threads(args.threads)
     target = load_target(args.target, "cpu", "float32")
@@ -256,37 +239,48 @@ def main(argv=None) -> int:
     if args.temperature:  # a greedy run's file keeps its fields; a sampled one says how it sampled
         result |= {"temperature": args.temperature, "seed": args.seed}
     for budget in [int(b) for b in args.budgets.split(",")]:
-        record_cfg = DecodeConfig(budget=budget, extra=0, temperature=args.temperature,
-                                  max_new_tokens=args.train_tokens, seed=args.seed)
-        with tempfile.TemporaryDirectory() as run_dir:
-            manifest = build_manifest(target, drafter, record_cfg, default_prompts_path(), 4)
-            record_run(target, drafter, train, run_dir, record_cfg, manifest)
-            rerankers, features = fit_rerankers(run_dir, args.gbm_size)
-        result["gbm"] = {k: rerankers["rows"].get_params()[k] for k in ("n_estimators", "num_leaves", "learning_rate")}
-        config = DecodeConfig(budget=budget, extra=0, temperature=args.temperature,
-                              max_new_tokens=args.max_new_tokens, seed=args.seed)
-        strategies = {"draft": make_strategy("draft")}
-        for k, r in rerankers.items():
-            strategies[f"reranked-{k}"] = make_strategy("reranked", r, k)
-            strategies[f"reranked-{k}"].name = f"reranked-{k}"  # the rounds table tells the four apart by name
-        rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, warmup=1)
-        warm = {d: back_to_back_ms(target, drafter, encoded[:2], config, s) for d, s in strategies.items() if d != "draft"}
-        comparison = OnlineComparison(online_tables(rounds, decodes, "draft", args.bootstrap))
-        made, strategies = strategies, {}
-        for d in comparison.tables["online_strategies"]["strategy"]:
-            strategies[d] = strategy_figures(comparison, d)
-            if d != "draft":
-                ms = strategies[d]["ms_per_round"]
-                strategies[d] |= {"inference": made[d].compiled.inference, "rerank_back_to_back_ms": warm[d]}
-                strategies[d] |= gain_figures(comparison, d, ms, args.bootstrap)
-                say_rerank(budget, d, ms, f" ({made[d].compiled.inference}), {warm[d]:.3f} ms back to back")
-        topk = config.shape.topk
-        result["budgets"][budget] = {"training_rows": len(features), "strategies": strategies,
-                                     "inference_ms": {k: inference_ms(rerankers[k], features, topk)
-                                                      for k in ("rows", "base")}}
+        result["budgets"][budget] = reranker_budget(args, target, drafter, train, encoded, budget, result)
         write_results(args.name, result | {"complete": False})  # a budget's figures survive a stopped run
     reranked = [d for b in result["budgets"].values() for n, d in b["strategies"].items() if n != "draft"]
     return finish(result, args.name, reranked, args.max_rerank_ms)
+
+
+def reranker_budget(args, target, drafter, train, encoded, budget: int, result: dict) -> dict:
+    """One budget of the default mode: record and fit, decode every strategy, their figures (``result`` gains the
+    GBMs' size)."""
+    from specrank.decode import DecodeConfig, make_strategy
+    from specrank.decode.prompts import default_prompts_path
+    from specrank.decode.runs import build_manifest, record_run, run_protocol
+    from specrank.experiments.online.online_tables import online_tables
+    from specrank.experiments.online.comparison import OnlineComparison
+
+    record_cfg = DecodeConfig(budget=budget, extra=0, temperature=args.temperature,
+                              max_new_tokens=args.train_tokens, seed=args.seed)
+    with tempfile.TemporaryDirectory() as run_dir:
+        manifest = build_manifest(target, drafter, record_cfg, default_prompts_path(), 4)
+        record_run(target, drafter, train, run_dir, record_cfg, manifest)
+        rerankers, features = fit_rerankers(run_dir, args.gbm_size)
+    result["gbm"] = {k: rerankers["rows"].get_params()[k] for k in ("n_estimators", "num_leaves", "learning_rate")}
+    config = DecodeConfig(budget=budget, extra=0, temperature=args.temperature,
+                          max_new_tokens=args.max_new_tokens, seed=args.seed)
+    strategies = {"draft": make_strategy("draft")}
+    for k, r in rerankers.items():
+        strategies[f"reranked-{k}"] = make_strategy("reranked", r, k)
+        strategies[f"reranked-{k}"].name = f"reranked-{k}"  # the rounds table tells the four apart by name
+    rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, warmup=1)
+    warm = {d: back_to_back_ms(target, drafter, encoded[:2], config, s) for d, s in strategies.items() if d != "draft"}
+    comparison = OnlineComparison(online_tables(rounds, decodes, "draft", args.bootstrap))
+    made, strategies = strategies, {}
+    for d in comparison.tables["online_strategies"]["strategy"]:
+        strategies[d] = strategy_figures(comparison, d)
+        if d != "draft":
+            ms = strategies[d]["ms_per_round"]
+            strategies[d] |= {"inference": made[d].compiled.inference, "rerank_back_to_back_ms": warm[d]}
+            strategies[d] |= gain_figures(comparison, d, ms, args.bootstrap)
+            say_rerank(budget, d, ms, f" ({made[d].compiled.inference}), {warm[d]:.3f} ms back to back")
+    topk = config.shape.topk
+    return {"training_rows": len(features), "strategies": strategies,
+            "inference_ms": {k: inference_ms(rerankers[k], features, topk) for k in ("rows", "base")}}
 
 
 def run_champion(args, parser) -> int:
@@ -295,35 +289,14 @@ def run_champion(args, parser) -> int:
     a model loads."""
     import torch
 
-    from specrank.decode import DecodeConfig, load_drafter, load_target, make_strategy
-    from specrank.decode.loading.drafters import SeenPromptError
-    from specrank.decode.prompts import default_prompts_path, encode_prompt, read_prompts
-    from specrank.decode.runs import run_protocol
-    from specrank.experiments.online.tables import online_tables
+    from specrank.decode import load_drafter, load_target
+    from specrank.decode.prompts import encode_prompt
     from specrank.law import Law
     from specrank.rerankers import compiled
-    from specrank.rerankers.defaults import (DEFAULT, DEFAULT_DRAFTER, DefaultRerankerError, default_reranker_dir,
-                                             load_default_reranker)
-    from specrank.workflow.champion import check_unseen_prompts
-    from specrank.experiments.online.run import OnlineComparison
-    from specrank.experiments.study.run import unseen_prompts
+    from specrank.rerankers.defaults import DEFAULT
 
-    if args.drafter != DEFAULT_DRAFTER:
-        parser.error(f"--champion: {DEFAULT} was trained with {DEFAULT_DRAFTER}, not {args.drafter} "
-                     f"(pass --drafter {DEFAULT_DRAFTER})")
-    if args.gbm_size is not None:
-        parser.error("--gbm-size sizes the rerankers the default mode fits; --champion fits none")
     name = args.name or champion_name(args.temperature) + ("_study_unseen" if args.study_unseen else "")
-    try:
-        path = default_reranker_dir(args.temperature)
-        champion = load_default_reranker(args.temperature)
-        if args.study_unseen:
-            held_out = unseen_prompts(args.target)[: args.prompts]
-        else:
-            held_out = read_prompts(default_prompts_path())[: args.prompts or 14]
-        check_unseen_prompts(champion, held_out, source=DEFAULT)
-    except (DefaultRerankerError, SeenPromptError) as exc:
-        parser.error(str(exc))
+    path, champion, held_out = checked_champion(args, parser)
     card = getattr(champion, "card_", None) or {}
     first = getattr(champion, "first_factor_", None) if args.first_factor_alone else None
     if args.first_factor_alone and first is None:
@@ -342,26 +315,66 @@ def run_champion(args, parser) -> int:
               "budgets": {}}
     encoded = [(p.prompt_id, p.task, encode_prompt(target.tokenizer, p.text)) for p in held_out]
     for budget in [int(b) for b in args.budgets.split(",")]:
-        config = DecodeConfig(budget=budget, extra=0, temperature=args.temperature,
-                              max_new_tokens=args.max_new_tokens, seed=args.seed)
-        strategies = {"draft": make_strategy("draft"), "reranked": make_strategy("reranked", champion, DEFAULT)}
-        if first is not None:  # the champion's own first factor, fitted on the same rounds, without the deeper maps
-            strategies[FIRST_FACTOR] = make_strategy("reranked", first, f"{DEFAULT} first factor")
-            strategies[FIRST_FACTOR].name = FIRST_FACTOR  # the rounds table tells the two apart by name
-        rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, warmup=1)
-        comparison = OnlineComparison(online_tables(rounds, decodes, "draft", args.bootstrap))
-        strategies = {}
-        for d in comparison.tables["online_strategies"]["strategy"]:
-            strategies[d] = strategy_figures(comparison, d)
-            if d != "draft":
-                strategies[d] |= gain_figures(comparison, d, strategies[d]["ms_per_round"], args.bootstrap)
-                rule = card.get("reranker", DEFAULT) if d == "reranked" else "its first factor alone"
-                say_rerank(budget, f"{d} ({rule})", strategies[d]["ms_per_round"],
-                           f" ({result['champion']['inference']})")
+        strategies = champion_budget(args, target, drafter, encoded, budget, champion, first, card, result)
         result["budgets"][budget] = {"strategies": strategies}
         write_results(name, result | {"complete": False})  # a budget's figures survive a stopped run
     reranked = [d for b in result["budgets"].values() for n, d in b["strategies"].items() if n != "draft"]
     return finish(result, name, reranked, args.max_rerank_ms)
+
+
+def checked_champion(args, parser) -> tuple:
+    """(its file, the champion, the held-out prompts), every refusal in one line (``parser.error``) before a model
+    loads: another drafter, a GBM size, no champion, a prompt it learned from."""
+    from specrank.decode.loading.drafters import SeenPromptError
+    from specrank.decode.prompts import default_prompts_path, read_prompts
+    from specrank.rerankers.defaults import (DEFAULT, DEFAULT_DRAFTER, DefaultRerankerError, default_reranker_dir,
+                                             load_default_reranker)
+    from specrank.workflow.champion import check_unseen_prompts
+    from specrank.experiments.study.study_prompts import unseen_prompts
+
+    if args.drafter != DEFAULT_DRAFTER:
+        parser.error(f"--champion: {DEFAULT} was trained with {DEFAULT_DRAFTER}, not {args.drafter} "
+                     f"(pass --drafter {DEFAULT_DRAFTER})")
+    if args.gbm_size is not None:
+        parser.error("--gbm-size sizes the rerankers the default mode fits; --champion fits none")
+    try:
+        path = default_reranker_dir(args.temperature)
+        champion = load_default_reranker(args.temperature)
+        if args.study_unseen:
+            held_out = unseen_prompts(args.target)[: args.prompts]
+        else:
+            held_out = read_prompts(default_prompts_path())[: args.prompts or 14]
+        check_unseen_prompts(champion, held_out, source=DEFAULT)
+    except (DefaultRerankerError, SeenPromptError) as exc:
+        parser.error(str(exc))
+    return path, champion, held_out
+
+
+def champion_budget(args, target, drafter, encoded, budget: int, champion, first, card: dict, result: dict) -> dict:
+    """One budget of the champion mode: draft selection, the champion (and its first factor alone), their figures."""
+    from specrank.decode import DecodeConfig, make_strategy
+    from specrank.decode.runs import run_protocol
+    from specrank.experiments.online.online_tables import online_tables
+    from specrank.experiments.online.comparison import OnlineComparison
+    from specrank.rerankers.defaults import DEFAULT
+
+    config = DecodeConfig(budget=budget, extra=0, temperature=args.temperature,
+                          max_new_tokens=args.max_new_tokens, seed=args.seed)
+    strategies = {"draft": make_strategy("draft"), "reranked": make_strategy("reranked", champion, DEFAULT)}
+    if first is not None:  # the champion's own first factor, fitted on the same rounds, without the deeper maps
+        strategies[FIRST_FACTOR] = make_strategy("reranked", first, f"{DEFAULT} first factor")
+        strategies[FIRST_FACTOR].name = FIRST_FACTOR  # the rounds table tells the two apart by name
+    rounds, decodes = run_protocol(target, drafter, encoded, config, strategies, warmup=1)
+    comparison = OnlineComparison(online_tables(rounds, decodes, "draft", args.bootstrap))
+    strategies = {}
+    for d in comparison.tables["online_strategies"]["strategy"]:
+        strategies[d] = strategy_figures(comparison, d)
+        if d != "draft":
+            strategies[d] |= gain_figures(comparison, d, strategies[d]["ms_per_round"], args.bootstrap)
+            rule = card.get("reranker", DEFAULT) if d == "reranked" else "its first factor alone"
+            say_rerank(budget, f"{d} ({rule})", strategies[d]["ms_per_round"],
+                       f" ({result['champion']['inference']})")
+    return strategies
 
 
 if __name__ == "__main__":

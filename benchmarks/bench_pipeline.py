@@ -38,7 +38,7 @@ import os
 import random
 import sys
 from pathlib import Path
-from record import write_results  # benchmarks/record.py, beside this script
+from harness import write_results  # benchmarks/harness.py, beside this script
 
 PIPE = "-pipelined"
 
@@ -100,7 +100,7 @@ def summarize(args, decodes) -> dict:
     """{table name: DataFrame}: per-budget strategy table, speed ratios over both bases, root-pass overlap."""
     import pandas as pd
 
-    from specrank.experiments.online.tables import strategy_table, root_overlap, speed_ratios
+    from specrank.experiments.online.online_tables import strategy_table, root_overlap, speed_ratios
 
     bases = ["draft"] + [f"pearl{PIPE}"] * (f"pearl{PIPE}" in set(decodes["strategy"]))
     tables = {"strategies": [], "speed": [], "overlap": []}

@@ -12,7 +12,7 @@ than about twice the pickle's.
 
 from __future__ import annotations
 
-from record import write_results  # benchmarks/record.py, beside this script
+from harness import write_results  # benchmarks/harness.py, beside this script
 import argparse
 import pickle
 import statistics

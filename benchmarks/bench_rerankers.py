@@ -12,7 +12,7 @@ the Rows reranker with the paper's settings (400 iterations, learning rate 0.05,
 
 from __future__ import annotations
 
-from record import write_results  # benchmarks/record.py, beside this script
+from harness import write_results  # benchmarks/harness.py, beside this script
 import argparse
 import json
 import resource

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from record import write_results  # benchmarks/record.py, beside this script
+from harness import write_results  # benchmarks/harness.py, beside this script
 
 SPANS = ("draft", "root", "target", "measure", "bookkeeping", "total")
 

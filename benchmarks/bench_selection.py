@@ -9,7 +9,7 @@ bootstrap over 650 prompts in < 5 s. Pools are generated chunk by chunk (not tim
 
 from __future__ import annotations
 
-from record import write_results  # benchmarks/record.py, beside this script
+from harness import write_results  # benchmarks/harness.py, beside this script
 import argparse
 import os
 import resource

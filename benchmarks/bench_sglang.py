@@ -1,20 +1,21 @@
 """Benchmark specrank's SGLang plugin (docs/sglang.md): SGLang's own tree against the plugin's, predicted and measured.
 
-    scripts/build_sglang_cpu.sh /path/to/sglang                       # .venv-sglang, from an SGLang checkout
+    src/specrank/engines/sglang/build_cpu.sh /path/to/sglang          # .venv-sglang, from an SGLang checkout
     python benchmarks/bench_sglang.py --part predict                  # tree-config, no engine needed
     flock /work/cpu.lock python benchmarks/bench_sglang.py --part engine   # SGLang itself, on a quiet machine
 
 Settings: SGLang's default shape for a Llama target, (num_steps, topk, num_draft_tokens) = (5, 4, 8) from
-``_auto_choose_speculative_params`` (``arg_groups/speculative_hook.py``), and the champion's topk 10 at B = 8
-(3, 10, 9); each greedy and at T = 1. The champion ``reranker:default`` is trained for topk 10. At topk 4 the plugin
-runs the champion's kind (``rows+per_depth``) refitted, per law, on topk-4 pools of the champion's own training
-prompts, as the engine sees them (``featurize.engine``: no prompt rows, task unknown): recorded by tree-config at
-SGLang's default shape and saved to ``WORK/reranker-k4-t{T}`` (reused when there). tree-config scores it on the
-held-out prompts and SGLang loads it by path (``SPECRANK_RERANKER``). Prompts: the bundled held-out set (``--limit``,
-at least 40), none of the head's or the champion's training prompts (checked by digest); or, with ``--prompts``, the
-first ``--limit`` of another set in a study's seeded order, less those the head or either champion trained on
-(``--prompts spec-bench``: the bundled Spec-Bench questions, of which the champions learned from a few dozen), and
-with ``--max-prompt-tokens`` of at most that many target tokens.
+``_auto_choose_speculative_params`` (``arg_groups/speculative_hook.py``), and the champion's topk 10 at B = 8 (3, 10,
+9); each greedy and at T = 1 (``specrank.engines.sglang.engine_runs`` holds them, and reads the engine's runs). The champion
+``reranker:default`` is trained for topk 10. At topk 4 the plugin runs the champion's kind (``rows+per_depth``)
+refitted, per law, on topk-4 pools of the champion's own training prompts, as the engine sees them
+(``featurize.engine``: no prompt rows, task unknown): recorded by tree-config at SGLang's default shape and saved to
+``WORK/reranker-k4-t{T}`` (reused when there). tree-config scores it on the held-out prompts and SGLang loads it by path
+(``SPECRANK_RERANKER``). Prompts: the bundled held-out set (``--limit``, at least 40), none of the head's or the
+champion's training prompts (checked by digest); or, with ``--prompts``, the first ``--limit`` of another set in a
+study's seeded order, less those the head or either champion trained on (``--prompts spec-bench``: the bundled
+Spec-Bench questions, of which the champions learned from a few dozen), and with ``--max-prompt-tokens`` of at most that
+many target tokens.
 ``--gain-only`` decodes only what the plugin's gain needs: SGLang's tree and the plugin (no plain decoding), at the
 champion's setting unless ``--settings`` names others.
 
@@ -35,20 +36,27 @@ import subprocess
 import sys
 from pathlib import Path
 
-from record import ROOT, cpu_model, write_results  # benchmarks/record.py, beside this script
+from harness import ROOT, cpu_model, write_results  # benchmarks/harness.py, beside this script
 
-# a setting's engine runs in the results: SGLang's own tree, and the plugin's (its gain is <plugin>_gain)
-ENGINE_KEYS = {"champion_b8": ("sglang", "plugin"), "sglang_default": ("sglang_default", "plugin_default")}
-TOPK4 = "topk-4 refit"  # the champion's kind refitted on topk-4 pools of its training prompts (topk4_reranker)
-SETTINGS = {"sglang_default": (4, 5, 8, TOPK4), "champion_b8": (10, 3, 9, "reranker:default")}
+from specrank.engines.sglang import cpu_shims, runner
+from specrank.engines.sglang.engine_runs import (ENGINE_KEYS, SETTINGS, TOPK4, chosen_settings, engine_figures,
+                                             inside_predicted, paired_gain)
+from specrank.engines.sglang.engine_runs import earlier_engine as earlier_figures
+
 MIN_PROMPTS = 40
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    add_prompt_arguments(parser)
+    add_engine_arguments(parser)
+    return checked(parser, parser.parse_args(argv))
+
+
+def add_prompt_arguments(parser) -> None:
+    """What is decoded and predicted: the part, the pair, the prompts, the settings, the results' name."""
     parser.add_argument("--part", choices=("predict", "engine", "all"), default="all")
-    parser.add_argument("--engine-python", default=str(ROOT / ".venv-sglang" / "bin" / "python"))
     parser.add_argument("--target", default="smollm2")
     parser.add_argument("--drafter", default="eagle3:default")
     parser.add_argument("--limit", type=int, default=MIN_PROMPTS, help=f"held-out prompts (at least {MIN_PROMPTS})")
@@ -67,6 +75,16 @@ def parse_args(argv=None):
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--work", default=str(ROOT / "runs" / "bench-sglang"))
+    parser.add_argument("--engine-results", default=None, metavar="NAME",
+                        help="with --part predict: the engine figures of an earlier --part engine run on the same"
+                             " prompts (benchmarks/results/NAME.json), each measured gain checked against this"
+                             " prediction")
+    parser.add_argument("--name", default="sglang", help="the results file, benchmarks/results/NAME.json")
+
+
+def add_engine_arguments(parser) -> None:
+    """How SGLang's CPU engine runs: its environment, dtypes, backend, threads, temperatures and shims."""
+    parser.add_argument("--engine-python", default=str(ROOT / ".venv-sglang" / "bin" / "python"))
     parser.add_argument("--dtype", default="bfloat16", help="the engine's dtype (the intel_amx kernels: bf16/fp16)")
     parser.add_argument("--dtype-head", default="bf16", help="the exported head's dtype")
     parser.add_argument("--attention-backend", default="intel_amx")
@@ -76,25 +94,21 @@ def parse_args(argv=None):
                              " greedily at every temperature, eagle_sample; see --sampling-verify)")
     parser.add_argument("--sampling-verify", action="store_true",
                         help="verify at T > 0 in the CPU engine with SGLang's tree sampling kernel ported to torch"
-                             " (benchmarks/sglang_cpu_shims/tree_sampling.py); the plugin then uses the champion of"
-                             " each engine temperature")
-    parser.add_argument("--engine-results", default=None, metavar="NAME",
-                        help="with --part predict: the engine figures of an earlier --part engine run on the same"
-                             " prompts (benchmarks/results/NAME.json), each measured gain checked against this"
-                             " prediction")
-    parser.add_argument("--name", default="sglang", help="the results file, benchmarks/results/NAME.json")
+                             " (src/specrank/engines/sglang/cpu_shims/tree_sampling.py); the plugin then uses the"
+                             " champion of each engine temperature")
     parser.add_argument("--amx-override", action="store_true",
                         help="on a CPU with AVX-512 BF16 and no AMX, run SGLang's AMX path anyway"
-                             " (benchmarks/sglang_cpu_shims): without it SGLang falls back to an attention backend"
-                             " with no EAGLE")
-    args = parser.parse_args(argv)
-    if args.settings is None:
-        args.settings = "champion_b8" if args.gain_only else ",".join(SETTINGS)
-    unknown = [s for s in args.settings.split(",") if s not in SETTINGS]
-    if unknown or not args.settings:
-        parser.exit(2, f"--settings {args.settings}: {unknown[0] if unknown else 'empty'} is not one of"
-                       f" {', '.join(SETTINGS)}\n")
-    args.settings = [s for s in SETTINGS if s in args.settings.split(",")]
+                             " (src/specrank/engines/sglang/cpu_shims): without it SGLang falls back to an attention"
+                             " backend with no EAGLE")
+
+
+def checked(parser, args):
+    """``args`` with ``--settings`` resolved to a list; bad input exits 2 in one line."""
+    try:
+        settings = chosen_settings(args.settings, args.gain_only)
+    except ValueError as exc:
+        parser.exit(2, f"--settings {args.settings}: {exc}\n")
+    args.settings = settings
     if args.limit < MIN_PROMPTS:
         parser.exit(2, f"--limit {args.limit}: the goal needs at least {MIN_PROMPTS} prompts\n")
     if args.prompts not in (None, "spec-bench") and not Path(args.prompts).is_file():
@@ -113,57 +127,18 @@ def refuse(message: str) -> None:
     sys.exit(2)
 
 
-def write_prompts(path: Path, prompts) -> None:
-    """``prompts`` as Spec-Bench JSONL at ``path``, written atomically: the form tree-config reads."""
-    from specrank.atomic import atomic_write
-    from specrank.decode.prompts import spec_bench_text
+def held_out(args) -> tuple[list, Path]:
+    """The prompts to decode (``specrank.experiments.held_out``; a refusal exits 2) and the file tree-config reads
+    them from: the bundled held-out set's, or, with ``--prompts``, ``WORK/held-out.jsonl`` (the caller writes it)."""
+    from specrank.decode.prompts import default_prompts_path
+    from specrank.experiments.held_out import HeldOutError, held_out_prompts
 
-    text = spec_bench_text(prompts)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-
-
-def held_out(args, write: bool = True) -> tuple[list, Path]:
-    """The prompts to decode and the file tree-config reads them from: the bundled held-out set, refused (exit 2)
-    when the head or a champion trained on any of them; or, with ``--prompts``, the first ``--limit`` of that set in
-    a study's seeded order (every prefix mixes the tasks) that neither trained on (and at most
-    ``--max-prompt-tokens`` long), written to ``WORK/held-out.jsonl`` (by the caller, with ``write`` False)."""
-    from specrank.decode.loading.drafters import check_unseen, trained_on
-    from specrank.decode.loading.targets import load_target_tokenizer
-    from specrank.decode.prompts import (default_prompts_path, encode_prompt, prompt_digest, read_prompts,
-                                         spec_bench_path)
-    from specrank.experiments.study.run import study_order
-    from specrank.rerankers.defaults import default_reranker_dir
-    from specrank.rerankers.loader import load_reranker
-    from specrank.workflow.champion import training_prompts
-
-    champions = {t: training_prompts(load_reranker(default_reranker_dir(t))) for t in (0.0, 1.0)}
-    if args.prompts is None:
-        prompts = read_prompts(default_prompts_path(), limit=args.limit)
-        check_unseen(args.drafter, prompts)
-        for t, seen in champions.items():
-            if any(prompt_digest(p.text) in seen for p in prompts):
-                refuse(f"--limit {args.limit}: the champion at T = {t:g} trained on some of these prompts")
-        return prompts, default_prompts_path()
-    source = spec_bench_path() if args.prompts == "spec-bench" else Path(args.prompts)
-    ordered = study_order(read_prompts(source), seed=0)
-    head_seen = trained_on(args.drafter, ordered)
-    if head_seen is None:
-        refuse(f"--drafter {args.drafter}: its training.json does not say which prompts it trained on")
-    head_seen, champion_seen = set(head_seen), set().union(*champions.values())
-    kept = [p for p in ordered if p.prompt_id not in head_seen and prompt_digest(p.text) not in champion_seen]
-    if args.max_prompt_tokens is not None:
-        tokenizer, _ = load_target_tokenizer(args.target)
-        kept = [p for p in kept if len(encode_prompt(tokenizer, p.text)) <= args.max_prompt_tokens]
-    if len(kept) < args.limit:
-        refuse(f"--prompts {args.prompts}: {len(kept)} prompts that neither the head nor a champion trained on"
-               + (f" of at most {args.max_prompt_tokens} tokens" if args.max_prompt_tokens else "")
-               + f", fewer than --limit {args.limit}")
-    kept = kept[: args.limit]
-    path = Path(args.work) / "held-out.jsonl"
-    if write:
-        write_prompts(path, kept)
-    return kept, path
+    try:
+        prompts = held_out_prompts(args.drafter, args.limit, args.prompts, target=args.target,
+                                   max_prompt_tokens=args.max_prompt_tokens)
+    except HeldOutError as exc:
+        refuse(str(exc))
+    return prompts, default_prompts_path() if args.prompts is None else Path(args.work) / "held-out.jsonl"
 
 
 def tree_config(args, name: str, temperature: float, prompts_file: Path, limit: int, reranker: str, out: Path):
@@ -187,6 +162,7 @@ def topk4_reranker(args, temperature: float) -> Path:
     shape and read as the engine sees them (no prompt rows, task unknown)."""
     from specrank.decode.loading.drafters import trained_on
     from specrank.decode.prompts import prompt_digest, read_prompts, spec_bench_path
+    from specrank.experiments.held_out import write_prompts
     from specrank.featurize.engine import engine_visible
     from specrank.featurize.storage import featurize_run
     from specrank.rerankers.defaults import default_reranker_dir
@@ -240,7 +216,7 @@ def engine_check(args) -> dict:
            "engine_python": args.engine_python}
     if not Path(args.engine_python).is_file():
         return out | {"ran": False, "failure": f"no engine environment at {args.engine_python}"
-                                               " (scripts/build_sglang_cpu.sh SGLANG_SRC)"}
+                                               " (src/specrank/engines/sglang/build_cpu.sh SGLANG_SRC)"}
     probe = subprocess.run([args.engine_python, "-c", "import sgl_kernel, sglang; print(sglang.__version__)"],
                            capture_output=True, text=True, timeout=600, env=engine_env(args, None))
     if probe.returncode != 0:
@@ -254,7 +230,7 @@ def engine_check(args) -> dict:
 def engine_env(args, reranker: str | None, temperature: float = 0.0) -> dict:
     env = {"SGLANG_USE_CPU_ENGINE": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            "HOME": os.environ.get("HOME", "/root"), "OMP_NUM_THREADS": str(args.threads), "TQDM_DISABLE": "1"}
-    shims = str(Path(__file__).parent / "sglang_cpu_shims")  # sitecustomize.py there: each shim behind its variable
+    shims = cpu_shims.__path__[0]  # sitecustomize.py there: each shim behind its variable
     if args.amx_override:  # SGLang's AMX path, run by oneDNN on AVX-512
         env.update({"PYTHONPATH": shims, "SPECRANK_SGLANG_AMX_OVERRIDE": "1"})
     if args.sampling_verify:  # SGLang's tree sampling at T > 0 (tree_sampling.py)
@@ -265,14 +241,14 @@ def engine_env(args, reranker: str | None, temperature: float = 0.0) -> dict:
 
 
 def engine_run(args, name: str, request: dict, reranker: str | None, law: float) -> dict:
-    """One setting decoded by SGLang in its own environment (``sglang_engine_run.py``): its JSON."""
+    """One setting decoded by SGLang in its own environment (``specrank.engines.sglang.runner``): its JSON."""
     work = Path(args.work) / "engine"
     work.mkdir(parents=True, exist_ok=True)
     req, out = work / f"{name}.request.json", work / f"{name}.json"
     req.write_text(json.dumps(request))
     with open(work / f"{name}.log", "w") as log:
-        rc = subprocess.run([args.engine_python, str(Path(__file__).parent / "sglang_engine_run.py"), str(req),
-                             str(out)], env=engine_env(args, reranker, law), stdout=log, stderr=subprocess.STDOUT,
+        rc = subprocess.run([args.engine_python, runner.__file__, str(req), str(out)],
+                            env=engine_env(args, reranker, law), stdout=log, stderr=subprocess.STDOUT,
                             timeout=7200).returncode
     if rc != 0:
         tail = (work / f"{name}.log").read_text().strip().splitlines()[-3:]
@@ -280,61 +256,34 @@ def engine_run(args, name: str, request: dict, reranker: str | None, law: float)
     return json.loads(out.read_text())
 
 
-def engine_figures(run: dict, plain: dict | None) -> dict:
-    """Accept length (1 + correct drafts a verify step, the bonus token counted), tokens/s over decode time, and
-    greedy identity with plain decoding, per prompt and pooled."""
-    rows = run["rows"]
-    out = {"tokens": sum(len(r["output_ids"]) for r in rows), "seconds": sum(r["seconds"] for r in rows)}
-    out["tokens_per_s"] = out["tokens"] / out["seconds"]
-    verify = sum(r["verify_ct"] for r in rows)
-    if verify:
-        out.update({"verify_steps": verify, "accept_length": 1 + sum(r["correct_drafts"] for r in rows) / verify,
-                    "ms_per_step": 1000 * out["seconds"] / verify})
-    if plain is not None:
-        same = [a["output_ids"] == b["output_ids"] for a, b in zip(rows, plain["rows"])]
-        out["identical_to_plain"] = f"{sum(same)}/{len(same)}"
-        # where each other prompt first differs from plain decoding: (prompt, token index, plain's, this run's)
-        out["first_differences"] = [first_difference(a, b) for a, b, ok in zip(rows, plain["rows"], same) if not ok]
-    return out
-
-
-def first_difference(row: dict, plain: dict) -> tuple:
-    """(prompt, index, plain's token, this run's token) at the first token where two outputs part; None past an
-    output's end."""
-    a, b = row["output_ids"], plain["output_ids"]
-    i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    return row["id"], i, b[i] if i < len(b) else None, a[i] if i < len(a) else None
-
-
-def paired_gain(own: dict, plugin: dict, n_boot: int = 2000, seed: int = 0) -> dict:
-    """The plugin's accept length minus SGLang's own, pooled over prompts, with a paired prompt-bootstrap interval."""
-    import numpy as np
-
-    def columns(run):
-        return (np.array([r["correct_drafts"] for r in run["rows"]], float),
-                np.array([r["verify_ct"] for r in run["rows"]], float))
-
-    (ca, va), (cb, vb) = columns(own), columns(plugin)
-    idx = np.random.default_rng(seed).integers(0, len(ca), (n_boot, len(ca)))
-    boot = cb[idx].sum(1) / vb[idx].sum(1) - ca[idx].sum(1) / va[idx].sum(1)
-    point = cb.sum() / vb.sum() - ca.sum() / va.sum()
-    return {"gain": float(point), "low": float(np.quantile(boot, 0.025)), "high": float(np.quantile(boot, 0.975))}
-
-
 def run_engine(args, prompts) -> dict:
     """SGLang plain, with its own tree and with the plugin at the champion's setting, and with its own tree at its
     default shape (the shipped champions are trained for topk 10 only), at each of ``--engine-temperatures``
     (``--gain-only``: its tree and the plugin only)."""
-    from specrank.decode.config import prompt_seed
-    from specrank.decode.loading.drafters import head_directory
-    from specrank.decode.loading.eagle3_export import export_head
-    from specrank.decode.loading.targets import load_target_tokenizer, resolve_target
-    from specrank.decode.prompts import encode_prompt
     from specrank.rerankers.defaults import default_reranker_dir
 
     check = engine_check(args)
     if "sglang" not in check:
         return check | {"ran": False}
+    base, head = engine_request(args, prompts)
+    out = check | {"ran": True, "dtype": args.dtype, "attention_backend": args.attention_backend,
+                   "threads": args.threads, "settings": args.settings,
+                   "champion": {f"t{t:g}": str(default_reranker_dir(t)) for t in (0.0, 1.0)}}
+    for t in [float(x) for x in args.engine_temperatures.split(",")]:
+        out[f"t{t:g}"] = engine_temperature(args, base, head, t)
+    return out
+
+
+def engine_request(args, prompts) -> tuple[dict, Path]:
+    """The request every engine run shares (the target, the champion's shape, the prompts encoded with their
+    seeds) and the head exported for SGLang into ``WORK/head-sglang`` (once)."""
+    from specrank.decode.config import prompt_seed
+    from specrank.decode.loading.drafters import head_directory
+    from specrank.decode.loading.eagle3_export import export_head
+    from specrank.decode.loading.target_spec import resolve_target
+    from specrank.decode.loading.targets import load_target_tokenizer
+    from specrank.decode.prompts import encode_prompt
+
     head = Path(args.work) / "head-sglang"
     if not (head / "config.json").is_file():
         export_head(head_directory(args.drafter), head, "sglang", args.dtype_head)
@@ -342,89 +291,54 @@ def run_engine(args, prompts) -> dict:
     encoded = [{"id": p.prompt_id, "ids": encode_prompt(tokenizer, p.text), "seed": prompt_seed(0, p.prompt_id)}
                for p in prompts]
     topk, steps, n, _ = SETTINGS["champion_b8"]
-    base = {"model": str(resolve_target(args.target)), "topk": topk, "num_steps": steps, "num_draft_tokens": n,
+    return {"model": str(resolve_target(args.target)), "topk": topk, "num_steps": steps, "num_draft_tokens": n,
             "dtype": args.dtype, "attention_backend": args.attention_backend, "max_new_tokens": args.max_new_tokens,
-            "prompts": encoded}
-    out = check | {"ran": True, "dtype": args.dtype, "attention_backend": args.attention_backend,
-                   "threads": args.threads, "settings": args.settings,
-                   "champion": {f"t{t:g}": str(default_reranker_dir(t)) for t in (0.0, 1.0)}}
-    for t in [float(x) for x in args.engine_temperatures.split(",")]:
-        # Without --sampling-verify the CPU engine verifies greedily at every temperature (eagle_sample): the greedy
-        # champion. With it, T's own; the verify coins then come from torch's generator, seeded by the engine
-        # (a request's sampling_seed would hash them with a Triton kernel, which has no CPU backend).
-        law, seeded = (t, False) if args.sampling_verify else (0.0, True)
-        req = base | {"temperature": t, "seeded": seeded}
-        runs = {} if args.gain_only else {"plain": engine_run(args, f"plain-t{t:g}", req | {"head": None}, None, t)}
-        for name in args.settings:
-            topk, steps, n, reranker = SETTINGS[name]
-            shape = {"head": str(head), "topk": topk, "num_steps": steps, "num_draft_tokens": n}
-            reranker = str(topk4_reranker(args, law)) if reranker == TOPK4 else reranker
-            own, plugin = ENGINE_KEYS[name]
-            runs[own] = engine_run(args, f"{own.replace('_', '-')}-t{t:g}", req | shape, None, t)
-            runs[plugin] = engine_run(args, f"{plugin.replace('_', '-')}-t{t:g}", req | shape, reranker, law)
-        failed = {k: v for k, v in runs.items() if "failed" in v}
-        if failed:
-            out[f"t{t:g}"] = {"failed": failed}
-            continue
-        plain = runs.get("plain") if t == 0 else None  # greedy identity: at T = 0, where plain decoding ran
-        fig = {k: engine_figures(v, plain if k != "plain" else None) for k, v in runs.items()}
-        for name in args.settings:
-            own, plugin = ENGINE_KEYS[name]
-            fig[f"{plugin}_gain"] = paired_gain(runs[own], runs[plugin])
-            fig[f"{plugin}_speed_ratio"] = fig[plugin]["tokens_per_s"] / fig[own]["tokens_per_s"]
-            fig[f"{plugin}_ms_per_step"] = fig[plugin]["ms_per_step"] - fig[own]["ms_per_step"]
-        out[f"t{t:g}"] = fig
-    return out
+            "prompts": encoded}, head
+
+
+def engine_temperature(args, base: dict, head: Path, t: float) -> dict:
+    """Every run at engine temperature ``t`` and their figures, or the runs that failed."""
+    # Without --sampling-verify the CPU engine verifies greedily at every temperature (eagle_sample): the greedy
+    # champion. With it, T's own; the verify coins then come from torch's generator, seeded by the engine
+    # (a request's sampling_seed would hash them with a Triton kernel, which has no CPU backend).
+    law, seeded = (t, False) if args.sampling_verify else (0.0, True)
+    req = base | {"temperature": t, "seeded": seeded}
+    runs = {} if args.gain_only else {"plain": engine_run(args, f"plain-t{t:g}", req | {"head": None}, None, t)}
+    for name in args.settings:
+        topk, steps, n, reranker = SETTINGS[name]
+        shape = {"head": str(head), "topk": topk, "num_steps": steps, "num_draft_tokens": n}
+        reranker = str(topk4_reranker(args, law)) if reranker == TOPK4 else reranker
+        own, plugin = ENGINE_KEYS[name]
+        runs[own] = engine_run(args, f"{own.replace('_', '-')}-t{t:g}", req | shape, None, t)
+        runs[plugin] = engine_run(args, f"{plugin.replace('_', '-')}-t{t:g}", req | shape, reranker, law)
+    failed = {k: v for k, v in runs.items() if "failed" in v}
+    return {"failed": failed} if failed else temperature_figures(args, runs, t)
+
+
+def temperature_figures(args, runs: dict, t: float) -> dict:
+    """Each run's figures, and per setting the plugin's gain, speed ratio and extra ms a step over SGLang's tree."""
+    plain = runs.get("plain") if t == 0 else None  # greedy identity: at T = 0, where plain decoding ran
+    fig = {k: engine_figures(v, plain if k != "plain" else None) for k, v in runs.items()}
+    for name in args.settings:
+        own, plugin = ENGINE_KEYS[name]
+        fig[f"{plugin}_gain"] = paired_gain(runs[own], runs[plugin])
+        fig[f"{plugin}_speed_ratio"] = fig[plugin]["tokens_per_s"] / fig[own]["tokens_per_s"]
+        fig[f"{plugin}_ms_per_step"] = fig[plugin]["ms_per_step"] - fig[own]["ms_per_step"]
+    return fig
 
 
 def earlier_engine(args, figures: dict) -> dict:
     """The engine figures of an earlier ``--part engine`` run (``--engine-results NAME``), refused (exit 2) unless it
     decoded the same prompts, tokens and settings."""
-    path = ROOT / "benchmarks" / "results" / f"{args.engine_results}.json"
-    if not path.is_file():
-        refuse(f"--engine-results {args.engine_results}: no such results file ({path})")
-    earlier = json.loads(path.read_text())["figures"]
-    for key in ("prompt_ids", "max_new_tokens", "settings"):
-        if earlier.get(key) != figures[key]:
-            refuse(f"--engine-results {args.engine_results}: its {key} differ from this run's")
-    if "engine" not in earlier:
-        refuse(f"--engine-results {args.engine_results}: it holds no engine part")
-    return earlier["engine"] | {"from_results": path.name}
-
-
-def inside_predicted(figures: dict) -> None:
-    """Mark, for each setting and temperature both parts cover, whether the engine's measured plugin gain lies
-    inside tree-config's predicted interval and inside its run interval, and the other way round: whether the
-    predicted gain lies inside the measured one; and whether each measured accept length lies inside its predicted
-    interval. The predicted interval resamples the prompts of rounds scored by their exact acceptance
-    expectations: it bounds the expected gain. The run interval widens it by the sampling spread of each run's
-    accept counts: where one engine run's gain should fall. The champion's marks carry no prefix, the default
-    shape's ``default_``."""
-    for t in ("t0", "t1"):
-        fig = figures["engine"].get(t, {})
-        for name, (own, plugin) in ENGINE_KEYS.items():
-            pred = figures["predicted"].get(f"{name}_{t}")
-            if not pred:
-                continue
-            mark = "" if name == "champion_b8" else "default_"
-            if f"{plugin}_gain" in fig and "plugin_gain" in pred:
-                measured = fig[f"{plugin}_gain"]
-                fig[f"{mark}gain_inside_predicted_interval"] = \
-                    pred["plugin_gain_low"] <= measured["gain"] <= pred["plugin_gain_high"]
-                fig[f"{mark}predicted_gain_inside_measured_interval"] = \
-                    measured["low"] <= pred["plugin_gain"] <= measured["high"]
-                if "plugin_gain_run_low" in pred:  # where one run's gain should fall: tree-config's run interval
-                    fig[f"{mark}gain_inside_predicted_run_interval"] = \
-                        pred["plugin_gain_run_low"] <= measured["gain"] <= pred["plugin_gain_run_high"]
-            for run, key in ((own, "draft"), (plugin, "plugin")):
-                if "accept_length" in fig.get(run, {}) and f"{key}_low" in pred:
-                    fig[run]["inside_predicted_interval"] = \
-                        pred[f"{key}_low"] <= fig[run]["accept_length"] <= pred[f"{key}_high"]
+    try:
+        return earlier_figures(ROOT / "benchmarks" / "results" / f"{args.engine_results}.json", figures)
+    except ValueError as exc:
+        refuse(f"--engine-results {args.engine_results}: {exc}")
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    prompts, prompts_file = held_out(args, write=False)
+    prompts, prompts_file = held_out(args)
     settings = args.settings
     figures = {"cpu_model": cpu_model(), "prompts": len(prompts), "prompts_file": prompts_file.name,
                "prompt_ids": [p.prompt_id for p in prompts], "max_prompt_tokens": args.max_prompt_tokens,
@@ -434,6 +348,8 @@ def main(argv=None) -> int:
                             for k in settings}}
     earlier = earlier_engine(args, figures) if args.engine_results else None  # checked before any model loads
     if args.prompts is not None:  # after every refusal: a refused run leaves nothing behind
+        from specrank.experiments.held_out import write_prompts
+
         write_prompts(prompts_file, prompts)
     if args.part in ("predict", "all"):
         temps = [float(t) for t in args.temperatures.split(",")]

@@ -35,7 +35,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from record import cpu_model, write_results  # benchmarks/record.py, beside this script
+from harness import cpu_model, write_results  # benchmarks/harness.py, beside this script
 
 TOPK, NUM_STEPS, DRAFT_TOKENS = 10, 3, 9  # bench_sglang.py's champion_b8 setting
 VOCAB = 49_152  # SmolLM2

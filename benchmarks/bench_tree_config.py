@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from record import write_results  # benchmarks/record.py, beside this script
+from harness import write_results  # benchmarks/harness.py, beside this script
 
 GOAL_MINUTES = 30.0
 GOAL_SETTINGS = 24
@@ -114,16 +114,9 @@ def check_online(args, table) -> dict:
     config = DecodeConfig(PoolShape(1, int(top["num_steps"].max()), 1), 1, 0, args.temperature, args.max_new_tokens)
     encoded = encode_prompts(target, prompts, config)
     next(iter(decoders.values())).generate(encoded[0], max_new_tokens=8, temperature=args.temperature)  # warm-up
-    sums = {s: np.zeros((len(prompts), 4)) for s in decoders}  # length sum, rounds, tokens, seconds
-    names = list(decoders)
-    for i, ids in enumerate(encoded):
-        for s in names[i % len(names):] + names[: i % len(names)]:  # order rotated per prompt
-            st = decoders[s].generate(ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                                      seed=0, prompt_id=prompts[i].prompt_id).stats
-            sums[s][i] = [sum(st.accepted) + st.rounds, st.rounds, st.tokens,
-                          st.seconds - st.time_split.get("prefill", 0.0)]
+    sums = decode_rotated(args, decoders, encoded, [p.prompt_id for p in prompts])
     boot = PromptBootstrap(np.arange(len(prompts)), n_resamples=args.bootstrap)
-    cols = {f"{s}|{j}": sums[s][:, j] for s in names for j in range(4)}
+    cols = {f"{s}|{j}": sums[s][:, j] for s in decoders for j in range(4)}
     tot = boot.totals(cols)
     out = []
     for _, r in top.iterrows():
@@ -139,6 +132,22 @@ def check_online(args, table) -> dict:
     predicted = [o["setting"] for o in sorted(out, key=lambda o: -o["predicted_tokens_per_s"])]
     realized = [o["setting"] for o in sorted(out, key=lambda o: -o["realized_tokens_per_s"])]
     return {"settings": out, "ranking_same": predicted == realized}
+
+
+def decode_rotated(args, decoders: dict, encoded, prompt_ids) -> dict:
+    """Each prompt decoded by every setting, the order rotated per prompt: per setting, per prompt, the sum of
+    acceptance lengths, the rounds, the tokens and the decode seconds (prefill left out)."""
+    import numpy as np
+
+    sums = {s: np.zeros((len(encoded), 4)) for s in decoders}
+    names = list(decoders)
+    for i, ids in enumerate(encoded):
+        for s in names[i % len(names):] + names[: i % len(names)]:
+            st = decoders[s].generate(ids, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                                      seed=0, prompt_id=prompt_ids[i]).stats
+            sums[s][i] = [sum(st.accepted) + st.rounds, st.rounds, st.tokens,
+                          st.seconds - st.time_split.get("prefill", 0.0)]
+    return sums
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ the demo's size (40 prompts x 15 rounds, topk 10) is written to a temporary dire
 
 from __future__ import annotations
 
-from record import write_results  # benchmarks/record.py, beside this script
+from harness import write_results  # benchmarks/harness.py, beside this script
 import argparse
 import tempfile
 import time
@@ -50,19 +50,22 @@ def features(path: str | None, tmp: Path):
     return featurize_run(tmp / "run")
 
 
-def main() -> None:
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--features", default=None, help="features Parquet (default: a synthetic run)")
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--studies", type=int, default=6, help="studies per sampler (distinct seeds)")
     parser.add_argument("--n-jobs", type=int, default=1)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
 
     import optuna
 
     from specrank.rerankers import GBMReranker
     from specrank.rerankers.base import labels_of
-    from specrank.rerankers.tune import study_name, study_seed, tune
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
@@ -74,19 +77,38 @@ def main() -> None:
     results = {}
     for name, factory in samplers(args.trials).items():
         start = time.perf_counter()
-        studies = []
-        for i in range(args.studies):
-            trials = []
-            sampler = factory(study_seed(study_name(f"bench-{i}", 0), 0))
-            params = tune(estimator, train, n_trials=args.trials, sampler=sampler,
-                          callbacks=[lambda study, trial: trials.append(trial)])
-            pred = GBMReranker("rows", n_jobs=args.n_jobs, random_state=0).set_params(**params).fit(train).predict(held)
-            startup = getattr(sampler, "_n_startup_trials", args.trials if "random" in name or "qmc" in name else 0)
-            studies.append({"values": [t.value for t in trials], "held": float(np.mean((pred - y_held) ** 2)),
-                            "led": max(0, args.trials - startup) / args.trials,
-                            "first": tuple(sorted(trials[0].params.items()))})
+        studies = [one_study(args, estimator, train, held, y_held, name, factory, i) for i in range(args.studies)]
         results[name] = (studies, time.perf_counter() - start)
     near = 1.01 * min(v for studies, _ in results.values() for s in studies for v in s["values"])
+    print_table(results, near)
+    write_results("bench_tuning", {"near_best": near / 1.01, "trials": args.trials, "samplers": {
+        name: {"best_inner": [min(st["values"]) for st in studies], "held_out": [st["held"] for st in studies],
+               "model_led": [st["led"] for st in studies], "seconds": seconds}
+        for name, (studies, seconds) in results.items()}})
+    print("Goal: the chosen sampler reaches near-best settings in at least as many studies as the default TPE, with "
+          "most trials model-led and no two studies sharing a first trial (± is one standard error over studies).")
+
+
+def one_study(args, estimator, train, held, y_held, name: str, factory, i: int) -> dict:
+    """Study ``i`` of one sampler: its trials' inner values, the refitted model's held-out error, the share of
+    trials its model led, and its first trial's settings."""
+    from specrank.rerankers import GBMReranker
+    from specrank.rerankers.tune import study_name, study_seed, tune
+
+    trials = []
+    sampler = factory(study_seed(study_name(f"bench-{i}", 0), 0))
+    params = tune(estimator, train, n_trials=args.trials, sampler=sampler,
+                  callbacks=[lambda study, trial: trials.append(trial)])
+    pred = GBMReranker("rows", n_jobs=args.n_jobs, random_state=0).set_params(**params).fit(train).predict(held)
+    startup = getattr(sampler, "_n_startup_trials", args.trials if "random" in name or "qmc" in name else 0)
+    return {"values": [t.value for t in trials], "held": float(np.mean((pred - y_held) ** 2)),
+            "led": max(0, args.trials - startup) / args.trials,
+            "first": tuple(sorted(trials[0].params.items()))}
+
+
+def print_table(results: dict, near: float) -> None:
+    """Per sampler: best inner error (± one standard error), held-out error, studies near-best and after how many
+    trials, the share of trials model-led, studies sharing a first trial, seconds."""
     print(f"'near-best': within 1% of the best inner error any study found ({near / 1.01:.6f})")
     print(f"{'sampler':28s} {'best inner':>19s} {'held-out':>10s} {'near-best':>9s} {'trials to':>9s} {'model-led':>9s} "
           f"{'same 1st':>8s} {'s':>5s}")
@@ -100,12 +122,6 @@ def main() -> None:
               f"{len(reached):4d}/{len(studies):<4d} {np.mean(reached) if reached else float('nan'):9.1f} "
               f"{100 * np.mean([s['led'] for s in studies]):8.0f}% {len(studies) - len({s['first'] for s in studies}):8d} "
               f"{seconds:5.0f}")
-    write_results("bench_tuning", {"near_best": near / 1.01, "trials": args.trials, "samplers": {
-        name: {"best_inner": [min(st["values"]) for st in studies], "held_out": [st["held"] for st in studies],
-               "model_led": [st["led"] for st in studies], "seconds": seconds}
-        for name, (studies, seconds) in results.items()}})
-    print("Goal: the chosen sampler reaches near-best settings in at least as many studies as the default TPE, with "
-          "most trials model-led and no two studies sharing a first trial (± is one standard error over studies).")
 
 
 if __name__ == "__main__":

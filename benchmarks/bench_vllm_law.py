@@ -1,8 +1,8 @@
 """The vLLM plugin keeps vLLM's output law at T = 1 (docs/vllm.md, "Lossless"): one prompt decoded ``--samples``
 times, seeds 0..n-1, in vLLM with the shipped head, alone, with the plugin, with the plugin drafting every first
-token as the head's second choice (``engine_parity_vllm.second_choice``: every chain moved), and with the plugin
-under a deliberately wrong rejection rule (the negative control: a rejected first draft token is followed by a
-fresh draw from the target's whole row, ``engine_parity_vllm.redraw_after_rejection``).
+token as the head's second choice (``specrank.engines.vllm.runner.second_choice``: every chain moved), and with the
+plugin under a deliberately wrong rejection rule (the negative control: a rejected first draft token is followed by a
+fresh draw from the target's whole row, ``runner.redraw_after_rejection``).
 
     python benchmarks/bench_vllm_law.py                 # 3,000 decodes a setting, k = 3
 
@@ -11,7 +11,7 @@ touches) is the prompt's likeliest: they come from the first chain, drafted with
 one-token step, from the second, drafted with them. The exact law comes from the target's rows in float32
 (``specrank.decode.output_law``); cells expecting fewer than 5 are pooled. vLLM's CPU build samples T > 0
 speculative rounds from garbage unless its ``expand_batch_to_tokens`` is fixed: every run here runs fixed
-(``engine_parity_vllm.py``, ``law`` mode). Goals: p >= 0.001 without the plugin and with it (either rule),
+(the vLLM runner's ``law`` mode). Goals: p >= 0.001 without the plugin and with it (either rule),
 p < 0.001 under the wrong rejection rule. Writes benchmarks/results/vllm_law.json; exits 1 when a goal is missed.
 """
 
@@ -21,14 +21,13 @@ import argparse
 import json
 import sys
 
-from bench_vllm_reranker import engine_arguments, prepare, vllm_run  # beside this script
-from record import write_results
+from harness import engine_arguments, prepare_vllm, vllm_run, write_results  # benchmarks/harness.py, beside this script
 
 ALPHA = 1e-3
 
 
 def settings(args) -> dict:
-    """name -> (reranker or None, engine_parity_vllm's request fields)."""
+    """name -> (reranker or None, the vLLM runner's request fields)."""
     from specrank.rerankers.defaults import shipped_first_step_dir
 
     plugin = str(shipped_first_step_dir("sampling")) if args.reranker == "reranker:default" else args.reranker
@@ -53,10 +52,11 @@ def main(argv=None) -> int:
 
     import torch
 
-    from specrank.decode.loading.targets import load_causal_lm, resolve_target
+    from specrank.decode.loading.target_spec import resolve_target
+    from specrank.decode.loading.targets import load_causal_lm
     from specrank.decode.output_law import two_token_law
 
-    prep = prepare(args)
+    prep = prepare_vllm(args)
     prompt = next((p for p in prep["prompts"] if p["id"] == args.prompt_id), None)
     if prompt is None:
         sys.exit(f"bench_vllm_law.py: no prompt {args.prompt_id!r} in {args.prompts}")

@@ -8,8 +8,8 @@ first-step reranker choosing each chain's first token, greedy, one prompt at a t
 prompts), joined by ``--spec-bench N`` unseen Spec-Bench prompts (default 46: spread over those outside every
 third, which the shipped first-step rerankers learned from). vLLM runs from ``--engine-python``
 (``make .venv-vllm/.installed``, with specrank installed into it: ``.venv-vllm/bin/pip install --no-deps -e .`` and
-the reranker's libraries), through ``engine_parity_vllm.py --mode speed``: decode seconds exclude the prefill, and each prompt is decoded with
-the plugin off and on in turns in one engine.
+the reranker's libraries), through ``specrank.engines.vllm.runner``'s ``speed`` mode: decode seconds exclude the
+prefill, and each prompt is decoded with the plugin off and on in turns in one engine.
 For each k: the acceptance length and tokens/s of the head alone and with the plugin, per prompt; their paired
 prompt-bootstrap ratio; whether the greedy text is identical on every prompt; the plugin's ms a step; tree-config's
 prediction for the same reranker on the same prompts (``predicted``) and whether the measured gain lies inside its
@@ -24,60 +24,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from record import ROOT, write_results  # benchmarks/record.py, beside this script
+from harness import engine_arguments, prepare_vllm, vllm_run, write_results  # benchmarks/harness.py, beside this script
 
 GOAL_SPEED = 1.03
 GOAL_MS = 1.0
 
 
-def prepare(args) -> dict:
-    """The converted target, the head exported for vLLM (fp32) and the encoded prompts."""
-    from specrank.decode.loading.drafters import check_unseen, head_directory
-    from specrank.decode.loading.eagle3_export import export_head
-    from specrank.decode.loading.targets import load_target_tokenizer, resolve_target
-    from specrank.decode.prompts import encode_prompt, read_prompts
-
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
-    prompts = read_prompts(args.prompts, limit=args.limit)
-    check_unseen("eagle3:default", prompts)
-    model, exported = resolve_target("smollm2"), work / "head-vllm"
-    if not (exported / "config.json").is_file():
-        export_head(head_directory("eagle3:default"), exported, "vllm", "fp32", str(model))
-    tokenizer, _ = load_target_tokenizer("smollm2")
-    return {"model": str(model), "head": str(exported),
-            "prompts": [{"id": p.prompt_id, "ids": encode_prompt(tokenizer, p.text), "seed": 0} for p in prompts]}
-
-
-def vllm_run(args, name: str, request: dict, reranker: str | None, env: dict) -> dict:
-    """``request`` decoded by ``engine_parity_vllm.py`` in vLLM's environment, the plugin on with ``reranker``;
-    ``env``: the plugin's settings. Its JSON."""
-    work = Path(args.work)
-    (work / f"{name}.request.json").write_text(json.dumps(request))
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-           "OMP_NUM_THREADS": str(args.threads), "TQDM_DISABLE": "1", **env}
-    env.pop("PYTHONPATH", None)
-    env.pop("SPECRANK_RERANKER", None)
-    if reranker:
-        env["SPECRANK_RERANKER"] = str(Path(reranker).resolve())
-    with open(work / f"{name}.log", "w") as log:
-        rc = subprocess.run([args.engine_python, str(ROOT / "benchmarks/engine_parity_vllm.py"),
-                             str(work / f"{name}.request.json"), str(work / f"{name}.json")], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, timeout=7200).returncode
-    if rc != 0:
-        sys.exit(f"vLLM run {name} failed (exit {rc}); see {work / f'{name}.log'}")
-    return json.loads((work / f"{name}.json").read_text())
-
-
 def engine_run(args, prep: dict, k: int, reranker: str | None) -> dict:
-    """One greedy setting decoded one prompt at a time (``engine_parity_vllm.py --mode speed``); k = 0: vLLM
+    """One greedy setting decoded one prompt at a time (the vLLM runner's ``speed`` mode); k = 0: vLLM
     without a drafter. With ``reranker``, each prompt is decoded with the plugin off and on in turns, in one engine
     (``interleave``): both share its state and the machine's, so drift between two runs does not enter the ratio."""
     request = {"model": prep["model"], "head": prep["head"] if k else None, "k": k, "prompts": prep["prompts"],
@@ -102,7 +61,7 @@ def prompt_set(args) -> str:
 
 
 def sampled_run(args, prep: dict, k: int, reranker: str | None) -> dict:
-    """The prompts decoded at T = 1 in one batch (``engine_parity_vllm.py --mode acceptance``, each prompt seeded;
+    """The prompts decoded at T = 1 in one batch (the vLLM runner's ``acceptance`` mode, each prompt seeded;
     vLLM's CPU build needs its ``expand_batch_to_tokens`` fixed at T > 0, which that mode runs beside the shipped
     one): per request the accepted tokens and steps, and the plugin's seconds."""
     from specrank.decode.config import prompt_seed
@@ -181,14 +140,13 @@ def predicted(args, ks) -> dict:
     """tree-config's prediction for the same reranker, prompts and chains (greedy; ``--vllm-choices`` with the
     reranker given): per k the head's chain and the reranked chain's acceptance lengths and the gain, with their
     paired prompt-bootstrap intervals. Its recordings stay in ``--work`` and a rerun resumes them."""
-    import tempfile
 
     import torch
 
     from specrank.decode import load_drafter, load_target
-    from specrank.decode.prompts import read_prompts
     from specrank.experiments.tree_config.chain_choice import ChainChoice
-    from specrank.experiments.tree_config.run import TreeConfigRun, tree_config
+    from specrank.decode.loading.model_spec import Models
+    from specrank.experiments.tree_config.configure import TreeConfigSettings, tree_config
     from specrank.engines.vllm.token_trees import vllm_chain
     from specrank.rerankers.loader import load_reranker
 
@@ -197,11 +155,10 @@ def predicted(args, ks) -> dict:
     drafter = load_drafter("eagle3:default", target)
     reranker = load_reranker(args.reranker)
     choices = tuple(ChainChoice(k, int(reranker.topk_), 1) for k in ks)
-    run = TreeConfigRun(args.prompts, 0.0, args.max_new_tokens, 0, reranker=args.reranker, repeats=1,
-                        bootstrap=args.bootstrap, chain_choices=choices)
-    with tempfile.TemporaryDirectory() as stage:
-        table = tree_config(target, drafter, read_prompts(args.prompts, limit=args.limit), [vllm_chain(k) for k in ks],
-                            run, Path(args.work) / "tree-config", Path(stage), reranker)["choices"]
+    run = TreeConfigSettings(args.prompts, 0.0, args.max_new_tokens, 0, reranker=args.reranker, repeats=1,
+                             bootstrap=args.bootstrap, chain_choices=choices, limit=args.limit,
+                             trees=tuple(vllm_chain(k) for k in ks))
+    table = tree_config(Models(target, drafter), run, out=Path(args.work) / "tree-config", reranker=reranker).choices
     out = {}
     for k in ks:
         rows = table[table["num_speculative_tokens"] == k].set_index("rule")
@@ -210,16 +167,7 @@ def predicted(args, ks) -> dict:
     return out
 
 
-def engine_arguments(parser, name: str, threads: int) -> None:
-    """The options every vLLM benchmark here shares: vLLM's interpreter, threads, the work directory, the results'
-    name."""
-    parser.add_argument("--threads", type=int, default=threads)
-    parser.add_argument("--engine-python", default=str(ROOT / ".venv-vllm/bin/python"))
-    parser.add_argument("--work", default=str(ROOT / f"runs/bench-{name.replace('_', '-')}"))
-    parser.add_argument("--name", default=name)
-
-
-def main(argv=None) -> int:
+def parse_args(argv=None):
     from specrank.decode.prompts import default_prompts_path
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -239,57 +187,83 @@ def main(argv=None) -> int:
                         help="skip T = 1 (the prompts in one seeded batch, head alone and with the plugin)")
     parser.add_argument("--sampled-reranker", default=None,
                         help="the T = 1 reranker (default: the shipped first-step reranker for sampling)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    from specrank.rerankers.defaults import champion_name, shipped_first_step_dir
-    from specrank.rerankers.loader import load_reranker
-    from specrank.workflow.champion import check_unseen_prompts
-    from specrank.decode.prompts import read_prompts
 
-    if champion_name(args.reranker) == "default":  # the plugin's reranker:default, named by its file
-        args.reranker = str(shipped_first_step_dir("greedy"))
-    measured = prompt_set(args)
-    check_unseen_prompts(load_reranker(args.reranker), read_prompts(measured), source=args.reranker)
-    given = len(read_prompts(args.prompts, limit=args.limit))  # the first prompts measured: tree-config's
-    prep = prepare(argparse.Namespace(**{**vars(args), "prompts": measured, "limit": None}))
-    plain = engine_run(args, prep, 0, None)["speed"]  # no drafter: tokens and seconds only
-    settings = {}
-    for k in (int(v) for v in args.ks.split(",")):
-        run = engine_run(args, prep, k, args.reranker)
-        head, with_plugin = per_prompt(run, "off"), per_prompt(run, "on")
-        row = compare(head, with_plugin, args.bootstrap)
-        row["given_prompts"] = compare(subset(head, given), subset(with_plugin, given), args.bootstrap)
-        steps = with_plugin["drafts"].sum() + len(prep["prompts"])  # every verify step, and each prompt's
-        timing = run["plugin"] or {"calls": 0, "seconds": 0.0}  # first draft step (after its prefill)
-        row["plugin_ms_per_step"] = 1000 * timing["seconds"] / max(steps, 1)
-        if args.sampled:
-            sampled_reranker = str(shipped_first_step_dir("sampling")) if args.sampled_reranker is None else (
-                args.sampled_reranker)
-            row["t1"] = sampled_compare(sampled_run(args, prep, k, None), sampled_run(args, prep, k, sampled_reranker),
-                                        args.bootstrap)
-        settings[str(k)] = row
+def setting_row(args, prep: dict, k: int, given: int) -> dict:
+    """One k: the head alone against the plugin, greedy (interleaved, on every prompt and on the given ones), the
+    plugin's ms a step, and at T = 1 unless ``--no-sampled``."""
+    from specrank.rerankers.defaults import shipped_first_step_dir
+
+    run = engine_run(args, prep, k, args.reranker)
+    head, with_plugin = per_prompt(run, "off"), per_prompt(run, "on")
+    row = compare(head, with_plugin, args.bootstrap)
+    row["given_prompts"] = compare(subset(head, given), subset(with_plugin, given), args.bootstrap)
+    steps = with_plugin["drafts"].sum() + len(prep["prompts"])  # every verify step, and each prompt's
+    timing = run["plugin"] or {"calls": 0, "seconds": 0.0}  # first draft step (after its prefill)
+    row["plugin_ms_per_step"] = 1000 * timing["seconds"] / max(steps, 1)
+    if args.sampled:
+        sampled_reranker = str(shipped_first_step_dir("sampling")) if args.sampled_reranker is None else (
+            args.sampled_reranker)
+        row["t1"] = sampled_compare(sampled_run(args, prep, k, None), sampled_run(args, prep, k, sampled_reranker),
+                                    args.bootstrap)
+    return row
+
+
+def add_predictions(args, settings: dict) -> None:
+    """tree-config's prediction beside each ``--predict-ks`` setting, and whether the gain measured on the given
+    prompts lies inside it."""
     ks = [int(v) for v in args.predict_ks.split(",") if v]
     for k, p in (predicted(args, ks) if ks else {}).items():
         row = settings[k]
         row["predicted"] = p  # on the given prompts: compared with the gain measured on them
         gain = row["given_prompts"]["acceptance_gain"]
         row["gain_inside_prediction"] = p["reranked_gain_low"] <= gain <= p["reranked_gain_high"]
+
+
+def summary(args, settings: dict, plain: list, prep: dict, given: int, measured: str) -> dict:
+    """The results' figures: every setting, the best k with the plugin and the fastest with the head alone."""
     best = max(settings, key=lambda k: settings[k]["speed_ratio"])
     fastest_head = max(settings, key=lambda k: settings[k]["head_tokens_per_s"])
     plain_speed = sum(r["tokens"] for r in plain) / sum(r["seconds"] for r in plain)
-    figures = {"settings": settings, "best_k": int(best), "fastest_head_k": int(fastest_head),
-               "plain_tokens_per_s": plain_speed,
-               "plugin_best_over_fastest_head": settings[best]["plugin_tokens_per_s"] / settings[fastest_head][
-                   "head_tokens_per_s"],
-               "prompts": len(prep["prompts"]), "given_prompts": given, "prompt_file": measured,
-               "max_new_tokens": args.max_new_tokens, "threads": args.threads, "reranker": args.reranker,
-               "goal_speed_ratio": GOAL_SPEED, "goal_ms_per_step": GOAL_MS}
+    return {"settings": settings, "best_k": int(best), "fastest_head_k": int(fastest_head),
+            "plain_tokens_per_s": plain_speed,
+            "plugin_best_over_fastest_head": settings[best]["plugin_tokens_per_s"] / settings[fastest_head][
+                "head_tokens_per_s"],
+            "prompts": len(prep["prompts"]), "given_prompts": given, "prompt_file": measured,
+            "max_new_tokens": args.max_new_tokens, "threads": args.threads, "reranker": args.reranker,
+            "goal_speed_ratio": GOAL_SPEED, "goal_ms_per_step": GOAL_MS}
+
+
+def goals_met(figures: dict) -> bool:
+    """Text identical everywhere; at the best k the plugin's speed ratio >= the goal with its interval above 1; the
+    plugin within its ms a step everywhere."""
+    settings, b = figures["settings"], figures["settings"][str(figures["best_k"])]
+    return (all(s["identical_text"] for s in settings.values()) and b["speed_ratio_interval"][0] > 1.0
+            and b["speed_ratio"] >= GOAL_SPEED and max(s["plugin_ms_per_step"] for s in settings.values()) <= GOAL_MS)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+
+    from specrank.decode.prompts import read_prompts
+    from specrank.rerankers.defaults import champion_name, shipped_first_step_dir
+    from specrank.rerankers.loader import load_reranker
+    from specrank.workflow.champion import check_unseen_prompts
+
+    if champion_name(args.reranker) == "default":  # the plugin's reranker:default, named by its file
+        args.reranker = str(shipped_first_step_dir("greedy"))
+    measured = prompt_set(args)
+    check_unseen_prompts(load_reranker(args.reranker), read_prompts(measured), source=args.reranker)
+    given = len(read_prompts(args.prompts, limit=args.limit))  # the first prompts measured: tree-config's
+    prep = prepare_vllm(argparse.Namespace(**{**vars(args), "prompts": measured, "limit": None}))
+    plain = engine_run(args, prep, 0, None)["speed"]  # no drafter: tokens and seconds only
+    settings = {str(k): setting_row(args, prep, k, given) for k in (int(v) for v in args.ks.split(","))}
+    add_predictions(args, settings)
+    figures = summary(args, settings, plain, prep, given, measured)
     write_results(args.name, figures)
     print(json.dumps(figures, indent=2))
-    b = settings[best]
-    met = (all(s["identical_text"] for s in settings.values()) and b["speed_ratio_interval"][0] > 1.0
-           and b["speed_ratio"] >= GOAL_SPEED and max(s["plugin_ms_per_step"] for s in settings.values()) <= GOAL_MS)
-    return 0 if met else 1
+    return 0 if goals_met(figures) else 1
 
 
 if __name__ == "__main__":

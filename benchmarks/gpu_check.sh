@@ -49,7 +49,7 @@ prepare() {
         --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
         --platform manylinux2014_x86_64 -d .whl $WHEELS || return 2
     local gguf tree
-    gguf=$(PYTHONPATH=$ROOT/src "$PY" -c 'from specrank.decode.loading.targets import default_gguf
+    gguf=$(PYTHONPATH=$ROOT/src "$PY" -c 'from specrank.decode.loading.named_targets import default_gguf
 print(default_gguf())') || return 2
     rm -f .model/part-*
     split -n "$PARTS" -a 1 --numeric-suffixes=1 "$gguf" .model/part- || return 2

@@ -55,7 +55,7 @@ def pages(store: str, experiment: str, pipeline: str) -> dict[str, tuple[str, in
     """{file stem: (URL fragment, page height)} of the pages to capture, found through MLflow's client."""
     from mlflow import MlflowClient
 
-    from specrank.experiments.study.tracking import runs_link
+    from specrank.experiments.study.study_tracking import runs_link
     from specrank.tracking.runs import WORKFLOW_PARAM
     from specrank.workflow import Tracking
 

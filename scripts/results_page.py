@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from specrank.experiments.study.tables import TITLE, render_results
+from specrank.experiments.study.results_page import TITLE, render_results
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

@@ -20,7 +20,7 @@ from specrank.decode import load_drafter, load_target
 from specrank.decode.prompts import prompt_digest, read_prompts, spec_bench_path, spec_bench_text
 from specrank.decode.strategies.static_tree import StaticTreeSelection
 from specrank.experiments.tree_config.chain_choice import ChainChoice
-from specrank.experiments.tree_config.run import TreeConfigRun, record
+from specrank.experiments.tree_config.configure import TreeConfigRun, record_pool
 from specrank.featurize.engine import engine_visible
 from specrank.featurize.storage import featurize_run
 from specrank.law import Law
@@ -46,8 +46,8 @@ def main(argv=None) -> int:
     choice = ChainChoice(1, 10, 1)
     for t in (float(v) for v in args.temperatures.split(",")):
         run = TreeConfigRun(str(prompts_path), t, 64, 0)
-        run_dir = record(target, drafter, prompts, run, run.choice_config(choice), work / f"fan-t{t:g}",
-                         StaticTreeSelection(choice.chain))
+        run_dir = record_pool(target, drafter, run, run.choice_config(choice), work / f"fan-t{t:g}",
+                              StaticTreeSelection(choice.chain))
         features = engine_visible(featurize_run(run_dir))
         model = GBMReranker(features="first_step", n_jobs=args.threads).fit(features)
         model.card_ = {"reranker": "first_step", "temperature": t, "data": "spec_bench.jsonl (every third prompt)",

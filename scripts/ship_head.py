@@ -16,7 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from specrank.decode.loading.eagle3 import NAMED_HEADS, shipped_head_dir
+from specrank.decode.loading.eagle3_named_heads import NAMED_HEADS, shipped_head_dir
 from specrank.decode.loading.eagle3_export import export_head
 
 # name -> (title, the target in words)

@@ -10,7 +10,7 @@ import torch
 from specrank.decode.config import DecodeConfig
 from specrank.decode.core import PoolShape
 from specrank.decode.loading.standalone import CausalLMDrafter
-from specrank.decode.loading.targets import Target
+from specrank.decode.loading.target_passes import Target
 from specrank.decode.output_law import pooled_chisquare
 from specrank.decode.strategies import RootDrawSelection
 from specrank.decode.verify import ExhaustiveVerifier

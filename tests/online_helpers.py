@@ -58,7 +58,7 @@ def fitted_reranker(kind, rounds, manifest):
 
 def offline_score(reranker, table, pool: PoolBatch, first_factor: np.ndarray, manifest, law: str) -> np.ndarray:
     """(N, M) the offline score of ``reranker`` on recorded rounds: ``reranked`` (r(x1) prod q_i), or for a stacked
-    reranker the study's "Rows + per-depth" (``experiments.study.tables.study_values``): the ``per_depth`` score of every
+    reranker the study's "Rows + per-depth" (``experiments.study.study_tables.study_values``): the ``per_depth`` score of every
     edge's factor calibrated per depth, the first level's replaced by the first factor."""
     if not hasattr(reranker, "per_depth_"):
         return score_of(pool, "reranked", law, first_factor=first_factor)

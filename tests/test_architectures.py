@@ -15,7 +15,8 @@ import torch
 from specrank.decode import Decoder, PoolShape, load_drafter
 from specrank.decode.attention import AttentionLayout, UnsupportedAttentionError
 from specrank.decode.config import DecodeConfig
-from specrank.decode.loading.targets import Target, load_target
+from specrank.decode.loading.target_passes import Target
+from specrank.decode.loading.targets import load_target
 from specrank.decode.runs import record_prompt, rounds_table
 from specrank.decode.strategies import STRATEGY_NAMES
 from specrank.featurize import featurize_rounds

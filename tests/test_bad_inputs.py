@@ -159,7 +159,7 @@ def world(tmp_path_factory):
     w.tgt_no_config = r / "tgt_no_config"
     w.tgt_no_config.mkdir()
     (w.tgt_no_config / "weights.bin").write_bytes(b"\0" * 16)
-    from specrank.decode.loading.targets import default_gguf
+    from specrank.decode.loading.named_targets import default_gguf
 
     with open(default_gguf(), "rb") as fh:
         (r / "truncated.gguf").write_bytes(fh.read(1 << 20))

@@ -113,7 +113,7 @@ def test_construction_errors_are_one_line_before_any_model_pass(pair, tmp_path):
 
 
 def test_importing_evaluation_leaves_the_matplotlib_backend_alone():
-    code = ("import matplotlib; matplotlib.use('svg'); import specrank.evaluation, specrank.experiments.verify_sweep.tables; "
+    code = ("import matplotlib; matplotlib.use('svg'); import specrank.evaluation, specrank.experiments.verify_sweep.sweep_tables; "
             "from specrank.evaluation.figures import acceptance_figure; import pandas as pd; "
             "acceptance_figure(pd.DataFrame({'strategy': ['a'], 'statistic': ['realized'], 'mean': [1.0], "
             "'low': [0.5], 'high': [1.5]})).savefig('/dev/null', format='png'); print(matplotlib.get_backend())")

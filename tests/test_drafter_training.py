@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from specrank.decode.loading.eagle3 import load_eagle3
-from specrank.decode.loading.targets import Target
+from specrank.decode.loading.target_passes import Target
 from specrank.decode.core import PoolShape
 from specrank.decode.prompts import Prompt, encode_prompt
 from specrank.drafter_training.batches import collate, windows

@@ -17,8 +17,8 @@ from specrank.decode.loading.early_exit import (
     solve_exit_head,
 )
 from specrank.decode.loading.standalone import TokenizerMismatchError
-from specrank.decode.loading.targets import ModelLoadError, load_target
-from specrank.decode.core import PoolShape, causal_mask
+from specrank.decode.loading.targets import load_target
+from specrank.decode.core import ModelLoadError, PoolShape, causal_mask
 from specrank.testing import WORDS, save_tiny_eagle3, save_tiny_llama
 
 torch.set_num_threads(1)

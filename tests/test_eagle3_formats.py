@@ -31,12 +31,11 @@ from eagle3_fixtures import (
     write_speculators_trained_head,
 )
 from specrank.cli import main
-from specrank.decode.core import causal_mask
+from specrank.decode.core import ModelLoadError, causal_mask
 from specrank.decode.loading.drafters import load_drafter
-from specrank.decode.loading.eagle3 import read_state
 from specrank.decode.loading.eagle3_export import DTYPES, FORMATS, ExportError, cast, export_head
-from specrank.decode.loading.eagle3_formats import choose_layers, read_head
-from specrank.decode.loading.targets import ModelLoadError, load_target
+from specrank.decode.loading.eagle3_formats import choose_layers, read_head, read_state
+from specrank.decode.loading.targets import load_target
 from specrank.testing import save_tiny_llama
 
 torch.set_num_threads(1)

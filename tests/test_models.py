@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from specrank.decode.loading.targets import ModelLoadError, Target, load_target
-from specrank.decode.core import causal_mask
+from specrank.decode.core import ModelLoadError, causal_mask
+from specrank.decode.loading.target_passes import Target
+from specrank.decode.loading.targets import load_target
 from specrank.testing import save_tiny_llama
 
 torch.set_num_threads(1)
@@ -168,7 +169,8 @@ def test_half_precision_targets(target_dir, dtype):
 def test_default_smollm2_convert_and_reload():
     """Convert the embedded GGUF once (into the shared cache), reload fast, grow one early-exit pool."""
     from specrank.decode.loading.drafters import load_drafter
-    from specrank.decode.loading.targets import default_gguf, resolve_target
+    from specrank.decode.loading.named_targets import default_gguf
+    from specrank.decode.loading.target_spec import resolve_target
 
     converted = resolve_target("smollm2")  # converts on the first run on a machine (minutes)
     start = time.perf_counter()
@@ -195,8 +197,8 @@ def test_the_cache_keyword_is_taken_by_every_forward_the_decoder_calls():
     from transformers.models.llama.modeling_llama import LlamaForCausalLM, LlamaModel
     from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
 
-    from specrank.decode.loading.eagle3 import layer_classes
-    from specrank.decode.loading.targets import cache_keyword
+    from specrank.decode.loading.eagle3_head import layer_classes
+    from specrank.decode.loading.target_passes import cache_keyword
 
     forwards = [LlamaForCausalLM, LlamaModel, Qwen2ForCausalLM, *layer_classes("llama")[1:], *layer_classes("qwen3")[1:]]
     for cls in forwards:

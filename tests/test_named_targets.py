@@ -10,9 +10,10 @@ import textwrap
 
 import pytest
 
-from specrank.decode.loading import targets
-from specrank.decode.loading.targets import (NAMED_TARGETS, ModelLoadError, NamedTarget, check_target_spec,
-                                             named_gguf, prompt_tokenizer)
+from specrank.decode.core import ModelLoadError
+from specrank.decode.loading import named_targets
+from specrank.decode.loading.named_targets import NAMED_TARGETS, NamedTarget, named_gguf, prompt_tokenizer
+from specrank.decode.loading.target_spec import check_target_spec
 from specrank.decode.prompts import encode_prompt
 from specrank.errors import PACKAGES
 from specrank.testing import tiny_tokenizer
@@ -98,5 +99,5 @@ def test_the_gemma3_package_gives_the_pinned_file(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECRANK_CACHE", str(tmp_path))  # joined afresh from the installed parts
     path = named_gguf(NAMED_TARGETS["gemma3-270m"])
     size = path.stat().st_size
-    targets.check_sha256(path, NAMED_TARGETS["gemma3-270m"])  # raises on any other file
+    named_targets.check_sha256(path, NAMED_TARGETS["gemma3-270m"])  # raises on any other file
     assert path.name.endswith(".gguf") and size > 200e6

@@ -177,8 +177,8 @@ def test_comparisons_inside_a_kept_worker_share_it_and_decode_as_with_their_own(
     stopped when the block ends, and each comparison decodes what it decodes with a worker of its own."""
     from specrank.decode.loading.model_spec import Models
     from specrank.decode.prompts import Prompt
-    from specrank.experiments.online import run
-    from specrank.experiments.online.run import Protocol, compare_online, kept_worker
+    from specrank.experiments.online import comparison
+    from specrank.experiments.online.comparison import OnlineSettings, Protocol, compare_online, kept_worker
 
     prompts = [Prompt("a", "qa", "the cat is big")]
     models = Models(*pair)
@@ -186,8 +186,8 @@ def test_comparisons_inside_a_kept_worker_share_it_and_decode_as_with_their_own(
 
     def rounds(budget):  # each strategy's rounds: the token a round starts from, what it accepted and emitted
         config = DecodeConfig(SHAPE, budget=budget, extra=0, max_new_tokens=6)
-        result = compare_online(models, prompts, strategies=("draft", "root_draw"), config=config, protocol=protocol,
-                                progress=False)
+        settings = OnlineSettings(prompts, ("draft", "root_draw"), config=config, protocol=protocol)
+        result = compare_online(models, settings, progress=False)
         table = result.tables["online_rounds"].sort_values(["strategy", "prompt_id", "round"])
         return table[["strategy", "round", "root_token", "accepted", "continuation"]].values.tolist()
 
@@ -195,7 +195,7 @@ def test_comparisons_inside_a_kept_worker_share_it_and_decode_as_with_their_own(
     with kept_worker(models) as worker:
         assert worker.alive
         started = []  # workers the comparisons start themselves: none inside the block
-        monkeypatch.setattr(run, "PipelinedDrafter", lambda *a, **k: started.append(a) or PipelinedDrafter(*a, **k))
+        monkeypatch.setattr(comparison, "PipelinedDrafter", lambda *a, **k: started.append(a) or PipelinedDrafter(*a, **k))
         assert rounds(3) and rounds(8) == alone and started == []
         assert worker.alive  # the same worker served both, and outlives them
     assert not worker.alive
@@ -205,7 +205,7 @@ def test_comparisons_inside_a_kept_worker_share_it_and_decode_as_with_their_own(
 
 def test_root_overlap_and_speed_gain_figure_from_a_decodes_table():
     from specrank.evaluation.figures import speed_gain_figure
-    from specrank.experiments.online.tables import root_overlap, speed_ratios
+    from specrank.experiments.online.online_tables import root_overlap, speed_ratios
 
     piped = "root_draw-pipelined"
     decodes = pd.DataFrame({

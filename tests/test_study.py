@@ -283,7 +283,7 @@ def test_unseen_prompts_decode_with_no_record_in_the_manifest(models, seen_head,
 
 
 def test_the_results_page_is_the_rendering_of_the_committed_json():
-    from specrank.experiments.study.tables import TITLE, render_results
+    from specrank.experiments.study.results_page import TITLE, render_results
 
     docs = Path(__file__).parents[1] / "docs"
     results = json.loads((docs / "results" / "study.json").read_text())
@@ -302,7 +302,8 @@ def test_the_results_page_is_the_rendering_of_the_committed_json():
 
 
 def test_the_shipped_head_is_eagle3_default_on_an_empty_cache(tmp_path, monkeypatch):
-    from specrank.decode.loading.eagle3 import default_head_dir, read_head, shipped_head_dir
+    from specrank.decode.loading.eagle3_formats import read_head
+    from specrank.decode.loading.eagle3_named_heads import default_head_dir, shipped_head_dir
 
     monkeypatch.setenv("SPECRANK_CACHE", str(tmp_path))
     assert default_head_dir() == shipped_head_dir()
@@ -317,26 +318,27 @@ def test_the_shipped_head_is_eagle3_default_on_an_empty_cache(tmp_path, monkeypa
 
 
 def test_the_second_pairs_head_ships_and_a_missing_one_names_its_make_target(tmp_path, monkeypatch):
-    from specrank.decode.loading import eagle3
+    from specrank.decode.loading import eagle3_named_heads
     from specrank.decode.loading.drafters import parse_drafter_spec, trained_on
+    from specrank.decode.loading.eagle3_formats import read_head
 
     monkeypatch.setenv("SPECRANK_CACHE", str(tmp_path))
-    shipped = eagle3.shipped_head_dir("gemma3-270m")
-    assert eagle3.head_dir("gemma3-270m") == shipped  # an empty cache: the package's head
-    head = eagle3.read_head(shipped)
+    shipped = eagle3_named_heads.shipped_head_dir("gemma3-270m")
+    assert eagle3_named_heads.head_dir("gemma3-270m") == shipped  # an empty cache: the package's head
+    head = read_head(shipped)
     assert head.config["vocab_size"] == 262144 and (shipped / "model.safetensors").stat().st_size <= 20 * 2**20
     record = json.loads((shipped / "training.json").read_text())
     spec = f"eagle3:{shipped}"
     assert trained_on(spec, read_prompts(spec_bench_path())) == [] and record["training_prompts"]
     assert parse_drafter_spec("eagle3:gemma3-270m") == ("eagle3", "gemma3-270m")
-    monkeypatch.setattr(eagle3, "shipped_head_dir", lambda name="default": tmp_path / "none")
+    monkeypatch.setattr(eagle3_named_heads, "shipped_head_dir", lambda name="default": tmp_path / "none")
     with pytest.raises(FileNotFoundError, match=r"no EAGLE-3 head eagle3:gemma3-270m .*run `make drafter-gemma3`"):
         parse_drafter_spec("eagle3:gemma3-270m")  # neither the cache nor the package holds it: one line
 
 
 def test_the_shipped_head_never_trained_on_an_evaluation_prompt():
     from specrank.decode.loading.drafters import trained_on
-    from specrank.decode.loading.eagle3 import shipped_head_dir
+    from specrank.decode.loading.eagle3_named_heads import shipped_head_dir
     from specrank.decode.prompts import drafter_prompts_path
 
     record = json.loads((shipped_head_dir() / "training.json").read_text())["training_prompts"]
@@ -349,7 +351,7 @@ def test_the_shipped_head_never_trained_on_an_evaluation_prompt():
 
 
 def test_decoding_calls_are_sized_by_the_rounds_recorded_so_far():
-    from specrank.experiments.study.run import next_limit
+    from specrank.experiments.study.round_target import next_limit
 
     assert next_limit(0, 0, 10_000, 480, 120) == 24
     assert next_limit(24, 1_000, 10_000, 480, 120) == 144  # 216 more wanted, 120 at most a call
@@ -381,7 +383,7 @@ def test_the_shipped_champion_never_learned_from_an_evaluation_prompt(law):
     from specrank.rerankers import load_reranker
     from specrank.rerankers.defaults import shipped_reranker_dir
     from specrank.workflow.champion import check_unseen_prompts, training_prompts
-    from specrank.experiments.study.run import study_order, unseen_prompts
+    from specrank.experiments.study.study_prompts import study_order, unseen_prompts
 
     champion = load_reranker(shipped_reranker_dir(law))
     learned = training_prompts(champion)

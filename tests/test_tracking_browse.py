@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 
 from mlflow_store import migrated_db, serve
 from specrank.cli import main
-from specrank.experiments.study.tables import RERANKERS
+from specrank.experiments.study.study_tables import RERANKERS
 from specrank.testing import save_tiny_llama
 from specrank.tracking.runs import metric_key
 from specrank.workflow.champion import DEPLOYABLE

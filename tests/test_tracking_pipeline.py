@@ -18,9 +18,9 @@ from PIL import Image
 from mlflow_store import mlflow_db  # noqa: F401  (fixture)
 from specrank import tracking
 from specrank.decode.engine.timer import Timer
-from specrank.experiments.study.tables import summary_budget_figures
+from specrank.experiments.study.study_tables import summary_budget_figures
 from specrank.tracking.decode import decode_metrics, workers_decode_metrics
-from specrank.experiments.study.tracking import headline_metrics, log_headline
+from specrank.experiments.study.study_tracking import headline_metrics, log_headline
 from specrank.tracking.runs import DIGITS, run_page, runs_page
 from specrank.workflow import Tracking
 

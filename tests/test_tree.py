@@ -55,7 +55,7 @@ def test_tree_rows_equal_plain_forward_on_each_prefix():
     """Every pass row equals a plain forward on that prefix's full context (HF 4D mask contract)."""
     from transformers import DynamicCache
 
-    from specrank.decode.loading.targets import cache_keyword
+    from specrank.decode.loading.target_passes import cache_keyword
 
     model = tiny_llama(vocab_size=64)
     ctx = torch.randint(0, 64, (1, 5), generator=torch.Generator().manual_seed(1))

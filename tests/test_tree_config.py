@@ -226,7 +226,7 @@ def test_a_run_stopped_after_its_recordings_resumes_them(tmp_path, monkeypatch):
     else; the same command then reuses every recorded shard and writes the outputs."""
     import pandas as pd
 
-    import specrank.experiments.tree_config.run as measured
+    import specrank.experiments.tree_config.configure as measured
     from specrank.cli import main
 
     out = tmp_path / "out"
@@ -248,7 +248,7 @@ def test_a_run_stopped_after_its_recordings_resumes_them(tmp_path, monkeypatch):
 
 
 def test_recordings_of_another_run_in_out_are_refused_before_any_model_loads(tmp_path, monkeypatch, capsys):
-    import specrank.experiments.tree_config.command as command
+    import specrank.decode.loading.model_spec as model_spec
     from specrank.cli import main
 
     out = tmp_path / "out"
@@ -259,7 +259,7 @@ def test_recordings_of_another_run_in_out_are_refused_before_any_model_loads(tmp
     def no_models(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(command, "load_target", no_models)
+    monkeypatch.setattr(model_spec, "load_target", no_models)
     longer = argv[:argv.index("--max-new-tokens") + 1] + ["7"] + argv[argv.index("--max-new-tokens") + 2:]
     assert main(longer) == 2
     err = capsys.readouterr().err.strip()

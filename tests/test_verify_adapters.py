@@ -11,7 +11,7 @@ from verify_helpers import chi_square_pvalue, one_thread  # noqa: F401 (autouse 
 from specrank.decode.loading.standalone import CausalLMDrafter
 from specrank.decode.config import DecodeConfig
 from specrank.decode.runs.recorder import record_prompt as decode_prompt
-from specrank.decode.loading.targets import Target
+from specrank.decode.loading.target_passes import Target
 from specrank.decode.core import PoolShape
 from specrank.decode.verify import VerifyTree
 from specrank.decode.verify.lossy.adapters import TreeRuleVerifier, path_rows

@@ -11,7 +11,7 @@ from mlflow_store import mlflow_db  # noqa: F401  (fixture)
 from specrank.cli import main
 from specrank.decode.runs.lossy import read_diagnostics
 from specrank.decode.runs.tables import read_rounds
-from specrank.experiments.verify_sweep.tables import GridError, expand_grid, findings, matched_pairs
+from specrank.experiments.verify_sweep.sweep_tables import GridError, expand_grid, findings, matched_pairs
 from specrank.testing import save_tiny_llama
 from verify_helpers import one_thread  # noqa: F401  (autouse fixture: one torch thread)
 

@@ -44,10 +44,10 @@ def test_the_python_block_studies_a_pair_of_its_own(arch, tmp_path, monkeypatch,
     paths = {target_spec: str(target), drafter_spec: f"eagle3:{head}"}
     study = experiment.study
 
-    def tiny_study(models, **kwargs):
+    def tiny_study(models, settings, **kwargs):
         models = replace(models, target=paths[models.target], drafter=paths[models.drafter], threads=1)
-        settings = replace(kwargs.pop("settings"), **TINY)
-        return study(models, prompts, **{**kwargs, "settings": settings, "progress": False, "tracking": None})
+        settings = replace(settings, **TINY, prompts=str(prompts))
+        return study(models, settings, **{**kwargs, "progress": False, "tracking": None})
 
     monkeypatch.setattr(experiment, "study", tiny_study)
     monkeypatch.chdir(tmp_path)

@@ -38,20 +38,20 @@ COMMANDS = {
                  "Evaluate every selection score offline on a run's recorded rounds, with paired prompt-bootstrap "
                  "intervals."),
     "report": ("specrank.commands.report", "Re-render report.md and figures/ from the tables that 'specrank evaluate' saved."),
-    "online": ("specrank.experiments.online.command",
+    "online": ("specrank.experiments.online.online_command",
                "decode online with selection strategies in the loop; realized vs expected acceptance and speed ratios"),
     "drafter": ("specrank.commands.drafter",
                 "Drafter tools: fit-exit-head fits a linear exit head for an early-exit drafter; train trains an "
                 "EAGLE-3 head; export writes an EAGLE-3 head for SGLang, vLLM or EAGLE."),
-    "verify-sweep": ("specrank.experiments.verify_sweep.command",
+    "verify-sweep": ("specrank.experiments.verify_sweep.sweep_command",
                      "sweep verification rules (tree and chain speculation): block efficiency vs exact distortion, "
                      "logged to MLflow"),
     "demo": ("specrank.experiments.study.demo",
              "run the whole pipeline (decode, featurize, train, evaluate, MLflow) on the embedded default"),
-    "study": ("specrank.experiments.study.command",
+    "study": ("specrank.experiments.study.study_command",
               "the pipeline at scale (decode to a round target, featurize, cross-fit, evaluate, pick and refit a "
               "champion, decode unseen prompts online) -> one results JSON"),
-    "tree-config": ("specrank.experiments.tree_config.command",
+    "tree-config": ("specrank.experiments.tree_config.tree_config_command",
                     "exact acceptance length and predicted tokens/s of SGLang / EAGLE / vLLM tree settings, and the "
                     "best flags"),
 }

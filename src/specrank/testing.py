@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from specrank.decode.loading.eagle3 import Eagle3Head, eagle3_config
+from specrank.decode.loading.eagle3_head import Eagle3Head, eagle3_config
 
 SPECIAL_TOKENS = ["<unk>", "<pad>", "<|im_start|>", "<|im_end|>"]
 WORDS = (

@@ -10,7 +10,7 @@ from pathlib import Path
 from specrank.commands.args import (add_device_arguments, add_target_argument, at_least,
                                     finite_float)
 from specrank.commands.drafter_train import add_train_parser
-from specrank.decode.loading.eagle3 import default_head_dir
+from specrank.decode.loading.eagle3_named_heads import default_head_dir
 from specrank.decode.loading.eagle3_export import CONVENTION_NOTE, export_head
 from specrank.decode.loading.early_exit import fit_exit_head_on_text
 

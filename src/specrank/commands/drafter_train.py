@@ -11,7 +11,8 @@ from specrank.commands import tracked
 from specrank.commands.args import add_device_arguments, add_target_argument, at_least
 from specrank.decode.config import check_temperature
 from specrank.decode.core import parse_device
-from specrank.decode.loading.targets import check_target_spec, load_target
+from specrank.decode.loading.target_spec import check_target_spec
+from specrank.decode.loading.targets import load_target
 from specrank.decode.prompts import drafter_prompts_path, read_prompts
 from specrank.drafter_training.data import GenerationSpec
 from specrank.drafter_training.fit import fit_drafter, hidden_layers

@@ -13,12 +13,9 @@ import torch
 
 from specrank.atomic import write_json_atomic
 from specrank.decode import Decoder
-from specrank.decode.loading.eagle3 import (
-    default_head_dir,  # noqa: F401  (re-exported)
-    default_hidden_layers,
-    load_eagle3,
-)
-from specrank.decode.loading.targets import target_config
+from specrank.decode.loading.eagle3 import default_hidden_layers, load_eagle3
+from specrank.decode.loading.eagle3_named_heads import default_head_dir  # noqa: F401  (re-exported)
+from specrank.decode.loading.target_spec import target_config
 from specrank.decode.prompts import prompt_digests
 from specrank.drafter_training.data import GenerationSpec, generate_corpus, load_corpus
 from specrank.drafter_training.head import new_head, save_head

@@ -1,4 +1,4 @@
-"""A new EAGLE-3 head for a target (``specrank.decode.loading.eagle3.Eagle3Head``) and its
+"""A new EAGLE-3 head for a target (``specrank.decode.loading.eagle3_head.Eagle3Head``) and its
 saving in the SpecForge/SGLang layout (``eagle3_export``), which ``load_eagle3`` and SGLang read."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from specrank.decode.loading.eagle3 import Eagle3Head, eagle3_config, plain_embedding
+from specrank.decode.loading.eagle3_head import Eagle3Head, eagle3_config, plain_embedding
 from specrank.decode.loading.eagle3_export import WEIGHTS, export_files, write_head
 from specrank.decode.loading.eagle3_formats import HeadCheckpoint
 

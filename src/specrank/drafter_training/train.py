@@ -17,7 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from specrank.atomic import atomic_write
-from specrank.decode.loading.targets import read_bin
+from specrank.decode.loading.weight_files import read_bin
 from specrank.drafter_training.batches import batch_at, collate, windows
 from specrank.drafter_training.objective import agreement, step_loss
 from specrank.drafter_training.unroll import unrolled_logits

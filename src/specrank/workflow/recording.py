@@ -19,6 +19,7 @@ from specrank.decode.runs.manifest import with_trained_prompts
 from specrank.decode.runs.workers import RunSpec, decode_on_workers, summary
 from specrank.decode.verify.lossy.adapters import TreeRuleVerifier
 from specrank.decode.verify.lossy.parse import parse_verification_rule
+from specrank.evaluation.data import Rounds, load_rounds
 from specrank.featurize.storage import read_manifest
 from specrank.files import read_json
 from specrank.outputs import check_output_dir, removing_new_dirs
@@ -64,15 +65,17 @@ class Lossy:
 
 
 def record(models: ModelSpec | Models, prompts=None, *, out, config: DecodeConfig = DecodeConfig(),
-           limit: int | None = None, shard_size: int = 4, workers=None, lossy: Lossy | None = None, allow_training_prompts: bool = False, progress: bool = True,
+           limit: int | None = None, shard_size: int = 4, workers=None, lossy: Lossy | None = None,
+           strategy=None, allow_training_prompts: bool = False, progress: bool = True,
            tracking: Tracking | None = None) -> Recording:
     """Decode ``prompts`` (a JSONL file; default: the bundled set) with ``models`` (a ``ModelSpec``, or ``Models``
     already loaded) under ``config`` into run directory ``out``; rerun, it decodes only the prompts not yet
     recorded.
 
     ``workers`` (``scale.Workers``) decodes on Ray workers, which load the models from their spec (with the
-    workers' threads, not the spec's); ``lossy``
-    records a lossy run. Every input is checked before a model loads.
+    workers' threads, not the spec's); ``lossy`` records a lossy run; ``strategy`` (a selection strategy, here
+    only) chooses the tree each round verifies instead of draft selection. Every input is checked before a model
+    loads.
     """
     check_output_dir(out)
     hf_logging.disable_progress_bar()  # weight-loading bars would bury errors and the decode bar
@@ -87,6 +90,8 @@ def record(models: ModelSpec | Models, prompts=None, *, out, config: DecodeConfi
     spec = models if isinstance(models, ModelSpec) else None
     if workers is not None and spec is None:
         raise ValueError("workers load the models themselves: give a ModelSpec, not loaded models")
+    if workers is not None and strategy is not None:
+        raise ValueError("a strategy verifies rounds here only: record it without workers")
     if spec is not None:
         spec.check(here=workers is None)  # every argument checked before a model loads
     drafter_spec = spec.drafter if spec is not None else getattr(models.drafter, "spec", None)
@@ -102,7 +107,8 @@ def record(models: ModelSpec | Models, prompts=None, *, out, config: DecodeConfi
             _log(tracking, recording, read_json(Path(out, "manifest.json"), "run manifest"), prompts_path)
         return recording
     timer, manifest = _decode_here(loaded(models), prompt_list, prompts_path, out, config,
-                                   (rule, lossy.speculation) if lossy is not None else None, shard_size, seen, progress)
+                                   (rule, lossy.speculation) if lossy is not None else None, shard_size, seen, progress,
+                                   strategy)
     if timer.rounds:
         line = (f"{timer.rounds} rounds, {timer.tokens / timer.rounds - 1:.2f} accepted/round, "
                 f"{timer.tokens / timer.total:.1f} tokens/s -> {out}")
@@ -115,7 +121,7 @@ def record(models: ModelSpec | Models, prompts=None, *, out, config: DecodeConfi
 
 
 def _decode_here(models: Models, prompt_list, prompts_path, out, config: DecodeConfig, lossy, shard_size: int,
-                 seen: int, progress: bool):
+                 seen: int, progress: bool, strategy=None):
     """Decode in this process (``lossy``: the parsed rule and the speculation, or None): (the timer, the run's
     manifest)."""
     target, drafter = models
@@ -125,8 +131,36 @@ def _decode_here(models: Models, prompt_list, prompts_path, out, config: DecodeC
             timer = lossy_decode_run(target, drafter, prompt_list, out, config, manifest, *lossy, shard_size,
                                      progress=progress)
         else:
-            timer = record_run(target, drafter, prompt_list, out, config, manifest, shard_size, progress=progress)
+            timer = record_run(target, drafter, prompt_list, out, config, manifest, shard_size, progress=progress,
+                               desc=f"recording {Path(out).name}", strategy=strategy)
     return timer, manifest
+
+
+def record_cells(models: ModelSpec, prompts, cells: list[tuple[Path, DecodeConfig, Lossy]], *,
+                 limit: int | None = None, shard_size: int = 4, workers=None, progress: bool = True) -> list[Recording]:
+    """``record`` for several lossy runs of one prompt set (``cells``: (out, config, lossy) each): on ``workers``
+    every cell's shards in one queue (the workers load the models once), else one cell after another with the
+    models loaded once."""
+    if workers is None:
+        here = models.check().load()
+        return [record(here, prompts, out=out, config=config, limit=limit, shard_size=shard_size, lossy=lossy,
+                       progress=progress) for out, config, lossy in cells]
+    for out, _, _ in cells:
+        check_output_dir(out)
+    prompts_path = prompts or default_prompts_path()
+    prompt_list = read_prompts(prompts_path, limit=limit)
+    models.check(here=False)
+    seen = check_unseen(models.drafter, prompt_list, False)
+    runs = [RunSpec(out, config, lossy.speculation, lossy.rule, seen) for out, config, lossy in cells]
+    outcome = decode_on_workers(workers, models, prompt_list, prompts_path, runs, shard_size, progress=progress)
+    return [Recording(Path(out), outcome, summary(outcome, out)) for out, _, _ in cells]
+
+
+def recorded_rounds(recording: Recording | str | Path) -> Rounds:
+    """The recording's rounds, its pool knowing each round's prompt (a prompt bootstrap resamples them)."""
+    rounds = load_rounds(recording.path if isinstance(recording, Recording) else recording)
+    rounds.pool.prompt_id = rounds.prompt_id
+    return rounds
 
 
 def decode_metrics(recording: Recording) -> dict[str, float]:

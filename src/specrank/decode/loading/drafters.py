@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrank.decode.loading.eagle3 import NAMED_HEADS, head_dir, load_eagle3, missing_named_head
+from specrank.decode.core import ModelLoadError
+from specrank.decode.loading.eagle3 import load_eagle3
+from specrank.decode.loading.eagle3_named_heads import NAMED_HEADS, head_dir, missing_named_head
 from specrank.decode.loading.early_exit import check_exit_head_file, load_early_exit
 from specrank.decode.loading.standalone import load_standalone
-from specrank.decode.loading.targets import ModelLoadError, check_model_dir
+from specrank.decode.loading.target_spec import check_model_dir
 from specrank.decode.prompts import prompt_digest
 from specrank.files import read_json
 
@@ -59,7 +61,7 @@ def load_drafter(spec: str, target, eagle3_layers=None, specforge_norm_output=No
     """Build the drafter described by ``spec`` for ``target`` (same device, dtype and ``graphs``);
     ``eagle3_layers`` (three ``hidden_states`` indices) chooses an ``eagle3:`` head's target layers and
     ``specforge_norm_output`` how a SpecForge head's ``norm_output`` is read
-    (``eagle3_formats.NORM_OUTPUT_CONVENTIONS``)."""
+    (``eagle3_specforge.NORM_OUTPUT_CONVENTIONS``)."""
     kind, rest = parse_drafter_spec(spec, eagle3_layers, specforge_norm_output)
     if kind == "standalone":
         drafter = load_standalone(rest, target, spec)

@@ -25,16 +25,13 @@ from pathlib import Path
 import torch
 
 from specrank.atomic import atomic_write, write_json_atomic
-from specrank.decode.loading.eagle3 import FLAGS, build_head, eagle3_config
-from specrank.decode.loading.eagle3_formats import (
-    EAGLE3_ARCH,
-    SPECULATOR_ARCH,
-    HeadCheckpoint,
+from specrank.decode.loading.eagle3_formats import EAGLE3_ARCH, SPECULATOR_ARCH, HeadCheckpoint, read_head
+from specrank.decode.loading.eagle3_head import FLAGS, build_head, eagle3_config
+from specrank.decode.loading.eagle3_specforge import (
     CONVENTION_KEY,
     SGLANG_CONVENTIONS,
-    layers_to_sglang_ids,
-    read_head,
     conventions_agree,
+    layers_to_sglang_ids,
 )
 
 FORMATS = ("sglang", "vllm", "eagle")

@@ -21,17 +21,11 @@ from torch import nn
 from transformers.utils import logging as hf_logging
 
 from specrank.atomic import atomic_write
-from specrank.decode.core import parse_device
+from specrank.decode.core import ModelLoadError, parse_device
 from specrank.decode.loading.standalone import CausalLMDrafter
-from specrank.decode.loading.targets import (
-    ModelLoadError,
-    check_target_spec,
-    load_target,
-    parse_dtype,
-    target_config,
-    target_tokenizer,
-    weight_files,
-)
+from specrank.decode.loading.target_spec import check_target_spec, target_config
+from specrank.decode.loading.targets import load_target, parse_dtype, target_tokenizer
+from specrank.decode.loading.weight_files import weight_files
 from specrank.outputs import check_distinct, check_output_file
 from specrank.errors import first_line
 from specrank.files import sha256_files

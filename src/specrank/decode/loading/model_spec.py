@@ -13,8 +13,10 @@ import torch
 
 from specrank.decode.core import parse_device
 from specrank.decode.loading.drafters import load_drafter, parse_drafter_spec
-from specrank.decode.loading.targets import (DEFAULT_TARGET, Target, check_target_spec, load_target, named_target,
-                                              parse_dtype)
+from specrank.decode.loading.named_targets import DEFAULT_TARGET, named_target
+from specrank.decode.loading.target_passes import Target
+from specrank.decode.loading.target_spec import check_target_spec
+from specrank.decode.loading.targets import load_target, parse_dtype
 from specrank.errors import require
 from specrank.rerankers.defaults import DEFAULT_DRAFTER
 

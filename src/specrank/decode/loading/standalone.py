@@ -13,10 +13,12 @@ from pathlib import Path
 import torch
 
 from specrank.decode.attention import attention_layout
-from specrank.decode.core import Drafter, RootStep, causal_mask, draft_log_probs, to_device
+from specrank.decode.core import Drafter, ModelLoadError, RootStep, causal_mask, draft_log_probs, to_device
 from specrank.decode.graphs import CapturedPasses, cached_pass
 from specrank.decode.kv_cache import KVStore, StaticKVCache
-from specrank.decode.loading.targets import ModelLoadError, cache_keyword, load_causal_lm, weight_files
+from specrank.decode.loading.target_passes import cache_keyword
+from specrank.decode.loading.targets import load_causal_lm
+from specrank.decode.loading.weight_files import weight_files
 from specrank.files import sha256_files
 
 

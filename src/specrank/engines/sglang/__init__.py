@@ -10,7 +10,9 @@ decoder keeps them (``rescorer``). Nothing here imports SGLang before ``register
 
 Modules: ``plugin`` (settings, entry point), ``hooks`` (SGLang's side), ``rescorer`` (the work, engine-free),
 ``score`` (the path score, shared with ``specrank tree-config``), ``layout`` (SGLang's tensors as a pool), ``rows``
-(a request's retained CPU rows, ``RowCaches``' reads without its full-vocabulary temporaries).
+(a request's retained CPU rows, ``RowCaches``' reads without its full-vocabulary temporaries). Beside them, for
+``benchmarks/bench_sglang.py`` and imported by none of the plugin: ``runner`` (run by path in SGLang's environment),
+``figures`` (its runs read without SGLang), ``cpu_shims`` (on the engine's ``PYTHONPATH``) and ``build_cpu.sh``.
 
 Settings (environment): ``SPECRANK_RERANKER`` the reranker; ``SPECRANK_TEMPERATURE`` the law it was trained for
 (default 0, greedy: SGLang's CPU verify is greedy at any temperature); ``SPECRANK_TASK`` the requests' task, if the

@@ -15,6 +15,7 @@ from specrank.engines.tree_settings import TreeConfigError, TreeSetting
 from specrank.selection.pool import PoolBatch
 from specrank.selection.static_tree import first_child
 
+
 def sglang_setting(topk: int, num_steps: int, num_draft_tokens: int) -> TreeSetting:
     return TreeSetting(topk, num_steps, num_draft_tokens)
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from specrank.decode.engine.caches import RowCaches, TokenRows
-from specrank.decode.strategies.reranked import RerankedSelection
+from specrank.decode.engine import RowCaches, TokenRows
+from specrank.decode.strategies import RerankedSelection
 from specrank.engines.sglang.layout import DraftTree
 from specrank.engines.sglang.rows import BlockPool, RetainedRows, Scratch
 from specrank.engines.sglang.score import plugin_score

@@ -9,6 +9,7 @@ from specrank.engines.tree_settings import StaticTreeSetting, TreeConfigError, T
 from specrank.selection.pool import PoolBatch
 from specrank.selection.static_tree import StaticTree, StaticTreeError
 
+
 def vllm_chain(num_speculative_tokens: int) -> TreeSetting:
     return TreeSetting(1, num_speculative_tokens, num_speculative_tokens + 1)
 

@@ -1,7 +1,8 @@
 """The online comparison: selection strategies in the decoding loop at the same prompts, realized against expected
-acceptance, and their speed (``run``, ``tables``, ``tracking``; ``specrank online`` in ``command``).
+acceptance, and their speed (``comparison``: ``compare_online(models, OnlineSettings) -> OnlineComparison``;
+``online_tables``, ``online_tracking``; ``specrank online`` in ``online_command``).
 """
 
-from specrank.experiments.online.run import OnlineComparison, Protocol, compare_online
+from specrank.experiments.online.comparison import OnlineComparison, OnlineSettings, Protocol, compare_online
 
-__all__ = ["OnlineComparison", "Protocol", "compare_online"]
+__all__ = ["OnlineComparison", "OnlineSettings", "Protocol", "compare_online"]

@@ -1,6 +1,6 @@
 """``specrank demo``: the study at a first run's size, on the embedded default.
 
-The demo is a preset of ``specrank.experiments.study.run.study``, not a loop of its own: the first 32 bundled prompts
+The demo is a preset of ``specrank.experiments.study.study_run.study``, not a loop of its own: the first 32 bundled prompts
 (24 without the EAGLE-3 head), 14 tokens each, every one recorded at T = 1 and greedily; featurized, cross-fitted,
 evaluated with prompt-bootstrap intervals, the champion chosen by the study's rule and refitted on every prompt, all
 logged to the demo's own MLflow store (``<out>/mlflow.db``, pipeline runs ``demo-t1`` and ``demo-greedy``, the
@@ -15,23 +15,32 @@ import os
 import shlex
 from pathlib import Path
 
-from specrank.commands.args import (DRAFTER_SPECS, add_device_arguments, add_drafter_arguments, add_target_argument,
-                                    add_tracking_arguments, at_least, model_spec, parse_temperatures)
 from specrank.commands import tracked
+from specrank.commands.args import (
+    DRAFTER_SPECS,
+    add_device_arguments,
+    add_drafter_arguments,
+    add_target_argument,
+    add_tracking_arguments,
+    at_least,
+    model_spec,
+    parse_temperatures,
+)
 from specrank.commands.decode import add_seen_prompts_argument
 from specrank.decode.config import DecodeConfig
 from specrank.decode.core import parse_device
 from specrank.decode.loading.drafters import parse_drafter_spec
-from specrank.decode.loading.eagle3 import default_head_dir, has_default_head
-from specrank.decode.loading.targets import check_target_spec
+from specrank.decode.loading.eagle3_named_heads import default_head_dir, has_default_head
+from specrank.decode.loading.target_spec import check_target_spec
 from specrank.decode.prompts import default_prompts_path, read_prompts
 from specrank.evaluation.names import full_label
+from specrank.experiments.online.comparison import OnlineSettings, compare_online
+from specrank.experiments.study.study_run import study
+from specrank.experiments.study.study_settings import StudySettings
+from specrank.experiments.study.results_page import scores_table, temperature_name
 from specrank.outputs import check_output_dir
 from specrank.rerankers.defaults import DEFAULT, DEFAULT_DRAFTER, DefaultRerankerError, load_default_reranker
 from specrank.workflow import Tracking
-from specrank.experiments.online.run import compare_online
-from specrank.experiments.study.run import StudySettings, study
-from specrank.experiments.study.tables import scores_table, temperature_name
 from specrank.workflow.stages import timed
 
 MIN_PROMPTS = 4  # two cross-fitting halves, each split again in two for the hyper-parameter search
@@ -89,7 +98,8 @@ def settings(args, drafter: str) -> StudySettings:
     limit, max_new_tokens = DEMO_SIZE.get(drafter, FALLBACK_SIZE)
     return StudySettings(temperatures=tuple(parse_temperatures(args.temperatures)), rounds=None, greedy_rounds=None,
                          max_new_tokens=args.max_new_tokens or max_new_tokens, bootstrap=args.bootstrap,
-                         tune_trials=args.tune_trials, online=False, limit=args.limit or limit)
+                         tune_trials=args.tune_trials, online=False, limit=args.limit or limit,
+                         prompts=str(default_prompts_path()))
 
 
 def run(args) -> int:
@@ -107,7 +117,7 @@ def run(args) -> int:
     out = root.resolve() / drafter.replace(":", "-").replace("/", "_")
     # The demo's own store, beside its runs: ad-hoc runs elsewhere stay out of it.
     tracking = Tracking(args.tracking_uri or f"sqlite:///{root.resolve() / 'mlflow.db'}", args.experiment, "demo")
-    result = study(model_spec(args, drafter), default_prompts_path(), out=out, settings=preset,
+    result = study(model_spec(args, drafter), preset, out=out,
                    allow_training_prompts=args.allow_training_prompts, tracking=tracking,
                    command=shlex.join(["specrank", "demo", *getattr(args, "argv", [])]))
     for t, r in result.results["temperatures"].items():
@@ -142,8 +152,8 @@ def online_check(args, drafter: str, out: Path, recorded: int) -> None:
                f"{ONLINE_TEMPERATURE:g}, B = {ONLINE_BUDGET} -> {out}"):
         config = DecodeConfig(budget=ONLINE_BUDGET, extra=0, temperature=ONLINE_TEMPERATURE,
                               max_new_tokens=ONLINE_TOKENS)
-        comparison = compare_online(model_spec(args, drafter), unseen, strategies=("draft", "reranked"),
-                                    reranker=champion, reranker_source=DEFAULT, config=config, out=out, progress=True)
+        settings = OnlineSettings(unseen, ("draft", "reranked"), config=config)
+        comparison = compare_online(model_spec(args, drafter), settings, reranker=champion, reranker_source=DEFAULT, out=out, progress=True)
     gain = comparison.realized_gain("reranked")
     print(f"\n## Online: the shipped champion against draft selection ({len(unseen)} unseen prompts, "
           f"{ONLINE_TOKENS} tokens each)\n")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from specrank.engines.tree_settings import StaticTreeSetting, setting_order
 
+
 @dataclass(frozen=True)
 class PlannedRecording:
     """One recording the grid needs: its pool (topk, depth, expand), the budget it decodes with, its settings."""

@@ -6,6 +6,7 @@ import pandas as pd
 
 from specrank.evaluation.figures import new_figure
 
+
 def tree_config_figure(table: pd.DataFrame):
     """Acceptance length and predicted tokens/s against num_draft_tokens, one line per topk (at each n the
     topk's best num_steps), 95% prompt-bootstrap intervals as bands."""

@@ -14,6 +14,7 @@ from specrank.experiments.tree_config.setting_scores import SETTING_SCORES, Sett
 from specrank.selection.pool import PoolBatch
 from specrank.selection.stats import PromptBootstrap
 
+
 def run_interval(prefix: str, interval, variances, level: float) -> dict:
     """Where one engine run's measured value should fall (``{prefix}_low``, ``{prefix}_high``): each side of the
     prompt bootstrap's interval for the expected value (``interval``) widened, in quadrature, by the sampling

@@ -12,20 +12,31 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from specrank.commands import tracked
-from specrank.commands.args import add_model_arguments, add_tracking_arguments, at_least
-from specrank.decode import load_drafter, load_target
+from specrank.commands.args import add_model_arguments, add_tracking_arguments, at_least, model_spec
 from specrank.decode.config import check_temperature
+from specrank.decode.core import parse_device
 from specrank.decode.loading.drafters import check_unseen, parse_drafter_spec
-from specrank.decode.loading.targets import check_target_spec, parse_device
+from specrank.decode.loading.target_spec import check_target_spec
 from specrank.decode.prompts import default_prompts_path, read_prompts
-from specrank.experiments.tree_config.chain_choice import ChainChoice
-from specrank.experiments.tree_config.engine_timing import check_timed_settings, parse_engine_timing
-from specrank.experiments.tree_config.run import CROSS_FIT, TreeConfigRun, check_recordings, summary, tree_config, write_outputs
-from specrank.engines.vllm.metrics import FIRST_WITH_TREES, LAST_WITH_TREES, parse_version, serves_static_trees, version_name
 from specrank.engines.sglang.beam import eagle_setting, tree_grid
-from specrank.engines.tree_settings import setting_order, TreeConfigError
+from specrank.engines.tree_settings import TreeConfigError, setting_order
+from specrank.engines.vllm.metrics import (
+    FIRST_WITH_TREES,
+    LAST_WITH_TREES,
+    parse_version,
+    serves_static_trees,
+    version_name,
+)
 from specrank.engines.vllm.token_trees import vllm_chain, vllm_tree
-from specrank.experiments.tree_config.setting_figures import reliability_figure, tree_config_figure
+from specrank.experiments.tree_config.chain_choice import ChainChoice
+from specrank.experiments.tree_config.configure import (
+    CROSS_FIT,
+    TreeConfigResult,
+    TreeConfigSettings,
+    check_recordings,
+    tree_config,
+)
+from specrank.experiments.tree_config.engine_timing import check_timed_settings, parse_engine_timing
 from specrank.experiments.tree_config.setting_table import summary_note, top_metrics
 from specrank.outputs import check_output_dir, staged
 from specrank.rerankers.defaults import champion_name, load_default_reranker
@@ -188,56 +199,53 @@ def run(args) -> int:
     check_target_spec(args.target)
     parse_drafter_spec(args.drafter, args.eagle3_layers, args.specforge_norm_output)
     check_unseen(args.drafter, prompts, args.allow_training_prompts)
-    spec = TreeConfigRun(prompts_path, args.temperature, args.max_new_tokens, args.seed, args.reranker,
-                         args.repeats, args.bootstrap, progress=not args.no_progress, engine_timing=timing,
-                         chain_choices=choices, plugin_ms=args.plugin_ms)
-    check_recordings(args.out, settings, spec)
+    run = TreeConfigSettings(str(prompts_path), args.temperature, args.max_new_tokens, args.seed, args.reranker,
+                             args.repeats, args.bootstrap, progress=not args.no_progress, engine_timing=timing,
+                             chain_choices=choices, plugin_ms=args.plugin_ms, limit=args.limit,
+                             allow_training_prompts=args.allow_training_prompts, trees=tuple(settings))
+    check_recordings(args.out, run)
     uri = tracked.tracking_uri(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     hf_logging.disable_progress_bar()
-    target = load_target(args.target, args.device, args.dtype, args.graphs)
-    drafter = load_drafter(args.drafter, target, args.eagle3_layers, args.specforge_norm_output)
+    result = tree_config(model_spec(args), run, out=args.out, reranker=reranker,
+                         say=lambda line: print(line, flush=True))
     with staged(args.out) as stage:  # the outputs appear only once MLflow has them too
-        result = tree_config(target, drafter, prompts, settings, spec, args.out, stage, reranker,
-                             say=lambda line: print(line, flush=True))
-        write_outputs(result, stage)
+        result.write(stage)
         if uri is not None:
-            _track(args, uri, result, target, drafter)
+            _track(args, uri, result)
     _print(result, Path(args.out))
     return 0
 
 
-def _track(args, uri, result, target, drafter) -> None:
-    table = result["table"]
-    params = {"stage": "tree-config", "target": target.name, "target_sha256": target.source_hash,
-              "drafter": drafter.spec, "prompts": str(args.prompts or default_prompts_path()), "limit": args.limit,
-              "temperature": args.temperature, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
-              "device": args.device, "dtype": args.dtype, "reranker": args.reranker, "bootstrap": args.bootstrap,
-              "settings": len(table), "recordings": json.dumps(result["recordings"], default=str)}
-    notes = summary(result)
+def _track(args, uri, result: TreeConfigResult) -> None:
+    table = result.table
+    params = {"stage": "tree-config", **result.models, "prompts": str(args.prompts or default_prompts_path()),
+              "limit": args.limit, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
+              "seed": args.seed, "device": args.device, "dtype": args.dtype, "reranker": args.reranker,
+              "bootstrap": args.bootstrap, "settings": len(table),
+              "recordings": json.dumps(result.recordings, default=str)}
+    notes = result.summary()
     tracked.log_run(uri, args.experiment, args.run_name or "tree-config", params=params, metrics=top_metrics(table),
-                    tables={"tree_config": table, "tree_config_positions": result["positions"],
-                            "tree_config_reliability": result["reliability"], "tree_config_cost": result["cost"]}
-                    | ({"tree_config_choices": result["choices"]} if result.get("choices") is not None else {}),
-                    figures={"tree_config": tree_config_figure(table),
-                             "reliability": reliability_figure(result["reliability"])},
-                    dicts={"summary.json": notes}, description=summary_note(notes))
+                    tables={"tree_config": table, "tree_config_positions": result.positions,
+                            "tree_config_reliability": result.reliability, "tree_config_cost": result.cost}
+                    | ({"tree_config_choices": result.choices} if result.choices is not None else {}),
+                    figures=result.figures(), dicts={"summary.json": notes}, description=summary_note(notes))
 
 
-def _print(result: dict, out: Path) -> None:
-    table = result["table"]
+def _print(result: TreeConfigResult, out: Path) -> None:
+    table = result.table
     cols = [c for c in ("rank", "setting", "draft_length", "draft_low", "draft_high", "root_length",
                         "reranked_length", "plugin_length", "tokens_per_s", "engine_tokens_per_s",
                         "status") if c in table]
     print(table[cols].head(12).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    notes = summary(result)
+    notes = result.summary()
     for name in ("best", "best_chain", "best_vllm"):
         if name in notes:
             print(f"{name.replace('_', ' ')}: {notes[name]['setting']}")
             for engine, flags in notes[name]["flags"].items():
                 print(f"  {engine}: {flags}")
-    choices = result.get("choices")
+    choices = result.choices
     if choices is not None and len(choices):
         print("chains whose first token specrank chooses (share: % of root selection's gain at the choice):")
         cols = [c for c in ("choice", "rule", "length", "length_low", "length_high", "share_pct", "share_low",

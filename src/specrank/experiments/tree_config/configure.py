@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,18 +24,20 @@ from specrank.decode.core import PoolShape
 from specrank.decode.decoder import Decoder
 from specrank.decode.loading.drafters import head_directory
 from specrank.decode.loading.eagle3_export import export_head
-from specrank.decode.prompts import encode_prompts
-from specrank.decode.runs import build_manifest, record_run
+from specrank.decode.loading.model_spec import Models, ModelSpec, loaded
+from specrank.decode.prompts import encode_prompts, read_prompts
 from specrank.decode.runs.cost import cost_parts, measure_cost
 from specrank.decode.runs.manifest import config_manifest
 from specrank.decode.runs.shards import check_same_run
-from specrank.evaluation.data import align_predictions, load_rounds
 from specrank.decode.strategies.static_tree import StaticTreeSelection
+from specrank.engines.tree_settings import TreeSetting
+from specrank.engines.vllm.token_trees import engine_rounds
+from specrank.evaluation.data import align_predictions
 from specrank.experiments.tree_config.chain_choice import (
     ChainChoice,
+    chain_values,
     choice_seconds,
     choice_table,
-    chain_values,
     cost_settings,
     score_choice,
 )
@@ -45,8 +47,6 @@ from specrank.experiments.tree_config.engine_timing import (
     extra_widths,
     with_engine_speed,
 )
-from specrank.engines.tree_settings import TreeSetting
-from specrank.engines.vllm.token_trees import engine_rounds
 from specrank.experiments.tree_config.recording_plan import recording_plan
 from specrank.experiments.tree_config.setting_figures import reliability_figure, tree_config_figure
 from specrank.experiments.tree_config.setting_scores import PluginFactors, score_setting
@@ -62,16 +62,19 @@ from specrank.featurize.storage import featurize_run
 from specrank.law import Law
 from specrank.rerankers import GBMReranker
 from specrank.rerankers.crossfit import cross_fit_table
+from specrank.workflow.recording import record, recorded_rounds
 
 CROSS_FIT = "cross-fit"
+HEAD_FORMATS = ("sglang", "vllm")  # the engines the head is exported for
 RECORDING_SHARD = 4  # prompts a recording shard holds
 
 
 @dataclass(frozen=True)
-class TreeConfigRun:
-    """How a tree-config run decodes and scores: every recording decodes every prompt of ``prompts_path`` under
-    one law, length and seed. ``reranker``: 'cross-fit' (a rows GBM cross-fitted on each recording by prompt
-    halves), 'none', or the name of a loaded reranker (given to ``tree_config`` apart)."""
+class TreeConfigSettings:
+    """What a tree-config run scores and how it decodes: the engine tree settings ``trees`` (``engines``' tree
+    models), every recording decoding every prompt of ``prompts_path`` under one law, length and seed.
+    ``reranker``: 'cross-fit' (a rows GBM cross-fitted on each recording by prompt halves), 'none', or the name of
+    a loaded reranker (given to ``tree_config`` apart)."""
 
     prompts_path: str
     temperature: float = 0.0
@@ -84,6 +87,9 @@ class TreeConfigRun:
     engine_timing: EngineTiming | None = None  # an engine's measured steps: its speed predicted beside ours
     chain_choices: tuple[ChainChoice, ...] = ()  # vLLM chains whose first token specrank chooses
     plugin_ms: float = 1.0  # the plugin's cost a step, added to a reranker's chain choice
+    limit: int | None = None  # the first prompts of ``prompts_path`` (None: all)
+    allow_training_prompts: bool = False  # a head decodes prompts it was trained on only when asked
+    trees: tuple = ()  # the settings scored (TreeSetting, StaticTreeSetting), in ``setting_order``
 
     def config(self, rec=None) -> DecodeConfig:
         """The decode configuration of a planned recording (a one-node pool for None)."""
@@ -101,35 +107,27 @@ class TreeConfigRun:
         return tqdm(disable=None if self.progress else True, dynamic_ncols=True, **kwargs)
 
 
-def check_recordings(out, settings, run: TreeConfigRun) -> None:
+def check_recordings(out, run: TreeConfigSettings) -> None:
     """Before any model loads: a recording already in ``out`` (a run being resumed) must be of this run's pool,
     budget, law, seed and prompts (the models' hashes are compared once they are loaded)."""
-    configs = [(name, run.config(rec)) for name, rec in recording_plan(settings).items()]
+    configs = [(name, run.config(rec)) for name, rec in recording_plan(run.trees).items()]
     configs += [(c.recording, run.choice_config(c)) for c in run.chain_choices]
     for name, config in configs:
         check_same_run(Path(out) / "recordings" / name,
                        config_manifest(config, run.prompts_path, RECORDING_SHARD), partial=True)
 
 
-def record(target, drafter, prompts, run: TreeConfigRun, config: DecodeConfig, run_dir: Path,
-           strategy=None) -> Path:
-    """One recording of a planned pool: every prompt under the same seed, every pool edge scored, each round
-    verifying ``strategy``'s tree (default: draft selection's)."""
+def record_pool(target, drafter, run: TreeConfigSettings, config: DecodeConfig, run_dir: Path, strategy=None) -> Path:
+    """One recording of a planned pool through the workflow's record stage: every prompt under the same seed,
+    every pool edge scored, each round verifying ``strategy``'s tree (default: draft selection's)."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    manifest = build_manifest(target, drafter, config, run.prompts_path, RECORDING_SHARD)
-    record_run(target, drafter, prompts, run_dir, config, manifest, shard_size=RECORDING_SHARD,
-               progress=run.progress, desc=f"recording {run_dir.name}", strategy=strategy)
+    record(Models(target, drafter), run.prompts_path, out=run_dir, config=config, limit=run.limit,
+           shard_size=RECORDING_SHARD, strategy=strategy, allow_training_prompts=run.allow_training_prompts,
+           progress=run.progress)
     return run_dir
 
 
-def recorded_rounds(run_dir):
-    """The recording's rounds, its pool knowing each round's prompt (the bootstrap resamples prompts)."""
-    rounds = load_rounds(run_dir)
-    rounds.pool.prompt_id = rounds.prompt_id
-    return rounds
-
-
-def first_factor(rounds, run_dir, run: TreeConfigRun, reranker=None):
+def first_factor(rounds, run_dir, run: TreeConfigSettings, reranker=None):
     """(N, topk) first-factor predictions of the compared reranker on this recording, or None, and a note."""
     if run.reranker == "none":
         return None, "none"
@@ -149,7 +147,7 @@ def first_factor(rounds, run_dir, run: TreeConfigRun, reranker=None):
     return align_predictions(rounds, frame)["reranked"], note
 
 
-def plugin_factors(rounds, run_dir, run: TreeConfigRun, reranker=None) -> PluginFactors | None:
+def plugin_factors(rounds, run_dir, run: TreeConfigSettings, reranker=None) -> PluginFactors | None:
     """SGLang's plugin on this recording (``PluginFactors``): first factors predicted from the features the plugin
     computes (``featurize.engine``: no prompt rows, task unknown), by the given reranker or a rows GBM cross-fitted
     on those features, and a stacked reranker's per-depth maps. None where ``first_factor`` scores no reranker."""
@@ -168,7 +166,7 @@ def plugin_factors(rounds, run_dir, run: TreeConfigRun, reranker=None) -> Plugin
     return PluginFactors(np.asarray(align_predictions(rounds, frame)["plugin"]), deeper)
 
 
-def choice_factors(rounds, run_dir, run: TreeConfigRun, choice: ChainChoice, reranker=None):
+def choice_factors(rounds, run_dir, run: TreeConfigSettings, choice: ChainChoice, reranker=None):
     """(first factors (N, K), ranking scores (N, K) or None, note) of a fan's rounds, from the features a chain
     engine has at its first draft step (``FIRST_STEP``, as the engine sees them): a pointwise GBM and a LambdaRank
     GBM (relevance: the chain's exact expected accepted tokens through each first token over k), both
@@ -194,14 +192,14 @@ def choice_factors(rounds, run_dir, run: TreeConfigRun, choice: ChainChoice, rer
     return aligned["r"], aligned["s"], "first-step GBM and LambdaRank GBM cross-fitted by prompt halves"
 
 
-def chain_choices(target, drafter, prompts, run: TreeConfigRun, out, reranker=None, say=None):
+def chain_choices(target, drafter, prompts, run: TreeConfigSettings, out, reranker=None, say=None):
     """Record each chain choice's fan into ``out/recordings`` and score every rule: ([ChoiceScore], notes)."""
     scores, notes = [], {}
     for choice in run.chain_choices:
         if say is not None:
             say(f"recording {choice.recording}: {len(prompts)} prompts, {run.max_new_tokens} tokens each")
-        run_dir = record(target, drafter, prompts, run, run.choice_config(choice),
-                         Path(out) / "recordings" / choice.recording, StaticTreeSelection(choice.chain))
+        run_dir = record_pool(target, drafter, run, run.choice_config(choice),
+                              Path(out) / "recordings" / choice.recording, StaticTreeSelection(choice.chain))
         rounds = recorded_rounds(run_dir)
         first, ranking, note = choice_factors(rounds, run_dir, run, choice, reranker)
         kept = np.asarray(rounds.round) > 0  # the rounds an engine drafts (``engine_rounds``)
@@ -212,7 +210,7 @@ def chain_choices(target, drafter, prompts, run: TreeConfigRun, out, reranker=No
     return scores, notes
 
 
-def host_seconds(target, drafter, prompt_ids, settings, cost, run: TreeConfigRun) -> float:
+def host_seconds(target, drafter, prompt_ids, settings, cost, run: TreeConfigSettings) -> float:
     """Host seconds per round: an online decode's round time beyond its timed pool and pass (one middle setting)."""
     beams = [s for s in settings if isinstance(s, TreeSetting)]  # the grid always holds beams; a static tree's
     s = beams[len(beams) // 2]  # host work is the same bookkeeping
@@ -229,19 +227,69 @@ def export_heads(spec: str, out: Path) -> dict:
     head = head_directory(spec)
     if head is None:
         return {}
-    return {fmt: str(export_head(head, out / fmt, fmt, "bf16")[0]) for fmt in ("sglang", "vllm")}
+    return {fmt: str(export_head(head, out / fmt, fmt, "bf16")[0]) for fmt in HEAD_FORMATS}
 
 
-def tree_config(target, drafter, prompts, settings, run: TreeConfigRun, out, stage: Path, reranker=None,
-                say: Callable[[str], None] | None = None) -> dict:
-    """Record the pools the grid needs into ``out/recordings``, score every setting, time the cost model, export
-    the head into ``stage/heads``; the result's tables and notes (``say(line)`` announces each recording). A bar
-    per stage: each recording (prompts, rounds, accepted tokens a round), its scoring, the timed passes."""
+@dataclass(frozen=True)
+class TreeConfigResult:
+    """A tree-config run's tables (``table``: one row per setting, ranked; ``positions``, ``reliability``,
+    ``cost``; ``choices``: the chain choices, or None), its recordings' notes, the law, the run's ``out`` and the
+    models it ran (``models``: target, its digest, the drafter's spec)."""
+
+    table: pd.DataFrame = field(repr=False)
+    positions: pd.DataFrame = field(repr=False)
+    reliability: pd.DataFrame = field(repr=False)
+    cost: pd.DataFrame = field(repr=False)
+    recordings: dict
+    choices: pd.DataFrame | None = field(repr=False)
+    law: str
+    out: Path
+    models: dict
+
+    @property
+    def has_head(self) -> bool:
+        return head_directory(self.models["drafter"]) is not None
+
+    def summary(self) -> dict:
+        """``tree_config_summary``: the best settings, the flags naming the heads at their place in ``out``."""
+        heads = {fmt: str(self.out / "heads" / fmt) for fmt in HEAD_FORMATS} if self.has_head else {}
+        return tree_config_summary(self.table, self.law, self.recordings, heads)
+
+    def figures(self) -> dict:
+        return {"tree_config": tree_config_figure(self.table), "reliability": reliability_figure(self.reliability)}
+
+    def write(self, folder) -> None:
+        """The tables (Parquet, the ranked one also CSV), the figures, ``summary.json`` and the head exported for
+        the engines (``heads/``) in ``folder`` (each atomic)."""
+        folder = Path(folder)
+        for name in ("table", "positions", "reliability", "cost"):
+            write_parquet_atomic(getattr(self, name), folder / f"tree_config_{name}.parquet")
+        atomic_write(folder / "tree_config_table.csv", lambda tmp: self.table.to_csv(tmp, index=False))
+        if self.choices is not None and len(self.choices):
+            write_parquet_atomic(self.choices, folder / "tree_config_choices.parquet")
+            atomic_write(folder / "tree_config_choices.csv", lambda tmp: self.choices.to_csv(tmp, index=False))
+        for name, fig in self.figures().items():
+            atomic_write(folder / f"{name}.png", lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=120))
+        text = json.dumps(self.summary(), indent=2, default=str)
+        atomic_write(folder / "summary.json", lambda tmp: Path(tmp).write_text(text))
+        export_heads(self.models["drafter"], folder / "heads")
+
+
+def tree_config(models: ModelSpec | Models, run: TreeConfigSettings, *, out, reranker=None,
+                say: Callable[[str], None] | None = None) -> TreeConfigResult:
+    """Record the pools ``run.trees`` needs into ``out/recordings`` (resumed when there), score every setting and
+    time the cost model; the result writes its tables, figures and the exported head (``TreeConfigResult.write``).
+    ``say(line)`` announces each recording. A bar per stage: each recording (prompts, rounds, accepted tokens a
+    round), its scoring, the timed passes."""
+    check_recordings(out, run)
+    target, drafter = loaded(models)
+    prompts = read_prompts(run.prompts_path, limit=run.limit)
+    settings = run.trees
     recordings, scores, reliability = {}, [], []
     for name, rec in recording_plan(settings).items():
         if say is not None:
             say(f"recording {name}: {len(prompts)} prompts, {run.max_new_tokens} tokens each")
-        run_dir = record(target, drafter, prompts, run, run.config(rec), Path(out) / "recordings" / name)
+        run_dir = record_pool(target, drafter, run, run.config(rec), Path(out) / "recordings" / name)
         rounds = recorded_rounds(run_dir)
         with run.bar(total=len(rec.settings) + 1, desc=f"scoring {name}", unit="setting") as bar:
             factor, note = first_factor(rounds, run_dir, run, reranker)
@@ -273,14 +321,13 @@ def tree_config(target, drafter, prompts, settings, run: TreeConfigRun, out, sta
         timing = run.engine_timing
         engine = engine_round_seconds(timing, cost, settings)
         table = with_engine_speed(table, engine, timing)
-    return {"table": table, "positions": position_table(scores), "reliability": pooled_reliability(reliability),
-            "cost": pd.DataFrame(cost.rows()), "recordings": recordings,
-            "choices": choice_speeds(choices, cost, run, table, engine) if choices else None,
-            "heads": export_heads(drafter.spec, Path(stage) / "heads"), "law": Law(run.temperature).name,
-            "out": Path(out)}
+    return TreeConfigResult(table, position_table(scores), pooled_reliability(reliability), pd.DataFrame(cost.rows()),
+                            recordings, choice_speeds(choices, cost, run, table, engine) if choices else None,
+                            Law(run.temperature).name, Path(out),
+                            {"target": target.name, "target_sha256": target.source_hash, "drafter": drafter.spec})
 
 
-def choice_speeds(scores, cost, run: TreeConfigRun, table: pd.DataFrame, engine: dict | None) -> pd.DataFrame:
+def choice_speeds(scores, cost, run: TreeConfigSettings, table: pd.DataFrame, engine: dict | None) -> pd.DataFrame:
     """The chain choices' table with specrank's predicted tokens/s and, where an engine was timed, the engine's
     (its step for vLLM's chain of k, plus the plugin's cost and the m chains' extra drafting as specrank times it)."""
     plugin = run.plugin_ms / 1000
@@ -307,25 +354,3 @@ def choice_speeds(scores, cost, run: TreeConfigRun, table: pd.DataFrame, engine:
     base = out[out["rule"] == "draft"].set_index("choice")["engine_tokens_per_s"]
     out["engine_speed_over_draft"] = out["engine_tokens_per_s"] / out["choice"].map(base)
     return out
-
-
-def summary(result: dict) -> dict:
-    """``tree_config_summary`` of a result, the flags naming the heads at their final place in ``out``."""
-    heads = {k: str(result["out"] / "heads" / k) for k in result["heads"]}
-    return tree_config_summary(result["table"], result["law"], result["recordings"], heads)
-
-
-def write_outputs(result: dict, out: Path) -> None:
-    """The tables (Parquet, the ranked one also CSV), the figures and ``summary.json`` under ``out`` (each atomic)."""
-    for name in ("table", "positions", "reliability", "cost"):
-        write_parquet_atomic(result[name], out / f"tree_config_{name}.parquet")
-    result["table"].to_csv(out / "tree_config_table.csv", index=False)
-    choices = result.get("choices")
-    if choices is not None and len(choices):
-        write_parquet_atomic(choices, out / "tree_config_choices.parquet")
-        atomic_write(out / "tree_config_choices.csv", lambda tmp: choices.to_csv(tmp, index=False))
-    for name, fig in (("tree_config", tree_config_figure(result["table"])),
-                      ("reliability", reliability_figure(result["reliability"]))):
-        atomic_write(out / f"{name}.png", lambda tmp, fig=fig: fig.savefig(tmp, format="png", dpi=120))
-    text = json.dumps(summary(result), indent=2, default=str)
-    atomic_write(out / "summary.json", lambda tmp: Path(tmp).write_text(text))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SGLang's CPU engine in its own venv, built from an SGLang source checkout (docs/sglang.md):
 #
-#   scripts/build_sglang_cpu.sh SGLANG_SRC [VENV]        # VENV default: .venv-sglang beside this repository
+#   src/specrank/engines/sglang/build_cpu.sh SGLANG_SRC [VENV]   # VENV default: .venv-sglang in this checkout
 #
 # SGLANG_SRC is a checkout of upstream SGLang at a tag (git clone --branch v0.5.18 --depth 1
 # https://github.com/sgl-project/sglang); no PyPI release ships the CPU kernel sources (the sdist holds python/
@@ -15,8 +15,8 @@
 # SGLANG_USE_CPU_ENGINE=1. SPECRANK_SGLANG_TORCH / SPECRANK_SGLANG_TORCHVISION override the pins.
 set -euo pipefail
 
-die() { echo "build_sglang_cpu.sh: $*" >&2; exit 2; }
-[ $# -ge 1 ] || die "usage: scripts/build_sglang_cpu.sh SGLANG_SRC [VENV]"
+die() { echo "build_cpu.sh: $*" >&2; exit 2; }
+[ $# -ge 1 ] || die "usage: src/specrank/engines/sglang/build_cpu.sh SGLANG_SRC [VENV]"
 SRC=$(cd "$1" 2>/dev/null && pwd) || die "SGLANG_SRC $1: no such directory"
 [ -f "$SRC/python/pyproject_cpu.toml" ] || die "SGLANG_SRC $SRC: no python/pyproject_cpu.toml (not an SGLang checkout)"
 KERNEL=""
@@ -24,7 +24,9 @@ for k in "$SRC/sgl-kernel" "$SRC/python/sglang/kernels/aot"; do
   [ -f "$k/pyproject_cpu.toml" ] && KERNEL=$k
 done
 [ -n "$KERNEL" ] || die "SGLANG_SRC $SRC: no sgl-kernel/pyproject_cpu.toml or python/sglang/kernels/aot/pyproject_cpu.toml"
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+# the checkout this script sits in (src/specrank/engines/sglang/): specrank is installed from it, editable
+REPO=$(cd "$(dirname "$0")/../../../.." && pwd)
+[ -f "$REPO/pyproject.toml" ] || die "$REPO: not a specrank checkout (run this script from one)"
 VENV=${2:-$REPO/.venv-sglang}
 dpkg -s libnuma-dev >/dev/null 2>&1 || die "libnuma-dev is not installed (apt-get install libnuma-dev)"
 

@@ -9,12 +9,12 @@ from pathlib import Path
 from transformers.utils import logging as hf_logging
 
 from specrank.commands import tracked
-from specrank.commands.args import (add_model_arguments, add_pool_arguments, add_tracking_arguments, at_least, model_spec)
+from specrank.commands.args import add_model_arguments, add_pool_arguments, add_tracking_arguments, at_least, model_spec
 from specrank.decode.core import PoolShape
 from specrank.decode.prompts import default_prompts_path, read_prompts
-from specrank.experiments.verify_sweep.run import SweepDecoding, decode_cells, grid_cells, save_outputs, sweep_outputs
-from specrank.experiments.verify_sweep.tables import DEFAULT_GRID, METRICS, findings
-from specrank.outputs import check_output_dir, removing_new_dirs, staged
+from specrank.experiments.verify_sweep.sweep import SweepDecoding, SweepResult, SweepSettings, grid_cells, verify_sweep
+from specrank.experiments.verify_sweep.sweep_tables import DEFAULT_GRID, METRICS, findings
+from specrank.outputs import check_output_dir, staged
 from specrank.scale import add_worker_arguments, workers_from_args
 
 
@@ -42,39 +42,39 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     out = check_output_dir(args.out)
     workers = workers_from_args(args)
-    cells, skipped = grid_cells(args.grid, args.speculations)
+    prompts_path = args.prompts or default_prompts_path()
     decoding = SweepDecoding(PoolShape(args.topk, args.depth, args.expand), args.budget, args.extra, args.chain_length,
                              args.temperature, args.max_new_tokens, args.seed)
-    configs = {s: decoding.config(s) for s in args.speculations}  # refused before any model loads
+    settings = SweepSettings(str(prompts_path), tuple(args.grid), tuple(args.speculations), decoding, args.limit,
+                             args.shard_size)
+    grid_cells(settings.grid, settings.speculations)  # a bad rule is refused before any model loads
+    settings.configs()
     uri = tracked.tracking_uri(args)  # before any work: no partial output
     hf_logging.disable_progress_bar()
-    prompts_path = args.prompts or default_prompts_path()
     prompts = read_prompts(prompts_path, limit=args.limit)
     models = model_spec(args).check(here=workers is None)
-    with removing_new_dirs(out):
-        decode_cells(cells, configs, models, prompts, prompts_path, out, args.shard_size, workers,
-                     progress=not args.no_progress)
     meta = {"target": args.target, "drafter": args.drafter, "prompts": len(prompts), "temperature": args.temperature,
             "max_new_tokens": args.max_new_tokens, "chain_length": args.chain_length, "budget": args.budget}
-    table, report, figure = sweep_outputs(cells, out, meta)
+    result = verify_sweep(models, settings, out=out, meta=meta, workers=workers, progress=not args.no_progress)
     with staged(out) as stage:  # the local outputs appear only once MLflow has them too
-        save_outputs(stage, table, report, figure)
+        result.write(stage)
         if uri is not None:
-            track(args, uri, table, report, figure, meta, skipped)
-    for note in skipped:
+            track(args, uri, result, meta)
+    for note in result.skipped:
         print(f"skipped (no tree form): {note}")
-    for line in findings(table):
+    for line in findings(result.table):
         print(line)
-    print(f"{len(cells)} cells -> {out}/report.md" + (f" (MLflow: {uri})" if uri else ""))
+    print(f"{result.cells} cells -> {out}/report.md" + (f" (MLflow: {uri})" if uri else ""))
     return 0
 
 
-def track(args, uri, table, report: str, figure, meta: dict, skipped: list[str]) -> None:
+def track(args, uri, result: SweepResult, meta: dict) -> None:
+    table = result.table
     params = {"stage": "verify-sweep", **meta, "grid": list(args.grid), "speculations": list(args.speculations),
               "pool": {"topk": args.topk, "depth": args.depth, "expand": args.expand, "extra": args.extra},
-              "seed": args.seed, "skipped": skipped}
+              "seed": args.seed, "skipped": list(result.skipped)}
     run_name = args.run_name or f"verify-sweep-{Path(args.out).resolve().name}"
     tracked.log_run(uri, args.experiment, run_name, params=params,
                     metrics={f"{r.speculation}.{r.verification_rule}.{m}": getattr(r, m)
                              for r in table.itertuples() for m in METRICS},
-                    tables={"verify_sweep": table}, figures={"tradeoff": figure}, report=report)
+                    tables={"verify_sweep": table}, figures={"tradeoff": result.figure}, report=result.report)

@@ -1,7 +1,7 @@
 """One SGLang engine setting, decoded in SGLang's own environment (``.venv-sglang``; ``bench_sglang.py --part engine``
-runs it as a subprocess and reads its JSON).
+runs it as a subprocess and reads its JSON). It imports SGLang only, and only when it runs.
 
-    SGLANG_USE_CPU_ENGINE=1 .venv-sglang/bin/python benchmarks/sglang_engine_run.py REQUEST.json OUT.json
+    SGLANG_USE_CPU_ENGINE=1 .venv-sglang/bin/python src/specrank/engines/sglang/runner.py REQUEST.json OUT.json
 
 REQUEST: {"model", "head" (null: plain decoding), "topk", "num_steps", "num_draft_tokens", "dtype",
 "attention_backend", "max_new_tokens", "temperature", "prompts": [{"id", "ids", "seed"}]}, and "seeded" (default
@@ -19,6 +19,11 @@ import os
 import sys
 import time
 from pathlib import Path
+
+if not __package__:
+    # Run by path, Python puts this folder first on the path, where layout.py, hooks.py and the other modules here
+    # would shadow any top-level modules of those names in SGLang's processes; the src/ folder instead.
+    sys.path[0] = str(Path(__file__).resolve().parents[3])
 
 KEYS = ("model", "head", "topk", "num_steps", "num_draft_tokens", "dtype", "attention_backend", "max_new_tokens",
         "temperature", "prompts")
@@ -52,7 +57,7 @@ def decode(llm, req: dict, prompt: dict, max_new_tokens: int) -> dict:
 
 def main(argv) -> int:
     if len(argv) != 2:
-        print("usage: sglang_engine_run.py REQUEST.json OUT.json", file=sys.stderr)
+        print("usage: runner.py REQUEST.json OUT.json", file=sys.stderr)
         return 2
     try:
         req = json.loads(Path(argv[0]).read_text())

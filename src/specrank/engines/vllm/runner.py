@@ -1,21 +1,21 @@
-"""The vLLM half of ``bench_engine_parity.py``: run in vLLM's own environment (``make engine-parity`` builds it as
-``.venv-vllm``), it decodes the prompts of a request file with one engine setting and writes what it saw as JSON.
-It imports only vLLM and ``specrank.engines.vllm.metrics`` (found through ``src/`` beside it, which imports nothing heavy),
-so neither environment needs the other's packages.
+"""The vLLM half of the vLLM benchmarks (``bench_engine_parity.py``, ``bench_vllm_reranker.py``,
+``bench_vllm_law.py``): run in vLLM's own environment (``make engine-parity`` builds it as ``.venv-vllm``), it decodes
+the prompts of a request file with one engine setting and writes what it saw as JSON. It imports only vLLM and
+``specrank.engines.vllm.metrics`` (found through the ``src/`` folder above it when run by path, which imports nothing
+heavy), so neither environment needs the other's packages.
 
-    .venv-vllm/bin/python benchmarks/engine_parity_vllm.py REQUEST.json OUT.json
+    .venv-vllm/bin/python src/specrank/engines/vllm/runner.py REQUEST.json OUT.json
 
 REQUEST: ``{"model", "head" (null: plain decoding), "k", "prompts": [{"id", "ids", "seed"}], "max_tokens",
-"temperatures", "mode"}``; optional ``"max_num_seqs"``. ``mode`` ``acceptance``: each temperature's prompts in one batched ``generate``, with
-the global counters (``llm.get_metrics()``) before and after and each request's own per-step counts;
-``speed``: greedy, one prompt at a time after a warm-up, each timed twice (one token, then ``max_tokens``) so the
-decode time excludes the prefill (with ``SPECRANK_RERANKER`` set, specrank's vLLM plugin runs and its own seconds
-are reported; with ``"interleave": true`` as well, each prompt is decoded with the plugin off and on, in turns
-whose order alternates, so both see the same engine and machine state); ``verify`` (with ``"widths": W``, ``"head": null``): the target's forward and
-logits over 1..W tokens, each timed alone; ``law`` (with ``"samples": n``, optional ``"wrong_rule": "redraw"`` or
-``"draft_rule": "second"``): the
-first prompt decoded ``n`` times at the first temperature, seeds 0..n-1, in one batch, each decode's tokens (the
-law's check: ``bench_vllm_law.py``).
+"temperatures", "mode"}``; optional ``"max_num_seqs"``. ``mode`` ``acceptance``: each temperature's prompts in one
+batched ``generate``, with the global counters (``llm.get_metrics()``) before and after and each request's own per-step
+counts; ``speed``: greedy, one prompt at a time after a warm-up, each timed twice (one token, then ``max_tokens``) so
+the decode time excludes the prefill (with ``SPECRANK_RERANKER`` set, specrank's vLLM plugin runs and its own seconds
+are reported; with ``"interleave": true`` as well, each prompt is decoded with the plugin off and on, in turns whose
+order alternates, so both see the same engine and machine state); ``verify`` (with ``"widths": W``, ``"head": null``):
+the target's forward and logits over 1..W tokens, each timed alone; ``law`` (with ``"samples": n``, optional
+``"wrong_rule": "redraw"`` or ``"draft_rule": "second"``): the first prompt decoded ``n`` times at the first
+temperature, seeds 0..n-1, in one batch, each decode's tokens (the law's check: ``bench_vllm_law.py``).
 
 vLLM's CPU build (0.32.0 and, at the time of writing, its main branch: vllm-project/vllm#55005, open) samples
 T > 0 rounds of speculative decoding from garbage: its CPU stand-in for ``expand_kernel`` fills an int64 copy of
@@ -32,9 +32,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+if not __package__:
+    # Run by path, Python puts this folder first on the path, where plugin.py and metrics.py would shadow any
+    # top-level modules of those names; the src/ folder instead, so specrank needs no install in vLLM's environment.
+    sys.path[0] = str(Path(__file__).resolve().parents[3])
 
 from specrank.engines.vllm.metrics import metric_records  # noqa: E402  (after the path to src/)
+from specrank.law import Law  # noqa: E402
 
 
 def engine(request: dict):
@@ -62,7 +66,7 @@ def sampling(temperature: float, max_tokens: int, seed: int | None):
 
     # every filter off: specrank's law at T is the target's softmax at T, nothing cut
     return SamplingParams(temperature=temperature, max_tokens=max_tokens, top_p=1.0, top_k=-1, min_p=0.0,
-                          seed=None if temperature == 0 else seed)
+                          seed=None if Law(temperature).greedy else seed)
 
 
 def request_metrics(completion) -> dict | None:
@@ -106,7 +110,8 @@ def acceptance(llm, request: dict) -> list[dict]:
         results = llm.generate(prompts, params, use_tqdm=False)
         seconds = time.perf_counter() - start
         after = metric_records(llm.get_metrics())
-        out.append({"temperature": temperature, "cpu_expand_fixed": fixed, "seconds": seconds, "metrics_before": before, "metrics_after": after,
+        out.append({"temperature": temperature, "cpu_expand_fixed": fixed, "seconds": seconds,
+                    "metrics_before": before, "metrics_after": after,
                     "requests": [{"id": p["id"], "tokens": list(r.outputs[0].token_ids),
                                   "finish_reason": r.outputs[0].finish_reason,
                                   "spec": request_metrics(r.outputs[0])}
@@ -119,7 +124,7 @@ def speed(llm, request: dict) -> list[dict]:
     llm.generate([first], sampling(0.0, request["max_tokens"], None), use_tqdm=False)  # warm-up
     if not request.get("interleave"):
         return [{"id": p["id"], **timed(llm, p, request["max_tokens"])} for p in request["prompts"]]
-    from specrank.engines.vllm import plugin
+    from specrank.engines.vllm import plugin  # the plugin and its reranker's libraries: only where a run asks for it
 
     rows = []
     for i, p in enumerate(request["prompts"]):
@@ -189,7 +194,7 @@ def second_choice() -> None:
     drafted token does."""
     import torch
 
-    from specrank.engines.vllm.chooser import ChainChooser
+    from specrank.engines.vllm.chooser import ChainChooser  # torch and the device rerankers: the law check's alone
 
     def choose(self, request_ids, logits, root, prompt_len, position):
         return torch.topk(logits, 2, dim=-1).indices[:, 1]
@@ -225,7 +230,7 @@ def main(argv=None) -> int:
         print(__doc__)
         return 0
     if len(argv) != 2 or not Path(argv[0]).is_file():
-        print(f"engine_parity_vllm.py: expected REQUEST.json OUT.json, got {' '.join(argv) or 'nothing'}",
+        print(f"runner.py: expected REQUEST.json OUT.json, got {' '.join(argv) or 'nothing'}",
               file=sys.stderr)
         return 2
     request = json.loads(Path(argv[0]).read_text())
@@ -255,7 +260,7 @@ def plugin_timing() -> dict | None:
     (a choice before each chain, a retain after each verify pass)."""
     if not os.environ.get("SPECRANK_RERANKER"):
         return None
-    from specrank.engines.vllm import plugin
+    from specrank.engines.vllm import plugin  # loaded by vLLM already where SPECRANK_RERANKER enabled it
 
     seconds = [] if plugin.CHOOSER is None else plugin.CHOOSER.seconds
     return {"calls": len(seconds), "seconds": float(sum(seconds))}

@@ -1,5 +1,5 @@
-"""``specrank study``: ``specrank.experiments.study.run`` behind a command line (the pipeline at the scale that can
-answer whether the rerankers help; default prompts: Spec-Bench's 480 questions, none of which the shipped head
+"""``specrank study``: ``specrank.experiments.study.study_run`` behind a command line (the pipeline at the scale
+that can answer whether the rerankers help; default prompts: Spec-Bench's 480 questions, none of which the shipped head
 trained on)."""
 
 from __future__ import annotations
@@ -8,17 +8,34 @@ import argparse
 import shlex
 from pathlib import Path
 
-from specrank.commands.args import (add_model_arguments, add_tracking_arguments, at_least, model_spec,
-                                    parse_temperatures, tracking_asked)
+from specrank.commands.args import (
+    add_model_arguments,
+    add_tracking_arguments,
+    at_least,
+    model_spec,
+    parse_temperatures,
+    tracking_asked,
+)
 from specrank.commands.decode import add_seen_prompts_argument
 from specrank.errors import optional
+from specrank.experiments.study.study_run import study
+from specrank.experiments.study.study_settings import (
+    CHUNK,
+    DEFAULT_GREEDY_ROUNDS,
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_ONLINE_OTHER_PROMPTS,
+    DEFAULT_ONLINE_PROMPTS,
+    DEFAULT_ROUNDS,
+    EXPERIMENT,
+    FIRST_CHUNK,
+    ONLINE_BUDGETS,
+    StudySettings,
+)
 from specrank.outputs import check_output_dir
 from specrank.rerankers import GBMReranker
 from specrank.scale import add_worker_arguments, preflight, workers_from_args
 from specrank.workflow import Tracking
-from specrank.experiments.study.run import (CHUNK, DEFAULT_GREEDY_ROUNDS, DEFAULT_MAX_NEW_TOKENS,
-                                            DEFAULT_ONLINE_OTHER_PROMPTS, DEFAULT_ONLINE_PROMPTS, DEFAULT_ROUNDS,
-                                            EXPERIMENT, FIRST_CHUNK, ONLINE_BUDGETS, StudySettings, study)
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="study directory (rerun the same command to resume)")
@@ -86,8 +103,8 @@ def run(args) -> int:
     settings = StudySettings(tuple(parse_temperatures(args.temperatures)), args.rounds, args.greedy_rounds,
                              args.max_new_tokens, args.chunk, args.bootstrap, args.tune_trials, args.n_estimators,
                              args.seed, not args.no_online, args.online_prompts, args.online_other_prompts,
-                             args.online_budgets)
-    result = study(model_spec(args), args.prompts, out=out, settings=settings, workers=workers,
+                             args.online_budgets, prompts=args.prompts)
+    result = study(model_spec(args), settings, out=out, workers=workers,
                    allow_training_prompts=args.allow_training_prompts, progress=not args.no_progress,
                    tracking=tracking, command=shlex.join(["specrank", "study", *getattr(args, "argv", [])]))
     print(f"\nresults: {out / 'results.json'}, {out / 'results.md'}")

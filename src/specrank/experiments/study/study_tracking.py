@@ -15,8 +15,8 @@ import mlflow
 import pandas as pd
 
 from specrank.evaluation.figures import root_share_figure
-from specrank.evaluation.names import label, ordered
 from specrank.evaluation.html import report_html
+from specrank.evaluation.names import label, ordered
 from specrank.featurize import read_features
 from specrank.layout import RunLayout
 from specrank.markdown import interval_cell, markdown_table
@@ -24,8 +24,20 @@ from specrank.rerankers import load_reranker
 from specrank.tracking.lineage import log_dataset, rounds_dataset
 from specrank.tracking.models import log_reranker, signature_columns
 from specrank.tracking.registry import register_reranker
-from specrank.tracking.runs import (NOTE_TAG, PIPELINE_TAG, experiment_run, log_figure, log_metrics, log_params,
-                                    log_report, log_tables, metric_key, run_page, runs_page, set_description)
+from specrank.tracking.runs import (
+    NOTE_TAG,
+    PIPELINE_TAG,
+    experiment_run,
+    log_figure,
+    log_metrics,
+    log_params,
+    log_report,
+    log_tables,
+    metric_key,
+    run_page,
+    runs_page,
+    set_description,
+)
 from specrank.tracking.uri import tracking_store
 from specrank.workflow.tracking import Tracking
 

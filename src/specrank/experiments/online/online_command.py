@@ -6,13 +6,14 @@ from __future__ import annotations
 from specrank.commands import tracked
 from specrank.commands.args import add_model_arguments, add_pool_arguments, add_tracking_arguments, at_least, model_spec
 from specrank.decode import DecodeConfig, PoolShape
-from specrank.decode.prompts import default_prompts_path, read_prompts
 from specrank.decode.pipeline import WorkerError
+from specrank.decode.prompts import default_prompts_path, read_prompts
 from specrank.errors import CommandError
-from specrank.rerankers.defaults import champion_name, load_default_reranker
+from specrank.experiments.online.comparison import OnlineSettings, Protocol, compare_online
 from specrank.outputs import check_output_dir
+from specrank.rerankers.defaults import champion_name, load_default_reranker
 from specrank.workflow import Tracking
-from specrank.experiments.online.run import Protocol, compare_online
+
 
 def add_arguments(parser) -> None:
     add_model_arguments(parser)
@@ -59,9 +60,10 @@ def run(args) -> int:
     protocol = Protocol(args.warmup, args.bootstrap, args.pipeline, args.drafter_device, args.drafter_threads)
     prompts = read_prompts(args.prompts or default_prompts_path(), limit=args.limit) if args.limit else args.prompts
     try:
-        result = compare_online(model_spec(args), prompts, strategies=args.strategies, reranker=reranker,
-                                reranker_source=args.reranker or "", compare=args.compare or (), config=config,
-                                protocol=protocol, out=args.out, tracking=tracking, progress=not args.no_progress)
+        settings = OnlineSettings(prompts, tuple(args.strategies.split(",")), tuple((args.compare or "").split(",")),
+                                  config, protocol)
+        result = compare_online(model_spec(args), settings, reranker=reranker, reranker_source=args.reranker or "",
+                                out=args.out, tracking=tracking, progress=not args.no_progress)
     except WorkerError as exc:  # the pipelined drafter's worker failed: its failure in one line
         raise CommandError(str(exc)) from None
     for line in result.summary():

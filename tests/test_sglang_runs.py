@@ -1,28 +1,31 @@
-"""benchmarks/bench_sglang.py's reading of SGLang's per-request counters, with no engine: accept length, greedy
-identity and first differences against plain decoding, and the paired prompt-bootstrap gain, with controls; and
-the held-out prompts it decodes."""
+"""SGLang runs read without an engine (``specrank.engines.sglang.engine_runs``): accept length, greedy identity and
+first differences against plain decoding, and the paired prompt-bootstrap gain, with controls; an earlier run checked
+against tree-config's prediction; SGLang's tree sampling ported to torch for its CPU engine (``cpu_shims``); the
+held-out prompts ``benchmarks/bench_sglang.py`` decodes (``specrank.experiments.held_out``); and that benchmark's
+refusals, through its command line."""
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import bench_sglang  # noqa: E402
-from bench_sglang import (  # noqa: E402
-    earlier_engine,
-    engine_figures,
-    held_out,
-    inside_predicted,
-    paired_gain,
-    parse_args,
-)
+from specrank.engines.sglang.engine_runs import (chosen_settings, earlier_engine, engine_figures, inside_predicted,
+                                             paired_gain)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench_sglang(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_sglang.py"), *args], capture_output=True,
+                          text=True, timeout=600)
 
 
 def run(rows):
-    """A ``sglang_engine_run.py`` output: (id, output ids, verify steps, correct drafts) per prompt, 1 s each."""
+    """A ``specrank.engines.sglang.runner`` output: (id, output ids, verify steps, correct drafts) per prompt, 1 s
+    each."""
     return {"rows": [{"id": i, "output_ids": out, "seconds": 1.0, "verify_ct": v, "correct_drafts": c,
                       "completion_tokens": len(out)} for i, out, v, c in rows]}
 
@@ -58,7 +61,7 @@ def sampled_tree(n_samples, threshold_single=1.0, seed=0):
     target rows (4, V) and the first two emitted tokens of each request (the second -1 when nothing was accepted)."""
     import torch
 
-    from sglang_cpu_shims.tree_sampling import tree_speculative_sampling_target_only
+    from specrank.engines.sglang.cpu_shims.tree_sampling import tree_speculative_sampling_target_only
 
     rng = np.random.default_rng(seed)
     rows = torch.tensor(rng.dirichlet(np.ones(6), 4), dtype=torch.float32)
@@ -96,13 +99,14 @@ def test_sglangs_tree_sampling_port_emits_the_targets_law_and_a_lossy_threshold_
     assert (min(p_first, p_second) > 1e-3) == lossless, (p_first, p_second)
 
 
-def test_a_larger_held_out_set_leaves_out_every_prompt_the_head_or_a_champion_trained_on(tmp_path, capsys):
+def test_a_larger_held_out_set_leaves_out_every_prompt_the_head_or_a_champion_trained_on(tmp_path):
     """``--prompts spec-bench``: the Spec-Bench questions in a study's order, less every one the shipped head or
     either shipped champion learned from (their cards name a few dozen), written where tree-config reads them;
-    asking for more than remain is refused in one line (exit 2); a prompt a champion learned from, added to the
-    set, is left out."""
+    asking for more than remain is refused in one line; a prompt a champion learned from, added to the set, is left
+    out."""
     from specrank.decode.loading.drafters import trained_on
     from specrank.decode.prompts import prompt_digest, read_prompts, spec_bench_path
+    from specrank.experiments.held_out import HeldOutError, held_out_prompts, write_prompts
     from specrank.rerankers import load_reranker
     from specrank.rerankers.defaults import default_reranker_dir
     from specrank.workflow.champion import training_prompts
@@ -113,35 +117,32 @@ def test_a_larger_held_out_set_leaves_out_every_prompt_the_head_or_a_champion_tr
     assert len(learned) >= 40  # the champions learned from Spec-Bench prompts: the filter has work to do
     unseen = len(everything) - len({p.prompt_id for p in learned} | set(trained_on("eagle3:default", everything)))
 
-    prompts, path = held_out(parse_args(["--prompts", "spec-bench", "--limit", str(unseen), "--work", str(tmp_path)]))
+    prompts = held_out_prompts("eagle3:default", unseen, "spec-bench")
     assert len(prompts) == unseen and not {prompt_digest(p.text) for p in prompts} & seen
+    path = tmp_path / "held-out.jsonl"
+    write_prompts(path, prompts)
     assert [p.prompt_id for p in read_prompts(path)] == [p.prompt_id for p in prompts]
     assert {p.task for p in prompts[:40]} >= {"translation", "summarization", "qa", "math_reasoning", "rag"}
 
-    with pytest.raises(SystemExit) as refused:
-        held_out(parse_args(["--prompts", "spec-bench", "--limit", str(unseen + 1), "--work", str(tmp_path)]))
-    assert refused.value.code == 2 and f"{unseen} prompts that neither" in capsys.readouterr().err
+    with pytest.raises(HeldOutError) as refused:
+        held_out_prompts("eagle3:default", unseen + 1, "spec-bench")
+    assert f"{unseen} prompts that neither" in str(refused.value) and len(str(refused.value).splitlines()) == 1
 
     learned_too = tmp_path / "learned-too.jsonl"  # the held-out set and one prompt a champion learned from
     learned_too.write_text(path.read_text() + json.dumps({"question_id": "learned", "category": learned[0].task,
                                                           "turns": [learned[0].text]}) + "\n")
-    kept, _ = held_out(parse_args(["--prompts", str(learned_too), "--limit", str(unseen), "--work",
-                                   str(tmp_path / "again")]))
+    kept = held_out_prompts("eagle3:default", unseen, str(learned_too))
     assert len(kept) == unseen and "learned" not in {p.prompt_id for p in kept}
 
 
-def test_an_earlier_engine_run_is_checked_against_the_prediction_only_on_the_same_prompts(tmp_path, monkeypatch,
-                                                                                          capsys):
+def test_an_earlier_engine_run_is_checked_against_the_prediction_only_on_the_same_prompts(tmp_path):
     """``--part predict --engine-results NAME``: an engine run's measured gain is marked inside or outside the
-    predicted interval; a run of other prompts, or one without an engine part, is refused in one line (exit 2)."""
-    monkeypatch.setattr(bench_sglang, "ROOT", tmp_path)
-    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    predicted interval; a run of other prompts, or one without an engine part, is refused in one line."""
     figures = {"prompt_ids": ["a", "b"], "max_new_tokens": 128, "settings": {"champion_b8": {"topk": 10}}}
     engine = {"t1": {"plugin_gain": {"gain": 0.048, "low": 0.022, "high": 0.076}, "sglang": {"accept_length": 1.36},
                      "plugin": {"accept_length": 1.41}}}
-    (tmp_path / "benchmarks" / "results" / "eng.json").write_text(json.dumps({"figures": figures | {"engine": engine}}))
-    args = parse_args(["--part", "predict", "--engine-results", "eng"])
-    got = earlier_engine(args, figures)
+    (tmp_path / "eng.json").write_text(json.dumps({"figures": figures | {"engine": engine}}))
+    got = earlier_engine(tmp_path / "eng.json", figures)
     assert got["t1"]["plugin_gain"]["gain"] == 0.048 and got["from_results"] == "eng.json"
 
     for point, low, high, inside, covered in ((0.05, 0.01, 0.09, True, True), (0.06, 0.05, 0.09, False, True),
@@ -158,26 +159,30 @@ def test_an_earlier_engine_run_is_checked_against_the_prediction_only_on_the_sam
         assert not both["engine"]["t1"]["sglang"]["inside_predicted_interval"]  # 1.36 above [1.3, 1.35]
         assert both["engine"]["t1"]["plugin"]["inside_predicted_interval"]
 
-    (tmp_path / "benchmarks" / "results" / "other.json").write_text(
+    (tmp_path / "other.json").write_text(
         json.dumps({"figures": figures | {"prompt_ids": ["a", "c"], "engine": engine}}))
-    (tmp_path / "benchmarks" / "results" / "bare.json").write_text(json.dumps({"figures": figures}))
+    (tmp_path / "bare.json").write_text(json.dumps({"figures": figures}))
     for name, says in (("other", "its prompt_ids differ"), ("bare", "no engine part"), ("missing", "no such results")):
-        with pytest.raises(SystemExit) as refused:
-            earlier_engine(parse_args(["--part", "predict", "--engine-results", name]), figures)
-        err = capsys.readouterr().err
-        assert refused.value.code == 2 and says in err and len(err.strip().splitlines()) == 1
-    with pytest.raises(SystemExit) as refused:
-        parse_args(["--part", "engine", "--engine-results", "eng"])
-    assert refused.value.code == 2 and "only with --part predict" in capsys.readouterr().err
-
-    work = tmp_path / "work"  # refused from the command line: nothing written, not even the held-out prompts
-    with pytest.raises(SystemExit) as refused:
-        bench_sglang.main(["--part", "predict", "--prompts", "spec-bench", "--limit", "40", "--work", str(work),
-                           "--engine-results", "missing"])
-    assert refused.value.code == 2 and "no such results" in capsys.readouterr().err and not work.exists()
+        with pytest.raises(ValueError) as refused:
+            earlier_engine(tmp_path / f"{name}.json", figures)
+        assert says in str(refused.value) and len(str(refused.value).splitlines()) == 1
 
 
-def test_the_default_shape_is_checked_beside_the_champion_and_an_unknown_setting_is_refused(capsys):
+def test_the_benchmark_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path):
+    """Exit 2 and one line for an engine run named outside ``--part predict``, an unknown setting and a missing
+    results file; that last refusal comes after the held-out prompts are chosen, before anything is written."""
+    for args, says in ((["--part", "engine", "--engine-results", "eng"], "only with --part predict"),
+                       (["--settings", "sglang_default,b16"], "b16 is not one of")):
+        out = bench_sglang(*args)
+        assert out.returncode == 2 and says in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    work = tmp_path / "work"
+    out = bench_sglang("--part", "predict", "--prompts", "spec-bench", "--limit", "40", "--work", str(work),
+                       "--engine-results", "no-such-results-file")
+    assert out.returncode == 2 and "no such results" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not work.exists()
+
+
+def test_the_default_shape_is_checked_beside_the_champion_and_an_unknown_setting_is_refused():
     """The plugin at SGLang's default shape gets its own marks (``default_``), and SGLang's tree and the plugin
     there each get theirs, independent of the champion's; ``--settings`` names only known settings."""
     pred = {"plugin_gain": 0.02, "plugin_gain_low": 0.01, "plugin_gain_high": 0.03, "plugin_gain_run_low": -0.01,
@@ -193,10 +198,8 @@ def test_the_default_shape_is_checked_beside_the_champion_and_an_unknown_setting
     assert fig["sglang_default"]["inside_predicted_interval"] and not fig["plugin_default"]["inside_predicted_interval"]
     assert "gain_inside_predicted_interval" not in fig  # the champion's mark: no champion figures here
 
-    assert parse_args(["--gain-only"]).settings == ["champion_b8"]
-    assert parse_args([]).settings == ["sglang_default", "champion_b8"]
-    assert parse_args(["--gain-only", "--settings", "sglang_default"]).settings == ["sglang_default"]
-    with pytest.raises(SystemExit) as refused:
-        parse_args(["--settings", "sglang_default,b16"])
-    err = capsys.readouterr().err
-    assert refused.value.code == 2 and "b16 is not one of" in err and len(err.strip().splitlines()) == 1
+    assert chosen_settings(None, gain_only=True) == ["champion_b8"]
+    assert chosen_settings(None, gain_only=False) == ["sglang_default", "champion_b8"]
+    assert chosen_settings("sglang_default", gain_only=True) == ["sglang_default"]
+    with pytest.raises(ValueError, match="b16 is not one of"):
+        chosen_settings("sglang_default,b16", gain_only=False)

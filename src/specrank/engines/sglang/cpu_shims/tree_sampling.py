@@ -13,7 +13,7 @@ order with one coin ``u`` for the level; a child ``x`` is accepted once the targ
 reaches ``u`` (or ``p(x) >= threshold_single``; at the defaults, 1, never alone). A rejected child's mass is moved
 into ``draft_probs`` at its parent's row. The token after the last accepted node is drawn from ``relu(p - draft)`` at
 that node's row (the target with the rejected children removed) by inverse CDF with the final coin. At the default
-thresholds the emitted tokens follow the target's law exactly (``tests/test_bench_sglang.py`` checks it, and that a
+thresholds the emitted tokens follow the target's law exactly (``tests/test_sglang_runs.py`` checks it, and that a
 lossy threshold fails).
 """
 

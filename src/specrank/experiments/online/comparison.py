@@ -16,11 +16,11 @@ from transformers.utils import logging as hf_logging
 
 from specrank.decode import STRATEGY_NAMES, DecodeConfig, make_strategy
 from specrank.decode.core import parse_device
-from specrank.decode.loading.model_spec import ModelSpec, Models, loaded
+from specrank.decode.loading.model_spec import Models, ModelSpec, loaded
 from specrank.decode.pipeline import PipelinedDrafter
 from specrank.decode.prompts import default_prompts_path, encode_prompts, read_prompts
 from specrank.decode.runs import parse_strategies, run_protocol
-from specrank.experiments.online.tables import online_tables, realized_gain, write_online_tables
+from specrank.experiments.online.online_tables import online_tables, realized_gain, write_online_tables
 from specrank.outputs import check_output_dir, staged
 from specrank.workflow.champion import check_unseen_prompts
 from specrank.workflow.tracking import Tracking
@@ -127,20 +127,33 @@ class Protocol:
         return names
 
 
-def compare_online(models: ModelSpec | Models, prompts=None, *, strategies=("draft",), reranker=None,
-                   reranker_source: str = "", compare=(), config: DecodeConfig = DecodeConfig(extra=0),
-                   protocol: Protocol = Protocol(), out=None, tracking: Tracking | None = None,
-                   allow_training_prompts: bool = False, progress: bool = True) -> OnlineComparison:
-    """Decode ``prompts`` (a JSONL file, or a list of ``Prompt``; default: the bundled set) with each of
-    ``strategies`` in the loop under ``config``, ``reranker`` (a fitted reranker, named ``reranker_source``)
-    acting for ``reranked``, and return the tables; ``compare`` names strategies whose trees are also scored at
-    every context, for measurement only.
+@dataclass(frozen=True)
+class OnlineSettings:
+    """What an online comparison decodes: ``prompts`` (a JSONL file, or a list of ``Prompt``; None: the bundled
+    set) with each of ``strategies`` acting in the loop under ``config``; ``compare`` names strategies whose trees
+    are also scored at every context, for measurement only; ``protocol`` how it is timed and measured. A reranker
+    whose model card lists prompts it learned from is refused on them unless ``allow_training_prompts``."""
 
-    ``models`` is a ``ModelSpec`` or the ``Models`` already loaded. A reranker whose model card lists prompts it
-    learned from is refused on them unless ``allow_training_prompts``. ``out`` (a folder) receives the tables and
+    prompts: object = None
+    strategies: tuple[str, ...] = ("draft",)
+    compare: tuple[str, ...] = ()
+    config: DecodeConfig = DecodeConfig(extra=0)
+    protocol: Protocol = Protocol()
+    allow_training_prompts: bool = False
+
+
+def compare_online(models: ModelSpec | Models, settings: OnlineSettings = OnlineSettings(), *, reranker=None,
+                   reranker_source: str = "", out=None, tracking: Tracking | None = None,
+                   progress: bool = True) -> OnlineComparison:
+    """Decode ``settings.prompts`` with each of its strategies in the loop, ``reranker`` (a fitted reranker, named
+    ``reranker_source``) acting for ``reranked``, and return the tables.
+
+    ``models`` is a ``ModelSpec`` or the ``Models`` already loaded. ``out`` (a folder) receives the tables and
     the acceptance figure, all at once when everything is done. Every input is checked before a model loads.
     Inside a ``kept_worker(models)`` block, pipelined strategies draft in the block's worker.
     """
+    prompts, strategies, config, protocol = settings.prompts, settings.strategies, settings.config, settings.protocol
+    compare = settings.compare
     if out is not None:
         check_output_dir(out)
     compare = parse_strategies(",".join(compare) if not isinstance(compare, str) else compare)
@@ -148,7 +161,7 @@ def compare_online(models: ModelSpec | Models, prompts=None, *, strategies=("dra
     tracking = tracking.checked() if tracking is not None else None
     prompt_list = prompts if isinstance(prompts, list) else read_prompts(prompts or default_prompts_path())
     if "reranked" in acting:
-        check_unseen_prompts(reranker, prompt_list, allow_training_prompts, reranker_source)
+        check_unseen_prompts(reranker, prompt_list, settings.allow_training_prompts, reranker_source)
     pipelined = protocol.pipelined(acting)
     if isinstance(models, ModelSpec):
         models.check()
@@ -218,7 +231,7 @@ def kept_worker(models: Models, start: bool = True):
 
 
 def _track(tracking: Tracking, tables, acting, compare, target, drafter, config, prompts, params, started) -> None:
-    from specrank.experiments.online.tracking import log_online  # MLflow is optional: it loads only for a tracked comparison
+    from specrank.experiments.online.online_tracking import log_online  # MLflow: loaded only when tracked
 
     reranked = acting.get("reranked")
     digest = getattr(getattr(reranked, "reranker", None), "meta_", {}).get("format_digest", "")
