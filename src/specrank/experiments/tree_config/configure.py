@@ -275,18 +275,18 @@ class TreeConfigResult:
         export_heads(self.models["drafter"], folder / "heads")
 
 
-def tree_config(models: ModelSpec | Models, run: TreeConfigSettings, *, out, reranker=None,
+def tree_config(models: ModelSpec | Models, settings: TreeConfigSettings, *, out, reranker=None,
                 say: Callable[[str], None] | None = None) -> TreeConfigResult:
-    """Record the pools ``run.trees`` needs into ``out/recordings`` (resumed when there), score every setting and
-    time the cost model; the result writes its tables, figures and the exported head (``TreeConfigResult.write``).
+    """Record the pools ``settings.trees`` needs into ``out/recordings`` (resumed when there), score every setting
+    and time the cost model; the result writes its tables, figures and the exported head (``TreeConfigResult.write``).
     ``say(line)`` announces each recording. A bar per stage: each recording (prompts, rounds, accepted tokens a
     round), its scoring, the timed passes."""
-    check_recordings(out, run)
+    check_recordings(out, settings)
     target, drafter = loaded(models)
+    run, trees = settings, settings.trees  # how it decodes; the tree settings it scores
     prompts = read_prompts(run.prompts_path, limit=run.limit)
-    settings = run.trees
     recordings, scores, reliability = {}, [], []
-    for name, rec in recording_plan(settings).items():
+    for name, rec in recording_plan(trees).items():
         if say is not None:
             say(f"recording {name}: {len(prompts)} prompts, {run.max_new_tokens} tokens each")
         run_dir = record_pool(target, drafter, run, run.config(rec), Path(out) / "recordings" / name)
@@ -310,16 +310,16 @@ def tree_config(models: ModelSpec | Models, run: TreeConfigSettings, *, out, rer
     recordings.update(notes)
     config_ids = encode_prompts(target, prompts[:1], run.config())[0]
     extra = extra_widths(run.engine_timing)
-    timed = list(settings) + [c for choice in run.chain_choices for c in cost_settings(choice)]
+    timed = list(trees) + [c for choice in run.chain_choices for c in cost_settings(choice)]
     parts = sum(map(len, cost_parts(timed, extra)))
     with run.bar(total=parts, desc="timing pools and passes", unit="part") as bar:
         cost = measure_cost(target, drafter, config_ids, timed, run.repeats, done=bar.update, widths=extra)
-    cost.host = host_seconds(target, drafter, config_ids, settings, cost, run)
-    table = setting_table(scores, {s.label: cost.round_seconds(s) for s in settings}, run.bootstrap, run.seed)
+    cost.host = host_seconds(target, drafter, config_ids, trees, cost, run)
+    table = setting_table(scores, {s.label: cost.round_seconds(s) for s in trees}, run.bootstrap, run.seed)
     engine = None
     if run.engine_timing is not None:
         timing = run.engine_timing
-        engine = engine_round_seconds(timing, cost, settings)
+        engine = engine_round_seconds(timing, cost, trees)
         table = with_engine_speed(table, engine, timing)
     return TreeConfigResult(table, position_table(scores), pooled_reliability(reliability), pd.DataFrame(cost.rows()),
                             recordings, choice_speeds(choices, cost, run, table, engine) if choices else None,
